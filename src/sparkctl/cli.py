@@ -1,0 +1,52 @@
+"""The `sparkctl` command line: parse, call the core, render.
+
+Each command lives in `sparkctl.commands.<name>` and exposes `register(app)`. Command modules
+import only typer/rich at module level; the core (pydantic, paramiko, docker...) is imported
+inside the command body so `sparkctl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from sparkctl import __version__
+
+# Order is the order in `--help`.
+COMMAND_MODULES: tuple[str, ...] = (
+    "profile",
+    "plan",
+)
+
+app = typer.Typer(
+    name="sparkctl",
+    help="Serve LLMs with SGLang + DFlash on one or two GPU boxes: preflight, ship, up, down.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sparkctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """sparkctl reads a YAML cluster profile (-p, $SPARKCTL_PROFILE or ./sparkctl.yaml)."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"sparkctl.commands.{_name}").register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,74 @@
+"""Options and error handling shared by every command module (light imports only)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+ProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        "-p",
+        envvar="SPARKCTL_PROFILE",
+        show_envvar=True,
+        help="Cluster profile YAML (default: ./sparkctl.yaml).",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", envvar="SPARKCTL_DEBUG", help="Show tracebacks.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def handle_errors(fn: F) -> F:
+    """Expected errors print one red line (+ fix) and exit with their code; bugs raise."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sparkctl.errors import ExitCode, SparkctlError
+
+        try:
+            return fn(*args, **kwargs)
+        except SparkctlError as exc:
+            if os.environ.get("SPARKCTL_DEBUG"):
+                raise
+            err = console(stderr=True)
+            where = exc.where()
+            prefix = f"[bold red]error[/] [{where}] " if where else "[bold red]error[/] "
+            from rich.markup import escape
+
+            err.print(prefix + escape(exc.message))
+            if exc.fix:
+                err.print(f"  [yellow]fix:[/] {escape(exc.fix)}")
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            console(stderr=True).print("[yellow]interrupted[/]")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load_profile(path: Path | None):
+    """Find and validate the profile (whole file, before any connection)."""
+    from sparkctl.profile import find_profile, load_profile_file
+
+    return load_profile_file(find_profile(path))
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,80 @@
+"""`sparkctl plan [MODE]`: print exactly what `up` would run on every rank."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+ModeArg = Annotated[str | None, typer.Argument(help="Mode to plan (default: the profile's default mode).")]
+
+
+@handle_errors
+def plan(mode: ModeArg = None, profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+    """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
+    from sparkctl.plan import build_plan
+
+    prof = load_profile(profile)
+    result = build_plan(prof, mode)
+    if json_out:
+        print_json(result.to_json())
+        return
+    render_plan(result)
+
+
+def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported lazily
+    import shlex
+
+    from rich.panel import Panel
+    from rich.table import Table
+
+    out = console()
+    out.print(
+        f"[bold]cluster[/] {plan.cluster}  [bold]mode[/] {plan.mode}  tp={plan.tp} over "
+        f"{plan.nnodes} node(s)  [bold]config[/] {plan.config_hash}  [bold]image[/] "
+        f"{plan.ranks[0].image} ({plan.image_source})"
+    )
+    if plan.stop_first:
+        out.print("[bold]stops first:[/] " + ", ".join(f"{c.name} on {c.node}" for c in plan.stop_first))
+    for spec in plan.ranks:
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column(overflow="fold")
+        opts = spec.options
+        table.add_row(
+            "container",
+            f"{spec.container_name} ({opts.network_mode} net, {opts.ipc_mode} ipc, "
+            f"shm {opts.shm_size}, gpus {opts.gpus or 'none'}"
+            + (", privileged" if opts.privileged else "")
+            + ")",
+        )
+        table.add_row("env", "\n".join(f"{k}={shlex.quote(v)}" for k, v in spec.env_masked().items()))
+        table.add_row(
+            "mounts",
+            "\n".join(f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts),
+        )
+        table.add_row("argv", " \\\n  ".join(_argv_lines(spec.argv)))
+        title = f"rank {spec.rank} on {spec.node}" + (" (serves HTTP)" if spec.rank == 0 else " (headless)")
+        out.print(Panel(table, title=title, title_align="left"))
+    out.print(f"[bold]endpoint[/] {plan.endpoint.api_base}  model [bold]{plan.endpoint.served_model_name}[/]")
+    for item in plan.unresolved:
+        out.print(f"[yellow]resolved at up:[/] {item}")
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """One flag (with its values) per line, shell-quoted: copy-pasteable."""
+    import shlex
+
+    lines: list[str] = []
+    for word in argv:
+        if word.startswith("--") or not lines:
+            lines.append(shlex.quote(word))
+        else:
+            lines[-1] += " " + shlex.quote(word)
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

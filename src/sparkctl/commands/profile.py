@@ -1,0 +1,41 @@
+"""`sparkctl profile check`: validate a profile without touching any node."""
+
+from __future__ import annotations
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+profile_app = typer.Typer(help="Inspect and validate cluster profiles.", no_args_is_help=True)
+
+
+@profile_app.command("check")
+@handle_errors
+def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+    """Validate the whole profile (schema, cross-references, TP vs GPUs); touches no node."""
+    prof = load_profile(profile)
+    from sparkctl.plan import build_plan
+
+    plans = {name: build_plan(prof, name) for name in prof.modes}
+    if json_out:
+        print_json(
+            {
+                "ok": True,
+                "cluster": prof.cluster,
+                "nodes": [n.name for n in prof.nodes],
+                "modes": {
+                    m: {"nodes": p.nodes, "tp": p.tp, "config_hash": p.config_hash} for m, p in plans.items()
+                },
+            }
+        )
+        return
+    out = console()
+    out.print(
+        f"[green]ok[/] profile for cluster [bold]{prof.cluster}[/]: "
+        f"{len(prof.nodes)} node(s), modes: "
+        + ", ".join(f"{m} (tp={p.tp} on {'+'.join(p.nodes)})" for m, p in plans.items())
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(profile_app, name="profile")
