@@ -1,0 +1,99 @@
+"""One connector per node per run, opened lazily, used from parallel workers.
+
+`fan_out` returns `{key: result | exception}` so one node's failure never hides another's; the
+caller's policy (all-or-nothing for ranks, collect-all for preflight) decides what happens next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from sparkctl.connectors.base import Connector
+from sparkctl.profile.schema import Node, Profile
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+
+def fan_out(keys: Iterable[K], fn: Callable[[K], T], max_workers: int = 16) -> dict[K, T | BaseException]:
+    keys = list(keys)
+    results: dict[K, T | BaseException] = {}
+    if not keys:
+        return results
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(keys))) as pool:
+        futures = {key: pool.submit(fn, key) for key in keys}
+        for key, fut in futures.items():
+            try:
+                results[key] = fut.result()
+            except BaseException as exc:  # noqa: BLE001 - returned to the caller's policy
+                results[key] = exc
+    return results
+
+
+def connector_for(profile: Profile, node: Node, *, accept_new_host_keys: bool = False) -> Connector:
+    if node.is_local:
+        from sparkctl.connectors.local import LocalConnector
+
+        return LocalConnector(node.name)
+    from sparkctl.connectors.ssh import SshConnector, resolve_target
+
+    ssh = profile.ssh
+    target = resolve_target(
+        node.name,
+        node.address,
+        user=node.user,
+        port=node.port,
+        key=node.key,
+        default_user=ssh.user,
+        default_port=ssh.port,
+        default_key=ssh.key,
+        known_hosts=ssh.known_hosts,
+        accept_new=accept_new_host_keys or ssh.host_key_policy == "accept-new",
+        connect_timeout=ssh.connect_timeout,
+    )
+    return SshConnector(target)
+
+
+class NodePool:
+    """Lazily connected connectors for a profile's nodes; closes them all on exit."""
+
+    def __init__(self, profile: Profile, *, accept_new_host_keys: bool = False) -> None:
+        self.profile = profile
+        self.accept_new_host_keys = accept_new_host_keys
+        self._connectors: dict[str, Connector] = {}
+        self._lock = threading.Lock()
+
+    def get(self, node: str) -> Connector:
+        """The node's connector, connected (raises ConnectError naming the node)."""
+        with self._lock:
+            conn = self._connectors.get(node)
+            if conn is None:
+                conn = connector_for(
+                    self.profile, self.profile.node(node), accept_new_host_keys=self.accept_new_host_keys
+                )
+                self._connectors[node] = conn
+        connect = getattr(conn, "connect", None)
+        if connect is not None:
+            connect()
+        return conn
+
+    def map(self, nodes: Iterable[str], fn: Callable[[Connector], T]) -> dict[str, T | BaseException]:
+        """Run fn(connector) on every node in parallel; connect errors are per-node results."""
+        return fan_out(nodes, lambda n: fn(self.get(n)))
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._connectors = list(self._connectors.values()), {}
+        for conn in conns:
+            with contextlib.suppress(Exception):  # closing is best effort
+                conn.close()
+
+    def __enter__(self) -> NodePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
