@@ -168,6 +168,7 @@ class Engine(Strict):
     container: ContainerOptions = Field(default_factory=ContainerOptions)
     sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
+    log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
 
     @field_validator("args")
     @classmethod

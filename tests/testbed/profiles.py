@@ -1,0 +1,69 @@
+"""Sparkctl profiles for a running testbed Lab: real SSH addresses, host keys, fabric, paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.testbed.lab import NODE_MOUNT, Lab
+
+ENGINE_IMAGE = "sparkctl-test/engine:latest"
+ENGINE_PORT = 30000
+
+
+def lab_profile(lab: Lab, *, cluster: str | None = None, image: str = ENGINE_IMAGE,
+                modes: dict[str, Any] | None = None, transport: str = "tcp",
+                engine: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    """A profile dict for `lab`: every node over SSH (the test process is the controller).
+
+    Default modes: `solo` on spark1, `tp2` across spark1+spark2 (when the lab has 2+ nodes).
+    `engine`/`top` entries are merged over the defaults (shallow for `engine`).
+    """
+    nodes = []
+    for node in lab.nodes:
+        nodes.append({
+            "name": node.name,
+            "address": node.mgmt_ip,
+            "user": "root",
+            "port": node.ssh_port,
+            "key": lab.ssh_key,
+            "gpus": 1,
+            "fabric": {"netdevs": [node.fabric_netdev], "ip": node.fabric_ip, "hcas": "auto"},
+        })
+    if modes is None:
+        modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True}}
+        if len(lab.nodes) > 1:
+            modes["tp2"] = {"nodes": ["spark1", "spark2"], "tp": 2}
+    eng: dict[str, Any] = {
+        "port": ENGINE_PORT,
+        "served_model_name": "tiny-test",
+        "ready_timeout": 120,
+        "log_dir": f"{NODE_MOUNT}/logs",
+        "container": {"gpus": False, "shm_size": "64m"},
+        "args": {"context-length": 4096},
+    }
+    eng.update(engine or {})
+    profile: dict[str, Any] = {
+        "cluster": cluster or f"lab{lab.id}",
+        "ssh": {"known_hosts": lab.known_hosts, "host_key_policy": "strict", "connect_timeout": 5},
+        "fabric": {"mtu": 9000, "transport": transport, "dist_init_port": 50051},
+        "nodes": nodes,
+        "image": {"ref": image},
+        "model": {
+            "target": {"id": "test-org/tiny-model", "revision": "main"},
+            "draft": {"id": "test-org/tiny-draft", "revision": "main"},
+            "hf_cache": f"{NODE_MOUNT}/hf",
+            "triton_cache": f"{NODE_MOUNT}/triton",
+        },
+        "engine": eng,
+        "modes": modes,
+    }
+    profile.update(top)
+    return profile
+
+
+def write_lab_profile(lab: Lab, path: Path, **kwargs: Any) -> Path:
+    path.write_text(yaml.safe_dump(lab_profile(lab, **kwargs), sort_keys=False))
+    return path
