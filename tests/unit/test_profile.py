@@ -150,3 +150,10 @@ def test_help_does_not_import_heavy_modules() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_docs_profile_reference_is_generated_from_the_schema() -> None:
+    from sparkctl.profile.reference import generated_section
+
+    doc = (ROOT / "docs" / "profile.md").read_text()
+    assert generated_section() in doc, "regenerate: python -m sparkctl.profile.reference (see docs/profile.md)"

@@ -45,29 +45,41 @@ class Strict(BaseModel):
 class GpuFacts(Strict):
     """What a node's GPUs are, for planning without touching the node (preflight probes the truth)."""
 
-    name: str
+    name: str = Field(description="GPU name as nvidia-smi reports it, e.g. 'NVIDIA GB10'.")
     memory_gib: float = Field(gt=0, description="Per GPU; on unified-memory boxes the usable total.")
-    compute_capability: Annotated[str, Field(pattern=r"^\d+\.\d+$")]
-    unified_memory: bool = False
+    compute_capability: Annotated[
+        str, Field(pattern=r"^\d+\.\d+$", description="e.g. '12.1' (GB10), '8.6' (RTX 3090).")
+    ]
+    unified_memory: bool = Field(
+        False, description="CPU and GPU share memory (GB10): budget from MemAvailable."
+    )
 
 
 class NodeFabric(Strict):
     netdevs: list[str] = Field(min_length=1, description="Fabric netdev(s), e.g. enp1s0f1np1.")
-    ip: IPv4Address
-    hcas: Literal["auto"] | list[str] = "auto"
+    ip: IPv4Address = Field(description="This node's fabric address; rank 0's is the dist-init address.")
+    hcas: Literal["auto"] | list[str] = Field(
+        "auto", description="RoCE devices for NCCL_IB_HCA; 'auto' reads them from sysfs."
+    )
 
 
 class Node(Strict):
-    name: Name
+    name: Name = Field(description="Short node name used in modes, output and container labels.")
     address: str = Field(description="SSH host (or ~/.ssh/config alias); 'local' runs here without SSH.")
-    user: str | None = None
-    port: Port | None = None
-    key: str | None = None
-    gpus: int = Field(1, ge=0)
-    gpu: GpuFacts | None = None
-    fabric: NodeFabric | None = None
-    hf_cache: str | None = None
-    triton_cache: str | None = None
+    user: str | None = Field(
+        None, description="SSH user (default: ~/.ssh/config, then ssh.user, then yours)."
+    )
+    port: Port | None = Field(None, description="SSH port (default: ~/.ssh/config, then ssh.port).")
+    key: str | None = Field(
+        None, description="SSH private key (default: ~/.ssh/config, agent, default keys)."
+    )
+    gpus: int = Field(1, ge=0, description="GPUs on this node; a mode's tp must fit in them.")
+    gpu: GpuFacts | None = Field(
+        None, description="GPU facts for planning offline (preflight probes the truth)."
+    )
+    fabric: NodeFabric | None = Field(None, description="Required on the nodes of multi-node modes.")
+    hf_cache: str | None = Field(None, description="Overrides model.hf_cache on this node.")
+    triton_cache: str | None = Field(None, description="Overrides model.triton_cache on this node.")
 
     @property
     def is_local(self) -> bool:
@@ -75,22 +87,31 @@ class Node(Strict):
 
 
 class SshSettings(Strict):
-    known_hosts: str = "~/.ssh/known_hosts"
-    host_key_policy: Literal["strict", "accept-new"] = "strict"
-    connect_timeout: float = Field(10.0, gt=0, le=300)
-    user: str | None = None
-    key: str | None = None
-    port: Port = 22
+    known_hosts: str = Field("~/.ssh/known_hosts", description="Host keys are verified against this file.")
+    host_key_policy: Literal["strict", "accept-new"] = Field(
+        "strict",
+        description="strict refuses unknown keys; accept-new records them (changed keys always refused).",
+    )
+    connect_timeout: float = Field(
+        10.0, gt=0, le=300, description="Seconds before a node counts as unreachable."
+    )
+    user: str | None = Field(None, description="Default SSH user for all nodes.")
+    key: str | None = Field(None, description="Default SSH key for all nodes.")
+    port: Port = Field(22, description="Default SSH port.")
 
 
 class Fabric(Strict):
-    mtu: int = Field(9000, ge=576, le=9216)
-    transport: Literal["roce", "tcp"] = "roce"
-    dist_init_port: Port = 50051
+    mtu: int = Field(
+        9000, ge=576, le=9216, description="MTU required on every fabric netdev (1500 hangs NCCL)."
+    )
+    transport: Literal["roce", "tcp"] = Field(
+        "roce", description="roce sets NCCL_IB_HCA; tcp sets NCCL_IB_DISABLE=1."
+    )
+    dist_init_port: Port = Field(50051, description="Torch rendezvous port on rank 0's fabric IP.")
 
 
 class Image(Strict):
-    ref: str | None = None
+    ref: str | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
     id: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
     recipe: str | None = Field(None, description="Name of an images/<recipe>/ to build instead of a ref.")
 
@@ -103,14 +124,18 @@ class Image(Strict):
 
 class ModelRef(Strict):
     id: str = Field(description="Hugging Face repo id, e.g. org/name.")
-    revision: str | None = None
+    revision: str | None = Field(
+        None, description="Commit or branch; pin it so every node serves the same bytes."
+    )
 
 
 class Model(Strict):
-    target: ModelRef
-    draft: ModelRef | None = None
-    hf_cache: str = "~/.cache/huggingface"
-    triton_cache: str = "~/.triton"
+    target: ModelRef = Field(description="The served model.")
+    draft: ModelRef | None = Field(
+        None, description="DFlash draft model; enables --speculative-algorithm DFLASH."
+    )
+    hf_cache: str = Field("~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME.")
+    triton_cache: str = Field("~/.triton", description="Triton kernel cache: keeps warm-up across restarts.")
 
 
 class Secret(Strict):
@@ -128,7 +153,7 @@ class Secret(Strict):
 
 class ContainerOptions(Strict):
     shm_size: Annotated[str, Field(pattern=r"^\d+[bkmg]?$")] = "32g"
-    privileged: bool = False
+    privileged: bool = Field(False, description="The TP recipe used --privileged for RDMA device access.")
     gpus: bool = Field(
         True, description="Request the node's GPUs via the NVIDIA runtime (false on CPU-only rigs)."
     )
@@ -158,14 +183,21 @@ class Engine(Strict):
     command: list[str] = Field(
         default_factory=lambda: ["python3", "-m", "sglang.launch_server"], min_length=1
     )
-    host: str = "0.0.0.0"
-    port: Port = 30000
-    served_model_name: str | None = None
+    host: str = Field("0.0.0.0", description="--host of the API server.")
+    port: Port = Field(30000, description="--port of the API server (rank 0).")
+    served_model_name: str | None = Field(
+        None, description="Name clients use (default: last part of the model id)."
+    )
     recipe_defaults: bool = Field(True, description="Add the reference recipe's serving defaults.")
-    args: dict[str, ArgValue] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, Secret] = Field(default_factory=dict)
-    container: ContainerOptions = Field(default_factory=ContainerOptions)
+    args: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="SGLang flags without dashes: true = bare flag, false/null = omit, list = values.",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra container env (no secrets here).")
+    secrets: dict[str, Secret] = Field(
+        default_factory=dict, description="Secret env such as HF_TOKEN, by source."
+    )
+    container: ContainerOptions = Field(default_factory=ContainerOptions, description="docker run options.")
     sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
@@ -183,10 +215,10 @@ class Engine(Strict):
 
 class Mode(Strict):
     nodes: list[str] = Field(min_length=1, description="Node names; the first is rank 0.")
-    tp: int = Field(1, ge=1)
-    args: dict[str, ArgValue] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    default: bool = False
+    tp: int = Field(1, ge=1, description="Total GPUs across the mode's nodes (SGLang --tp).")
+    args: dict[str, ArgValue] = Field(default_factory=dict, description="Flags merged over engine.args.")
+    env: dict[str, str] = Field(default_factory=dict, description="Env merged over engine.env.")
+    default: bool = Field(False, description="The mode used when a command names none.")
 
     @field_validator("args")
     @classmethod
@@ -200,15 +232,15 @@ class Mode(Strict):
 
 
 class Profile(Strict):
-    version: Literal[1] = 1
-    cluster: Name
-    ssh: SshSettings = Field(default_factory=SshSettings)
-    fabric: Fabric = Field(default_factory=Fabric)
-    nodes: list[Node] = Field(min_length=1)
-    image: Image
-    model: Model
-    engine: Engine = Field(default_factory=Engine)
-    modes: dict[Name, Mode] = Field(min_length=1)
+    version: Literal[1] = Field(1, description="Profile format version.")
+    cluster: Name = Field(description="Cluster name: container names, labels and the lock are keyed by it.")
+    ssh: SshSettings = Field(default_factory=SshSettings, description="SSH defaults and host-key policy.")
+    fabric: Fabric = Field(default_factory=Fabric, description="The node-to-node network NCCL uses.")
+    nodes: list[Node] = Field(min_length=1, description="The machines.")
+    image: Image = Field(description="The serving image (the same on every node).")
+    model: Model = Field(description="Target and draft weights, and the caches.")
+    engine: Engine = Field(default_factory=Engine, description="The SGLang launch.")
+    modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Profile:
