@@ -17,6 +17,14 @@ from sparkctl import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "profile",
     "plan",
+    "fit",
+    "preflight",
+    "lifecycle",
+    "image",
+    "ship",
+    "verify",
+    "bench",
+    "fabric",
 )
 
 app = typer.Typer(

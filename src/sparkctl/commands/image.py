@@ -1,0 +1,122 @@
+"""`sparkctl image build|verify RECIPE`: derivative serving images from a pinned base (docs/images.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+RecipeArg = Annotated[str, typer.Argument(help="Recipe name (under images/) or recipe directory.")]
+TagOpt = Annotated[
+    str | None, typer.Option("--tag", "-t", help="Image tag (default: sparkctl/<recipe>:latest).")
+]
+NodeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--node", "-n", help="Node to act on (repeatable; default: every node of the profile)."),
+]
+
+
+def _nodes(prof, nodes: list[str] | None) -> list[str]:  # noqa: ANN001 - Profile, imported lazily
+    from sparkctl.errors import UsageError
+
+    names = [n.name for n in prof.nodes]
+    for n in nodes or []:
+        if n not in names:
+            raise UsageError(f"unknown node '{n}'", fix=f"nodes of this profile: {', '.join(names)}")
+    return list(dict.fromkeys(nodes)) if nodes else names
+
+
+def _raise_first(results: dict) -> None:
+    """All-or-nothing per command: report the first node's failure (others are printed by the caller)."""
+    for result in results.values():
+        if isinstance(result, BaseException):
+            raise result
+
+
+@handle_errors
+def build(
+    recipe: RecipeArg,
+    tag: TagOpt = None,
+    node: NodeOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the recipe (manifest, pinned base, patches) and build its derivative on each node."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.recipes import find_recipe, load_recipe
+    from sparkctl.recipes.build import build as build_on
+    from sparkctl.recipes.schema import check_manifest
+
+    loaded = load_recipe(find_recipe(recipe))
+    check_manifest(loaded)  # before any connection: a tampered overlay never reaches a node
+    prof = load_profile(profile)
+    targets = _nodes(prof, node)
+    with NodePool(prof) as pool:
+        results = pool.map(targets, lambda conn: build_on(conn.docker(), loaded, conn.node, tag))
+    if json_out:
+        print_json({n: (r.to_json() if not isinstance(r, BaseException) else {"error": str(r)})
+                    for n, r in results.items()})  # fmt: skip
+    else:
+        out = console()
+        for n, r in results.items():
+            if isinstance(r, BaseException):
+                continue
+            out.print(
+                f"[green]built[/] [bold]{r.tag}[/] on {n}: {r.image_id[:19]}  base {r.base_id[:19]}  "
+                f"+{r.added_layers} layer ({r.added_bytes:,} bytes)  recipe {r.recipe_hash[:12]}"
+            )
+    _raise_first(results)
+
+
+@handle_errors
+def verify(
+    recipe: RecipeArg,
+    tag: TagOpt = None,
+    node: NodeOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Re-check an existing derivative's overlaid files, recipe hash and base on each node."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.findings import Finding, Severity, worst
+    from sparkctl.recipes import find_recipe, load_recipe
+    from sparkctl.recipes.build import verify_image
+
+    loaded = load_recipe(find_recipe(recipe))
+    prof = load_profile(profile)
+    targets = _nodes(prof, node)
+    with NodePool(prof) as pool:
+        results = pool.map(
+            targets, lambda conn: verify_image(conn.docker(), loaded, tag or loaded.tag, conn.node)
+        )
+    _raise_first(results)
+    findings: list[Finding] = [f for r in results.values() for f in r]  # type: ignore[union-attr]
+    if json_out:
+        print_json({"recipe": loaded.name, "findings": [f.to_json() for f in findings]})
+    else:
+        from rich.markup import escape
+
+        out = console()
+        style = {Severity.OK: "green", Severity.WARN: "yellow", Severity.ERROR: "red", Severity.SKIP: "dim"}
+        for f in findings:
+            out.print(
+                f"[{style[f.severity]}]{f.severity.value:5}[/] {f.node}  {f.check:11} {escape(f.message)}"
+            )
+            if f.fix and f.severity != Severity.OK:
+                out.print(f"      [yellow]fix:[/] {escape(f.fix)}")
+    if worst(findings) == Severity.ERROR:
+        from sparkctl.errors import ExitCode
+
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    image_app = typer.Typer(
+        help="Image recipes: build a derivative serving image from a pinned base, verify it.",
+        no_args_is_help=True,
+    )
+    image_app.command("build")(build)
+    image_app.command("verify")(verify)
+    app.add_typer(image_app, name="image")
