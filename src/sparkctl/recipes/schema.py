@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkctl.errors import UsageError
+from sparkctl.yaml_model import load_yaml_model
 
 RECIPE_FILE = "recipe.yaml"
 MANIFEST_FILE = "MANIFEST.sha256"
@@ -191,33 +191,17 @@ def check_manifest(recipe: LoadedRecipe) -> None:
                           fix="remove the line or add the file under files:")  # fmt: skip
 
 
-def _validation_message(exc: ValidationError, source: str) -> str:
-    problems = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key '{err['loc'][-1]}'"
-        problems.append(f"{source}: {loc}: {msg}")
-    return problems[0] if len(problems) == 1 else f"{len(problems)} problems:\n  " + "\n  ".join(problems)
-
-
 def load_recipe(path: Path) -> LoadedRecipe:
     """Read and validate a recipe directory (recipe.yaml, overlay files, patches, manifest)."""
     path = path.resolve()
     spec_file = path / RECIPE_FILE
     try:
-        data = yaml.safe_load(spec_file.read_text())
+        text = spec_file.read_text()
     except OSError as exc:
         raise RecipeError(f"cannot read {spec_file}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{spec_file}: invalid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise RecipeError(f"{spec_file}: must be a YAML mapping (description:, base:, files: ...)")
-    try:
-        spec = Recipe.model_validate(data)
-    except ValidationError as exc:
-        raise RecipeError(_validation_message(exc, str(spec_file))) from None
+    spec = load_yaml_model(
+        text, str(spec_file), Recipe, RecipeError, "a recipe (description:, base:, files: ...)"
+    )
     contents, patches = {}, {}
     for f in spec.files:
         contents[f.target] = _read(path, f.source)

@@ -1,0 +1,154 @@
+"""YAML -> strict pydantic model, with errors that name file, line and key path.
+
+YAML is composed once to remember the line of every key, then validated by pydantic; each
+pydantic error is mapped back to the nearest line and, for unknown keys, the nearest valid key.
+Used for cluster profiles and image recipes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from typing import Any, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sparkctl.errors import SparkctlError
+
+Loc = tuple[str | int, ...]
+M = TypeVar("M", bound=BaseModel)
+
+
+def _line_index(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
+    """Map every key path to its 1-based line (keys point at the key, items at the item)."""
+    out = {} if out is None else out
+    out.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            out[loc + (key,)] = key_node.start_mark.line + 1
+            _line_index(value_node, loc + (key,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[loc + (i,)] = item.start_mark.line + 1
+            _line_index(item, loc + (i,), out)
+    return out
+
+
+def _nearest_line(lines: dict[Loc, int], loc: Loc) -> int | None:
+    for cut in range(len(loc), -1, -1):
+        if loc[:cut] in lines:
+            return lines[loc[:cut]]
+    return None
+
+
+def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of `loc` (for did-you-mean on unknown keys)."""
+    current: Any = root
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            if not isinstance(part, str) or part not in current.model_fields:
+                return None
+            current = current.model_fields[part].annotation
+        elif get_origin(current) in (list, dict):
+            current = get_args(current)[-1]
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip Optional/Annotated/Union-with-None down to the model type, if there is one."""
+    while True:
+        origin = get_origin(tp)
+        if origin is typing.Annotated:
+            tp = get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            models = [a for a in get_args(tp) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if len(models) == 1:
+                return models[0]
+            return tp
+        else:
+            return tp
+
+
+def _format_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _parse_loc(text: str) -> Loc:
+    parts: list[str | int] = []
+    for piece in re.split(r"\.", text):
+        name, *idx = re.split(r"\[(\d+)\]", piece)
+        if name:
+            parts.append(name)
+        parts.extend(int(i) for i in idx if i)
+    return tuple(parts)
+
+
+def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str | None]:
+    """(key path, message, fix) for one pydantic error."""
+    loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # Errors from unions/literals carry the branch name in loc (e.g. 'literal['auto']'); drop it.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"list", "dict"})))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _model_at(root, loc[:-1])
+        fix = None
+        if model is not None:
+            valid = list(model.model_fields)
+            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            fix = f"did you mean '{near[0]}'?" if near else f"valid keys here: {', '.join(valid)}"
+        return loc, f"unknown key '{loc[-1]}'", fix
+    if kind == "missing":
+        return loc, f"missing required key '{loc[-1]}'", None
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "value_error":
+        # Cross-reference checks name their own key path: "modes.tp2.nodes: unknown node ...".
+        head, sep, rest = msg.partition(": ")
+        if sep and re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+", head):
+            loc = loc + _parse_loc(head)
+            msg = rest
+    if (
+        "input" in err
+        and kind not in ("value_error", "assertion_error")
+        and not isinstance(err["input"], dict | list)
+    ):
+        msg += f" (got {err['input']!r})"
+    return loc, msg, None
+
+
+def load_yaml_model(text: str, source: str, model: type[M], error: type[SparkctlError], what: str) -> M:
+    """Parse YAML text and validate it as `model`; errors name source:line: key.path and a fix."""
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error(f"{source}{line}: invalid YAML: {problem}") from None
+    if root is None or not isinstance(data, dict):
+        raise error(f"{source}: {what} must be a YAML mapping")
+    lines = _line_index(root)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        fixes = []
+        for err in exc.errors():
+            loc, msg, fix = _describe(model, err)
+            line = _nearest_line(lines, loc)
+            problems.append(f"{source}:{line}: {_format_loc(loc)}: {msg}" if line else f"{source}: {msg}")
+            if fix:
+                fixes.append(fix)
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems:\n  " + "\n  ".join(problems)
+        raise error(head, fix="; ".join(fixes) or None) from None
