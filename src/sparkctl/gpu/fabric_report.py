@@ -21,6 +21,7 @@ DEFAULT_THRESHOLD_GBPS = 21.875
 JUDGED_OP = "all_gather"
 
 # "host:pid:tid [dev] NCCL INFO ..." / "NCCL WARN ..." as NCCL_DEBUG prints them.
+_VIA = re.compile(r"\bvia ((?:NET/)?[A-Za-z0-9]+(?:/[A-Za-z]+)?)")
 _NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN|ERROR|TRACE)\b")
 # INFO lines worth quoting: which transport and devices NCCL chose, and its own complaints.
 _NCCL_TELLING = re.compile(
@@ -29,22 +30,69 @@ _NCCL_TELLING = re.compile(
     re.IGNORECASE,
 )
 
+_FABRIC_CAUSES = [
+    "MTU mismatch on the fabric (a jumbo-frame side talking to a 1500 side): "
+    "check `ping -M do -s <MTU-28>` both ways",
+    "wrong or partial NCCL_IB_HCA (HCA names/ports that are down or not on the fabric IP)",
+    "a stray /etc/nccl.conf (or ~/.nccl.conf) in the image overriding the environment",
+    "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME naming an interface the peer cannot reach",
+    "torch/NCCL version drift between the images on the nodes",
+]
 _CAUSES = {
+    "start": ["the container did not start the worker (image lacks python3 or torch?)"],
+    "setup": [
+        "the image's torch cannot use the GPU (CPU-only build, or the container was started without GPUs)",
+        "the GPU index does not exist on this node",
+    ],
     "rendezvous": [
         "rank 0 is not listening or not reachable at the dist-init address (wrong IP, port taken, firewall)",
+        "GLOO_SOCKET_IFNAME names an interface that is missing or not on the fabric",
         "the ranks were given different world sizes or the same rank",
     ],
-    "warmup": [
-        "MTU mismatch on the fabric (a jumbo-frame side talking to a 1500 side): "
-        "check `ping -M do -s <MTU-28>` both ways",
-        "wrong or partial NCCL_IB_HCA (HCA names/ports that are down or not on the fabric IP)",
-        "a stray /etc/nccl.conf (or ~/.nccl.conf) in the image overriding the environment",
-        "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME naming an interface the peer cannot reach",
-        "torch/NCCL version drift between the images on the nodes",
-    ],
+    "warmup": _FABRIC_CAUSES,
+    "measure": _FABRIC_CAUSES,
 }
-_CAUSES["measure"] = _CAUSES["warmup"]
-_CAUSES["start"] = ["the container did not start the worker (image lacks python3/torch?)"]
+# Error texts that name their cause exactly: (pattern, cause template using the match).
+_KNOWN_ERRORS = [
+    (
+        re.compile(r"No module named '([\w.]+)'"),
+        "the image's python cannot import '{0}': the serving image must carry torch (and its dependencies)",
+    ),
+    (
+        re.compile(r"Unable to find address for:?\s*(\S+)"),
+        "interface '{0}' (GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME) does not exist or has no address "
+        "on this node: set fabric.netdevs to the node's fabric netdev (`ip -br addr`)",
+    ),
+    (
+        re.compile(r"no socket interface found", re.IGNORECASE),
+        "NCCL_SOCKET_IFNAME matches no interface on this node: fix fabric.netdevs",
+    ),
+    (
+        re.compile(r"ibv_modify_qp.*\b110\b|NET/IB : No device found", re.IGNORECASE),
+        "NCCL_IB_HCA names HCAs/ports that are down or not paired with the peer's: "
+        "derive them from sysfs (fabric.hcas: auto)",
+    ),
+    (
+        re.compile(
+            r"Connection refused|connect\(\) timed out|Timed out .*TCPStore|DistStoreError", re.IGNORECASE
+        ),
+        "rank 0's rendezvous at the dist-init address was unreachable: check the rank-0 fabric IP, "
+        "routes and firewall between the nodes",
+    ),
+]
+
+
+def known_causes(texts: list[str]) -> list[str]:
+    found: list[str] = []
+    for rx, template in _KNOWN_ERRORS:
+        for text in texts:
+            m = rx.search(text)
+            if m:
+                cause = template.format(*m.groups())
+                if cause not in found:
+                    found.append(cause)
+                break
+    return found
 
 
 @dataclass
@@ -73,6 +121,11 @@ class RankOutput:
         if "rendezvous" in self.phases:
             return "warmup"
         return "rendezvous" if self.start else "start"
+
+    @property
+    def transports(self) -> list[str]:
+        """Transports NCCL connected its channels over (P2P/IPC, SHM, NET/IB, NET/Socket...)."""
+        return sorted({m.group(1) for ln in self.nccl_lines for m in [_VIA.search(ln)] if m})
 
     @property
     def versions(self) -> dict:
@@ -189,7 +242,8 @@ def build_report(
             what = f"failed in '{phase}': {r.error.get('error')}"
         else:
             what = f"exited (code {r.exit_code}) in '{phase}' without a result"
-        causes = _CAUSES.get(phase, _CAUSES["warmup"])
+        texts = [str((r.error or {}).get("error", "")), *r.nccl_lines, *r.other_lines]
+        causes = known_causes(texts) or _CAUSES.get(phase, _FABRIC_CAUSES)
         findings.append(
             Finding(
                 check="FabricRank",
@@ -238,19 +292,24 @@ def build_report(
 
     judged = [row["busbw_gbps"] for row in rows if row["op"] == judged_op]
     peak = max(judged) if judged else None
+    transports = sorted({t for r in ranks for t in r.transports})
+    via = f" over {', '.join(transports)}" if transports else ""
     if backend == "nccl" and threshold_gbps is not None and not failed and peak is not None:
         ok = peak >= threshold_gbps
+        fix = (
+            "about 3 GB/s means wrong HCAs or MTU; check NCCL_IB_HCA, MTU 9000 on both ends, and which "
+            "transport the NCCL lines show (NET/IB vs NET/Socket)"
+        )
+        if "NET/Socket" in transports:
+            fix = "NCCL fell back to TCP sockets (NET/Socket): no usable RDMA device; " + fix
         findings.append(
             Finding(
                 check="FabricBandwidth",
                 severity=Severity.OK if ok else Severity.ERROR,
-                message=f"{judged_op} peak bus bandwidth {peak:.2f} GB/s "
+                message=f"{judged_op} peak bus bandwidth {peak:.2f} GB/s{via} "
                 f"({'>=' if ok else '<'} threshold {threshold_gbps:g} GB/s)",
-                fix=None
-                if ok
-                else "about 3 GB/s means wrong HCAs or MTU; check NCCL_IB_HCA, MTU 9000 "
-                "on both ends, and which transport the NCCL lines show (NET/IB vs NET/Socket)",
-                data={"peak_gbps": peak},
+                fix=None if ok else fix,
+                data={"peak_gbps": peak, "transports": transports},
             )
         )
     elif not failed and peak is not None:

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=120.0, help="torch.distributed timeout")
     args = ap.parse_args(argv)
 
-    phase = "import"
+    phase = "setup"  # import torch, pick the device
     try:
         import torch
         import torch.distributed as dist

@@ -161,10 +161,17 @@ def driver_from_query(text: str, fields: tuple[str, ...] = QUERY_FIELDS) -> str 
     return None
 
 
+# Drivers up to 5xx print "Driver Version" / "CUDA Version"; 610 prints "KMD Version" /
+# "CUDA UMD Version" in the banner.
 _HEADER_RE = {
-    "driver_version": re.compile(r"Driver Version\s*:\s*([0-9][\w.]*)"),
-    "cuda_version": re.compile(r"CUDA Version\s*:\s*([0-9][\w.]*)"),
+    "driver_version": re.compile(r"(?:Driver|KMD) Version\s*:\s*([0-9][\w.]*)"),
+    "cuda_version": re.compile(r"CUDA (?:UMD )?Version\s*:\s*([0-9][\w.]*)"),
 }
+# Plain `nvidia-smi` table: first line of a GPU block, then the one with memory usage.
+_TABLE_GPU = re.compile(
+    r"^\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.\d)\s"
+)
+_TABLE_MEM = re.compile(r"\|\s*(?:(\d+)MiB\s*/\s*(\d+)MiB|(Not Supported|N/A))\s*\|")
 
 
 def parse_smi_header(text: str) -> dict[str, str | None]:
@@ -174,6 +181,33 @@ def parse_smi_header(text: str) -> dict[str, str | None]:
         m = rx.search(text)
         out[key] = m.group(1) if m else None
     return out
+
+
+def parse_smi_table(text: str) -> list[Gpu]:
+    """GPUs from plain `nvidia-smi` (for drivers whose --query-gpu lacks a field, and for logs
+    users paste). Names may be truncated by the table; memory is None when 'Not Supported'."""
+    gpus: list[Gpu] = []
+    pending: dict | None = None
+    for line in text.splitlines():
+        m = _TABLE_GPU.match(line)
+        if m:
+            pending = {"index": int(m.group(1)), "name": m.group(2).strip(), "pci_bus_id": m.group(3)}
+            continue
+        if pending is not None:
+            mem = _TABLE_MEM.search(line)
+            used = total = None
+            if mem and mem.group(1):
+                used, total = int(mem.group(1)), int(mem.group(2))
+            gpus.append(
+                Gpu(
+                    **pending,
+                    memory_used_mib=used,
+                    memory_total_mib=total,
+                    memory_free_mib=total - used if total is not None and used is not None else None,
+                )
+            )
+            pending = None
+    return gpus
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -191,21 +225,37 @@ def is_unified(gpu: Gpu) -> bool:
     return gpu.memory_total_mib is None or any(n in gpu.name for n in _UNIFIED_NAMES)
 
 
-def report_from_smi(query_text: str, header_text: str = "", meminfo_text: str = "") -> GpuReport:
-    gpus = parse_query_gpu(query_text)
-    if not gpus:
-        raise ProbeParseError("nvidia-smi listed no GPU")
-    header = parse_smi_header(header_text) if header_text else {}
-    mem = parse_meminfo(meminfo_text) if meminfo_text else {}
-    avail = mem.get("MemAvailable")
+def _report(gpus: list[Gpu], source: str, header: dict, meminfo_text: str, **extra) -> GpuReport:
+    avail = parse_meminfo(meminfo_text).get("MemAvailable") if meminfo_text else None
     return GpuReport(
         gpus=tuple(gpus),
-        source="nvidia-smi",
-        driver_version=header.get("driver_version") or driver_from_query(query_text),
+        source=source,
+        driver_version=header.get("driver_version"),
         cuda_version=header.get("cuda_version"),
         unified_memory=any(is_unified(g) for g in gpus),
         mem_available_mib=avail // 1024 if avail is not None else None,
+        **extra,
     )
+
+
+def report_from_smi(
+    query_text: str, header_text: str = "", meminfo_text: str = "", fields: tuple[str, ...] = QUERY_FIELDS
+) -> GpuReport:
+    """From QUERY_ARGV's output, `nvidia-smi -q` (versions) and /proc/meminfo."""
+    gpus = parse_query_gpu(query_text, fields)
+    if not gpus:
+        raise ProbeParseError("nvidia-smi listed no GPU")
+    header = parse_smi_header(header_text) if header_text else {}
+    header["driver_version"] = header.get("driver_version") or driver_from_query(query_text, fields)
+    return _report(gpus, "nvidia-smi", header, meminfo_text)
+
+
+def report_from_table(table_text: str, meminfo_text: str = "") -> GpuReport:
+    """From plain `nvidia-smi` (older drivers reject `compute_cap` in --query-gpu)."""
+    gpus = parse_smi_table(table_text)
+    if not gpus:
+        raise ProbeParseError("no GPU rows in the nvidia-smi table")
+    return _report(gpus, "nvidia-smi", parse_smi_header(table_text), meminfo_text)
 
 
 def report_from_torch(json_text: str, meminfo_text: str = "") -> GpuReport:
@@ -227,14 +277,11 @@ def report_from_torch(json_text: str, meminfo_text: str = "") -> GpuReport:
                 memory_free_mib=None if integrated else int(g["free_memory"]) // (1 << 20),
             )
         )
-    mem = parse_meminfo(meminfo_text) if meminfo_text else {}
-    avail = mem.get("MemAvailable")
-    return GpuReport(
-        gpus=tuple(gpus),
-        source="torch",
-        cuda_version=data.get("cuda"),
-        unified_memory=any(is_unified(g) for g in gpus),
-        mem_available_mib=avail // 1024 if avail is not None else None,
+    return _report(
+        gpus,
+        "torch",
+        {"cuda_version": data.get("cuda")},
+        meminfo_text,
         torch_version=data.get("torch"),
         nccl_version=data.get("nccl"),
     )
@@ -266,6 +313,7 @@ def compare_nodes(reports: dict[str, GpuReport]) -> list[Finding]:
         {n: r.driver_version for n, r in reports.items()}, "NVIDIA driver", "DriverDrift"
     )
     findings += version_drift({n: r.cuda_version for n, r in reports.items()}, "CUDA version", "CudaDrift")
-    caps = {n: ",".join(sorted({g.compute_cap or "?" for g in r.gpus})) for n, r in reports.items()}
+    # Unknown capabilities (an old nvidia-smi, a table parse) are not evidence of drift.
+    caps = {n: ",".join(sorted({g.compute_cap for g in r.gpus if g.compute_cap})) for n, r in reports.items()}
     findings += version_drift(caps, "GPU compute capability", "GpuArchDrift", Severity.ERROR)
     return findings

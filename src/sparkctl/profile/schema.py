@@ -108,6 +108,9 @@ class Fabric(Strict):
         "roce", description="roce sets NCCL_IB_HCA; tcp sets NCCL_IB_DISABLE=1."
     )
     dist_init_port: Port = Field(50051, description="Torch rendezvous port on rank 0's fabric IP.")
+    min_busbw_gbps: float = Field(
+        21.875, gt=0, description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875)."
+    )
 
 
 class Image(Strict):

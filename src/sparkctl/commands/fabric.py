@@ -1,0 +1,104 @@
+"""`sparkctl fabric-test`: prove the fabric carries NCCL (or gloo) traffic with the ranks' own env."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+_SEV_STYLE = {"ok": "green", "skip": "dim", "warn": "yellow", "error": "bold red"}
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
+def _render(report) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = console()
+    for r in report.ranks:
+        v = r.versions
+        dev = (v.get("device") or {}).get("name", "cpu")
+        out.print(
+            f"rank {r.rank} on {r.node}: torch {v.get('torch', '?')}, NCCL {v.get('nccl', '-')}, "
+            f"CUDA {v.get('cuda', '-')}, {dev} [{r.phase_reached}]"
+        )
+    if report.rows:
+        table = Table(title=f"{report.backend} bus bandwidth (slowest rank)")
+        for col in ("op", "size", "busbw GB/s", "algbw GB/s", "time us", "ok"):
+            table.add_column(col, justify="left" if col == "op" else "right")
+        for row in report.rows:
+            table.add_row(
+                row["op"],
+                _size(row["bytes"]),
+                f"{row['busbw_gbps']:.2f}",
+                f"{row['algbw_gbps']:.2f}",
+                f"{row['time_us']:.0f}",
+                "yes" if row["correct"] else "[red]NO[/]",
+            )
+        out.print(table)
+    for f in report.findings:
+        style = _SEV_STYLE[f.severity.value]
+        where = (
+            f" [{f.node or ''}{'' if f.rank is None else f' rank {f.rank}'}]"
+            if f.node or f.rank is not None
+            else ""
+        )
+        out.print(f"[{style}]{f.severity.value.upper():5}[/] {f.check}{escape(where)}: {escape(f.message)}")
+        if f.fix and f.severity.value in ("warn", "error"):
+            out.print(f"      [yellow]fix:[/] {escape(f.fix)}")
+        for line in f.data.get("nccl", []) if f.severity.value == "error" else []:
+            out.print(f"      [dim]{escape(line)}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fabric-test")
+    @handle_errors
+    def fabric_test(
+        profile: ProfileOpt = None,
+        mode: Annotated[str | None, typer.Option("--mode", "-m", help="Mode whose ranks to test.")] = None,
+        backend: Annotated[
+            str, typer.Option(help="nccl (GPUs) or gloo (CPU; reported, not judged).")
+        ] = "nccl",
+        sizes: Annotated[str | None, typer.Option(help="Message sizes, e.g. 1M,16M,128M,1G.")] = None,
+        iters: Annotated[int, typer.Option(min=1, help="Timed iterations per size.")] = 20,
+        timeout: Annotated[
+            float, typer.Option(min=5, help="Seconds before a silent rank counts as hung.")
+        ] = 120.0,
+        threshold: Annotated[
+            float | None,
+            typer.Option(help="Pass mark for all_gather bus bandwidth in GB/s (default 21.875)."),
+        ] = None,
+        keep: Annotated[bool, typer.Option(help="Keep the rank containers for inspection.")] = False,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Run all-reduce and all-gather between the mode's ranks, in the serving image, with the
+        exact NCCL/GLOO environment `up` gives them; report bus bandwidth and a verdict."""
+        from sparkctl.connectors import NodePool
+        from sparkctl.errors import ExitCode
+        from sparkctl.gpu.fabric import run_fabric_test
+        from sparkctl.plan import build_plan
+
+        prof = load_profile(profile)
+        plan = build_plan(prof, mode)
+        if threshold is None:
+            threshold = prof.fabric.min_busbw_gbps
+        with NodePool(prof) as pool:
+            conns = {n: pool.get(n) for n in dict.fromkeys(plan.nodes)}
+            report = run_fabric_test(
+                plan, conns, backend=backend, sizes=sizes, iters=iters, timeout_s=timeout,
+                threshold_gbps=threshold, keep=keep,
+            )  # fmt: skip
+        if json_out:
+            print_json(report.to_json())
+        else:
+            _render(report)
+        if report.severity.value == "error":
+            raise typer.Exit(ExitCode.CHECK_FAILED)
