@@ -1,0 +1,244 @@
+"""Validate planned SGLang flags with SGLang's own argument parser.
+
+The parser is built by `ServerArgs.add_cli_args(argparse.ArgumentParser())` (srt/server_args.py).
+`PARSER_CHECK_SOURCE` is a self-contained program that builds it, parses the flags given as its
+arguments and prints one JSON object; it runs, in order of preference:
+
+1. inside the serving image on a node (`run_in_image(argv) -> (rc, stdout, stderr)`, supplied by
+   the caller): the exact SGLang of the image, nothing installed here;
+2. with a local SGLang installed without its GPU stack (docs/launch-safety.md has the command),
+   in a subprocess so the CLI itself never imports torch ($SPARKCTL_SGLANG_PYTHON picks the
+   interpreter, default: this one);
+3. else a SKIP finding saying how to enable the check.
+
+Suggestions for unknown flags (difflib) and the findings are computed here, from the JSON.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sparkctl.findings import Finding, Severity
+
+RunInImage = Callable[[list[str]], tuple[int, str, str]]
+CHECK = "FlagsValid"
+INSTALL_HINT = (
+    "pip install torch==2.13.0 triton==3.9.0 numpy orjson psutil pybase64 requests packaging pillow "
+    'starlette msgspec pydantic pyzmq tqdm ipython aiohttp && pip install --no-deps "sglang==0.5.23"'
+)
+
+PARSER_CHECK_SOURCE = r"""
+import argparse, json, sys
+out = {"sglang_version": None, "errors": [], "deprecated": [], "valid_flags": [], "choices": {}}
+try:
+    import importlib.metadata as md
+    try:
+        out["sglang_version"] = md.version("sglang")
+    except Exception:
+        import sglang
+        out["sglang_version"] = getattr(sglang, "__version__", None)
+    from sglang.srt.server_args import ServerArgs
+
+    class _Stop(Exception):
+        pass
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise _Stop(message)
+
+    parser = Parser(prog="sglang serve", add_help=False)
+    ServerArgs.add_cli_args(parser)
+except Exception as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+    print(json.dumps(out))
+    sys.exit(0)
+
+argv = sys.argv[1:]
+by_flag = {}
+for action in parser._actions:
+    for opt in action.option_strings:
+        if opt.startswith("--"):
+            by_flag[opt] = action
+out["valid_flags"] = sorted(by_flag)
+for opt, action in by_flag.items():
+    if action.choices is not None:
+        out["choices"][opt] = sorted(str(c) for c in action.choices)
+    if "Deprecated" in type(action).__name__:
+        out.setdefault("deprecated_flags", []).append(opt)
+
+i = 0
+while i < len(argv):
+    word = argv[i]
+    i += 1
+    if not word.startswith("--"):
+        continue
+    flag, eq, inline = word.partition("=")
+    action = by_flag.get(flag)
+    if action is None:
+        prefixed = [f for f in by_flag if f.startswith(flag)]
+        if len(prefixed) == 1:  # argparse accepts unique abbreviations
+            action = by_flag[prefixed[0]]
+        else:
+            out["errors"].append({"kind": "unknown", "flag": flag})
+            continue
+    if "Deprecated" in type(action).__name__:
+        out["deprecated"].append(flag)
+    if action.nargs == 0:
+        continue
+    values = [inline] if eq else []
+    while not eq and i < len(argv) and not argv[i].startswith("--"):
+        values.append(argv[i])
+        i += 1
+        if action.nargs in (None, "?"):
+            break
+    if action.choices is not None:
+        for v in values:
+            try:
+                conv = action.type(v) if callable(action.type) else v
+            except Exception:
+                conv = v
+            if conv not in action.choices:
+                out["errors"].append({"kind": "choice", "flag": flag, "value": v,
+                                      "allowed": sorted(str(c) for c in action.choices)})
+try:
+    parser.parse_known_args(argv)
+except _Stop as exc:
+    out["parser_error"] = str(exc)
+except Exception as exc:
+    out["parser_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class FlagCheck:
+    """What SGLang's parser said about a set of flags."""
+
+    method: str  # "image", "local" or "skipped"
+    sglang_version: str | None = None
+    errors: list[dict] = field(default_factory=list)
+    deprecated: list[str] = field(default_factory=list)
+    valid_flags: list[str] = field(default_factory=list)
+    parser_error: str | None = None
+    problem: str | None = None  # why the check could not run
+
+    @property
+    def ok(self) -> bool:
+        return self.method != "skipped" and not self.errors and not self.parser_error
+
+
+def parse_check_output(method: str, rc: int, stdout: str, stderr: str) -> FlagCheck:
+    """Pure: the snippet's JSON (or a failure) -> FlagCheck."""
+    line = next((ln for ln in reversed(stdout.strip().splitlines()) if ln.startswith("{")), "")
+    try:
+        data = json.loads(line) if line else None
+    except json.JSONDecodeError:
+        data = None
+    if rc != 0 or data is None:
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        return FlagCheck(
+            method="skipped", problem=f"parser check exited {rc}: {' | '.join(tail) or 'no output'}"
+        )
+    if data.get("import_error"):
+        return FlagCheck(method="skipped", sglang_version=data.get("sglang_version"),
+                         problem=f"SGLang's parser could not be built: {data['import_error']}")  # fmt: skip
+    return FlagCheck(
+        method=method,
+        sglang_version=data.get("sglang_version"),
+        errors=list(data.get("errors", [])),
+        deprecated=list(data.get("deprecated", [])),
+        valid_flags=list(data.get("valid_flags", [])),
+        parser_error=data.get("parser_error"),
+    )
+
+
+def nearest_flag(flag: str, valid: list[str]) -> str | None:
+    """The closest valid flag; word overlap wins ties (--mamba-scheduler-strategy ->
+    --mamba-radix-cache-strategy rather than --mamba-scheduler-...)."""
+    close = difflib.get_close_matches(flag, valid, n=5, cutoff=0.6)
+    if not close:
+        return None
+    words = set(flag.strip("-").split("-"))
+
+    def score(cand: str) -> tuple[float, float]:
+        overlap = len(words & set(cand.strip("-").split("-"))) / max(len(words), 1)
+        return (round(overlap, 2), difflib.SequenceMatcher(None, flag, cand).ratio())
+
+    return max(close, key=score)
+
+
+def flag_findings(check: FlagCheck, node: str | None = None) -> list[Finding]:
+    if check.method == "skipped":
+        return [Finding(CHECK, Severity.SKIP, f"flags not checked with SGLang's parser: {check.problem}",
+                        fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
+                        node=node)]  # fmt: skip
+    version = check.sglang_version or "unknown version"
+    where = "in the image" if check.method == "image" else "installed locally"
+    out: list[Finding] = []
+    for err in check.errors:
+        if err["kind"] == "unknown":
+            near = nearest_flag(err["flag"], check.valid_flags)
+            out.append(Finding(CHECK, Severity.ERROR,
+                               f"SGLang {version} ({where}) has no flag {err['flag']}",
+                               fix=f"use {near}" if near else "remove it",
+                               node=node, data={"flag": err["flag"], "suggestion": near, "sglang_version": version}))  # fmt: skip
+        elif err["kind"] == "choice":
+            allowed = err.get("allowed", [])
+            out.append(Finding(CHECK, Severity.ERROR,
+                               f"SGLang {version} ({where}): {err['flag']} {err['value']!r} is not allowed",
+                               fix=f"one of: {', '.join(allowed)}", node=node,
+                               data={"flag": err["flag"], "value": err["value"], "allowed": allowed,
+                                     "sglang_version": version}))  # fmt: skip
+    if check.parser_error and not out:
+        out.append(Finding(CHECK, Severity.ERROR, f"SGLang {version} ({where}) parser: {check.parser_error}",
+                           node=node, data={"sglang_version": version}))  # fmt: skip
+    for flag in check.deprecated:
+        out.append(Finding(CHECK, Severity.WARN, f"SGLang {version}: {flag} is deprecated", node=node))
+    if not out:
+        out.append(Finding(CHECK, Severity.OK, f"flags accepted by SGLang {version}'s parser ({where})",
+                           node=node, data={"sglang_version": version}))  # fmt: skip
+    return out
+
+
+def local_python() -> str | None:
+    """The interpreter that has SGLang: $SPARKCTL_SGLANG_PYTHON, or this one if sglang is importable."""
+    env = os.environ.get("SPARKCTL_SGLANG_PYTHON")
+    if env:
+        return env
+    return sys.executable if importlib.util.find_spec("sglang") is not None else None
+
+
+def check_flags_local(flags: list[str], python: str | None = None, timeout: float = 120.0) -> FlagCheck:
+    python = python or local_python()
+    if python is None:
+        return FlagCheck(
+            method="skipped", problem="no serving image reachable and SGLang is not installed here"
+        )
+    try:
+        proc = subprocess.run([python, "-c", PARSER_CHECK_SOURCE, *flags], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return FlagCheck(method="skipped", problem=f"{python}: {exc}")
+    return parse_check_output("local", proc.returncode, proc.stdout, proc.stderr)
+
+
+def check_flags(
+    flags: list[str], run_in_image: RunInImage | None = None, *, python: str = "python3"
+) -> FlagCheck:
+    """The image's parser if the caller can run it, else a local SGLang, else skipped."""
+    if run_in_image is not None:
+        try:
+            rc, out, err = run_in_image([python, "-c", PARSER_CHECK_SOURCE, *flags])
+        except Exception as exc:  # noqa: BLE001 - any transport failure means: try the next way
+            rc, out, err = 1, "", f"{type(exc).__name__}: {exc}"
+        result = parse_check_output("image", rc, out, err)
+        if result.method != "skipped":
+            return result
+    return check_flags_local(flags)

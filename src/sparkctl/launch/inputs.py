@@ -1,0 +1,212 @@
+"""The inputs every launch check reads: the SGLang flags of a planned argv, the GPUs, the version.
+
+`read_flags` turns the planned container command into {flag: value}; `LaunchSettings` gives the
+flags SGLang's memory and backend logic reads, with SGLang 0.5.23's defaults. A fix is expressed
+as flag changes applied to the argv with `with_flags`, so a proposed fix goes through exactly the
+same checks as the original plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+FlagValue = str | bool | list[str]
+LAUNCH_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang.launch")
+GB10_MAX_MEM_FRACTION = 0.90
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU as the launch checks see it (probed, or the profile's facts when offline)."""
+
+    name: str
+    memory_mib: int  # total per GPU (unified boxes: the usable total)
+    capability: tuple[int, int]
+    unified: bool = False
+    available_mib: int | None = None  # probed free memory before load (unified: MemAvailable)
+
+    @property
+    def is_gb10(self) -> bool:
+        return self.capability == (12, 1) and self.unified
+
+    @property
+    def sm(self) -> str:
+        return f"sm{self.capability[0]}{self.capability[1]}"
+
+    @classmethod
+    def from_profile(cls, gpu) -> GpuFacts:  # noqa: ANN001 - sparkctl.profile.schema.GpuFacts
+        major, minor = (int(x) for x in gpu.compute_capability.split("."))
+        return cls(name=gpu.name, memory_mib=int(gpu.memory_gib * 1024), capability=(major, minor),
+                   unified=gpu.unified_memory)  # fmt: skip
+
+
+def server_flags(argv: list[str]) -> list[str]:
+    """The SGLang flags of a container command (what follows `-m sglang.launch_server`)."""
+    for i, word in enumerate(argv):
+        if word in LAUNCH_MODULES or word.endswith("launch_server.py"):
+            return list(argv[i + 1 :])
+        if word == "serve" and i > 0 and argv[i - 1].endswith("sglang"):
+            return list(argv[i + 1 :])
+    first = next((i for i, w in enumerate(argv) if w.startswith("--")), len(argv))
+    return list(argv[first:])
+
+
+def read_flags(flags: list[str]) -> dict[str, FlagValue]:
+    """--a 1 --b --c x y --d=2 -> {a: "1", b: True, c: ["x", "y"], d: "2"} (names without --)."""
+    out: dict[str, FlagValue] = {}
+    key: str | None = None
+    for word in flags:
+        if word.startswith("--") and not _NUMBER.match(word):
+            name, eq, value = word[2:].partition("=")
+            key = name.replace("_", "-")
+            out[key] = value if eq else True
+            if eq:
+                key = None
+            continue
+        if key is None:
+            continue
+        prev = out[key]
+        out[key] = word if prev is True else ([*prev, word] if isinstance(prev, list) else [prev, word])
+    return out
+
+
+def with_flags(argv: list[str], changes: dict[str, FlagValue | None]) -> list[str]:
+    """A copy of argv with flags set (value), bare (True) or removed (None/False)."""
+    out: list[str] = []
+    skip = False
+    for word in argv:
+        if word.startswith("--") and not _NUMBER.match(word):
+            name = word[2:].partition("=")[0].replace("_", "-")
+            skip = name in changes
+            if skip:
+                continue
+        elif skip:
+            continue
+        out.append(word)
+    for name, value in changes.items():
+        if value is None or value is False:
+            continue
+        out.append(f"--{name}")
+        if value is not True:
+            out.extend(value if isinstance(value, list) else [str(value)])
+    return out
+
+
+def _int(flags: dict[str, FlagValue], name: str) -> int | None:
+    v = flags.get(name)
+    return int(float(v)) if isinstance(v, str) and _NUMBER.match(v) else None
+
+
+def _float(flags: dict[str, FlagValue], name: str) -> float | None:
+    v = flags.get(name)
+    return float(v) if isinstance(v, str) and _NUMBER.match(v) else None
+
+
+def _str(flags: dict[str, FlagValue], name: str) -> str | None:
+    v = flags.get(name)
+    return v if isinstance(v, str) else None
+
+
+def _first(flags: dict[str, FlagValue], *names: str) -> str | None:
+    for n in names:
+        if _str(flags, n) is not None:
+            return _str(flags, n)
+    return None
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """The SGLang flags the checks read, defaults as in SGLang 0.5.23 (srt/arg_groups/fields/)."""
+
+    flags: dict[str, FlagValue]
+    tp: int
+    pp: int
+    nnodes: int
+    mem_fraction_static: float | None
+    kv_cache_dtype: str
+    context_length: int | None
+    spec_algorithm: str | None
+    draft_model_path: str | None
+    num_draft_tokens: int | None
+    dflash_block_size: int | None
+    draft_window_size: int | None
+    max_running_requests: int | None
+    max_total_tokens: int | None
+    max_mamba_cache_size: int | None
+    mamba_full_memory_ratio: float
+    mamba_ssm_dtype: str | None
+    mamba_strategy: str  # --mamba-radix-cache-strategy (0.5.23) / --mamba-scheduler-strategy (older)
+    mamba_track_interval: int
+    disable_radix_cache: bool
+    disable_overlap_schedule: bool
+    page_size: int | None
+    chunked_prefill_size: int | None
+    attention_backend: str | None
+    prefill_attention_backend: str | None
+    decode_attention_backend: str | None
+    draft_attention_backend: str | None
+    draft_kv_cache_dtype: str | None
+    disable_cuda_graph: bool
+    disable_prefill_cuda_graph: bool
+    json_model_override_args: str | None
+    sleep_on_idle: bool
+    stream_interval: int | None
+
+    @property
+    def is_dflash(self) -> bool:
+        return (self.spec_algorithm or "").upper() in ("DFLASH", "DSPARK")
+
+    @property
+    def has_spec(self) -> bool:
+        return self.spec_algorithm is not None
+
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> LaunchSettings:
+        f = read_flags(server_flags(argv))
+        return cls(
+            flags=f,
+            tp=_int(f, "tp") or _int(f, "tp-size") or _int(f, "tensor-parallel-size") or 1,
+            pp=_int(f, "pp") or _int(f, "pp-size") or _int(f, "pipeline-parallel-size") or 1,
+            nnodes=_int(f, "nnodes") or 1,
+            mem_fraction_static=_float(f, "mem-fraction-static"),
+            kv_cache_dtype=_str(f, "kv-cache-dtype") or "auto",
+            context_length=_int(f, "context-length"),
+            spec_algorithm=_str(f, "speculative-algorithm"),
+            draft_model_path=_str(f, "speculative-draft-model-path"),
+            num_draft_tokens=_int(f, "speculative-num-draft-tokens"),
+            dflash_block_size=_int(f, "speculative-dflash-block-size"),
+            draft_window_size=_int(f, "speculative-draft-window-size"),
+            max_running_requests=_int(f, "max-running-requests"),
+            max_total_tokens=_int(f, "max-total-tokens"),
+            max_mamba_cache_size=_int(f, "max-mamba-cache-size"),
+            mamba_full_memory_ratio=_float(f, "mamba-full-memory-ratio") or 0.9,
+            mamba_ssm_dtype=_str(f, "mamba-ssm-dtype"),
+            mamba_strategy=_first(f, "mamba-radix-cache-strategy", "mamba-scheduler-strategy") or "auto",
+            mamba_track_interval=_int(f, "mamba-track-interval") or 256,
+            disable_radix_cache=f.get("disable-radix-cache") is True,
+            disable_overlap_schedule=f.get("disable-overlap-schedule") is True,
+            page_size=_int(f, "page-size"),
+            chunked_prefill_size=_int(f, "chunked-prefill-size"),
+            attention_backend=_str(f, "attention-backend"),
+            prefill_attention_backend=_str(f, "prefill-attention-backend"),
+            decode_attention_backend=_str(f, "decode-attention-backend"),
+            draft_attention_backend=_str(f, "speculative-draft-attention-backend"),
+            draft_kv_cache_dtype=_str(f, "speculative-draft-kv-cache-dtype"),
+            disable_cuda_graph=f.get("disable-cuda-graph") is True,
+            disable_prefill_cuda_graph=f.get("disable-prefill-cuda-graph") is True,
+            json_model_override_args=_str(f, "json-model-override-args"),
+            sleep_on_idle=f.get("sleep-on-idle") is True,
+            stream_interval=_int(f, "stream-interval"),
+        )
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """'0.5.23', 'v0.5.23.post1', '0.5.10rc0' -> (0, 5, 23) / (0, 5, 10); None if unknown."""
+    if not text:
+        return None
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups(default="0"))

@@ -1,0 +1,391 @@
+"""Predict how SGLang sizes its memory pools, and the error it would die with, before launch.
+
+Pure functions over explicit inputs; every step names the SGLang function it mirrors. Two rule
+sets exist because the formulas changed between releases:
+
+* "0.5.23": srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes,
+  _handle_max_mamba_cache, _calculate_mamba_ratio, resolve_max_num_reqs),
+  srt/model_executor/pool_configurator.py (DefaultPoolConfigurator, MemoryPoolConfig),
+  srt/configs/mamba_utils.py (Mamba2StateShape, mamba_cache_per_req),
+  srt/speculative/dflash_utils.py + srt/mem_cache/draft_kv_budget.py (draft KV bytes/token),
+  srt/mem_cache/kv_cache_dtype.py (fa4 draft KV dtype), srt/arg_groups/memory_hook.py (default
+  mem_fraction_static).
+* "0.5.12" (used for 0.5.12 and older; read in the 0.5.9 and 0.5.12 wheels):
+  srt/model_executor/model_runner_kv_cache_mixin.py (_profile_available_bytes,
+  handle_max_mamba_cache, _calculate_mamba_ratio) and pool_configurator.py (DFLASH draft KV by
+  layer-count scaling). The speculative mamba scratch is per_req * max_running_requests * draft
+  tokens, which is what killed the two-RTX-3090 launch ("Not enough memory").
+  0.5.13-0.5.22 are not modelled separately (0.5.16 is between the two); they get 0.5.23's.
+
+Memory quantities are bytes (SGLang works in GiB floats; the results are the same).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings, parse_version
+from sparkctl.launch.model_meta import ModelFacts
+
+GIB = 1 << 30
+MIB = 1 << 20
+# Not in any config: what a CUDA context + NCCL take before SGLang measures free memory on a
+# discrete GPU, and what the OS keeps on a unified-memory box. Probed values replace both.
+CUDA_CONTEXT_MIB = 512
+UNIFIED_OS_RESERVE_MIB = 8192
+DISCRETE_MAX_MEM_FRACTION = 0.95
+SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48  # speculative_hook.py: _handle_dflash
+MAMBA_EXTRA_BUFFER_ARCHS = {
+    "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "KimiLinearForCausalLM",
+}  # fmt: skip  (srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS, the ones sparkctl models)
+KV_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "mxfp8": 1, "bf16": 2, "bfloat16": 2, "nvfp4": 0.5,
+                  "fp4_mx_block16": 0.5}  # fmt: skip
+STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+ERR_WEIGHTS = "LoadedWeightsNoKv"
+ERR_MAMBA = "MambaStateNoMemory"
+ERR_KV = "KvPoolEmpty"
+ERR_REQS = "MambaTooSmallForRequests"
+
+
+def ruleset_for(version: str | None) -> tuple[str, str | None]:
+    """(rule set, note): 0.5.12 and older use the old formulas; everything else 0.5.23's."""
+    v = parse_version(version)
+    if v is None:
+        return "0.5.23", "SGLang version unknown: used the 0.5.23 rules"
+    if v <= (0, 5, 12):
+        exact = v in ((0, 5, 9), (0, 5, 12))
+        return "0.5.12", None if exact else f"SGLang {version}: used the 0.5.12 rules (read in 0.5.9/0.5.12)"
+    if v == (0, 5, 23):
+        return "0.5.23", None
+    return "0.5.23", f"SGLang {version}: used the 0.5.23 rules (source read: 0.5.9, 0.5.12, 0.5.16, 0.5.23)"
+
+
+@dataclass(frozen=True)
+class MemoryInputs:
+    settings: LaunchSettings
+    gpu: GpuFacts  # the smallest GPU the mode runs on
+    target: ModelFacts
+    draft: ModelFacts | None = None
+    sglang_version: str | None = None
+
+
+@dataclass
+class MambaPlan:
+    per_req_bytes: int
+    ratio: int
+    strategy: str
+    slots: int  # max_mamba_cache_size (K)
+    intermediate_bytes: float  # speculative per-draft-token state scratch
+    state_bytes: float  # (K + 1) slots
+
+
+@dataclass
+class MemoryPlan:
+    ruleset: str
+    gpu: str
+    tp: int
+    mem_fraction_static: float
+    mem_fraction_source: str  # "flag" or "default"
+    free_before_load: float  # P (per rank, smallest)
+    target_weights_per_rank: float
+    draft_weights_per_rank: float
+    free_after_load: float  # A
+    static_slack: float  # P * (1 - mem_fraction_static): activations, CUDA graphs
+    rest_after_load: float  # A - slack, before mamba state
+    mamba: MambaPlan | None
+    kv_budget: float  # what is left for the KV pool
+    kv_cell_bytes: int  # per token per rank (target + DFLASH draft)
+    kv_cell_draft_bytes: int
+    kv_tokens: int
+    context_len: int
+    max_running_requests: int
+    fits: bool
+    error_check: str | None = None
+    error: str | None = None  # the exact SGLang error text
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def kv_bytes(kv_cache_dtype: str, model: ModelFacts) -> float:
+    """srt/mem_cache/kv_cache_dtype.py: configure_kv_cache_dtype (auto = model dtype, or FP8 when
+    the checkpoint's quant config says kv_cache_quant_algo FP8)."""
+    if kv_cache_dtype == "auto":
+        return 1 if model.kv_cache_quant_fp8 else model.dtype_bytes
+    return KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
+
+
+def kv_cell_bytes(model: ModelFacts, tp: int, kv_size: float, num_layers: int | None = None) -> int:
+    """pool_configurator.py: DefaultPoolConfigurator._compute_cell_size (MHA/GQA branch)."""
+    layers = model.full_attention_layers if num_layers is None else num_layers
+    heads = max(1, model.num_kv_heads // tp)  # model_config.get_num_kv_heads
+    return int(heads * (model.head_dim + model.v_head_dim) * layers * kv_size)
+
+
+def draft_kv_size(s: LaunchSettings, draft: ModelFacts, target: ModelFacts) -> float:
+    """draft_kv_budget.py + kv_cache_dtype.py: the draft resolves its own KV dtype; a fa4 draft
+    cannot read quantized KV and gets the compute dtype."""
+    name = s.draft_kv_cache_dtype or s.kv_cache_dtype
+    size = draft.dtype_bytes if name == "auto" else KV_DTYPE_BYTES.get(name, 2)
+    if draft_backend(s) == "fa4" and size != draft.dtype_bytes:
+        size = draft.dtype_bytes
+    return size
+
+
+def draft_backend(s: LaunchSettings) -> str | None:
+    return s.draft_attention_backend or s.decode_attention_backend or s.attention_backend
+
+
+def mamba_per_req(model: ModelFacts, tp: int, ssm_dtype: str | None) -> int:
+    """configs/mamba_utils.py: Mamba2StateShape.create + BaseLinearStateParams.mamba_cache_per_req
+    (conv state bf16; SSM state dtype: --mamba-ssm-dtype > config mamba_ssm_dtype > float32)."""
+    lin = model.linear
+    assert lin is not None
+    n_groups = lin.num_k_heads
+    if n_groups % tp:
+        n_groups += tp - n_groups  # extra_groups_for_head_shards, copied as written
+    conv_dim = lin.v_head_dim * lin.num_v_heads + 2 * n_groups * lin.k_head_dim
+    conv_numel = (conv_dim // tp) * (lin.conv_kernel - 1)
+    ssm_numel = (lin.num_v_heads // tp) * lin.v_head_dim * lin.k_head_dim
+    ssm_bytes = STATE_DTYPE_BYTES.get(ssm_dtype or model.mamba_ssm_dtype or "float32", 4)
+    return (conv_numel * 2 + ssm_numel * ssm_bytes) * model.linear_layers
+
+
+def resolved_strategy(s: LaunchSettings, model: ModelFacts, ruleset: str) -> str:
+    """overrides.py: _mamba_radix_cache_resolution ('auto' -> extra_buffer when the overlap
+    schedule is on and the arch supports it). 0.5.12 and older resolved 'auto' to no_buffer."""
+    if s.mamba_strategy != "auto":
+        return s.mamba_strategy
+    if ruleset == "0.5.12":
+        return "no_buffer"
+    wants = not s.disable_overlap_schedule or (s.page_size or 1) > 1
+    supported = any(a in MAMBA_EXTRA_BUFFER_ARCHS for a in model.architectures)
+    return "extra_buffer" if wants and supported else "no_buffer"
+
+
+def mamba_ratio(s: LaunchSettings, strategy: str, version: str | None) -> int:
+    """Mamba state slots per running request: kv_cache_configurator.py _calculate_mamba_ratio +
+    allocation_sizing.get_mamba_tracking_slots (0.5.9: 3 + (spec ? 1 : 2) with extra_buffer)."""
+    if s.disable_radix_cache:
+        return 1
+    if not strategy.startswith("extra_buffer"):
+        return 3
+    v = parse_version(version)
+    if v is not None and v <= (0, 5, 9):
+        return 3 + (1 if s.has_spec else 2)
+    if strategy == "extra_buffer_lazy":
+        return 4
+    return 3 + (1 if s.disable_overlap_schedule else 2)
+
+
+def default_mem_fraction(s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False) -> float:
+    """memory_hook.py: handle_gpu_memory_settings, pre-capture sizing (post-capture KV sizing is
+    off unless SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1)."""
+    mem = float(gpu.memory_mib)
+    table = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
+             (160, 8192, 256, 512)]  # fmt: skip
+    chunked, max_bs = 16384, 512
+    for limit_gib, cp, bs_small_tp, bs_big_tp in table:
+        if mem < limit_gib * 1024:
+            chunked, max_bs = cp, (bs_small_tp if s.tp < 4 else bs_big_tp)
+            break
+    chunked = s.chunked_prefill_size or chunked
+    mrr = s.max_running_requests or (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if s.has_spec else None)
+    if mrr is not None and max_bs > mrr:
+        max_bs = mrr
+    reserved = 512 + max(chunked, 2048) * 1.5 + s.tp * s.pp / 8 * 1024
+    if not s.disable_cuda_graph:
+        reserved += max_bs * 2  # decode graph
+        if not s.disable_prefill_cuda_graph and s.pp == 1:
+            reserved += (1.5 * 1024) if is_mla else len(prefill_graph_sizes(chunked)) * 8
+    if mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem - reserved) / mem, 3)
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """cuda_graph_hook.py: generate_prefill_cuda_graph_batch_sizes."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))  # fmt: skip
+    return [x for x in sizes if x <= max_bs]
+
+
+def free_before_load(gpu: GpuFacts) -> tuple[float, str | None]:
+    """P: what SGLang measures before loading (get_available_gpu_memory; integrated GPUs report
+    psutil.virtual_memory().available)."""
+    if gpu.available_mib is not None:
+        return gpu.available_mib * MIB, None
+    if gpu.unified:
+        note = f"assumed MemAvailable = {gpu.memory_mib} - {UNIFIED_OS_RESERVE_MIB} MiB (probe for the real value)"
+        return (gpu.memory_mib - UNIFIED_OS_RESERVE_MIB) * MIB, note
+    note = f"assumed {CUDA_CONTEXT_MIB} MiB CUDA context before load (probe for the real value)"
+    return (gpu.memory_mib - CUDA_CONTEXT_MIB) * MIB, note
+
+
+def plan_memory(inp: MemoryInputs) -> MemoryPlan:
+    """Mirror SGLang's pool sizing for one rank; the verdict names the error it would raise."""
+    s, gpu, target, draft = inp.settings, inp.gpu, inp.target, inp.draft
+    ruleset, note = ruleset_for(inp.sglang_version)
+    notes = [n for n in [note] if n]
+    tp = s.tp
+    mfs = s.mem_fraction_static
+    mfs_source = "flag"
+    if mfs is None:
+        mfs, mfs_source = default_mem_fraction(s, gpu, target.is_mla), "default"
+    P, p_note = free_before_load(gpu)
+    if p_note:
+        notes.append(p_note)
+    if target.weight_bytes is None:
+        notes.append(f"{target.name}: no safetensors headers found, weights counted as 0")
+    tw = (target.weight_bytes or 0) / tp
+    dw = ((draft.weight_bytes or 0) / tp) if (draft is not None and s.has_spec) else 0.0
+    A = P - tw - dw
+    slack = P * (1 - mfs)
+    rest = A - slack
+    plan = MemoryPlan(
+        ruleset=ruleset, gpu=gpu.name, tp=tp, mem_fraction_static=mfs, mem_fraction_source=mfs_source,
+        free_before_load=P, target_weights_per_rank=tw, draft_weights_per_rank=dw, free_after_load=A,
+        static_slack=slack, rest_after_load=rest, mamba=None, kv_budget=0.0, kv_cell_bytes=0,
+        kv_cell_draft_bytes=0, kv_tokens=0, context_len=s.context_length or target.derived_context_len,
+        max_running_requests=0, fits=False, notes=notes,
+    )  # fmt: skip
+    mrr = s.max_running_requests
+    if mrr is None and s.has_spec:
+        mrr = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+    D = (
+        (s.dflash_block_size or s.num_draft_tokens or (draft.dflash_block_size if draft else None) or 16)
+        if s.has_spec
+        else 0
+    )
+
+    if target.is_hybrid:
+        rest, err = _mamba(plan, s, target, rest, mrr, D, ruleset, inp.sglang_version)
+        if err:
+            return plan
+    if ruleset == "0.5.23" and rest <= 0:
+        minimum = 1 - A / P
+        plan.kv_budget = rest
+        return _fail(plan, ERR_WEIGHTS, (
+            f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. "
+            f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} (minimum viable = "
+            f"1 - available/pre = {minimum:.4f}). If using speculative decoding, draft weights are now counted."))  # fmt: skip
+    plan.kv_budget = rest
+    cell = kv_cell_bytes(target, tp, kv_bytes(s.kv_cache_dtype, target))
+    if s.kv_cache_dtype == "mxfp8":
+        heads = max(1, target.num_kv_heads // tp)
+        cell += heads * (target.head_dim + target.v_head_dim) * target.full_attention_layers // 32
+    draft_cell = 0
+    if draft is not None and s.is_dflash and ruleset == "0.5.12":
+        # dflash_utils.scale_kv_cell_size_per_token_for_dflash without a draft geometry: by layers
+        layers = target.full_attention_layers
+        draft_cell = (cell * (layers + draft.num_layers) + layers - 1) // layers - cell
+    elif draft is not None and s.is_dflash:
+        draft_cell = kv_cell_bytes(draft, tp, draft_kv_size(s, draft, target), draft.num_layers)
+    plan.kv_cell_bytes, plan.kv_cell_draft_bytes = cell + draft_cell, draft_cell
+    page = s.page_size or 1
+    tokens = (max(int(rest), 0) // (cell + draft_cell)) // page * page if rest > 0 else 0
+    if s.max_total_tokens is not None:
+        tokens = min(tokens, s.max_total_tokens // page * page)
+    plan.kv_tokens = tokens
+    if tokens <= 0:
+        return _fail(plan, ERR_KV, "Not enough memory. Please try to increase --mem-fraction-static.")
+    reqs = _max_running_requests(plan, s, mrr, tokens, ruleset)
+    if reqs <= 0:
+        return plan
+    plan.max_running_requests = reqs
+    plan.fits = True
+    if tokens < plan.context_len:
+        plan.warnings.append(
+            f"the KV pool holds {tokens} tokens, less than one {plan.context_len}-token request "
+            f"(--context-length): long requests will be cut"
+        )
+    if s.max_running_requests is not None and reqs < s.max_running_requests:
+        plan.warnings.append(f"--max-running-requests {s.max_running_requests} is reduced to {reqs}")
+    return plan
+
+
+def _fail(plan: MemoryPlan, check: str, msg: str) -> MemoryPlan:
+    plan.fits, plan.error_check, plan.error = False, check, msg
+    return plan
+
+
+def _mamba(plan: MemoryPlan, s: LaunchSettings, m: ModelFacts, rest: float, mrr: int | None, D: int,
+           ruleset: str, version: str | None) -> tuple[float, bool]:  # fmt: skip
+    per_req = mamba_per_req(m, s.tp, s.mamba_ssm_dtype)
+    strategy = resolved_strategy(s, m, ruleset)
+    ratio = mamba_ratio(s, strategy, version)
+    r = s.mamba_full_memory_ratio
+    inter = 0.0
+    if ruleset == "0.5.12":
+        if s.has_spec:
+            inter = per_req * (mrr or 0) * D  # handle_max_mamba_cache: per_req * mrr * draft tokens
+            rest -= inter
+        if s.max_mamba_cache_size is not None:
+            K = s.max_mamba_cache_size
+        elif s.disable_radix_cache and mrr is not None:
+            K = mrr
+        else:
+            K = int((rest * r / (1 + r)) // per_req)
+        state = K * per_req
+    else:
+        if s.max_mamba_cache_size is not None:
+            K = s.max_mamba_cache_size
+            if s.has_spec:
+                inter = per_req * (min(max(1, mrr or 1), K // ratio) + 1) * D
+        elif s.disable_radix_cache and mrr is not None:
+            K = max(1, mrr)
+            if s.has_spec:
+                inter = per_req * (K + 1) * D
+        else:
+            budget = rest * r / (1 + r)
+            if s.has_spec:
+                K = int((budget - per_req * (1 + D)) // (per_req * (1 + D / ratio)))
+                inter = per_req * (min(max(1, mrr or 1), K // ratio) + 1) * D
+            else:
+                K = int((budget - per_req) // per_req)
+        rest -= inter
+        state = (K + 1) * per_req
+    plan.mamba = MambaPlan(per_req_bytes=per_req, ratio=ratio, strategy=strategy, slots=K,
+                           intermediate_bytes=inter, state_bytes=state)  # fmt: skip
+    if ruleset == "0.5.23" and K <= 0:
+        _fail(plan, ERR_MAMBA, (
+            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+            f"Computed max_mamba_cache_size={K} (total_rest_memory={rest / GIB:.2f} GB, "
+            f"mamba_cache_per_req={per_req / MIB:.2f} MB). Try: (1) reduce --max-running-requests, "
+            "(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+            "(4) use GPUs with more memory."))  # fmt: skip
+        return rest, True
+    return rest - state, False
+
+
+def _max_running_requests(plan: MemoryPlan, s: LaunchSettings, mrr: int | None, tokens: int,
+                          ruleset: str) -> int:  # fmt: skip
+    """kv_cache_configurator.py: resolve_max_num_reqs (0.5.9: init_memory_pool)."""
+    estimated = max(min(int(tokens / plan.context_len * 512), 4096), 2048)
+    if ruleset == "0.5.12":
+        reqs = mrr if mrr is not None else estimated
+    else:
+        reqs = min(max(1, mrr), tokens // 2) if mrr is not None else min(estimated, tokens // 2)
+    if plan.mamba is not None:
+        cap = plan.mamba.slots // plan.mamba.ratio
+        reqs = min(reqs, cap)
+        if reqs <= 0:
+            _fail(plan, ERR_REQS, (
+                "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                f"max_mamba_cache_size={plan.mamba.slots}, mamba_ratio={plan.mamba.ratio}, "
+                f"resulting max_num_reqs={reqs}. Try: (1) reduce --max-running-requests, "
+                "(2) increase --mem-fraction-static, or (3) use GPUs with more memory."))  # fmt: skip
+    return reqs
+
+
+def max_mem_fraction(gpu: GpuFacts) -> float:
+    return GB10_MAX_MEM_FRACTION if gpu.is_gb10 else DISCRETE_MAX_MEM_FRACTION
