@@ -1,0 +1,1 @@
+"""`sparkctl verify`: is the OpenAI-compatible endpoint right? Checks run with the official SDK."""
