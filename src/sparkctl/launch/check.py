@@ -201,7 +201,7 @@ def check_launch(argv: list[str], ctx: LaunchContext, flag_check: FlagCheck | No
         findings.append(Finding(MEMORY_CHECK, Severity.SKIP, "memory not planned: "
                                 + ("no GPU facts" if ctx.smallest_gpu is None else "target model config not found"),
                                 fix="set nodes[].gpu and make config.json + safetensors headers reachable "
-                                "(HF cache, or `sparkctl fit --target-dir/--draft-dir`)"))  # fmt: skip
+                                "(HF cache, model.target.local_dir, or `sparkctl fit --target-dir/--draft-dir`)"))  # fmt: skip
         return LaunchCheck(findings, None, [], rule_fix)
     fixed_argv = with_flags(argv, rule_fix)
     fixed_plan = memory_plan(fixed_argv, ctx) if rule_fix else plan
@@ -267,6 +267,9 @@ def resolve_models(profile, target_dir: Path | None = None, draft_dir: Path | No
                    ) -> tuple[ModelFacts | None, ModelFacts | None]:  # noqa: ANN001  # fmt: skip
     search = model_search_paths(profile)
     m = profile.model
+    target_dir = target_dir or (Path(m.target.local_dir).expanduser() if m.target.local_dir else None)
+    if m.draft is not None and m.draft.local_dir:
+        draft_dir = draft_dir or Path(m.draft.local_dir).expanduser()
     target = (
         load_model_facts(target_dir, m.target.id)
         if target_dir

@@ -130,6 +130,9 @@ class ModelRef(Strict):
     revision: str | None = Field(
         None, description="Commit or branch; pin it so every node serves the same bytes."
     )
+    local_dir: str | None = Field(
+        None, description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model."
+    )
 
 
 class Model(Strict):
