@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._findings import render_findings
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to check (default: the profile's default mode).")]
 DirOpt = Annotated[
@@ -90,12 +91,7 @@ def render(plan, result) -> None:  # noqa: ANN001 - Plan, LaunchCheck (lazy impo
         out.print(t)
         for note in m.notes:
             out.print(f"[dim]note: {escape(note)}[/]")
-    colors = {"ok": "green", "warn": "yellow", "error": "red", "skip": "dim"}
-    for f in result.findings:
-        c = colors[f.severity.value]
-        out.print(f"[{c}]{f.severity.value:5}[/] {f.check}: {escape(f.message)}")
-        if f.fix and f.severity.value != "ok":
-            out.print(f"      [yellow]fix:[/] {escape(f.fix)}")
+    render_findings(result.findings)
     if result.fix:
         flags = " ".join(
             f"--{k}" + ("" if v is True else f" {v}") for k, v in result.fix.items() if v is not None

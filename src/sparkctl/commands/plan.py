@@ -11,17 +11,46 @@ from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_error
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to plan (default: the profile's default mode).")]
 
 
+CheckOpt = Annotated[
+    bool,
+    typer.Option("--check", help="Also run the launch-safety checks (flags with SGLang's parser in the image "
+                 "on rank 0's node, GPU rules, memory fit); exit 1 on errors."),
+]
+
+
 @handle_errors
-def plan(mode: ModeArg = None, profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = False, json_out: JsonOpt = False) -> None:
     """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
     from sparkctl.plan import build_plan
 
     prof = load_profile(profile)
     result = build_plan(prof, mode)
+    findings = launch_findings(prof, result) if check else []
     if json_out:
-        print_json(result.to_json())
-        return
-    render_plan(result)
+        print_json({**result.to_json(), **({"check": [f.to_json() for f in findings]} if check else {})})
+    else:
+        render_plan(result)
+        if check:
+            from sparkctl.commands._findings import render_findings
+
+            render_findings(findings)
+    if any(f.severity == "error" for f in findings):
+        raise typer.Exit(1)
+
+
+def launch_findings(prof, plan) -> list:  # noqa: ANN001 - Profile, Plan (lazy imports)
+    """Launch checks, parsing flags in the serving image on rank 0's node when it is reachable."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.errors import ConnectError
+    from sparkctl.launch.check import check_plan
+    from sparkctl.launch.in_image import image_runner
+
+    with NodePool(prof) as pool:
+        try:
+            runner = image_runner(pool.get(plan.ranks[0].node), plan.ranks[0].image)
+        except ConnectError:
+            runner = None  # falls back to a local SGLang, else a SKIP finding that says so
+        return check_plan(plan, prof, run_in_image=runner).findings
 
 
 def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported lazily
