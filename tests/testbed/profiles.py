@@ -13,9 +13,16 @@ ENGINE_IMAGE = "sparkctl-test/engine:latest"
 ENGINE_PORT = 30000
 
 
-def lab_profile(lab: Lab, *, cluster: str | None = None, image: str = ENGINE_IMAGE,
-                modes: dict[str, Any] | None = None, transport: str = "tcp",
-                engine: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+def lab_profile(
+    lab: Lab,
+    *,
+    cluster: str | None = None,
+    image: str = ENGINE_IMAGE,
+    modes: dict[str, Any] | None = None,
+    transport: str = "tcp",
+    engine: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
     """A profile dict for `lab`: every node over SSH (the test process is the controller).
 
     Default modes: `solo` on spark1, `tp2` across spark1+spark2 (when the lab has 2+ nodes).
@@ -23,15 +30,17 @@ def lab_profile(lab: Lab, *, cluster: str | None = None, image: str = ENGINE_IMA
     """
     nodes = []
     for node in lab.nodes:
-        nodes.append({
-            "name": node.name,
-            "address": node.mgmt_ip,
-            "user": "root",
-            "port": node.ssh_port,
-            "key": lab.ssh_key,
-            "gpus": 1,
-            "fabric": {"netdevs": [node.fabric_netdev], "ip": node.fabric_ip, "hcas": "auto"},
-        })
+        nodes.append(
+            {
+                "name": node.name,
+                "address": node.mgmt_ip,
+                "user": "root",
+                "port": node.ssh_port,
+                "key": lab.ssh_key,
+                "gpus": 1,
+                "fabric": {"netdevs": [node.fabric_netdev], "ip": node.fabric_ip, "hcas": "auto"},
+            }
+        )
     if modes is None:
         modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True}}
         if len(lab.nodes) > 1:

@@ -1,0 +1,225 @@
+"""Local test images (no registry is reachable): the stand-in SGLang engine and layered variants.
+
+The engine rootfs is busybox-static plus the host's /usr/bin/python3.11, its stdlib and the shared
+libraries it needs, plus the stdlib-only stand-in `sglang.launch_server` from ./standin. The
+rootfs tar is cached on the host (keyed by its inputs); each call imports it into an engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import docker
+
+ENGINE_TAG = "sparkctl-test/engine:latest"
+STANDIN_SGLANG_VERSION = "0.5.23"
+STANDIN_DIR = Path(__file__).parent / "standin"
+CACHE_DIR = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
+PYTHON = "/usr/bin/python3.11"
+PY_STDLIB = "/usr/lib/python3.11"
+BUSYBOX = "/bin/busybox"
+# Big stdlib parts the stand-in never imports.
+STDLIB_SKIP = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "site-packages",
+    "dist-packages",
+}
+IMAGE_CHANGES = [
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    "WORKDIR /",
+    'CMD ["python3", "-m", "sglang.launch_server"]',
+    "LABEL org.sparkctl.standin=1 org.sparkctl.sglang.version=" + STANDIN_SGLANG_VERSION,
+]
+
+
+def _standin_files() -> dict[str, bytes]:
+    """Image path -> content of the stand-in sglang package."""
+    pkg = "/usr/lib/python3/dist-packages/sglang"
+    version = f'__version__ = "{STANDIN_SGLANG_VERSION}"\n'
+    return {
+        f"{pkg}/__init__.py": b'"""sparkctl test stand-in for SGLang."""\n\nfrom sglang.version import __version__\n',
+        f"{pkg}/version.py": version.encode(),
+        f"{pkg}/launch_server.py": (STANDIN_DIR / "sglang" / "launch_server.py").read_bytes(),
+    }
+
+
+def _shared_libs(binaries: list[str]) -> set[str]:
+    out = subprocess.run(["ldd", *binaries], capture_output=True, text=True).stdout
+    return set(re.findall(r"(/\S+\.so[.\d]*)", out))
+
+
+def _rootfs_key() -> str:
+    h = hashlib.sha256(b"rootfs-v2")
+    for content in _standin_files().values():
+        h.update(content)
+    for p in (PYTHON, BUSYBOX):
+        st = os.stat(p)
+        h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name.lstrip("/"))
+    info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
+    info = tarfile.TarInfo(name.lstrip("/"))
+    info.type, info.mode = tarfile.DIRTYPE, mode
+    tar.addfile(info)
+
+
+def _add_symlink(tar: tarfile.TarFile, name: str, target: str) -> None:
+    info = tarfile.TarInfo(name.lstrip("/"))
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    tar.addfile(info)
+
+
+def _write_rootfs(path: Path) -> None:
+    with tarfile.open(path, "w") as tar:
+        for d in (
+            "/usr",
+            "/usr/bin",
+            "/usr/lib",
+            "/usr/lib64",
+            "/usr/lib/python3",
+            "/usr/lib/python3/dist-packages",
+            "/usr/lib/python3/dist-packages/sglang",
+            "/bin",
+            "/etc",
+            "/root",
+            "/proc",
+            "/sys",
+            "/dev",
+            "/var",
+            "/usr/local",
+            "/usr/local/bin",
+        ):
+            _add_dir(tar, d)
+        _add_dir(tar, "/tmp", 0o1777)
+        _add_symlink(tar, "/lib", "usr/lib")
+        _add_symlink(tar, "/lib64", "usr/lib64")
+        _add_symlink(tar, "/sbin", "bin")
+        _add_file(tar, "/bin/busybox", Path(BUSYBOX).read_bytes(), 0o755)
+        applets = subprocess.run(
+            [BUSYBOX, "--list"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for applet in applets:
+            if applet != "busybox":
+                _add_symlink(tar, f"/bin/{applet}", "busybox")
+        _add_file(tar, "/usr/bin/python3.11", Path(PYTHON).read_bytes(), 0o755)
+        _add_symlink(tar, "/usr/bin/python3", "python3.11")
+        _add_symlink(tar, "/usr/bin/python", "python3.11")
+        _add_file(
+            tar, "/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+        )
+        _add_file(tar, "/etc/group", b"root:x:0:\nnogroup:x:65534:\n")
+
+        def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            parts = Path(info.name).parts
+            if len(parts) > 3 and (parts[3] in STDLIB_SKIP or parts[3].startswith("config-")):
+                return None
+            if info.issym() and info.name.endswith("sitecustomize.py"):
+                return None  # Debian's points into /etc/python3.11, which the image lacks
+            return info
+
+        tar.add(PY_STDLIB, arcname=PY_STDLIB.lstrip("/"), filter=keep)
+        dynload = [str(p) for p in Path(PY_STDLIB, "lib-dynload").glob("*.so")]
+        added = set()
+        for lib in sorted(_shared_libs([PYTHON, *dynload])):
+            # Place each lib under its resolved directory (merged /usr), named as the loader asks.
+            dest = os.path.join(os.path.realpath(os.path.dirname(lib)), os.path.basename(lib))
+            if dest not in added and os.path.exists(lib) and not dest.startswith(PY_STDLIB):
+                added.add(dest)
+                _add_file(tar, dest, Path(os.path.realpath(lib)).read_bytes(), 0o755)
+        for name, content in _standin_files().items():
+            _add_file(tar, name, content)
+
+
+def engine_rootfs() -> Path:
+    """Path of the cached rootfs tar of the stand-in engine (built once per host and input set)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    path = CACHE_DIR / f"engine-rootfs-{_rootfs_key()}.tar"
+    with open(CACHE_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            _write_rootfs(tmp)
+            tmp.replace(path)
+    return path
+
+
+def _build(client: docker.DockerClient, dockerfile: str, files: dict[str, int], tag: str) -> str:
+    """docker build from a context of random files (name -> size in bytes); returns the image id."""
+    with tempfile.TemporaryFile(dir=CACHE_DIR) as ctx:
+        with tarfile.open(fileobj=ctx, mode="w") as tar:
+            _add_file(tar, "Dockerfile", dockerfile.encode())
+            for name, size in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = size
+                tar.addfile(info, _RandomReader(size))
+        ctx.seek(0)
+        image, _ = client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True)
+    return image.id
+
+
+class _RandomReader(io.RawIOBase):
+    """Incompressible bytes, streamed (a large pad never sits in memory)."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return os.urandom(n)
+
+
+def build_engine_image(client: docker.DockerClient, tag: str = ENGINE_TAG, pad_mb: int = 0) -> str:
+    """Import the stand-in engine into this engine as `tag`; pad_mb adds a random layer. Returns the id."""
+    repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
+    base_tag = f"{repo}:{version}" if not pad_mb else f"{repo}-base:{version}"
+    client.api.import_image(
+        src=str(engine_rootfs()),
+        repository=base_tag.rsplit(":", 1)[0],
+        tag=base_tag.rsplit(":", 1)[1],
+        changes=IMAGE_CHANGES,
+    )
+    if not pad_mb:
+        return client.images.get(tag).id
+    return _build(client, f"FROM {base_tag}\nCOPY pad.bin /opt/pad/pad.bin\n", {"pad.bin": pad_mb << 20}, tag)
+
+
+def build_overlay_image(client: docker.DockerClient, base: str, tag: str, extra_kb: int = 64) -> str:
+    """`FROM base` plus one small random layer (for layer-level shipping tests). Returns the id."""
+    name = f"extra-{os.urandom(4).hex()}.bin"
+    return _build(client, f"FROM {base}\nCOPY {name} /opt/extra/{name}\n", {name: extra_kb << 10}, tag)
+
+
+def image_layers(client: docker.DockerClient, ref: str) -> list[str]:
+    """The image's layer diff ids (rootfs order)."""
+    with contextlib.suppress(KeyError):
+        return list(client.images.get(ref).attrs["RootFS"]["Layers"])
+    return []

@@ -1,0 +1,373 @@
+"""Stand-in for `python3 -m sglang.launch_server` (stdlib only; runs in the test engine image).
+
+Looks like an SGLang launch from outside: same command line, SGLang-like log lines, a real TCP
+rendezvous at --dist-init-addr between ranks, rank 0 serving the OpenAI-style API only after
+all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs by env:
+
+  STANDIN_FAIL_AT="<rank>:<phase>[,...]"  phases: start, rendezvous, load, warmup, serve
+                                          (rank may be "*"); at serve: die STANDIN_FAIL_AFTER s
+                                          (default 3) after becoming ready
+  STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
+  STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
+  STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+
+argv and env are written to /tmp/standin-record.json (full) and logged as one line
+`STANDIN_RECORD {...}` (values of secret-looking variables masked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+RECORD_PATH = "/tmp/standin-record.json"
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+PHASES = ("start", "rendezvous", "load", "warmup", "serve")
+
+
+class State:
+    ready = False
+    args: argparse.Namespace
+    peers: list[socket.socket] = []
+
+
+def log(msg: str, rank: int | None = None) -> None:
+    tag = f" TP{rank}" if rank is not None else ""
+    sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{tag}] {msg}\n")
+    sys.stdout.flush()
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(prog="sglang.launch_server", add_help=False)
+    p.add_argument("--model-path", "--model", dest="model_path", default="")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
+    p.add_argument("--enable-metrics", action="store_true")
+    return p.parse_known_args(argv)
+
+
+def fail_spec(rank: int) -> set[str]:
+    phases = set()
+    for item in os.environ.get("STANDIN_FAIL_AT", "").split(","):
+        r, _, phase = item.strip().partition(":")
+        if phase and (r == "*" or r == str(rank)):
+            phases.add(phase)
+    return phases
+
+
+def maybe_fail(phase: str, rank: int) -> None:
+    if phase in fail_spec(rank) and phase != "serve":
+        log(f"STANDIN: injected failure at phase {phase}", rank)
+        log(f"RuntimeError: stand-in engine failed during {phase} (STANDIN_FAIL_AT)", rank)
+        os._exit(1)
+
+
+def record(argv: list[str]) -> None:
+    env = dict(os.environ)
+    data = {"argv": argv, "env": env, "pid": os.getpid(), "hostname": socket.gethostname()}
+    with open(RECORD_PATH, "w") as fh:
+        json.dump(data, fh)
+    masked = {k: ("***" if any(w in k.upper() for w in SECRET_WORDS) else v) for k, v in env.items()}
+    log("STANDIN_RECORD " + json.dumps({**data, "env": masked}))
+
+
+# ------------------------------------------------------------------ rendezvous
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
+    """Like NCCL: if a peer goes away, the job is dead."""
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
+    os._exit(3)
+
+
+def rendezvous(args: argparse.Namespace) -> None:
+    rank, nnodes = args.node_rank, args.nnodes
+    if nnodes <= 1:
+        return
+    if not args.dist_init_addr:
+        log("ValueError: --dist-init-addr is required when --nnodes > 1", rank)
+        os._exit(2)
+    timeout = float(os.environ.get("STANDIN_RENDEZVOUS_TIMEOUT", "60"))
+    host, port = split_addr(args.dist_init_addr)
+    deadline = time.monotonic() + timeout
+    log(f"Init torch distributed begin. rank={rank} nnodes={nnodes} init=tcp://{host}:{port}", rank)
+    if rank == 0:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("0.0.0.0", port))
+        srv.listen(16)
+        joined: dict[int, socket.socket] = {}
+        while len(joined) < nnodes - 1:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(1, nnodes)) - set(joined))
+                log(
+                    f"Rendezvous timed out after {timeout:.0f}s at {host}:{port}: ranks {missing} never joined",
+                    rank,
+                )
+                os._exit(4)
+            srv.settimeout(left)
+            try:
+                conn, peer = srv.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(10)
+            try:
+                hello = json.loads(conn.makefile().readline())
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            joined[int(hello["rank"])] = conn
+            log(f"Rank {hello['rank']} joined from {peer[0]} ({len(joined) + 1}/{nnodes})", rank)
+        for r, conn in joined.items():
+            conn.settimeout(None)
+            conn.sendall(b'{"ok": true}\n')
+            State.peers.append(conn)
+            threading.Thread(target=watch_peer, args=(conn, f"rank {r}", rank), daemon=True).start()
+    else:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                conn = socket.create_connection((host, port), timeout=5)
+                conn.sendall(json.dumps({"rank": rank}).encode() + b"\n")
+                conn.settimeout(max(1.0, deadline - time.monotonic()))
+                reply = conn.makefile().readline()
+                if not reply:
+                    raise OSError("closed")
+                break
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    log(
+                        f"Rendezvous timed out after {timeout:.0f}s: could not reach rank 0 at "
+                        f"{host}:{port} ({e}; {attempt} attempts)",
+                        rank,
+                    )
+                    os._exit(4)
+                time.sleep(0.5)
+        conn.settimeout(None)
+        State.peers.append(conn)
+        threading.Thread(target=watch_peer, args=(conn, "rank 0", rank), daemon=True).start()
+    log(f"Init torch distributed ends. rank={rank} world_size={args.tp}", rank)
+
+
+# ------------------------------------------------------------------ HTTP
+def served_name(args: argparse.Namespace) -> str:
+    return args.served_model_name or args.model_path
+
+
+class Rank0Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *a: object) -> None:
+        log(f'{self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+    def reply(self, code: int, body: object, ctype: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        args, path = State.args, self.path.split("?")[0]
+        if path in ("/health", "/health_generate", "/ready"):
+            self.reply(200 if State.ready else 503, "" if State.ready else "not ready", "text/plain")
+        elif path == "/v1/models":
+            name = served_name(args)
+            self.reply(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "owned_by": "sglang",
+                            "root": name,
+                            "max_model_len": 32768,
+                        }
+                    ],
+                },
+            )
+        elif path in ("/server_info", "/get_server_info"):
+            self.reply(
+                200,
+                {
+                    "argv": sys.argv,
+                    "model_path": args.model_path,
+                    "served_model_name": served_name(args),
+                    "tp_size": args.tp,
+                    "nnodes": args.nnodes,
+                    "node_rank": args.node_rank,
+                    "dist_init_addr": args.dist_init_addr,
+                    "version": "standin",
+                },
+            )
+        elif path == "/get_model_info":
+            self.reply(200, {"model_path": args.model_path, "is_generation": True})
+        elif path == "/metrics" and args.enable_metrics:
+            self.reply(
+                200,
+                "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\nsglang:gen_throughput 0\n",
+                "text/plain; version=0.0.4",
+            )
+        else:
+            self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            req = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return self.reply(400, {"error": "bad json"})
+        path = self.path.split("?")[0]
+        if path not in ("/v1/chat/completions", "/v1/completions", "/generate"):
+            return self.reply(404, {"detail": "Not Found"})
+        if not State.ready:
+            return self.reply(503, {"error": "server not ready"})
+        text = "Hello from the sparkctl stand-in engine."
+        usage = {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
+        created, rid = int(time.time()), f"standin-{time.time_ns()}"
+        model = req.get("model") or served_name(State.args)
+        if path == "/generate":
+            return self.reply(200, {"text": text, "meta_info": {"completion_tokens": 9}})
+        chat = path == "/v1/chat/completions"
+        if req.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for i, word in enumerate(text.split(" ")):
+                piece = word if i == 0 else " " + word
+                delta = {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": None}
+                if not chat:
+                    delta = {"index": 0, "text": piece, "finish_reason": None}
+                chunk = {
+                    "id": rid,
+                    "object": "chat.completion.chunk" if chat else "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [delta],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            end = {
+                "id": rid,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": {}, "text": "", "finish_reason": "stop"}],
+                "usage": usage,
+            }
+            self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+            self.close_connection = True
+            return None
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "stop"}
+        )
+        return self.reply(
+            200,
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
+
+
+class DummyHealthHandler(Rank0Handler):
+    """SGLang ranks >= 1 run a dummy server: /health, /health_generate, /ping always 200."""
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] in ("/health", "/health_generate", "/ping"):
+            self.reply(200, "", "text/plain")
+        else:
+            self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        self.reply(404, {"detail": "Not Found"})
+
+
+def serve_http(args: argparse.Namespace, handler: type) -> None:
+    httpd = ThreadingHTTPServer((args.host, args.port), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args, unknown = parse(argv)
+    State.args = args
+    rank = args.node_rank
+    # PID 1 ignores SIGTERM unless handled: `docker stop` must not wait for the kill timeout.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    record(argv)
+    log(
+        f"server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp}, nnodes={args.nnodes}, "
+        f"node_rank={rank}, dist_init_addr={args.dist_init_addr!r}, host={args.host!r}, port={args.port}, "
+        f"ignored={len(unknown)} flags)"
+    )
+    maybe_fail("start", rank)
+    maybe_fail("rendezvous", rank)
+    rendezvous(args)
+    if rank == 0:
+        serve_http(args, Rank0Handler)
+    log("Load weight begin. avail mem=119.50 GB", rank)
+    maybe_fail("load", rank)
+    time.sleep(float(os.environ.get("STANDIN_DELAY_LOAD", "0")))
+    log(
+        "Load weight end. type=StandinForCausalLM, dtype=torch.bfloat16, avail mem=60.25 GB, mem usage=59.25 GB.",
+        rank,
+    )
+    log("KV Cache is allocated. #tokens: 1000000, K size: 10.00 GB, V size: 10.00 GB", rank)
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=38.00 GB", rank)
+    maybe_fail("warmup", rank)
+    if os.environ.get("STANDIN_NEVER_READY") == "1":
+        log("STANDIN: never becoming ready (STANDIN_NEVER_READY=1)", rank)
+        while True:
+            time.sleep(3600)
+    log("Capture cuda graph end. Time elapsed: 0.01 s. mem usage=0.50 GB. avail mem=37.50 GB.", rank)
+    if rank == 0:
+        State.ready = True
+        log("The server is fired up and ready to roll!")
+    else:
+        serve_http(args, DummyHealthHandler)
+        log(f"Dummy health check server started on {args.host}:{args.port} (rank {rank})", rank)
+    if "serve" in fail_spec(rank):
+        time.sleep(float(os.environ.get("STANDIN_FAIL_AFTER", "3")))
+        log("STANDIN: injected failure at phase serve", rank)
+        log("RuntimeError: stand-in engine crashed while serving (STANDIN_FAIL_AT)", rank)
+        os._exit(1)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
