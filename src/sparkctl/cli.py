@@ -15,6 +15,7 @@ from sparkctl import __version__
 
 # Order is the order in `--help`.
 COMMAND_MODULES: tuple[str, ...] = (
+    "init",
     "profile",
     "plan",
     "fit",

@@ -45,11 +45,11 @@ def handle_errors(fn: F) -> F:
         except SparkctlError as exc:
             if os.environ.get("SPARKCTL_DEBUG"):
                 raise
-            err = console(stderr=True)
-            where = exc.where()
-            prefix = f"[bold red]error[/] [{where}] " if where else "[bold red]error[/] "
             from rich.markup import escape
 
+            err = console(stderr=True)
+            where = exc.where()
+            prefix = f"[bold red]error[/] {escape('[' + where + ']')} " if where else "[bold red]error[/] "
             err.print(prefix + escape(exc.message))
             if exc.fix:
                 err.print(f"  [yellow]fix:[/] {escape(exc.fix)}")

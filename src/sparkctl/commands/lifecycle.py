@@ -1,0 +1,311 @@
+"""`sparkctl up | down | switch | status | logs`: run the plan's containers and look after them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
+SkipPreflightOpt = Annotated[
+    bool, typer.Option("--skip-preflight", help="Do not run the fast preflight checks first.")
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option("--timeout", help="Seconds to wait for the endpoint (default: engine.ready_timeout)."),
+]
+
+
+class _Reporter:
+    """Progress lines, plus a live table (elapsed, each rank's state and last log line) on a terminal."""
+
+    def __init__(self, stderr: bool) -> None:
+        import time
+
+        self.out = console(stderr=stderr)
+        self.t0 = time.monotonic()
+        self.live = None
+        self.states: dict[int, str] = {}
+
+    def _stamp(self) -> str:
+        import time
+
+        return f"[dim]{time.monotonic() - self.t0:6.1f}s[/]"
+
+    def phase(self, text: str) -> None:
+        from rich.markup import escape
+
+        self.out.print(f"{self._stamp()} {escape(text)}")
+
+    def update(self, snap) -> None:  # noqa: ANN001 - sparkctl.lifecycle.watch.Snapshot
+        if not self.out.is_terminal:
+            for view in snap.ranks:  # plain output: only state changes
+                if self.states.get(view.rank) != view.status:
+                    self.states[view.rank] = view.status
+                    self.phase(f"rank {view.rank} on {view.node}: {view.status}")
+            return
+        from rich.live import Live
+
+        if self.live is None:
+            self.live = Live(console=self.out, transient=True, refresh_per_second=8)
+            self.live.start()
+        self.live.update(_live_table(snap))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _live_table(snap):  # noqa: ANN001, ANN202 - rich renderable from a Snapshot
+    from rich.table import Table
+
+    table = Table(
+        title=f"waiting {snap.elapsed:.0f}s (deadline in {snap.remaining:.0f}s) - endpoint: {snap.endpoint.detail}",
+        title_justify="left",
+        expand=True,
+    )
+    table.add_column("rank", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("last log line", overflow="ellipsis", no_wrap=True, ratio=1)
+    for v in snap.ranks:
+        color = "green" if v.status == "running" else "red"
+        table.add_row(str(v.rank), v.node, f"[{color}]{v.status}[/]", v.last_line)
+    return table
+
+
+def _print_rank_logs(exc) -> None:  # noqa: ANN001 - RankFailedError | ReadyTimeoutError
+    from rich.markup import escape
+
+    err = console(stderr=True)
+    for log in exc.logs:
+        err.print(f"[bold]--- rank {log.rank} on {log.node}: last {len(log.lines)} log line(s) ---[/]")
+        for line in log.lines:
+            err.print(escape(line), soft_wrap=True)
+    err.print("[bold]---[/]")
+
+
+def _interrupt_on_sigterm() -> None:
+    """`kill` (SIGTERM) of a running `up` rolls back like Ctrl-C instead of leaving ranks behind."""
+    import signal
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+
+
+def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
+            profile, json_out: bool, verb: str = "up") -> None:  # fmt: skip  # noqa: ANN001
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.up import curl_example, up
+    from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
+
+    prof = load_profile(profile)
+    _interrupt_on_sigterm()
+    reporter = _Reporter(stderr=json_out)
+    if verb == "switch":
+        reporter.phase(f"switching cluster {prof.cluster} to mode {mode}")
+    try:
+        with NodePool(prof) as pool:
+            result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
+                        reporter=reporter)  # fmt: skip
+    except (RankFailedError, ReadyTimeoutError) as exc:
+        reporter.close()
+        _print_rank_logs(exc)
+        raise
+    finally:
+        reporter.close()
+    if json_out:
+        print_json(result.to_json())
+        return
+    out = console()
+    plan = result.plan
+    ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
+    if result.action == "noop":
+        out.print(f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
+                  "nothing changed")  # fmt: skip
+    else:
+        out.print(f"[green]ready[/] in {result.elapsed:.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+    out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
+    out.print("try:")
+    out.print(curl_example(plan), markup=False, soft_wrap=True)
+
+
+@handle_errors
+def up_cmd(
+    mode: ModeArg = None,
+    tp: TpOpt = None,
+    skip_preflight: SkipPreflightOpt = False,
+    timeout: TimeoutOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
+    rank 0, wait for /v1/models and /health while watching every rank; roll back on failure."""
+    _run_up(mode, tp, skip_preflight, timeout, profile, json_out)
+
+
+@handle_errors
+def switch_cmd(
+    mode: Annotated[str, typer.Argument(help="Mode to switch to.")],
+    skip_preflight: SkipPreflightOpt = False,
+    timeout: TimeoutOpt = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Switch to MODE: `up MODE`, which stops the running mode's containers first."""
+    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch")
+
+
+@handle_errors
+def down_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+    """Stop and remove every container of this cluster on every node (nothing running is fine)."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.down import down
+
+    prof = load_profile(profile)
+    with NodePool(prof) as pool:
+        result = down(prof, pool)
+    if json_out:
+        print_json(result.to_json())
+        return
+    out = console()
+    if not result.removed:
+        out.print(f"nothing running for cluster {prof.cluster}")
+    for c in result.removed:
+        out.print(f"removed {c.name} on {c.node} ({c.status})")
+
+
+def _fmt_uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 \
+        else f"{s // 60}m{s % 60:02d}s"  # fmt: skip
+
+
+@handle_errors
+def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+    """Per node and rank: container state, uptime, image, mode, config hash; endpoint health and model."""
+    from rich.table import Table
+
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.status import status
+
+    prof = load_profile(profile)
+    with NodePool(prof) as pool:
+        st = status(prof, pool)
+    if json_out:
+        print_json(st.to_json())
+        return
+    out = console()
+    if not st.containers:
+        out.print(f"cluster {st.cluster}: nothing running")
+    else:
+        from rich import box
+
+        table = Table(
+            title=f"cluster {st.cluster}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        )
+        for col in ("rank", "node", "mode", "state", "uptime", "config", "image"):
+            table.add_column(col, no_wrap=col != "image", overflow="fold")
+        for c in st.containers:
+            state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
+            color = "green" if c.running else "red"
+            table.add_row(str(c.rank), c.node, c.mode or "?", f"[{color}]{state}[/]",
+                          _fmt_uptime(c.uptime_s()), c.config_hash or "?", c.image)  # fmt: skip
+        out.print(table)
+    for m in st.modes:
+        health = "[green]ready[/]" if m.health.ready else f"[red]not ready[/] ({m.health.detail})"
+        url = m.plan.endpoint.api_base if m.plan else "?"
+        served = ", ".join(m.health.served) or "-"
+        out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
+        if m.drift:
+            out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
+                      "`sparkctl up` would restart the ranks[/]")  # fmt: skip
+    for node, why in st.unreachable.items():
+        out.print(f"[red]node {node} unreachable[/]: {why}")
+    if st.unreachable:
+        raise typer.Exit(5)
+
+
+@handle_errors
+def logs_cmd(
+    rank: Annotated[
+        int | None, typer.Option("--rank", "-r", help="Only this rank (default: all ranks).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C stops).")
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
+    ] = None,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="Mode whose logs to show (default: the running one).")
+    ] = None,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
+    ] = False,
+    profile: ProfileOpt = None,
+) -> None:
+    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order."""
+    from rich.markup import escape
+
+    from sparkctl.connectors import NodePool
+    from sparkctl.errors import UsageError
+    from sparkctl.lifecycle.logs import follow_all, parse_since, read_all
+    from sparkctl.lifecycle.up import last_attempt
+    from sparkctl.plan import build_plan
+
+    prof = load_profile(profile)
+    since_at = parse_since(since) if since else None
+    out = console()
+    with NodePool(prof) as pool:
+        if mode is None:
+            running = [c.mode for c in status_containers(prof, pool) if c.running and c.mode in prof.modes]
+            mode = running[0] if running else last_attempt(prof.cluster).get("mode") or prof.default_mode()
+            if mode not in prof.modes:
+                mode = prof.default_mode()
+        plan = build_plan(prof, mode)
+        specs = plan.ranks if rank is None else [s for s in plan.ranks if s.rank == rank]
+        if not specs:
+            raise UsageError(f"mode {mode} has no rank {rank}", fix=f"ranks: 0..{len(plan.ranks) - 1}")
+        width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
+        if not follow:
+            lines, missing = read_all(prof, pool, specs, tail, since_at)
+            for line in lines:
+                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
+            for r, why in missing.items():
+                console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+            return
+        try:
+            for line in follow_all(prof, pool, specs, tail, since_at):
+                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
+        except KeyboardInterrupt:  # the normal way to stop following
+            return
+
+
+def status_containers(prof, pool):  # noqa: ANN001, ANN201 - light helper, imports lazily
+    from sparkctl.lifecycle import containers
+
+    found = []
+    for res in pool.map(
+        [n.name for n in prof.nodes], lambda c: containers.list_cluster(c, prof.cluster)
+    ).values():
+        if not isinstance(res, BaseException):
+            found += res
+    return found
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up_cmd)
+    app.command("down")(down_cmd)
+    app.command("switch")(switch_cmd)
+    app.command("status")(status_cmd)
+    app.command("logs")(logs_cmd)

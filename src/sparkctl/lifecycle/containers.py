@@ -1,0 +1,252 @@
+"""RankSpec -> a container on the rank's node, through the Docker engine API (docker SDK).
+
+The plan's argv, env, mounts, options and labels go into the create request unchanged; secret
+values are revealed only here, into the API request body (never a command line or a log).
+Containers are found again by label (`sparkctl.cluster=<name>`), so reconcile, `status` and
+`down` never depend on names alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sparkctl.errors import SparkctlError
+from sparkctl.plan import LABEL_PREFIX, RankSpec
+from sparkctl.secrets import SecretRef, reveal
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector
+
+CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
+STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on stop
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """What sparkctl needs to know about one of its containers (parsed from `inspect`)."""
+
+    node: str
+    name: str
+    id: str
+    status: str  # created, running, restarting, exited, dead, ...
+    exit_code: int | None
+    oom_killed: bool
+    started_at: datetime | None
+    finished_at: datetime | None
+    image: str
+    image_id: str
+    labels: dict[str, str]
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def cluster(self) -> str | None:
+        return self.labels.get(CLUSTER_LABEL)
+
+    @property
+    def mode(self) -> str | None:
+        return self.labels.get(f"{LABEL_PREFIX}mode")
+
+    @property
+    def rank(self) -> int | None:
+        value = self.labels.get(f"{LABEL_PREFIX}rank")
+        return int(value) if value and value.isdigit() else None
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.labels.get(f"{LABEL_PREFIX}config_hash")
+
+    def uptime_s(self, now: datetime | None = None) -> float | None:
+        if not self.running or self.started_at is None:
+            return None
+        return ((now or datetime.now(UTC)) - self.started_at).total_seconds()
+
+    def describe_exit(self) -> str:
+        text = f"exit code {self.exit_code}" if self.exit_code is not None else self.status
+        return text + (" (killed: out of memory)" if self.oom_killed else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "name": self.name,
+            "id": self.id[:12],
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "uptime_s": self.uptime_s(),
+            "image": self.image,
+            "image_id": self.image_id,
+            "mode": self.mode,
+            "rank": self.rank,
+            "config_hash": self.config_hash,
+        }
+
+
+def parse_docker_time(value: str | None) -> datetime | None:
+    """Docker's RFC 3339 nano timestamps; the zero time ("0001-01-01...") means never."""
+    if not value or value.startswith("0001-"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    tz = ""
+    for sign in ("+", "-"):
+        if sign in frac:
+            frac, _, off = frac.partition(sign)
+            tz = sign + off
+    if not tz and not value.endswith("Z") and len(head) > 19:
+        head, tz = head[:19], head[19:]
+    micro = (frac + "000000")[:6] if frac else "000000"
+    parsed = datetime.fromisoformat(f"{head}.{micro}{tz or '+00:00'}")
+    return parsed.astimezone(UTC)
+
+
+def info_from_attrs(node: str, attrs: dict[str, Any]) -> ContainerInfo:
+    state = attrs.get("State") or {}
+    config = attrs.get("Config") or {}
+    status = state.get("Status") or "unknown"
+    return ContainerInfo(
+        node=node,
+        name=(attrs.get("Name") or "").lstrip("/"),
+        id=attrs.get("Id") or "",
+        status=status,
+        exit_code=state.get("ExitCode") if status in ("exited", "dead") else None,
+        oom_killed=bool(state.get("OOMKilled")),
+        started_at=parse_docker_time(state.get("StartedAt")),
+        finished_at=parse_docker_time(state.get("FinishedAt")),
+        image=config.get("Image") or "",
+        image_id=attrs.get("Image") or "",
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
+    """Keyword arguments of `containers.create` for a rank (env given already revealed).
+
+    The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.
+    """
+    from docker.types import DeviceRequest, Mount
+
+    opts = spec.options
+    params: dict[str, Any] = {
+        "image": spec.image,
+        "command": list(spec.argv),
+        "name": spec.container_name,
+        "environment": dict(env),
+        "labels": dict(spec.labels),
+        "network_mode": opts.network_mode,
+        "ipc_mode": opts.ipc_mode,
+        "shm_size": opts.shm_size,
+        "privileged": opts.privileged,
+        "mounts": [
+            Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
+        ],
+        "detach": True,
+    }
+    if opts.gpus == "all":
+        params["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    elif opts.gpus:
+        params["device_requests"] = [DeviceRequest(device_ids=opts.gpus.split(","), capabilities=[["gpu"]])]
+    return params
+
+
+def revealed_env(spec: RankSpec) -> dict[str, str]:
+    return {k: reveal(v) for k, v in spec.env.items()}
+
+
+def has_secrets(spec: RankSpec) -> bool:
+    return any(isinstance(v, SecretRef) for v in spec.env.values())
+
+
+def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:
+    """Every container of this cluster on the node (any state), found by label."""
+    client = conn.docker()
+    found = client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={cluster}"})
+    return [info_from_attrs(conn.node, c.attrs) for c in found]
+
+
+def inspect(conn: Connector, name: str) -> ContainerInfo | None:
+    import docker.errors
+
+    try:
+        return info_from_attrs(conn.node, conn.docker().api.inspect_container(name))
+    except docker.errors.NotFound:
+        return None
+
+
+def prepare_node(conn: Connector, specs: list[RankSpec], extra_dirs: list[str]) -> None:
+    """Create the rank's writable bind-mount sources (caches) and the log dir on the node.
+
+    Read-only mounts (secret files) are not created: a missing one must fail loudly at create.
+    """
+    dirs = sorted({m.source for s in specs for m in s.mounts if not m.read_only} | set(extra_dirs))
+    if dirs:
+        conn.run(["mkdir", "-p", "--", *dirs]).check("creating cache and log directories")
+
+
+def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
+    """Create and start the rank's container; expected Docker failures become SparkctlErrors."""
+    import docker.errors
+
+    client = conn.docker()
+    try:
+        container = client.containers.create(**create_params(spec, revealed_env(spec)))
+    except docker.errors.ImageNotFound:
+        raise SparkctlError(
+            f"image {spec.image} is not on node {spec.node}",
+            fix="copy it there first: `sparkctl ship` (or docker pull on the node)",
+            node=spec.node,
+            rank=spec.rank,
+        ) from None
+    except docker.errors.APIError as exc:
+        raise _api_error("creating container " + spec.container_name, exc, spec) from None
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+        raise _api_error("starting container " + spec.container_name, exc, spec) from None
+    container.reload()
+    return info_from_attrs(conn.node, container.attrs)
+
+
+def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
+    text = str(getattr(exc, "explanation", None) or exc)
+    fix = None
+    if "capabilities: [[gpu]]" in text or "nvidia" in text.lower():
+        fix = "install the NVIDIA container toolkit on the node (`nvidia-ctk runtime configure --runtime=docker`)"
+    elif "bind source path does not exist" in text:
+        fix = "create the file on the node (secret files must exist on every node) or fix the profile path"
+    elif "Conflict" in text or "already in use" in text:
+        fix = "run `sparkctl down` (or remove the container by hand) and retry"
+    return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=spec.rank)
+
+
+def remove(conn: Connector, name: str, timeout: int = STOP_TIMEOUT) -> bool:
+    """Stop (SIGTERM, then SIGKILL after `timeout`) and remove; False when it did not exist."""
+    import docker.errors
+
+    client = conn.docker()
+    try:
+        container = client.containers.get(name)
+    except docker.errors.NotFound:
+        return False
+    with contextlib.suppress(docker.errors.NotFound):
+        if container.status in ("running", "restarting", "paused"):
+            container.stop(timeout=timeout)
+        container.remove(force=True)
+    return True
+
+
+def tail_logs(conn: Connector, name: str, lines: int = 40) -> list[str]:
+    """The container's last log lines from the engine (stdout+stderr), [] if it is gone."""
+    import docker.errors
+
+    try:
+        raw = conn.docker().api.logs(name, stdout=True, stderr=True, tail=lines)
+    except docker.errors.NotFound:
+        return []
+    return raw.decode(errors="replace").splitlines()

@@ -1,0 +1,93 @@
+"""One lifecycle operation per cluster at a time: a controller-side flock with its holder written in.
+
+flock (not a pid file) because the kernel drops the lock when its holder dies, however it dies:
+a lock left by a killed `up` is recovered by the next one without any stale-pid guessing. The
+file's content only describes the holder for the refusal message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+
+from sparkctl.errors import LockHeldError
+
+
+def state_dir() -> Path:
+    """Controller-side state: $XDG_STATE_HOME/sparkctl or ~/.local/state/sparkctl."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sparkctl"
+
+
+def lock_path(cluster: str) -> Path:
+    return state_dir() / "locks" / f"{cluster}.lock"
+
+
+def describe_holder(info: dict) -> str:
+    since = info.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
+    return (
+        f"pid {info.get('pid', '?')} on {info.get('host', '?')} running "
+        f"`{info.get('command', '?')}` since {when}"
+    )
+
+
+class ClusterLock:
+    """`with ClusterLock(cluster, command):` holds the lock or raises LockHeldError naming the holder."""
+
+    def __init__(self, cluster: str, command: str | None = None, path: Path | None = None) -> None:
+        self.cluster = cluster
+        self.command = command or shlex.join(["sparkctl", *sys.argv[1:]])
+        self.path = path or lock_path(cluster)
+        self._fd: int | None = None
+
+    def acquire(self) -> ClusterLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # O_CLOEXEC: a detached process started by this run must never inherit (and keep) the lock.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.holder(fd)
+            os.close(fd)
+            raise LockHeldError(
+                f"cluster '{self.cluster}' is locked by another sparkctl: {describe_holder(holder)}",
+                fix="wait for it to finish (or stop it); a lock whose process died is released "
+                f"automatically. Lock file: {self.path}",
+            ) from None
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": self.command,
+            "since": time.time(),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        self._fd = fd
+        return self
+
+    @staticmethod
+    def holder(fd: int) -> dict:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return {}
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the last fd drops the flock
+            self._fd = None
+
+    def __enter__(self) -> ClusterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

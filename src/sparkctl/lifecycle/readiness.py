@@ -1,0 +1,113 @@
+"""Is the endpoint serving? `/v1/models` (HTTP server up, served name) then `/health`.
+
+`/v1/models` is static metadata: it answers before warm-up ends. `/health` runs a real 1-token
+generation on rank 0 (SGLang returns 503 while starting), so only both together mean "ready".
+Ranks >= 1 run a dummy health server that always says 200, so they are never probed over HTTP;
+their liveness comes from their containers (watch.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from sparkctl.plan import Endpoint
+
+MODELS_TIMEOUT = 2.0
+HEALTH_TIMEOUT = 25.0  # SGLang's own health generation times out after 20 s
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    models_ok: bool = False
+    served: list[str] = field(default_factory=list)
+    health_ok: bool = False
+    detail: str = "not probed yet"
+
+    @property
+    def ready(self) -> bool:
+        return self.models_ok and self.health_ok
+
+    def to_json(self) -> dict:
+        return {"ready": self.ready, "models": self.models_ok, "health": self.health_ok,
+                "served": self.served, "detail": self.detail}  # fmt: skip
+
+
+# The engines sit on the cluster's own network: a proxy from the environment would only get in the way.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _get(url: str, timeout: float) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() or b""
+
+
+def served_models(body: bytes) -> list[str]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    items = data.get("data") if isinstance(data, dict) else None
+    return [str(m.get("id")) for m in items or [] if isinstance(m, dict) and m.get("id")]
+
+
+def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
+    """One probe of rank 0's API; never raises (errors become `detail`)."""
+    try:
+        code, body = _get(f"{endpoint.api_base}/models", MODELS_TIMEOUT)
+    except (OSError, urllib.error.URLError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return EndpointHealth(detail=f"/v1/models: {reason}")
+    if code != 200:
+        return EndpointHealth(detail=f"/v1/models: HTTP {code}")
+    served = served_models(body)
+    if endpoint.served_model_name not in served:
+        return EndpointHealth(
+            True, served, False, f"/v1/models lists {served}, not {endpoint.served_model_name}"
+        )
+    if not health:
+        return EndpointHealth(True, served, False, "/health not probed")
+    try:
+        code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT)
+    except (OSError, urllib.error.URLError) as exc:
+        return EndpointHealth(True, served, False, f"/health: {getattr(exc, 'reason', exc)}")
+    if code != 200:
+        return EndpointHealth(True, served, False, f"/health: HTTP {code} (warming up)")
+    return EndpointHealth(True, served, True, "ready")
+
+
+class Prober:
+    """Probes the endpoint in the background, so a slow `/health` never delays watching the ranks."""
+
+    # 0.5 s keeps "ready -> up returns" well under a second without flooding the engine's access log.
+    def __init__(self, endpoint: Endpoint, interval: float = 0.5) -> None:
+        self.endpoint = endpoint
+        self.interval = interval
+        self.state = EndpointHealth()
+        self.ready_at: float | None = None  # time.monotonic() of the first ready probe
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sparkctl-readiness", daemon=True)
+
+    def start(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            state = probe(self.endpoint)
+            self.state = state
+            if state.ready:
+                self.ready_at = time.monotonic()
+                return
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,361 @@
+"""`up`: reconcile the cluster to the plan, start ranks >= 1 then rank 0, wait, roll back on failure.
+
+The plan object `sparkctl plan` prints is the one executed here: its ranks' argv/env/mounts/labels
+go to Docker unchanged, `plan.stop_first` and every other container of the cluster are removed
+first, and only the containers this run created are rolled back when something fails (a rank
+exits, the deadline passes, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sparkctl.connectors.pool import NodePool, fan_out
+from sparkctl.errors import ExitCode, SparkctlError, UsageError
+from sparkctl.lifecycle import containers, logs
+from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle.lock import ClusterLock, state_dir
+from sparkctl.lifecycle.readiness import EndpointHealth, probe
+from sparkctl.lifecycle.watch import Snapshot, wait_ready
+from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan, node_path
+from sparkctl.profile.schema import Profile
+
+
+class PreflightFailedError(SparkctlError):
+    exit_code = ExitCode.CHECK_FAILED
+
+
+class Reporter(Protocol):
+    def phase(self, text: str) -> None: ...
+    def update(self, snapshot: Snapshot) -> None: ...
+
+
+class QuietReporter:
+    def phase(self, text: str) -> None:
+        pass
+
+    def update(self, snapshot: Snapshot) -> None:
+        pass
+
+
+@dataclass
+class UpResult:
+    plan: Plan
+    action: str  # "noop" or "started"
+    endpoint: EndpointHealth
+    removed: list[ContainerInfo] = field(default_factory=list)
+    elapsed: float = 0.0
+    ready_at: float | None = None  # time.monotonic() the endpoint first answered ready
+
+    def to_json(self) -> dict:
+        ep = self.plan.endpoint
+        return {
+            "action": self.action,
+            "cluster": self.plan.cluster,
+            "mode": self.plan.mode,
+            "config_hash": self.plan.config_hash,
+            "endpoint": {"url": ep.url, "api_base": ep.api_base, "model": ep.served_model_name},
+            "health": self.endpoint.to_json(),
+            "removed": [c.to_json() for c in self.removed],
+            "elapsed_s": round(self.elapsed, 3),
+            "ranks": [
+                {"rank": r.rank, "node": r.node, "container": r.container_name} for r in self.plan.ranks
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------------ pure steps
+def choose_mode(profile: Profile, mode: str | None, tp: int | None) -> str:
+    """MODE argument, or the mode with `--tp N`, or the profile's default."""
+    if tp is None:
+        return mode or profile.default_mode()
+    matches = [name for name, m in profile.modes.items() if m.tp == tp]
+    if mode is not None:
+        if mode in profile.modes and profile.modes[mode].tp != tp:
+            raise UsageError(f"mode '{mode}' has tp={profile.modes[mode].tp}, not --tp {tp}")
+        return mode
+    if not matches:
+        have = ", ".join(f"{n} (tp={m.tp})" for n, m in profile.modes.items())
+        raise UsageError(f"no mode with tp={tp} in this profile", fix=f"modes: {have}")
+    if len(matches) > 1:
+        raise UsageError(
+            f"several modes have tp={tp}: {', '.join(matches)}", fix="name the mode instead of --tp"
+        )
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    up_to_date: bool  # every planned rank runs with the plan's config hash
+    remove: list[ContainerInfo]  # what must go before starting (other modes, changed or dead ranks)
+    leftovers: list[ContainerInfo]  # not-running containers of the cluster that are not planned
+
+
+def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
+    planned = {(s.node, s.container_name) for s in plan.ranks}
+    mine = {(c.node, c.name): c for c in observed if (c.node, c.name) in planned}
+    others = [c for c in observed if (c.node, c.name) not in planned]
+    up_to_date = len(mine) == len(planned) and all(
+        c.running and c.config_hash == plan.config_hash for c in mine.values()
+    )
+    if up_to_date and not any(c.running for c in others):
+        return Reconcile(True, [], [c for c in others if not c.running])
+    return Reconcile(False, [*others, *mine.values()], [])
+
+
+def involved_nodes(plan: Plan) -> list[str]:
+    """Nodes holding the plan's ranks or anything plan.stop_first names (order kept, no repeats)."""
+    return list(dict.fromkeys([*plan.nodes, *(c.node for c in plan.stop_first)]))
+
+
+# ------------------------------------------------------------------------------------ I/O steps
+def observe(pool: NodePool, cluster: str, nodes: list[str]) -> list[ContainerInfo]:
+    results = pool.map(nodes, lambda conn: containers.list_cluster(conn, cluster))
+    found: list[ContainerInfo] = []
+    for node, res in results.items():
+        if isinstance(res, BaseException):
+            raise (
+                res
+                if isinstance(res, SparkctlError)
+                else SparkctlError(f"listing containers: {res}", node=node)
+            )
+        found += res
+    return found
+
+
+def remove_all(pool: NodePool, infos: list[ContainerInfo]) -> None:
+    """Stop and remove containers, all nodes in parallel; raise naming the first node that failed."""
+    by_node: dict[str, list[str]] = {}
+    for c in infos:
+        by_node.setdefault(c.node, []).append(c.name)
+
+    def remove_on(node: str) -> None:
+        conn = pool.get(node)
+        for res in fan_out(by_node[node], lambda name: containers.remove(conn, name)).values():
+            if isinstance(res, BaseException):
+                raise res
+
+    for node, res in fan_out(list(by_node), remove_on).items():
+        if isinstance(res, BaseException):
+            raise (
+                res
+                if isinstance(res, SparkctlError)
+                else SparkctlError(f"removing containers: {res}", node=node)
+            )
+
+
+log_path = logs.rank_log_path
+
+
+def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
+    """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
+    if not plan.unresolved:
+        return plan
+    from sparkctl.preflight.probes import probe_rdma  # preflight's RoCE discovery, reused as is
+    from sparkctl.preflight.rdma import hca_candidates
+
+    auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
+
+    def discover(node: str) -> list[str]:
+        fabric = profile.node(node).fabric
+        assert fabric is not None
+        found = hca_candidates(probe_rdma(pool.get(node)), fabric.netdevs, str(fabric.ip))
+        if not found:
+            raise UsageError(
+                f"fabric.hcas is 'auto' but no ACTIVE RoCE device is bound to {','.join(fabric.netdevs)}",
+                node=node,
+                fix="run `sparkctl preflight` (RoceHca shows the devices), set nodes[].fabric.hcas, "
+                "or use fabric.transport: tcp",
+            )
+        return found
+
+    results = fan_out(auto, discover)
+    _raise_first(results)
+    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=dict(results)))  # type: ignore[arg-type]
+    if resolved.unresolved:
+        raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))
+    return resolved
+
+
+def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set[str]) -> str:
+    """The quick subset of preflight; raises PreflightFailedError listing every error."""
+    try:
+        from sparkctl.preflight import FAST_CHECKS, run_preflight
+    except ImportError:
+        return "preflight not available in this build: skipped"
+    report = run_preflight(profile, plan, pool, only=set(FAST_CHECKS), ignore=ignore)
+    if report.errors:
+        lines = "; ".join(f"[{f.check}{'-' + f.node if f.node else ''}] {f.message}" for f in report.errors)
+        raise PreflightFailedError(
+            f"preflight found {len(report.errors)} error(s): {lines}",
+            fix="fix them (`sparkctl preflight` shows every check with its fix) or pass --skip-preflight",
+        )
+    return f"preflight ok ({len(report.findings)} checks)"
+
+
+def record_attempt(plan: Plan, outcome: str) -> None:
+    """Remember the last `up` per cluster (so `logs` can find a rolled-back mode's files)."""
+    path = state_dir() / "clusters" / f"{plan.cluster}.json"
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"mode": plan.mode, "config_hash": plan.config_hash, "outcome": outcome, "at": time.time()}
+        path.write_text(json.dumps(data))
+
+
+def last_attempt(cluster: str) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((state_dir() / "clusters" / f"{cluster}.json").read_text())
+    return {}
+
+
+# ------------------------------------------------------------------------------------ up
+def up(
+    profile: Profile,
+    pool: NodePool,
+    *,
+    mode: str | None = None,
+    tp: int | None = None,
+    skip_preflight: bool = False,
+    timeout: float | None = None,
+    reporter: Reporter | None = None,
+    lock: bool = True,
+) -> UpResult:
+    rep = reporter or QuietReporter()
+    plan = build_plan(profile, choose_mode(profile, mode, tp))
+    with ClusterLock(plan.cluster) if lock else contextlib.nullcontext():
+        return _up_locked(profile, pool, plan, skip_preflight, timeout, rep)
+
+
+def _up_locked(
+    profile: Profile, pool: NodePool, plan: Plan, skip_preflight: bool, timeout: float | None, rep: Reporter
+) -> UpResult:
+    t0 = time.monotonic()
+    budget = timeout if timeout is not None else profile.engine.ready_timeout
+    deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
+    plan = resolve_plan(profile, plan, pool)
+    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    rec = reconcile(plan, observed)
+    if rec.up_to_date:
+        health = probe(plan.endpoint)
+        if health.ready:
+            if rec.leftovers:
+                remove_all(pool, rec.leftovers)
+            rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
+            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0)
+        rep.phase(
+            f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
+        )
+        rec = Reconcile(False, [c for c in observed], [])
+
+    if not skip_preflight:
+        # Our own containers that are about to be removed hold the port and look stray: expected.
+        ignore = {"StrayContainers", "PortFree"} if rec.remove else set()
+        rep.phase(run_fast_preflight(profile, plan, pool, ignore))
+
+    if rec.remove:
+        rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
+        remove_all(pool, rec.remove)
+
+    record_attempt(plan, "starting")
+    started: list[RankSpec] = []
+    try:
+        _prepare(profile, pool, plan)
+        # Ranks >= 1 first (they wait for rank 0's rendezvous), then rank 0, as the recipe does.
+        peers, rank0 = plan.ranks[1:], plan.ranks[0]
+        if peers:
+            rep.phase("starting " + ", ".join(f"rank {s.rank} on {s.node}" for s in peers))
+            _start(profile, pool, peers, started)
+        rep.phase(f"starting rank 0 on {rank0.node}")
+        _start(profile, pool, [rank0], started)
+        rep.phase(f"waiting for {plan.endpoint.api_base} (deadline {deadline - time.monotonic():.0f}s)")
+        result = wait_ready(
+            pool,
+            plan,
+            deadline,
+            budget=budget,
+            on_update=rep.update,
+            log_hint=lambda s: _log_hint(profile, s),
+        )
+    except BaseException as exc:
+        record_attempt(plan, "failed")
+        rep.phase("rolling back the ranks this run started")
+        problems = _rollback(pool, started)
+        if problems and isinstance(exc, SparkctlError):
+            exc.fix = ((exc.fix + "; ") if exc.fix else "") + "rollback incomplete: " + "; ".join(problems)
+        raise
+    record_attempt(plan, "ready")
+    return UpResult(plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at)
+
+
+def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    by_node: dict[str, list[RankSpec]] = {}
+    for spec in plan.ranks:
+        by_node.setdefault(spec.node, []).append(spec)
+
+    def prep(node: str) -> None:
+        specs = by_node[node]
+        log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
+        containers.prepare_node(pool.get(node), specs, log_dirs)
+
+    _raise_first(fan_out(list(by_node), prep))
+
+
+def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
+    by_rank = {s.rank: s for s in specs}
+
+    def start_one(rank: int) -> None:
+        spec = by_rank[rank]
+        conn = pool.get(spec.node)
+        containers.start_rank(conn, spec)
+        started.append(spec)  # list.append is atomic; rollback sees every created container
+        logs.start_follower(conn, spec.container_name, log_path(profile, spec))
+
+    _raise_first(fan_out(list(by_rank), start_one), by_rank)
+
+
+def _raise_first(results: dict, by_rank: dict[int, RankSpec] | None = None) -> None:
+    for key, res in results.items():
+        if isinstance(res, BaseException):
+            if isinstance(res, SparkctlError) or not isinstance(res, Exception):
+                raise res  # expected errors, and Ctrl-C caught inside a worker wait, pass as they are
+            spec = (by_rank or {}).get(key)
+            node, rank = (spec.node, spec.rank) if spec else (key, None)
+            raise SparkctlError(f"{type(res).__name__}: {res}", node=node, rank=rank) from res
+
+
+def _rollback(pool: NodePool, started: list[RankSpec]) -> list[str]:
+    by_rank = {s.rank: s for s in started}
+    results = fan_out(
+        list(by_rank), lambda r: containers.remove(pool.get(by_rank[r].node), by_rank[r].container_name)
+    )
+    return [
+        f"{by_rank[r].container_name} on {by_rank[r].node}: {res}"
+        for r, res in results.items()
+        if isinstance(res, BaseException)
+    ]
+
+
+def _log_hint(profile: Profile, spec: RankSpec) -> str:
+    return f"full log: `sparkctl logs --rank {spec.rank}` (file {spec.node}:{log_path(profile, spec)})"
+
+
+def curl_example(plan: Plan) -> str:
+    import shlex
+
+    ep = plan.endpoint
+    body = {
+        "model": ep.served_model_name,
+        "messages": [{"role": "user", "content": "Hello!"}],
+        "max_tokens": 64,
+    }
+    url = f"{ep.api_base}/chat/completions"
+    return shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+
+
+def log_hint_for(profile: Profile) -> Callable[[RankSpec], str]:
+    return lambda spec: _log_hint(profile, spec)

@@ -1,0 +1,175 @@
+"""Wait for the endpoint while watching every rank's container, under one deadline.
+
+The reference script polled rank 0's HTTP port only: a dead rank 1 meant waiting for the
+timeout with no message. Here each poll inspects every rank's container through the Docker API
+of its node; the first rank found exited ends the wait at once with its own last log lines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sparkctl.connectors.pool import NodePool, fan_out
+from sparkctl.errors import SparkctlError
+from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
+from sparkctl.lifecycle.readiness import EndpointHealth, Prober
+from sparkctl.plan import Plan, RankSpec
+from sparkctl.secrets import redact
+
+POLL_S = 0.25
+LAST_LINE_EVERY_S = 1.0
+FAIL_LOG_LINES = 40
+
+
+@dataclass
+class RankView:
+    rank: int
+    node: str
+    container: str
+    status: str = "starting"
+    last_line: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    elapsed: float
+    remaining: float
+    ranks: list[RankView]
+    endpoint: EndpointHealth
+
+
+@dataclass(frozen=True)
+class RankLog:
+    rank: int
+    node: str
+    lines: list[str]
+
+
+class RankFailedError(SparkctlError):
+    """A rank's container exited (or vanished) before the endpoint became ready."""
+
+    def __init__(self, message: str, *, node: str, rank: int, logs: list[RankLog], fix: str | None = None):
+        super().__init__(message, fix=fix, node=node, rank=rank)
+        self.logs = logs
+
+
+class ReadyTimeoutError(SparkctlError):
+    """The deadline passed with every rank still running but the endpoint not ready."""
+
+    def __init__(self, message: str, *, logs: list[RankLog], fix: str | None = None, node: str | None = None):
+        super().__init__(message, fix=fix, node=node, rank=0)
+        self.logs = logs
+
+
+@dataclass
+class WaitResult:
+    elapsed: float
+    endpoint: EndpointHealth
+    ready_at: float  # time.monotonic() when the endpoint first answered ready
+    views: list[RankView] = field(default_factory=list)
+
+
+def _rank_logs(pool: NodePool, spec: RankSpec, lines: int) -> RankLog:
+    try:
+        text = tail_logs(pool.get(spec.node), spec.container_name, lines)
+    except Exception as exc:  # noqa: BLE001 - logs are best effort on the failure path
+        text = [f"(could not read the log: {exc})"]
+    return RankLog(spec.rank, spec.node, [redact(line, spec.env) for line in text])
+
+
+def _first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
+    dead = [
+        (info.finished_at if info else None, r)
+        for r, info in infos.items()
+        if info is None or not info.running
+    ]
+    if not dead:
+        return None
+    far = datetime.max.replace(tzinfo=UTC)
+    return min(dead, key=lambda d: (d[0] or far, d[1]))[1]
+
+
+def wait_ready(
+    pool: NodePool,
+    plan: Plan,
+    deadline: float,
+    *,
+    budget: float | None = None,
+    on_update: Callable[[Snapshot], None] | None = None,
+    log_hint: Callable[[RankSpec], str] | None = None,
+    poll: float = POLL_S,
+) -> WaitResult:
+    """Block until rank 0's endpoint is ready, a rank exits, or `deadline` (time.monotonic())."""
+    start = time.monotonic()
+    views = {s.rank: RankView(s.rank, s.node, s.container_name) for s in plan.ranks}
+    prober = Prober(plan.endpoint).start()
+    next_lines = start
+    try:
+        while True:
+            fetch_lines = on_update is not None and time.monotonic() >= next_lines
+
+            def look(rank: int, fetch_lines: bool = fetch_lines) -> tuple[ContainerInfo | None, str | None]:
+                spec = plan.rank(rank)
+                conn = pool.get(spec.node)
+                info = inspect(conn, spec.container_name)
+                line = None
+                if fetch_lines and info is not None:
+                    tail = tail_logs(conn, spec.container_name, 1)
+                    line = redact(tail[-1], spec.env) if tail else ""
+                return info, line
+
+            results = fan_out([s.rank for s in plan.ranks], look)
+            infos: dict[int, ContainerInfo | None] = {}
+            for rank, res in results.items():
+                spec = plan.rank(rank)
+                if isinstance(res, BaseException):
+                    if isinstance(res, SparkctlError) or not isinstance(res, Exception):
+                        raise res
+                    raise SparkctlError(
+                        f"lost track of rank {spec.rank}'s container: {res}", node=spec.node, rank=spec.rank
+                    ) from res
+                info, line = res
+                infos[spec.rank] = info
+                views[spec.rank].status = info.status if info else "gone"
+                if line is not None:
+                    views[spec.rank].last_line = line
+            if fetch_lines:
+                next_lines = time.monotonic() + LAST_LINE_EVERY_S
+
+            dead = _first_dead(infos)
+            if dead is not None:
+                spec = plan.rank(dead)
+                info = infos[dead]
+                how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
+                others = [r for r, i in infos.items() if r != dead and (i is None or not i.running)]
+                also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
+                raise RankFailedError(
+                    f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
+                    node=spec.node,
+                    rank=dead,
+                    logs=[_rank_logs(pool, spec, FAIL_LOG_LINES)],
+                    fix=log_hint(spec) if log_hint else None,
+                )
+            now = time.monotonic()
+            if prober.ready_at is not None:
+                return WaitResult(now - start, prober.state, prober.ready_at, list(views.values()))
+            if on_update is not None:
+                on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), prober.state))
+            if now >= deadline:
+                spec0 = plan.rank(0)
+                logs = [_rank_logs(pool, spec0, FAIL_LOG_LINES)]
+                logs += [_rank_logs(pool, s, 10) for s in plan.ranks[1:]]
+                raise ReadyTimeoutError(
+                    f"endpoint {plan.endpoint.url} not ready within the {budget or now - start:.0f}s deadline "
+                    f"(last probe: {prober.state.detail}); all ranks still running",
+                    node=spec0.node,
+                    logs=logs,
+                    fix="raise engine.ready_timeout (or --timeout) if it is still loading; "
+                    + (log_hint(spec0) if log_hint else "check the logs"),
+                )
+            time.sleep(poll)
+    finally:
+        prober.stop()
