@@ -18,34 +18,9 @@ import pytest
 
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
-from tests.testbed.profiles import write_lab_profile
+from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
 
 pytestmark = pytest.mark.testbed
-
-SOLO = {"nodes": ["spark1"], "tp": 1, "default": True}
-TP2 = {"nodes": ["spark1", "spark2"], "tp": 2}
-
-
-def cli(state: Path, profile: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
-
-
-def cluster_containers(lab, cluster: str) -> dict[str, list]:
-    return {
-        n.name: lab.docker(n).containers.list(all=True, filters={"label": f"sparkctl.cluster={cluster}"})
-        for n in lab.nodes
-    }
-
-
-def standin_record(lab, node: str, name: str) -> dict:
-    rc, out = lab.docker(node).containers.get(name).exec_run(["cat", "/tmp/standin-record.json"])
-    assert rc == 0, out
-    return json.loads(out)
-
 
 def follow_logs_sees_new_lines(state: Path, path: Path, plan) -> None:
     """`logs -f` prints both ranks, then a line written after it started; Ctrl-C ends it cleanly."""
@@ -70,28 +45,6 @@ def follow_logs_sees_new_lines(state: Path, path: Path, plan) -> None:
     assert {"rank0@spark1", "rank1@spark2"} <= {x.split(" | ")[0] for x in seen}
     assert any("marker=followed" in x for x in seen), seen
     assert proc.returncode == 0
-
-
-@pytest.fixture
-def setup(lab, tmp_path):
-    """(profile writer, state dir); every cluster container is removed after the test."""
-    state = tmp_path / "state"
-    written: list[Path] = []
-
-    def profile(name: str = "sparkctl.yaml", **modes_env: dict) -> Path:
-        modes = {"solo": dict(SOLO), "tp2": dict(TP2)}
-        for mode, env in modes_env.items():
-            modes[mode]["env"] = env
-        path = write_lab_profile(lab, tmp_path / name, modes=modes)
-        written.append(path)
-        return path
-
-    yield profile, state
-    if written:
-        cli(state, written[0], "down")
-    cluster = load_profile_file(written[0]).cluster if written else None
-    if cluster:
-        assert not any(cluster_containers(lab, cluster).values())
 
 
 def test_up_tp2_status_logs_switch_down(lab, setup):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 from sparkctl.commands.verify import ModeArg, ModelOpt, UrlOpt, resolve_endpoint
 
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, max=50, help="Repetitions per workload.")]
@@ -51,13 +51,12 @@ def bench(
     from sparkctl.benchmark.workloads import default_suite, select
     from sparkctl.errors import UsageError
 
-    if compare:
-        # Switching modes is the lifecycle's job (stop one, start the other, wait for ready).
-        raise UsageError(
-            "--compare needs the mode lifecycle (`sparkctl up` / switch), which this build lacks",
-            fix="run `sparkctl bench MODE_A --out a.json`, switch modes, then `sparkctl bench MODE_B`",
-        )
     suite = select(default_suite(max_tokens, prefix_words, concurrency), workload)
+    if compare:
+        if url:
+            raise UsageError("--compare switches modes of a profile", fix="drop --url/--model, use -p PROFILE")
+        _compare(profile, compare, suite, reps, budget, out, json_out)
+        return
     base, served, config_hash = resolve_endpoint(profile, mode, url, model)
     con = console(stderr=json_out)
     con.print(f"[bold]bench[/] {base}  model [bold]{served}[/]  {reps} reps x {len(suite)} workloads")
@@ -80,6 +79,39 @@ def bench(
         con.print(bench_table(result))
         if out:
             con.print(f"saved {out}")
+
+
+def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, out, json_out: bool) -> None:  # noqa: ANN001
+    """Run in MODE_A, switch (the lifecycle's `up`, which stops the other mode first), run in MODE_B."""
+    import json
+
+    from sparkctl.benchmark.report import compare_table
+    from sparkctl.benchmark.runner import compare, run_bench
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.up import up
+    from sparkctl.plan import build_plan
+
+    prof = load_profile(profile)
+    con = console(stderr=json_out)
+    with NodePool(prof) as pool:
+
+        def switch(mode: str) -> None:
+            con.print(f"[bold]switching to {mode}[/] (waits until ready)")
+            up(prof, pool, mode=mode)
+
+        def run(mode: str):  # noqa: ANN202 - BenchResult
+            plan = build_plan(prof, mode)
+            return run_bench(plan.endpoint.url, plan.endpoint.served_model_name, suite, reps=reps,
+                             budget_s=budget, mode=mode, config_hash=plan.config_hash)  # fmt: skip
+
+        results = compare(modes, switch, run)
+    data = {"compare": [r.to_json() for r in results]}
+    if out:
+        out.write_text(json.dumps(data, indent=2) + "\n")
+    if json_out:
+        print_json(data)
+    else:
+        con.print(compare_table(results))
 
 
 def register(app: typer.Typer) -> None:

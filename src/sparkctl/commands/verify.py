@@ -20,7 +20,8 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per reques
 
 
 def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | None):  # noqa: ANN001, ANN201
-    """(url, model, config_hash) from --url/--model, or from the profile's plan for MODE."""
+    """(url, model, config_hash) from --url/--model, or from the profile's plan for MODE (default:
+    the mode running now, else the profile's default mode)."""
     from sparkctl.errors import UsageError
 
     if url or model:
@@ -31,7 +32,14 @@ def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | No
         return url, model, None
     from sparkctl.plan import build_plan
 
-    plan = build_plan(load_profile(profile), mode)
+    prof = load_profile(profile)
+    if mode is None:
+        from sparkctl.connectors import NodePool
+        from sparkctl.lifecycle.status import running_mode
+
+        with NodePool(prof) as pool:
+            mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
+    plan = build_plan(prof, mode)
     return plan.endpoint.url, plan.endpoint.served_model_name, plan.config_hash
 
 

@@ -79,3 +79,10 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         health = probe(plan.endpoint) if plan else EndpointHealth(detail="mode no longer in the profile")
         out.modes.append(ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None))
     return out
+
+
+def running_mode(profile: Profile, pool: NodePool) -> str | None:
+    """The one mode whose containers run now (None if none, several, or nodes unreachable)."""
+    results = pool.map([n.name for n in profile.nodes], lambda c: containers.list_cluster(c, profile.cluster))
+    modes = {c.mode for res in results.values() if not isinstance(res, BaseException) for c in res if c.running}
+    return modes.pop() if len(modes) == 1 else None
