@@ -1,0 +1,84 @@
+"""Benchmark `sparkctl preflight` on a 2-node and an 8-node testbed, measured in the same run.
+
+    python bench/preflight.py [--runs 5]   (root, repo root)
+
+Brings up a 2-node lab, then an 8-node lab (one at a time), each with the stand-in engine image
+and weights on every node, a mode spanning all nodes (so every fabric pair is pinged both ways)
+and transport roce on fixture sysfs trees. Times a full preflight (fresh connections, all
+checks) `--runs` times per lab and prints the medians and their ratio (target: 8 nodes within
+1.5x of 2 nodes: the nodes are checked in parallel over one connection each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+import yaml  # noqa: E402
+from tests.fixtures.sysfs.build import build_tree  # noqa: E402
+from tests.testbed.lab import NODE_MOUNT, Lab  # noqa: E402
+from tests.testbed.profiles import lab_profile  # noqa: E402
+
+from sparkctl.connectors import NodePool  # noqa: E402
+from sparkctl.plan import build_plan  # noqa: E402
+from sparkctl.preflight import run_preflight  # noqa: E402
+from sparkctl.profile import load_profile_file  # noqa: E402
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _prepare(lab: Lab, path: Path) -> Path:
+    for n in lab.nodes:
+        for repo in ("models--test-org--tiny-model", "models--test-org--tiny-draft"):
+            d = Path(n.node_root, "hf", "hub", repo)
+            (d / "refs").mkdir(parents=True, exist_ok=True)
+            (d / "snapshots" / COMMIT).mkdir(parents=True, exist_ok=True)
+            (d / "refs" / "main").write_text(COMMIT)
+            (d / "snapshots" / COMMIT / "config.json").write_text("{}")
+        build_tree(Path(n.node_root, "sys"), {n.fabric_netdev: n.fabric_ip})
+    names = [n.name for n in lab.nodes]
+    modes = {"all": {"nodes": names, "tp": len(names), "default": True}}
+    path.write_text(yaml.safe_dump(lab_profile(lab, modes=modes, transport="roce"), sort_keys=False))
+    return path
+
+
+def measure(nodes: int, runs: int) -> tuple[float, list[float], int]:
+    with Lab(nodes=nodes) as lab:
+        lab.install_engine_image()
+        profile = load_profile_file(_prepare(lab, Path(f"/tmp/bench-preflight-{lab.id}.yaml")))
+        plan = build_plan(profile, "all")
+        times, findings = [], 0
+        for _ in range(runs + 1):  # the first run warms caches (page cache, docker CLI binary)
+            start = time.perf_counter()
+            with NodePool(profile) as pool:
+                report = run_preflight(profile, plan, pool, sysfs_root=f"{NODE_MOUNT}/sys")
+            times.append(time.perf_counter() - start)
+            findings = len(report.findings)
+            if not report.ok:
+                raise SystemExit(f"{nodes}-node lab is not healthy: {[f.message for f in report.errors]}")
+        return statistics.median(times[1:]), times[1:], findings
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    results = {}
+    for n in (2, 8):
+        med, times, findings = measure(n, args.runs)
+        results[n] = med
+        print(f"{n} nodes: median {med:.3f}s over {len(times)} runs ({', '.join(f'{t:.2f}' for t in times)}); "
+              f"{findings} findings", flush=True)  # fmt: skip
+    ratio = results[8] / results[2]
+    print(f"ratio 8/2 nodes: {ratio:.2f}x (target <= 1.5x) -> {'PASS' if ratio <= 1.5 else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The pure check functions and check-name handling: facts in, findings with fixes out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkctl.errors import UsageError
+from sparkctl.findings import Finding, Severity
+from sparkctl.gpu.probe import parse_meminfo
+from sparkctl.plan import build_plan
+from sparkctl.preflight import checks as C
+from sparkctl.preflight.names import CHECKS, FAST_CHECKS, validate_names
+from sparkctl.preflight.parsers import DiskUsage, Netdev, RepoListing
+from sparkctl.preflight.probes import ContainerFacts, DockerFacts, ImageFacts
+from sparkctl.preflight.runner import _apply_ignore
+from sparkctl.profile import load_profile_file
+
+ROOT = Path(__file__).parents[2]
+GB10_MEMINFO = ROOT / "tests" / "fixtures" / "gpu" / "gb10" / "meminfo.txt"
+E, W, OK = Severity.ERROR, Severity.WARN, Severity.OK
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+
+
+def sev(findings: list[Finding]) -> list[Severity]:
+    return [f.severity for f in findings]
+
+
+def test_mtu_1500_is_an_error_naming_node_and_netdev(profile) -> None:
+    node = profile.node("spark2")
+    devs = {"enp1s0f1np1": Netdev("enp1s0f1np1", 1500, "UP", ("UP", "LOWER_UP"), ("192.168.100.11/24",))}
+    found = C.check_fabric_netdevs(node, devs, 9000)
+    mtu = next(f for f in found if f.check == "Mtu")
+    assert mtu.severity is E and "spark2" in mtu.message and "enp1s0f1np1" in mtu.message
+    assert "mtu 9000" in mtu.fix and mtu.key == "Mtu-spark2"
+    assert next(f for f in found if f.check == "FabricNetdev").severity is OK
+
+
+def test_missing_netdev_and_ip_elsewhere(profile) -> None:
+    devs = {"eth0": Netdev("eth0", 1500, "UP", ("UP", "LOWER_UP"), ("192.168.100.11/24",))}
+    found = C.check_fabric_netdevs(profile.node("spark2"), devs, 9000)
+    msgs = " | ".join(f.message for f in found if f.severity is E)
+    assert "enp1s0f1np1 does not exist (present: eth0)" in msgs and "it is on eth0" in msgs
+
+
+def img(i: str, layers=("l1",)) -> ImageFacts:
+    return ImageFacts("sglang-dflash:spark", i, 10 << 30, tuple(layers), "2026-01-01")
+
+
+def test_images_missing_and_different() -> None:
+    found = C.check_images("ref", {"spark1": img("sha256:aa"), "spark2": None}, "spark1", None, "ref")
+    missing = next(f for f in found if f.severity is E)
+    assert (
+        missing.check == "ImagePresent"
+        and missing.node == "spark2"
+        and "ship --image --to spark2" in missing.fix
+    )
+    found = C.check_images(
+        "ref", {"spark1": img("sha256:aa"), "spark2": img("sha256:bb", ("l2",))}, "spark1", None, "ref"
+    )
+    other = next(f for f in found if f.severity is E)
+    assert (
+        other.check == "ImageSame" and other.node == "spark2" and "sha256:bb" in other.message and other.fix
+    )
+    pinned = "sha256:" + "c" * 64
+    found = C.check_images("ref", {"spark1": img("sha256:aa")}, "spark1", pinned, "ref")
+    assert any(f.check == "ImageSame" and f.severity is E and "image.id" in f.fix for f in found)
+
+
+def test_same_layers_other_id_is_a_warning() -> None:
+    found = C.check_images("ref", {"a": img("sha256:aa"), "b": img("sha256:bb")}, "a", None, "ref")
+    assert [f.severity for f in found if f.check == "ImageSame"] == [OK, W]
+
+
+def test_weights_missing_and_drift() -> None:
+    c1, c2 = "1" * 40, "2" * 40
+    listings = {"spark1": RepoListing(True, {"main": c1}, {c1: 5}), "spark2": RepoListing(False)}
+    found, commits = C.check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
+    assert (
+        sev(found) == [OK, E] and commits == {"spark1": c1} and "ship --weights --to spark2" in found[1].fix
+    )
+    listings["spark2"] = RepoListing(True, {"main": c2}, {c2: 5})
+    found, _ = C.check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
+    assert found[-1].severity is E and "different commits" in found[-1].message
+
+
+def test_disk_free() -> None:
+    disk = DiskUsage("/var/lib/docker", "/", 100 << 20, 5 << 20)  # 5 GiB free
+    (f,) = C.check_disk("spark2", {"image": (10 << 30, disk)})
+    assert f.severity is E and "10.0 GiB" in f.message
+    (f,) = C.check_disk("spark2", {"image": (0, disk), "weights": (1 << 30, disk)})  # same filesystem: summed
+    assert f.severity is OK and "image + weights" in f.message
+
+
+def test_ports_and_stray_containers(profile) -> None:
+    plan = build_plan(profile, "tp2")
+    r0 = plan.ranks[0]
+    ours = ContainerFacts("1", r0.container_name, "running", "img", dict(r0.labels))
+    found = C.check_ports("spark1", {8888, 50051}, {8888: "HTTP", 50051: "dist-init"}, [ours], plan)
+    assert sev(found) == [OK, OK]
+    found = C.check_ports("spark1", {8888}, {8888: "HTTP"}, [], plan)
+    assert found[0].severity is E and "ss -ltnp" in found[0].fix
+    manual = ContainerFacts("2", r0.container_name, "running", "x", {})
+    leftover = ContainerFacts(
+        "3", "old", "exited", "x", {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "gone"}
+    )
+    solo = ContainerFacts("4", "sparkctl-sparkduo-solo-r0", "running", "x",
+                          {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "solo"})  # fmt: skip
+    found = C.check_stray("spark1", [manual, leftover, solo, ours], plan, profile)
+    assert sev(found) == [E, E, W, OK]
+    assert "not sparkctl's" in found[0].message and "docker rm -f old" in found[1].fix
+
+
+def test_unified_memory_on_gb10() -> None:
+    mem = parse_meminfo(GB10_MEMINFO.read_text())  # captured on a GB10: ~113 GiB available
+    assert C.check_unified_memory("spark1", mem, 60 << 30, 0.9).severity is OK
+    bad = C.check_unified_memory("spark1", mem, 110 << 30, 0.9)
+    assert bad.severity is E and "MemAvailable 113.1 GiB" in bad.message and "drop_caches" in bad.fix
+    cached = {**mem, "MemFree": 20 << 20}  # 20 GiB free, the rest page cache
+    warn = C.check_unified_memory("spark1", cached, 60 << 30, 0.9)
+    assert warn.severity is W and "page cache" in warn.message
+    assert C.mem_fraction(["x", "--mem-fraction-static", "0.9"]) == 0.9
+
+
+def test_docker_gpu_runtime() -> None:
+    facts = DockerFacts("27.0", ("runc",), "runc", "/var/lib/docker")
+    assert sev(C.check_docker("n", facts, True, False)) == [OK, E]
+    assert sev(C.check_docker("n", facts, True, True)) == [OK, OK]
+    assert sev(C.check_docker("n", facts, False, None)) == [OK]
+
+
+def test_names() -> None:
+    assert set(CHECKS) >= FAST_CHECKS
+    assert validate_names({"mtu", "all"}, "--ignore") == set(CHECKS)
+    with pytest.raises(UsageError) as exc:
+        validate_names({"Mut"}, "--ignore")
+    assert "did you mean 'Mtu'" in exc.value.fix
+
+
+def test_ignore_downgrades_errors_only() -> None:
+    found = [
+        Finding("Mtu", E, "m", node="a"),
+        Finding("PingDf", E, "p", node="a"),
+        Finding("DriverDrift", E, "d"),
+    ]
+    out = _apply_ignore(found, {"Mtu", "Gpus"})
+    assert sev(out) == [W, E, W] and out[0].message.endswith("[ignored]")
