@@ -84,4 +84,4 @@ def test_cli_errors_are_one_line_with_distinct_codes() -> None:
     half = _cli("verify", "--url", "http://127.0.0.1:1")
     assert half.returncode == 2 and "--url and --model go together" in half.stderr
     cmp = _cli("bench", "--url", "http://127.0.0.1:1", "--model", "m", "--compare", "solo", "tp2")
-    assert cmp.returncode == 2 and "--compare needs the mode lifecycle" in cmp.stderr
+    assert cmp.returncode == 2 and "--compare switches modes of a profile" in cmp.stderr

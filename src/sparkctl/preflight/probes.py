@@ -91,7 +91,7 @@ class ProbeError(Exception):
         self.fix = fix
 
 
-def _ok(res: RunResult, what: str, fix: str | None = None) -> str:
+def checked_stdout(res: RunResult, what: str, fix: str | None = None) -> str:
     if res.rc != 0:
         detail = (res.stderr or res.stdout).strip().splitlines()
         raise ProbeError(f"{what} failed (exit {res.rc}): {detail[-1] if detail else 'no output'}", fix)
@@ -116,7 +116,7 @@ class Probe:
 
 
 def _checked(what: str, parse: Callable[[str], Any], fix: str | None = None) -> Callable[[RunResult], Any]:
-    return lambda res: parse(_ok(res, what, fix))
+    return lambda res: parse(checked_stdout(res, what, fix))
 
 
 def run_batch(conn: Connector, probes: Mapping[str, Probe]) -> dict[str, Any]:
@@ -198,7 +198,7 @@ def _parse_gpus(res: RunResult) -> GpuReport | None:
     if res.rc == 127 or (res.rc and "not found" in res.stderr.lower()):
         return None
     return report_from_smi(
-        _ok(res, "nvidia-smi", "check the NVIDIA driver (`nvidia-smi` must work on the node)")
+        checked_stdout(res, "nvidia-smi", "check the NVIDIA driver (`nvidia-smi` must work on the node)")
     )
 
 

@@ -1,0 +1,240 @@
+"""What one node is, for `sparkctl init`: gathered with preflight's probes over the node's connector.
+
+Every command is one of `sparkctl.preflight.probes` (netdevs, RDMA sysfs, GPUs, meminfo, NVIDIA
+hook, HF repo listings, Docker) except the two that only init needs: the hostname and the list of
+HF cache dirs with their repos. Two execs per node (`run_batch`), plus the Docker API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkctl.errors import SparkctlError
+from sparkctl.preflight import probes as P
+from sparkctl.preflight.parsers import Netdev, RepoListing
+from sparkctl.preflight.rdma import NoRdma, RdmaDevice
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector
+    from sparkctl.gpu.probe import GpuReport
+
+# $@ = caches the user named. Prints `cache\t<source>\t<path>` per cache dir that has a hub/, then
+# `repo\t<path>\t<models--org--name>` per repo in it. `~/` is expanded here, on the node.
+CACHES_SCRIPT = r"""
+list() {
+  [ -d "$2/hub" ] || return 0
+  printf 'cache\t%s\t%s\n' "$1" "$2"
+  for r in "$2"/hub/models--*/; do [ -d "$r" ] && { r=${r%/}; printf 'repo\t%s\t%s\n' "$2" "${r##*/}"; }; done
+}
+for c in "$@"; do case "$c" in "~/"*) c="$HOME/${c#"~/"}";; esac; list given "$c"; done
+[ -n "$HF_HOME" ] && list HF_HOME "$HF_HOME"
+list default "$HOME/.cache/huggingface"
+"""
+
+
+@dataclass(frozen=True)
+class SglangImage:
+    ref: str
+    id: str
+    size: int
+    sglang_version: str | None = None
+
+
+@dataclass(frozen=True)
+class HfCache:
+    path: str  # as resolved on the node
+    source: str  # "given" (--hf-cache), "HF_HOME" or "default" (~/.cache/huggingface)
+    repos: dict[str, RepoListing] = field(default_factory=dict)  # "org/name" -> listing
+
+    def models(self) -> list[str]:
+        """Repo ids with at least one non-empty snapshot."""
+        return sorted(r for r, li in self.repos.items() if any(li.snapshots.values()))
+
+
+@dataclass
+class NodeDiscovery:
+    host: str  # as the user named it ('local' = this machine)
+    name: str  # node name for the profile (from the hostname, made unique later)
+    hostname: str
+    description: str  # how we reached it, e.g. root@10.0.0.2:22
+    ssh_ip: str | None  # the address SSH actually connected to (None: local)
+    netdevs: dict[str, Netdev]
+    rdma: dict[str, RdmaDevice] = field(default_factory=dict)
+    gpus: GpuReport | None = None
+    mem_total_kib: int | None = None
+    docker: P.DockerFacts | None = None
+    nvidia_hook: bool = False
+    images: list[SglangImage] = field(default_factory=list)
+    caches: list[HfCache] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # failed probes that do not stop init
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus.gpus) if self.gpus is not None else 0
+
+    @property
+    def nvidia_runtime(self) -> bool:
+        d = self.docker
+        return d is not None and ("nvidia" in d.runtimes or d.default_runtime == "nvidia" or self.nvidia_hook)
+
+    def models(self) -> set[str]:
+        return {m for c in self.caches for m in c.models()}
+
+
+# ----------------------------------------------------------------------------- pure parsers
+def parse_caches(text: str) -> list[tuple[str, str, list[str]]]:
+    """CACHES_SCRIPT output -> [(source, path, [repo ids])], first mention of a path wins."""
+    order: list[tuple[str, str]] = []
+    repos: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "cache" and len(parts) == 3 and parts[2] not in repos:
+            order.append((parts[1], parts[2]))
+            repos[parts[2]] = []
+        elif parts[0] == "repo" and len(parts) == 3 and parts[2].startswith("models--"):
+            rid = parts[2].removeprefix("models--").replace("--", "/")
+            if parts[1] in repos and rid not in repos[parts[1]]:
+                repos[parts[1]].append(rid)
+    return [(src, path, repos[path]) for src, path in order]
+
+
+def sglang_images_from_list(items: list[dict]) -> list[SglangImage]:
+    """Local images that carry SGLang: 'sglang' in a tag or a label (versions from such a label)."""
+    out = []
+    for item in items:
+        tags = [t for t in item.get("RepoTags") or [] if t and t != "<none>:<none>"]
+        labels = item.get("Labels") or {}
+        version = next(
+            (str(v) for k, v in labels.items() if "sglang" in k.lower() and "version" in k.lower()), None
+        )
+        if version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels):
+            out += [
+                SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in tags
+            ]
+    return sorted(out, key=lambda i: i.ref)
+
+
+# ----------------------------------------------------------------------------- probes
+def hostname_probe() -> P.Probe:
+    return P.Probe(("uname", "-n"), lambda r: P.checked_stdout(r, "uname -n").strip())
+
+
+def caches_probe(hf_cache: str | None) -> P.Probe:
+    args = [hf_cache] if hf_cache else []
+    return P.Probe(
+        tuple(P.sh_argv(CACHES_SCRIPT, *args)), lambda r: parse_caches(P.checked_stdout(r, "listing HF caches"))
+    )
+
+
+def probe_sglang_images(conn: Connector) -> list[SglangImage]:
+    return sglang_images_from_list(conn.docker().api.images())
+
+
+def _ssh_ip(conn: Connector) -> str | None:
+    client = getattr(conn, "client", None)  # SshConnector only
+    if client is None:
+        return None
+    transport = client.get_transport()
+    return str(transport.getpeername()[0]) if transport is not None else None
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+
+def gather(
+    conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None
+) -> NodeDiscovery:
+    """Discover one node. Raises SparkctlError only when its netdevs cannot be listed."""
+    from sparkctl.connectors.pool import fan_out
+
+    shell = {
+        "hostname": hostname_probe(),
+        "netdevs": P.netdevs_probe(),
+        "rdma": P.rdma_probe(sysfs_root),
+        "gpus": P.gpus_probe(),
+        "meminfo": P.meminfo_probe(),
+        "hook": P.nvidia_hook_probe(),
+        "caches": caches_probe(hf_cache),
+    }
+
+    def docker() -> tuple[P.DockerFacts, list[SglangImage]]:
+        facts = P.probe_docker(conn)
+        return facts, probe_sglang_images(conn)
+
+    tasks = {"shell": lambda: P.run_batch(conn, shell), "docker": docker}
+    done: dict[str, Any] = fan_out(list(tasks), lambda k: tasks[k]())
+    if isinstance(done["shell"], BaseException):
+        raise done["shell"]
+    res: dict[str, Any] = done["shell"]
+    problems: list[str] = []
+
+    netdevs = res.get("netdevs")
+    if not isinstance(netdevs, dict):
+        raise SparkctlError(
+            f"cannot list the netdevs of {host}: {_why(netdevs) if netdevs else 'no result'}",
+            fix=getattr(netdevs, "fix", None) or "install iproute2 (>= 4.14) on the node",
+            node=host,
+        )
+    hostname = res.get("hostname")
+    if not isinstance(hostname, str):
+        problems.append(f"hostname: {_why(hostname)}")
+        hostname = ""
+    rdma = res.get("rdma")
+    if isinstance(rdma, NoRdma):
+        rdma = {}
+    elif isinstance(rdma, BaseException):
+        problems.append(f"RDMA sysfs: {_why(rdma)}")
+        rdma = {}
+    gpus = res.get("gpus")
+    if isinstance(gpus, BaseException):
+        problems.append(f"GPUs: {_why(gpus)}")
+        gpus = None
+    meminfo = res.get("meminfo")
+    mem_total = meminfo.get("MemTotal") if isinstance(meminfo, dict) else None
+    if gpus is not None and isinstance(meminfo, dict) and "MemAvailable" in meminfo:
+        import dataclasses
+
+        gpus = dataclasses.replace(gpus, mem_available_mib=meminfo["MemAvailable"] // 1024)
+
+    docker_facts, images = None, []
+    if isinstance(done["docker"], BaseException):
+        problems.append(f"Docker: {_why(done['docker'])}")
+    else:
+        docker_facts, images = done["docker"]
+
+    caches: list[HfCache] = []
+    listing = res.get("caches")
+    if isinstance(listing, BaseException):
+        problems.append(f"HF caches: {_why(listing)}")
+    elif listing:
+        repo_probes = {
+            f"{i}:{rid}": P.repo_probe(f"{path}/hub/models--{rid.replace('/', '--')}")
+            for i, (_, path, rids) in enumerate(listing)
+            for rid in rids
+        }
+        repos = P.run_batch(conn, repo_probes)
+        for i, (source, path, rids) in enumerate(listing):
+            got = {rid: repos.get(f"{i}:{rid}") for rid in rids}
+            caches.append(HfCache(path, source, {r: v for r, v in got.items() if isinstance(v, RepoListing)}))
+
+    return NodeDiscovery(
+        host=host,
+        name=hostname.split(".", 1)[0],
+        hostname=hostname,
+        description=conn.description,
+        ssh_ip=_ssh_ip(conn),
+        netdevs=netdevs,
+        rdma=rdma,
+        gpus=gpus,
+        mem_total_kib=mem_total,
+        docker=docker_facts,
+        nvidia_hook=res.get("hook") is True,
+        images=images,
+        caches=caches,
+        problems=problems,
+    )
+
+
+__all__ = ["HfCache", "NodeDiscovery", "SglangImage", "gather", "parse_caches"]

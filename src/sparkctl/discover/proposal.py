@@ -1,0 +1,337 @@
+"""From discovered nodes (+ the chosen fabric, + the user's answers) to a profile draft. Pure.
+
+Decides names, modes, defaults for the questions (model, draft, image) and everything written
+into the profile; render.py turns a Draft into commented YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from sparkctl.discover.fabric import FabricEnd, FabricOption
+from sparkctl.discover.facts import HfCache, NodeDiscovery, SglangImage
+from sparkctl.preflight.parsers import resolve_revision
+from sparkctl.profile.schema import NAME_RE
+
+DEFAULT_HF_CACHE = "~/.cache/huggingface"
+MAX_NAME = 40
+_DRAFT_HINT = re.compile(r"dflash|draft|eagle", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ModeDraft:
+    name: str
+    nodes: tuple[str, ...]
+    tp: int
+    default: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class NodeDraft:
+    name: str
+    address: str
+    user: str | None
+    port: int | None
+    gpus: int
+    gpu: dict | None  # GpuFacts fields
+    fabric: FabricEnd | None
+    hf_cache: str | None = None  # only where it differs from model.hf_cache
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What cannot be discovered (asked, or given as flags)."""
+
+    cluster: str
+    model: str
+    image: str
+    model_revision: str | None = None  # None: pin what refs/main is on every node, else main
+    draft: str | None = None
+    draft_revision: str | None = None
+    hf_cache: str | None = None  # --hf-cache; None: where rank 0 has the model
+
+
+@dataclass(frozen=True)
+class Revision:
+    value: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Draft:
+    cluster: str
+    nodes: list[NodeDraft]
+    modes: list[ModeDraft]
+    fabric: FabricOption | None
+    mtu: int
+    transport: str
+    image: str
+    image_note: str
+    sglang_version: str | None
+    model: str
+    model_revision: Revision
+    draft: str | None
+    draft_revision: Revision | None
+    hf_cache: str
+    container_gpus: bool
+    privileged: bool
+    known_hosts: str | None = None
+    ssh_key: str | None = None
+    ssh_user: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- names and modes
+def sanitize(name: str) -> str:
+    """A valid profile name (lowercase [a-z0-9_.-], starts alphanumeric, <= 40), or ''."""
+    s = re.sub(r"[^a-z0-9_.-]+", "-", name.strip().lower()).strip("-._")[:MAX_NAME]
+    return s if re.match(NAME_RE, s) else ""
+
+
+def node_names(hostnames: list[str]) -> list[str]:
+    """Node names from hostnames (first label), unique; `node<i>` where none is usable."""
+    out: list[str] = []
+    for i, host in enumerate(hostnames, 1):
+        name = sanitize(host.split(".", 1)[0]) or f"node{i}"
+        base, n = name, 2
+        while name in out:
+            name = f"{base[: MAX_NAME - 3]}-{n}"
+            n += 1
+        out.append(name)
+    return out
+
+
+def default_cluster(names: list[str]) -> str:
+    return sanitize("-".join(names)) or "cluster"
+
+
+def _mode_name(*parts: str) -> str:
+    return "-".join(parts)[:MAX_NAME].rstrip("-._")
+
+
+def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[ModeDraft]:
+    """Solo on each node (the first is the default), TP across all nodes (one rank per node, each
+    with the GPUs the smallest node has), and TP over a node's GPUs where it has several."""
+    modes = [ModeDraft("solo", (names[0],), 1, True, f"one GPU on {names[0]}")]
+    for name in names[1:]:
+        modes.append(ModeDraft(_mode_name("solo", name), (name,), 1, False, f"one GPU on {name}"))
+    if multi_node and len(names) > 1:
+        per = max(1, min(gpus))
+        tp = per * len(names)
+        modes.append(ModeDraft(f"tp{tp}", tuple(names), tp, False,
+                               f"tensor parallel over {len(names)} nodes, {per} GPU(s) each"))  # fmt: skip
+    for name, g in zip(names, gpus, strict=True):
+        if g >= 2:
+            mode = f"tp{g}" if len(names) == 1 else _mode_name(f"tp{g}", name)
+            modes.append(ModeDraft(mode, (name,), g, False, f"tensor parallel over the {g} GPUs of {name}"))
+    return modes
+
+
+# ----------------------------------------------------------------------------- defaults for questions
+def split_ref(text: str) -> tuple[str, str | None]:
+    """'org/name@rev' -> ('org/name', 'rev')."""
+    repo, _, rev = text.partition("@")
+    return repo.strip(), (rev.strip() or None)
+
+
+def default_model(nodes: list[NodeDiscovery]) -> str | None:
+    """A model every node has (else rank 0's), not draft-looking."""
+    common = set.intersection(*(n.models() for n in nodes)) if nodes else set()
+    for pool in (common, nodes[0].models() if nodes else set()):
+        targets = sorted(m for m in pool if not _DRAFT_HINT.search(m))
+        if targets:
+            return targets[0]
+    return None
+
+
+def default_draft(nodes: list[NodeDiscovery], model: str | None) -> str | None:
+    """A DFlash-looking repo every node has (prefer one named like the target)."""
+    common = set.intersection(*(n.models() for n in nodes)) if nodes else set()
+    drafts = sorted(m for m in common if _DRAFT_HINT.search(m) and m != model)
+    if model:
+        stem = model.split("/")[-1].split("-")[0].lower()
+        drafts.sort(key=lambda m: stem not in m.lower())
+    return drafts[0] if drafts else None
+
+
+def default_image(nodes: list[NodeDiscovery]) -> str | None:
+    """An SGLang image every node has with the same id (else same ref, else rank 0's)."""
+    if not nodes:
+        return None
+    first = {i.ref: i for i in nodes[0].images}
+    same_id = [
+        r for r, i in first.items() if all(any(x.ref == r and x.id == i.id for x in n.images) for n in nodes)
+    ]
+    same_ref = [r for r in first if all(any(x.ref == r for x in n.images) for n in nodes)]
+    for pool in (same_id, same_ref, list(first)):
+        if pool:
+            return sorted(pool)[0]
+    return None
+
+
+def _cache_key(cache: HfCache) -> str:
+    return DEFAULT_HF_CACHE if cache.source == "default" else cache.path
+
+
+def _cache_with(node: NodeDiscovery, repo: str) -> HfCache | None:
+    return next((c for c in node.caches if repo in c.models()), None)
+
+
+def _cache_of(node: NodeDiscovery, key: str) -> HfCache | None:
+    return next((c for c in node.caches if key in (c.path, _cache_key(c))), None)
+
+
+def pin_revision(
+    nodes: list[NodeDiscovery], repo: str, caches: dict[str, str], given: str | None
+) -> Revision:
+    """The given revision; else the commit refs/main names on every node; else main."""
+    if given:
+        return Revision(given)
+    commits = set()
+    for node in nodes:
+        cache = _cache_of(node, caches[node.host])
+        listing = cache.repos.get(repo) if cache else None
+        commits.add(resolve_revision(listing, "main") if listing else None)
+    if len(commits) == 1 and None not in commits:
+        return Revision(commits.pop(), "refs/main on every node when init ran")  # type: ignore[arg-type]
+    where = "not in every node's cache" if None in commits else "differs between nodes"
+    return Revision("main", f"{where}: pin a commit so every node serves the same bytes")
+
+
+# ----------------------------------------------------------------------------- the draft
+def gpu_facts(node: NodeDiscovery) -> dict | None:
+    rep = node.gpus
+    if rep is None or not rep.gpus or not rep.gpus[0].compute_cap:
+        return None
+    g = rep.gpus[0]
+    if rep.unified_memory:
+        mib = (node.mem_total_kib or 0) / 1024
+    else:
+        mib = g.memory_total_mib or 0
+    if mib <= 0:
+        return None
+    return {"name": g.name, "memory_gib": round(mib / 1024, 1), "compute_capability": g.compute_cap,
+            "unified_memory": rep.unified_memory}  # fmt: skip
+
+
+def build_draft(
+    nodes: list[NodeDiscovery],
+    names: list[str],
+    fabric: FabricOption | None,
+    answers: Answers,
+    *,
+    addresses: list[tuple[str, str | None, int | None]],
+    known_hosts: str | None = None,
+    ssh_key: str | None = None,
+    ssh_user: str | None = None,
+) -> Draft:
+    """`addresses`: per node (address for the profile, user, port) as the user gave them."""
+    warnings: list[str] = []
+    gpus = [n.gpu_count for n in nodes]
+    any_gpu = any(gpus)
+    if not any_gpu:
+        warnings.append("no NVIDIA GPU found on any node (nvidia-smi): writing gpus: 1 as a placeholder and "
+                        "engine.container.gpus: false (CPU-only rig); fix both before serving a real model")  # fmt: skip
+    for n, name, g in zip(nodes, names, gpus, strict=True):
+        if any_gpu and not g:
+            warnings.append(f"{name}: no NVIDIA GPU found (nvidia-smi); preflight will flag it")
+        if any_gpu and g and not n.nvidia_runtime:
+            warnings.append(f"{name}: Docker has no NVIDIA runtime; install nvidia-container-toolkit")
+        warnings += [f"{name}: {p}" for p in n.problems]
+
+    # HF cache: --hf-cache, else where rank 0 has the model; per-node override where it lives elsewhere.
+    if answers.hf_cache:
+        hf_cache = answers.hf_cache
+    else:
+        c0 = _cache_with(nodes[0], answers.model)
+        hf_cache = _cache_key(c0) if c0 else DEFAULT_HF_CACHE
+    per_node_cache: dict[str, str] = {}
+    for n in nodes:
+        key = hf_cache
+        if not answers.hf_cache:
+            here = _cache_of(n, hf_cache)
+            if here is None or answers.model not in here.models():
+                other = _cache_with(n, answers.model)
+                key = _cache_key(other) if other else hf_cache
+        per_node_cache[n.host] = key
+
+    model_rev = pin_revision(nodes, answers.model, per_node_cache, answers.model_revision)
+    draft_rev = (
+        pin_revision(nodes, answers.draft, per_node_cache, answers.draft_revision) if answers.draft else None
+    )
+    for repo in [answers.model, *([answers.draft] if answers.draft else [])]:
+        lacking = [nm for n, nm in zip(nodes, names, strict=True) if repo not in n.models()]
+        if lacking:
+            warnings.append(
+                f"{repo} is not in the HF cache of {', '.join(lacking)}: `sparkctl ship --weights` it"
+            )
+
+    node_drafts = []
+    for n, name, g, (addr, user, port) in zip(nodes, names, gpus, addresses, strict=True):
+        note = "this machine" if addr == "local" else f"{n.hostname or n.host}, reached as {n.description}"
+        node_drafts.append(NodeDraft(
+            name=name, address=addr, user=user, port=port, gpus=max(g, 1), gpu=gpu_facts(n),
+            fabric=fabric.end(name) if fabric else None,
+            hf_cache=per_node_cache[n.host] if per_node_cache[n.host] != hf_cache else None, note=note,
+        ))  # fmt: skip
+
+    mtu, transport = 9000, "tcp"
+    if fabric is not None:
+        transport = "roce" if fabric.roce else "tcp"
+        mtus = {e.mtu for e in fabric.ends}
+        if len(mtus) == 1 and min(mtus) >= 9000:
+            mtu = mtus.pop()
+        else:
+            low = ", ".join(f"{e.node} {e.netdev} {e.mtu}" for e in fabric.ends if e.mtu < 9000)
+            warnings.append(f"fabric MTU below 9000 ({low}): NCCL hangs at 1500; `sudo ip link set dev "
+                            "NETDEV mtu 9000` on each node (persist it), preflight checks it")  # fmt: skip
+        if transport == "tcp":
+            no_roce = [e.node for e in fabric.ends if not e.hcas]
+            warnings.append(f"no ACTIVE RoCE device bound to the fabric netdev on {', '.join(no_roce)}: "
+                            "transport tcp (NCCL over sockets, much slower than RoCE)")  # fmt: skip
+
+    # Image facts for the comment and sglang_version.
+    holders = [
+        nm for n, nm in zip(nodes, names, strict=True) if any(i.ref == answers.image for i in n.images)
+    ]
+    img: SglangImage | None = next((i for n in nodes for i in n.images if i.ref == answers.image), None)
+    ids = {i.id for n in nodes for i in n.images if i.ref == answers.image}
+    if holders:
+        image_note = f"present on {', '.join(holders)}" + (
+            " (same id)" if len(ids) == 1 and len(holders) > 1 else ""
+        )
+    else:
+        image_note = "not found on any node when init ran"
+    missing = [nm for nm in names if nm not in holders]
+    if holders and missing:
+        warnings.append(
+            f"image {answers.image} is missing on {', '.join(missing)}: `sparkctl ship --image` it"
+        )
+    elif len(ids) > 1:
+        warnings.append(f"image {answers.image} has different ids on the nodes: ship one to the others")
+
+    return Draft(
+        cluster=answers.cluster,
+        nodes=node_drafts,
+        modes=propose_modes(names, gpus, fabric is not None),
+        fabric=fabric,
+        mtu=mtu,
+        transport=transport,
+        image=answers.image,
+        image_note=image_note,
+        sglang_version=img.sglang_version if img else None,
+        model=answers.model,
+        model_revision=model_rev,
+        draft=answers.draft,
+        draft_revision=draft_rev,
+        hf_cache=hf_cache,
+        container_gpus=any_gpu,
+        privileged=transport == "roce",
+        known_hosts=known_hosts,
+        ssh_key=ssh_key,
+        ssh_user=ssh_user,
+        warnings=warnings,
+    )
