@@ -20,12 +20,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "fit",
     "preflight",
-    "lifecycle",
-    "image",
     "ship",
+    "lifecycle",  # up, down, switch, status, logs
     "verify",
     "bench",
     "fabric",
+    "image",
 )
 
 app = typer.Typer(

@@ -1,0 +1,87 @@
+"""`sparkctl ship [MODE]`: copy the image and the weights to every node of the mode that lacks them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+ModeArg = Annotated[
+    str | None, typer.Argument(help="Mode whose nodes get the files (default: the default mode).")
+]
+
+
+@handle_errors
+def ship(
+    mode: ModeArg = None,
+    image: Annotated[
+        bool, typer.Option("--image", help="Ship the image (default: image and weights).")
+    ] = False,
+    weights: Annotated[bool, typer.Option("--weights", help="Ship the weights (target and draft).")] = False,
+    to: Annotated[
+        list[str] | None,
+        typer.Option("--to", help="Only to this node (repeatable; default: the mode's nodes)."),
+    ] = None,
+    from_node: Annotated[
+        str | None, typer.Option("--from", help="Source node (default: the local node, else rank 0).")
+    ] = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Ship what a node lacks: same image ID (only missing layers move), same weights (sha256 per file).
+
+    Transfers run to all peers in parallel, write nothing temporary on this machine, and can be
+    rerun after any interruption: what already arrived intact is not sent again.
+    """
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.errors import SparkctlError
+    from sparkctl.plan import build_plan
+    from sparkctl.ship import NullProgress, RichProgress
+    from sparkctl.ship import ship as do_ship
+
+    prof = load_profile(profile)
+    plan = build_plan(prof, mode)
+    both = not image and not weights
+    err = console(stderr=True)
+    with NodePool(prof) as pool:
+        display = NullProgress() if json_out else RichProgress(console=err)
+        try:
+            if isinstance(display, RichProgress):
+                with display:
+                    report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
+                                     to=to or None, source=from_node, progress=display)  # fmt: skip
+            else:
+                report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
+                                 to=to or None, source=from_node, progress=display)  # fmt: skip
+        except SparkctlError as exc:
+            if getattr(exc, "report", None) is not None:
+                _render(exc.report, json_out)
+            raise
+    _render(report, json_out)
+
+
+def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.ShipReport
+    if json_out:
+        print_json(report.to_json())
+        return
+    out = console()
+    if not report.targets:
+        out.print(f"nothing to ship: the mode has no node other than the source {report.source}")
+        return
+    for r in report.results:
+        what = "image" if r.to_json()["what"] == "image" else r.model
+        if r.action == "skipped":
+            out.print(f"[green]ok[/] {r.node} {what}: already identical, nothing sent")
+        else:
+            out.print(
+                f"[green]ok[/] {r.node} {what}: {r.action}, {r.bytes_sent / 1e6:.1f} MB sent "
+                f"in {r.seconds:.1f}s, verified"
+            )
+    for node, what, exc in report.errors:
+        out.print(f"[red]failed[/] {node} {what}: {exc.message}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ship")(ship)

@@ -1,0 +1,210 @@
+"""Per-file sha256 manifests of a Hugging Face cache snapshot, computed on the node itself.
+
+The node runs the constant script `_node.py` (python3 stdlib) through its connector; hashes are
+cached there by (size, mtime, inode), so a 20 GB snapshot is read once, not at every check.
+Preflight compares `Manifest.digest` across nodes: content, not sizes (a size-only check passes
+corrupted shards).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkctl.ship._node import manifest_digest
+from sparkctl.ship.errors import ShipError
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector, RunResult
+    from sparkctl.profile.schema import ModelRef
+
+__all__ = ["FileEntry", "Manifest", "manifest_digest", "snapshot_manifest"]
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    sha256: str | None  # None only in a lazy manifest: not hashed on the node yet
+    size: int
+    blob: str | None  # blobs/<name> the snapshot file links to; None for a plain file
+
+    def dest(self, rel: str, commit: str) -> str:
+        """Where the file's bytes live, relative to the repo dir (identical on every node)."""
+        return f"blobs/{self.blob}" if self.blob else f"snapshots/{commit}/{rel}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One node's view of `model_id@revision` in its HF cache."""
+
+    node: str
+    model_id: str
+    revision: str
+    repo_dir: str
+    commit: str | None  # None: the revision is not in this cache
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    broken: list[str] = field(default_factory=list)  # snapshot links whose blob is missing
+    marker: str | None = None  # digest recorded when sparkctl finished shipping this snapshot
+
+    @property
+    def present(self) -> bool:
+        return self.commit is not None and bool(self.files) and not self.broken
+
+    @property
+    def hashed(self) -> bool:
+        return all(f.sha256 for f in self.files.values())
+
+    @property
+    def digest(self) -> str:
+        """Content digest of the whole snapshot: sha256 over sorted (path, file sha256)."""
+        if not self.hashed:
+            raise ValueError("lazy manifest: not every file is hashed yet")
+        return manifest_digest({rel: f.sha256 for rel, f in self.files.items()})
+
+    @property
+    def complete(self) -> bool:
+        """Marked complete by sparkctl and still matching that mark."""
+        return self.present and self.hashed and self.marker == self.digest
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+    def with_hashes(self, by_dest: dict[str, str]) -> Manifest:
+        """Fill in sha256s known by destination path (e.g. computed while sending)."""
+        assert self.commit is not None
+        files = {
+            rel: f if f.sha256 else replace(f, sha256=by_dest.get(f.dest(rel, self.commit)))
+            for rel, f in self.files.items()
+        }
+        return replace(self, files=files)
+
+    def to_json(self) -> dict:
+        return {
+            "node": self.node,
+            "model": self.model_id,
+            "revision": self.revision,
+            "commit": self.commit,
+            "digest": self.digest if self.present and self.hashed else None,
+            "complete": self.complete,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "broken": self.broken,
+        }
+
+
+def repo_dir(hf_cache: str, model_id: str) -> str:
+    """<hf_cache>/hub/models--org--name (HF_HOME is the cache root mounted into the container)."""
+    return posixpath.join(hf_cache, "hub", "models--" + model_id.replace("/", "--"))
+
+
+def revision_of(ref: ModelRef) -> str:
+    return ref.revision or "main"
+
+
+@cache
+def node_script() -> str:
+    return (Path(__file__).parent / "_node.py").read_text()
+
+
+def node_argv(op: str, *args: str) -> list[str]:
+    """argv that runs one op of the node script (constant code; paths are plain arguments)."""
+    return ["python3", "-c", node_script(), op, *args]
+
+
+def run_op(
+    conn: Connector, op: str, *args: str, payload: dict | None = None, timeout: float | None = None
+) -> dict:
+    data = json.dumps(payload).encode() if payload is not None else None
+    res = conn.run(node_argv(op, *args), input=data, timeout=timeout)
+    return parse_op_result(res, op)
+
+
+def parse_op_result(res: RunResult, op: str) -> dict:
+    if res.rc == 127 or ("python3" in res.stderr and "not found" in res.stderr):
+        raise ShipError(
+            "python3 is not available on the node (needed to hash and move weights)",
+            node=res.node,
+            fix="install python3 on the node (DGX OS ships it)",
+        )
+    if not res.ok:
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ShipError(f"weights {op} on the node failed (exit {res.rc}): {last}", node=res.node)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ShipError(f"weights {op} on the node printed no result", node=res.node) from None
+
+
+def parse_manifest(node: str, model_id: str, revision: str, repo: str, doc: dict) -> Manifest:
+    return Manifest(
+        node=node,
+        model_id=model_id,
+        revision=revision,
+        repo_dir=repo,
+        commit=doc.get("commit"),
+        files={rel: FileEntry(v[0], int(v[1]), v[2]) for rel, v in doc.get("files", {}).items()},
+        broken=list(doc.get("broken", [])),
+        marker=doc.get("marker"),
+    )
+
+
+def snapshot_manifest(conn: Connector, hf_cache: str, model_ref: ModelRef, *, lazy: bool = False) -> Manifest:
+    """The manifest of `model_ref` in the node's HF cache (hashes computed on the node, cached there).
+
+    `hf_cache` is the node's path (see `hf_cache_for`); a revision may be a commit or a branch in
+    refs/. `lazy` hashes nothing new: files not hashed before have sha256 None (ship fills them in
+    while sending, so a first sync reads each file once).
+    """
+    repo = repo_dir(hf_cache, model_ref.id)
+    revision = revision_of(model_ref)
+    doc = run_op(conn, "manifest", repo, revision, *(["lazy"] if lazy else []), timeout=None)
+    return parse_manifest(conn.node, model_ref.id, revision, repo, doc)
+
+
+def hf_cache_for(profile, node_name: str) -> str:  # noqa: ANN001 - Profile, kept import-light
+    """The node's HF cache path (node override, else the model default), `~` expanded per node."""
+    from sparkctl.plan import node_path
+
+    node = profile.node(node_name)
+    return node_path(node.hf_cache or profile.model.hf_cache, node, profile)
+
+
+@dataclass(frozen=True)
+class WeightsDiff:
+    """What a peer needs so its snapshot equals the source's."""
+
+    send: dict[str, int]  # dest path (relative to repo) -> size
+    have: int  # files already identical on the peer
+    unknown: list[str]  # dests the peer has but the source has not hashed yet: hash, then diff again
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.send.values())
+
+
+def diff_files(source: Manifest, peer_hashes: dict[str, list | None]) -> WeightsDiff:
+    """Pure: which destination files are missing or differ on the peer."""
+    assert source.commit is not None
+    send: dict[str, int] = {}
+    have, unknown = 0, []
+    for rel, entry in source.files.items():
+        dest = entry.dest(rel, source.commit)
+        got = peer_hashes.get(dest)
+        if got is None:
+            send[dest] = entry.size
+        elif entry.sha256 is None:
+            unknown.append(dest)
+        elif got[0] == entry.sha256:
+            have += 1
+        else:
+            send[dest] = entry.size
+    return WeightsDiff(send=send, have=have, unknown=sorted(set(unknown)))
+
+
+def dest_paths(source: Manifest) -> list[str]:
+    assert source.commit is not None
+    return sorted({e.dest(rel, source.commit) for rel, e in source.files.items()})

@@ -1,0 +1,116 @@
+"""Progress of transfers: bytes, rate and ETA per peer and item. Thread-safe; rendering is separate."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Progress(Protocol):
+    def start(self, key: str, description: str, total: int | None) -> None: ...
+    def advance(self, key: str, n: int) -> None: ...
+    def finish(self, key: str, note: str) -> None: ...
+
+
+class NullProgress:
+    def start(self, key: str, description: str, total: int | None) -> None:
+        pass
+
+    def advance(self, key: str, n: int) -> None:
+        pass
+
+    def finish(self, key: str, note: str) -> None:
+        pass
+
+
+@dataclass
+class ByteCounter:
+    """Records bytes per key (tests, benchmarks and the JSON report read it)."""
+
+    sent: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        with self._lock:
+            self.sent.setdefault(key, 0)
+
+    def advance(self, key: str, n: int) -> None:
+        with self._lock:
+            self.sent[key] = self.sent.get(key, 0) + n
+
+    def finish(self, key: str, note: str) -> None:
+        with self._lock:
+            self.notes[key] = note
+
+
+class Tee:
+    """Send every event to several sinks (e.g. the rich display and a counter)."""
+
+    def __init__(self, *sinks: Progress) -> None:
+        self.sinks = sinks
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        for s in self.sinks:
+            s.start(key, description, total)
+
+    def advance(self, key: str, n: int) -> None:
+        for s in self.sinks:
+            s.advance(key, n)
+
+    def finish(self, key: str, note: str) -> None:
+        for s in self.sinks:
+            s.finish(key, note)
+
+
+class RichProgress:
+    """A rich live display: one bar per (peer, item) with bytes, rate and ETA."""
+
+    def __init__(self, console=None) -> None:  # noqa: ANN001 - rich Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+        from rich.progress import Progress as _Rich
+
+        self._rich = _Rich(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+            transient=False,
+        )
+        self._tasks: dict[str, int] = {}
+        self._done: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RichProgress:
+        self._rich.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._rich.stop()
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        with self._lock:
+            self._tasks[key] = self._rich.add_task(description, total=total, note="")
+            self._done[key] = 0
+
+    def advance(self, key: str, n: int) -> None:
+        task = self._tasks.get(key)
+        if task is not None:
+            self._done[key] += n
+            self._rich.advance(task, n)
+
+    def finish(self, key: str, note: str) -> None:
+        task = self._tasks.get(key)
+        if task is not None:
+            done = max(self._done.get(key, 0), 1)  # a full bar, also for "nothing to send"
+            self._rich.update(task, total=done, completed=done, note=note)
