@@ -206,3 +206,27 @@ def test_unknown_check_name_is_a_usage_error(ready: Lab, tmp_path: Path) -> None
         [sys.executable, "-m", "sparkctl", "preflight", "-p", str(write_lab_profile(ready, tmp_path / "p.yaml")),
          "--ignore", "Mut"], capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2 and "did you mean 'Mtu'" in proc.stderr
+
+
+def test_same_size_corrupt_shard_is_caught_by_content(ready: Lab, tmp_path: Path) -> None:
+    """A size-only check passes a corrupted shard; the sha256 manifest does not."""
+    prof = write_lab_profile(ready, tmp_path / "p.yaml")
+    shards = [Path(n.node_root, "hf", "hub", "models--test-org--tiny-model", "snapshots", COMMIT, "model.safetensors")
+              for n in ready.nodes]  # fmt: skip
+    shards[0].write_bytes(b"\x01" * 4096)
+    shards[1].write_bytes(b"\x01" * 2048 + b"\x02" + b"\x01" * 2047)  # same size, one byte differs
+    try:
+        rc, report, _ = preflight(prof, "tp2", "--only", "Weights")
+        assert rc == 1
+        (err,) = find(report, "Weights", "spark2", "error")
+        assert "content differs from spark1 in 1 file(s): model.safetensors" in err["message"]
+        assert "--to spark2" in err["fix"]
+        shards[1].write_bytes(shards[0].read_bytes())
+        rc, report, _ = preflight(prof, "tp2", "--only", "Weights")
+        assert rc == 0, errors(report)
+        assert any(
+            "content identical to spark1" in f["message"] for f in find(report, "Weights", "spark2", "ok")
+        )
+    finally:
+        for shard in shards:
+            shard.unlink(missing_ok=True)

@@ -150,3 +150,20 @@ def test_ignore_downgrades_errors_only() -> None:
     ]
     out = _apply_ignore(found, {"Mtu", "Gpus"})
     assert sev(out) == [W, E, W] and out[0].message.endswith("[ignored]")
+
+
+def test_weights_content_names_the_differing_files() -> None:
+    from sparkctl.preflight.checks import check_weights_content
+    from sparkctl.ship.manifest import FileEntry, Manifest
+
+    def manifest(node: str, shas: dict[str, str]) -> Manifest:
+        return Manifest(node, "o/m", "main", "/r", "c" * 40, {k: FileEntry(v, 1, None) for k, v in shas.items()})
+
+    ref = manifest("spark1", {"a.safetensors": "1" * 64, "config.json": "2" * 64})
+    same = manifest("spark2", {"a.safetensors": "1" * 64, "config.json": "2" * 64})
+    bad = manifest("spark3", {"a.safetensors": "9" * 64, "config.json": "2" * 64})
+    found = check_weights_content("target", "o/m", {"spark1": ref, "spark2": same, "spark3": bad}, "spark1")
+    by_node = {f.node: f for f in found}
+    assert by_node["spark2"].severity == "ok"
+    assert by_node["spark3"].severity == "error" and by_node["spark3"].data["differ"] == ["a.safetensors"]
+    assert "--to spark3" in by_node["spark3"].fix

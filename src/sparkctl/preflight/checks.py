@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from sparkctl.findings import Finding, Severity
 from sparkctl.gpu.probe import GpuReport
@@ -253,8 +254,6 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
                                f"re-download or `sparkctl ship --weights --to {node}`", node=node))  # fmt: skip
         else:
             commits[node] = commit
-            # TODO(lead): compare content via sparkctl.ship.manifest.snapshot_manifest(...).digest across
-            # nodes once helper G's manifest exists; until then presence + same commit only.
             out.append(Finding("Weights", OK, f"{role} {repo_id}@{rev} -> {commit[:12]} "
                                f"({listing.snapshots[commit]} files)", node=node,
                                data={"role": role, "commit": commit}))  # fmt: skip
@@ -263,6 +262,39 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
         out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev} resolves to different commits: {seen}",
                            "pin model revision to a commit hash and ship that snapshot to every node"))  # fmt: skip
     return out, commits
+
+
+def check_weights_content(
+    role: str, repo_id: str, manifests: Mapping[str, Any], reference: str
+) -> list[Finding]:
+    """Weights, by content: every node's snapshot digest (sha256 per file, ship's manifest) equals the
+    reference node's. A size-only check passes corrupted shards; this does not."""
+    out: list[Finding] = []
+    ref = manifests.get(reference)
+    for node, m in manifests.items():
+        if isinstance(m, BaseException):
+            out.append(Finding("Weights", ERROR, f"{role} {repo_id}: hashing the snapshot failed: "
+                               f"{getattr(m, 'message', None) or m}", getattr(m, "fix", None), node=node))  # fmt: skip
+        elif m.broken:
+            out.append(Finding("Weights", ERROR, f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
+                               f"missing blobs (e.g. {m.broken[0]})", f"`sparkctl ship --weights --to {node}`",
+                               node=node))  # fmt: skip
+    if ref is None or isinstance(ref, BaseException) or not ref.present:
+        return out
+    for node, m in manifests.items():
+        if node == reference or isinstance(m, BaseException) or not m.present:
+            continue
+        if m.digest == ref.digest:
+            out.append(Finding("Weights", OK, f"{role} {repo_id}: content identical to {reference} "
+                               f"(sha256 {ref.digest[:12]}, {len(m.files)} files)", node=node))  # fmt: skip
+            continue
+        differ = sorted(rel for rel in ref.files.keys() | m.files.keys()
+                        if (ref.files.get(rel) and ref.files[rel].sha256) != (m.files.get(rel) and m.files[rel].sha256))  # fmt: skip
+        out.append(Finding("Weights", ERROR, f"{role} {repo_id}: content differs from {reference} in "
+                           f"{len(differ)} file(s): {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}",
+                           f"`sparkctl ship --weights --from {reference} --to {node}` replaces exactly those files",
+                           node=node, data={"differ": differ}))  # fmt: skip
+    return out
 
 
 # ----------------------------------------------------------------------------- disk

@@ -167,25 +167,23 @@ class RepoListing:
     exists: bool
     refs: dict[str, str] = field(default_factory=dict)  # "main" -> commit
     snapshots: dict[str, int] = field(default_factory=dict)  # commit -> number of entries
-    complete: frozenset[str] = frozenset()  # snapshots carrying sparkctl's completion marker
 
 
 def parse_repo_listing(text: str) -> RepoListing:
-    """Output of SNAPSHOT_SCRIPT: `norepo`, or `ref\\t<name>\\t<commit>` / `snap\\t<commit>\\t<n>\\t<marker>`."""
+    """Output of SNAPSHOT_SCRIPT: `norepo`, or `ref\\t<name>\\t<commit>` / `snap\\t<commit>\\t<n>` lines.
+
+    Content (sha256 per file) is compared separately, with ship's manifest (checks.check_weights_content)."""
     if text.strip() == "norepo":
         return RepoListing(exists=False)
     refs: dict[str, str] = {}
     snaps: dict[str, int] = {}
-    complete: set[str] = set()
     for line in text.splitlines():
         parts = line.split("\t")
         if parts[0] == "ref" and len(parts) == 3:
             refs[parts[1]] = parts[2].strip()
-        elif parts[0] == "snap" and len(parts) == 4 and parts[2].isdigit():
+        elif parts[0] == "snap" and len(parts) == 3 and parts[2].isdigit():
             snaps[parts[1]] = int(parts[2])
-            if parts[3] == "1":
-                complete.add(parts[1])
-    return RepoListing(exists=True, refs=refs, snapshots=snaps, complete=frozenset(complete))
+    return RepoListing(exists=True, refs=refs, snapshots=snaps)
 
 
 def resolve_revision(listing: RepoListing, revision: str | None) -> str | None:

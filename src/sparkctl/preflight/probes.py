@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
 
 PROBE_TIMEOUT = 20.0
-MARKER = ".sparkctl-complete"  # TODO(lead): use sparkctl.ship.manifest's marker name once it exists
 
 NETDEV_SCRIPT = f"""ip -j addr show || exit $?
 echo '{SPEEDS_MARK}'
@@ -50,8 +49,8 @@ if [ -d "$d/refs" ]; then
 fi
 for s in "$d"/snapshots/*/; do
   [ -d "$s" ] || continue
-  n=$(ls -A "$s" | wc -l); m=0; [ -e "$s$2" ] && m=1
-  s=${s%/}; printf 'snap\t%s\t%s\t%s\n' "${s##*/}" "$n" "$m"
+  n=$(ls -A "$s" | wc -l)
+  s=${s%/}; printf 'snap\t%s\t%s\n' "${s##*/}" "$n"
 done
 """
 
@@ -225,7 +224,7 @@ def du_probe(path: str) -> Probe:
 
 def repo_probe(repo_dir: str) -> Probe:
     return Probe(
-        tuple(sh_argv(SNAPSHOT_SCRIPT, repo_dir, MARKER)), _checked(f"listing {repo_dir}", parse_repo_listing)
+        tuple(sh_argv(SNAPSHOT_SCRIPT, repo_dir)), _checked(f"listing {repo_dir}", parse_repo_listing)
     )
 
 

@@ -500,6 +500,28 @@ def _pair_failure(check: str, node: str, res: Any) -> Finding | None:
     return _probe_failure(check, node, res) if isinstance(res, BaseException) else None
 
 
+def _weights_content(ctx: _Ctx, facts: dict[str, NodeFacts]) -> list[Finding]:
+    """Hash the snapshots (on the nodes, cached by size/mtime/inode) where every node has the same commit."""
+    from sparkctl.ship.manifest import hf_cache_for, snapshot_manifest
+
+    out: list[Finding] = []
+    rank0 = ctx.plan.nodes[0]
+    model = ctx.profile.model
+    for role, ref in (("target", model.target), ("draft", model.draft)):
+        if ref is None:
+            continue
+        live = {n: f for n, f in facts.items() if f.conn is not None and ref.id in f.repos}
+        commits = {n: resolve_revision(f.repos[ref.id], ref.revision) for n, f in live.items()}
+        if rank0 not in commits or None in commits.values() or len(set(commits.values())) != 1:
+            continue  # presence/commit findings already say what is wrong
+        manifests = fan_out(
+            list(live),
+            lambda n, ref=ref, live=live: snapshot_manifest(live[n].conn, hf_cache_for(ctx.profile, n), ref),
+        )
+        out += C.check_weights_content(role, ref.id, manifests, rank0)
+    return out
+
+
 # ----------------------------------------------------------------------------- entry point
 def run_preflight(
     profile: Profile,
@@ -521,6 +543,8 @@ def run_preflight(
     for node, res in facts.items():
         node_facts[node] = res if isinstance(res, NodeFacts) else NodeFacts(node, connect_error=res)
     findings = _judge(ctx, node_facts, _sizes(ctx, node_facts))
+    if ctx.applies("Weights") and len(plan.nodes) > 1:
+        findings += _weights_content(ctx, node_facts)
     if "Launch" in selected and launch is not None:
         try:
             findings += [
