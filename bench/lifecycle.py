@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from tests.testbed.lab import Lab  # noqa: E402
-from tests.testbed.profiles import write_lab_profile  # noqa: E402
+from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
 
 from sparkctl.connectors import NodePool  # noqa: E402
 from sparkctl.lifecycle import containers  # noqa: E402
@@ -130,6 +130,7 @@ def main() -> int:
     os.environ["XDG_STATE_HOME"] = state
     with Lab(nodes=2) as lab:
         lab.install_engine_image()
+        seed_weights(lab)
         base = {"STANDIN_DELAY_LOAD": str(args.delay_load)}
         modes = {
             "ok": {"solo": {"nodes": ["spark1"], "tp": 1, "default": True},

@@ -11,6 +11,9 @@ from tests.testbed.lab import NODE_MOUNT, Lab
 
 ENGINE_IMAGE = "sparkctl-test/engine:latest"
 ENGINE_PORT = 30000
+TARGET_ID = "test-org/tiny-model"
+DRAFT_ID = "test-org/tiny-draft"
+SEED_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def lab_profile(
@@ -61,8 +64,8 @@ def lab_profile(
         "nodes": nodes,
         "image": {"ref": image},
         "model": {
-            "target": {"id": "test-org/tiny-model", "revision": "main"},
-            "draft": {"id": "test-org/tiny-draft", "revision": "main"},
+            "target": {"id": TARGET_ID, "revision": "main"},
+            "draft": {"id": DRAFT_ID, "revision": "main"},
             "hf_cache": f"{NODE_MOUNT}/hf",
             "triton_cache": f"{NODE_MOUNT}/triton",
         },
@@ -76,3 +79,20 @@ def lab_profile(
 def write_lab_profile(lab: Lab, path: Path, **kwargs: Any) -> Path:
     path.write_text(yaml.safe_dump(lab_profile(lab, **kwargs), sort_keys=False))
     return path
+
+
+
+def seed_weights(lab: Lab, nodes: list[str] | None = None, commit: str = SEED_COMMIT) -> None:
+    """A small HF-cache snapshot (refs/main -> commit, config.json + a shard) of the lab profile's
+    target and draft on the given nodes (default: all), as `huggingface-cli download` leaves it."""
+    for node in lab.nodes:
+        if nodes is not None and node.name not in nodes:
+            continue
+        for model_id in (TARGET_ID, DRAFT_ID):
+            repo = Path(node.node_root, "hf", "hub", "models--" + model_id.replace("/", "--"))
+            snap = repo / "snapshots" / commit
+            snap.mkdir(parents=True, exist_ok=True)
+            (repo / "refs").mkdir(exist_ok=True)
+            (repo / "refs" / "main").write_text(commit)
+            (snap / "config.json").write_text('{"model_type": "qwen3"}\n')
+            (snap / "model.safetensors").write_bytes(model_id.encode() * 1024)

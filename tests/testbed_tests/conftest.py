@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.profile import load_profile_file
-from tests.testbed.profiles import write_lab_profile
+from tests.testbed.profiles import seed_weights, write_lab_profile
 
 SOLO = {"nodes": ["spark1"], "tp": 1, "default": True}
 TP2 = {"nodes": ["spark1", "spark2"], "tp": 2}
@@ -43,6 +43,7 @@ def setup(lab, tmp_path):
     """(profile writer, state dir); every cluster container is removed after the test."""
     state = tmp_path / "state"
     written: list[Path] = []
+    seed_weights(lab)  # `up` checks the weights are on every node before it starts anything
 
     def profile(name: str = "sparkctl.yaml", **modes_env: dict) -> Path:
         modes = {"solo": dict(SOLO), "tp2": dict(TP2)}

@@ -216,16 +216,16 @@ def test_same_size_corrupt_shard_is_caught_by_content(ready: Lab, tmp_path: Path
     shards[0].write_bytes(b"\x01" * 4096)
     shards[1].write_bytes(b"\x01" * 2048 + b"\x02" + b"\x01" * 2047)  # same size, one byte differs
     try:
-        rc, report, _ = preflight(prof, "tp2", "--only", "Weights")
+        rc, report, _ = preflight(prof, "tp2", "--only", "WeightsContent")
         assert rc == 1
-        (err,) = find(report, "Weights", "spark2", "error")
+        (err,) = find(report, "WeightsContent", "spark2", "error")
         assert "content differs from spark1 in 1 file(s): model.safetensors" in err["message"]
         assert "--to spark2" in err["fix"]
         shards[1].write_bytes(shards[0].read_bytes())
-        rc, report, _ = preflight(prof, "tp2", "--only", "Weights")
+        rc, report, _ = preflight(prof, "tp2", "--only", "WeightsContent")
         assert rc == 0, errors(report)
         assert any(
-            "content identical to spark1" in f["message"] for f in find(report, "Weights", "spark2", "ok")
+            "content identical to spark1" in f["message"] for f in find(report, "WeightsContent", "spark2", "ok")
         )
     finally:
         for shard in shards:

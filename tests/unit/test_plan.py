@@ -114,7 +114,7 @@ def test_plan_golden(home: str, profile: str, mode: str) -> None:
     path = GOLDEN / f"{profile.removesuffix('.yaml')}-{mode}.json"
     if os.environ.get("SPARKCTL_UPDATE_GOLDEN"):
         path.write_text(json.dumps(got, indent=2) + "\n")
-    assert got == json.loads(path.read_text()), f"plan changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
+    assert got == json.loads(path.read_text()), "plan changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
 
 
 def test_secret_values_never_reach_the_plan(home: str, monkeypatch: pytest.MonkeyPatch) -> None:

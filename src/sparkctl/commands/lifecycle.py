@@ -13,6 +13,11 @@ TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this
 SkipPreflightOpt = Annotated[
     bool, typer.Option("--skip-preflight", help="Do not run the fast preflight checks first.")
 ]
+ShipOpt = Annotated[
+    bool | None,
+    typer.Option("--ship/--no-ship", help="When preflight finds the image or weights missing on a node: ship them "
+                 "and go on (--ship), or stop (--no-ship). Default: ask on a terminal, else stop."),
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option("--timeout", help="Seconds to wait for the endpoint (default: engine.ready_timeout)."),
@@ -99,10 +104,27 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupt)
 
 
+def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa: ANN001 - PreflightFailedError
+    """What to ship before retrying `up`: --ship says yes, --no-ship no, else ask on a terminal."""
+    import sys
+
+    what = exc.shippable
+    if not what or ship_opt is False:
+        return set()
+    if ship_opt is None:
+        if json_out or not sys.stdin.isatty():
+            return set()
+        err = console(stderr=True)
+        err.print(f"[yellow]preflight:[/] {exc.message}")
+        if not typer.confirm(f"ship the {' and '.join(sorted(what))} to the nodes that lack them now?", default=True):
+            return set()
+    return what
+
+
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
-            profile, json_out: bool, verb: str = "up") -> None:  # fmt: skip  # noqa: ANN001
+            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import curl_example, up
+    from sparkctl.lifecycle.up import PreflightFailedError, choose_mode, curl_example, up
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
     prof = load_profile(profile)
@@ -112,8 +134,23 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
         reporter.phase(f"switching cluster {prof.cluster} to mode {mode}")
     try:
         with NodePool(prof) as pool:
-            result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
-                        reporter=reporter)  # fmt: skip
+            try:
+                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
+                            reporter=reporter)  # fmt: skip
+            except PreflightFailedError as exc:
+                reporter.close()
+                what = _offer_ship(exc, ship_opt, json_out)
+                if not what:
+                    raise
+                from sparkctl.plan import build_plan
+                from sparkctl.ship import RichProgress, ship
+
+                plan = build_plan(prof, choose_mode(prof, mode, tp))
+                reporter.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
+                ship(prof, plan, pool, image="image" in what, weights="weights" in what,
+                     progress=RichProgress(console(stderr=True)))  # fmt: skip
+                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
+                            reporter=reporter)  # fmt: skip
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
         _print_rank_logs(exc)
@@ -142,12 +179,13 @@ def up_cmd(
     tp: TpOpt = None,
     skip_preflight: SkipPreflightOpt = False,
     timeout: TimeoutOpt = None,
+    ship: ShipOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure."""
-    _run_up(mode, tp, skip_preflight, timeout, profile, json_out)
+    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship)
 
 
 @handle_errors

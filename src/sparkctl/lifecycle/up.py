@@ -29,6 +29,21 @@ from sparkctl.profile.schema import Profile
 class PreflightFailedError(SparkctlError):
     exit_code = ExitCode.CHECK_FAILED
 
+    # What `sparkctl ship` can fix: something missing or different that another node has.
+    SHIPPABLE = frozenset({"ImagePresent", "ImageSame", "Weights"})
+
+    def __init__(self, message: str, *, fix: str | None = None, errors: list | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.errors = errors or []
+
+    @property
+    def shippable(self) -> set[str]:
+        """{"image", "weights"} when every error is one `ship` fixes, else empty."""
+        checks = {f.check for f in self.errors}
+        if not checks or not checks <= self.SHIPPABLE:
+            return set()
+        return {"weights" if c == "Weights" else "image" for c in checks}
+
 
 class Reporter(Protocol):
     def phase(self, text: str) -> None: ...
@@ -193,7 +208,9 @@ def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set
         lines = "; ".join(f"[{f.check}{'-' + f.node if f.node else ''}] {f.message}" for f in report.errors)
         raise PreflightFailedError(
             f"preflight found {len(report.errors)} error(s): {lines}",
-            fix="fix them (`sparkctl preflight` shows every check with its fix) or pass --skip-preflight",
+            fix="fix them (`sparkctl preflight` shows every check with its fix; missing image or weights: "
+            "`sparkctl ship` or `up --ship`) or pass --skip-preflight",
+            errors=report.errors,
         )
     return f"preflight ok ({len(report.findings)} checks)"
 

@@ -273,10 +273,10 @@ def check_weights_content(
     ref = manifests.get(reference)
     for node, m in manifests.items():
         if isinstance(m, BaseException):
-            out.append(Finding("Weights", ERROR, f"{role} {repo_id}: hashing the snapshot failed: "
+            out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: hashing the snapshot failed: "
                                f"{getattr(m, 'message', None) or m}", getattr(m, "fix", None), node=node))  # fmt: skip
         elif m.broken:
-            out.append(Finding("Weights", ERROR, f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
+            out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
                                f"missing blobs (e.g. {m.broken[0]})", f"`sparkctl ship --weights --to {node}`",
                                node=node))  # fmt: skip
     if ref is None or isinstance(ref, BaseException) or not ref.present:
@@ -285,12 +285,12 @@ def check_weights_content(
         if node == reference or isinstance(m, BaseException) or not m.present:
             continue
         if m.digest == ref.digest:
-            out.append(Finding("Weights", OK, f"{role} {repo_id}: content identical to {reference} "
+            out.append(Finding("WeightsContent", OK, f"{role} {repo_id}: content identical to {reference} "
                                f"(sha256 {ref.digest[:12]}, {len(m.files)} files)", node=node))  # fmt: skip
             continue
         differ = sorted(rel for rel in ref.files.keys() | m.files.keys()
                         if (ref.files.get(rel) and ref.files[rel].sha256) != (m.files.get(rel) and m.files[rel].sha256))  # fmt: skip
-        out.append(Finding("Weights", ERROR, f"{role} {repo_id}: content differs from {reference} in "
+        out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: content differs from {reference} in "
                            f"{len(differ)} file(s): {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}",
                            f"`sparkctl ship --weights --from {reference} --to {node}` replaces exactly those files",
                            node=node, data={"differ": differ}))  # fmt: skip

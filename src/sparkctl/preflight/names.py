@@ -23,6 +23,7 @@ CHECKS: dict[str, str] = {
     "ImagePresent": "the serving image is present on every node",
     "ImageSame": "the image has the same ID on every node (and the pinned image.id)",
     "Weights": "target and draft snapshots are present on every node, same revision",
+    "WeightsContent": "every snapshot file has the same sha256 as on rank 0 (hashes cached on the nodes)",
     "DiskFree": "enough free disk for what would have to be shipped",
     "PortFree": "the HTTP port and the dist-init port are free on rank 0",
     "StrayContainers": "no container with sparkctl labels or the planned names that is not the plan's",
@@ -36,7 +37,7 @@ ALIASES: dict[str, str] = {"DriverDrift": "Gpus", "CudaDrift": "Gpus", "GpuArchD
 
 # The quick subset `up` runs before starting anything (all within about a second on a LAN).
 FAST_CHECKS: frozenset[str] = frozenset(
-    {"SshReachable", "DockerEngine", "ImagePresent", "ImageSame", "PortFree", "StrayContainers", "Mtu"}
+    {"SshReachable", "DockerEngine", "ImagePresent", "ImageSame", "Weights", "PortFree", "StrayContainers", "Mtu"}
 )
 
 

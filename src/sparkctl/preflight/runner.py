@@ -182,7 +182,7 @@ def _shell_probes(ctx: _Ctx, node: str) -> dict[str, P.Probe]:
         probes["hook"] = P.nvidia_hook_probe()
     if ctx.applies("PortFree") and plan.nodes[0] == node:
         probes["ports"] = P.ports_probe()
-    if ctx.any("Weights", "DiskFree", "UnifiedMemory"):
+    if ctx.any("Weights", "WeightsContent", "DiskFree", "UnifiedMemory"):
         for _, repo_id, _ in ctx.models():
             probes[f"repo:{repo_id}"] = P.repo_probe(ctx.repo_dir(node, repo_id))
     if ctx.applies("DiskFree"):
@@ -543,7 +543,7 @@ def run_preflight(
     for node, res in facts.items():
         node_facts[node] = res if isinstance(res, NodeFacts) else NodeFacts(node, connect_error=res)
     findings = _judge(ctx, node_facts, _sizes(ctx, node_facts))
-    if ctx.applies("Weights") and len(plan.nodes) > 1:
+    if ctx.applies("WeightsContent") and len(plan.nodes) > 1:
         findings += _weights_content(ctx, node_facts)
     if "Launch" in selected and launch is not None:
         try:
