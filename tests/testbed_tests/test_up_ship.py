@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.testbed.profiles import DRAFT_ID, TARGET_ID
 from tests.testbed_tests.conftest import cli
 
 pytestmark = pytest.mark.testbed
@@ -28,5 +29,8 @@ def test_up_offers_ship_for_missing_weights(lab, setup):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["health"]["ready"]
     hub1 = Path(lab.node("spark1").node_root, "hf", "hub")
-    for shard in hub1.glob("models--*/snapshots/*/model.safetensors"):
+    shards = [s for m in (TARGET_ID, DRAFT_ID)
+              for s in hub1.glob(f"models--{m.replace('/', '--')}/snapshots/*/model.safetensors")]  # fmt: skip
+    assert len(shards) == 2
+    for shard in shards:
         assert (hub2 / shard.relative_to(hub1)).read_bytes() == shard.read_bytes()
