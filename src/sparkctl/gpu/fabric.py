@@ -158,28 +158,29 @@ def _remove_stale(client, name: str) -> None:
 
 
 def _start(conn: Connector, r: FabricRank, argv: list[str], env: dict[str, str], backend: str):
+    """The rank's serving container, as `up` creates it (same image, env, host net/IPC, shm,
+    privileged for RDMA), but running the worker on one GPU and mounting nothing."""
     import docker
+
+    from sparkctl.lifecycle.containers import create_params
 
     client = conn.docker()
     _remove_stale(client, r.container_name)
-    opts = r.spec.options
-    kwargs: dict = {}
+    params = create_params(r.spec, env)
+    params.update(
+        command=argv,
+        name=r.container_name,
+        labels={**r.spec.labels, "sparkctl.mode": "fabric-test", "sparkctl.rank": str(r.rank)},
+        mounts=[],
+    )
+    params.pop("device_requests", None)
+    params.pop("detach", None)
     if backend == "nccl":
-        kwargs["device_requests"] = [
+        params["device_requests"] = [
             docker.types.DeviceRequest(device_ids=[str(r.gpu)], capabilities=[["gpu"]])
         ]
     try:
-        container = client.containers.create(
-            r.spec.image,
-            command=argv,
-            name=r.container_name,
-            environment=env,
-            network_mode="host",
-            ipc_mode="host",
-            shm_size=opts.shm_size,
-            labels={**r.spec.labels, "sparkctl.mode": "fabric-test", "sparkctl.rank": str(r.rank)},
-            **kwargs,
-        )
+        container = client.containers.create(**params)
     except docker.errors.ImageNotFound as exc:
         raise FabricTestError(
             f"image {r.spec.image} is not on node {r.node}",
