@@ -6,12 +6,15 @@ Brings up a 2-node lab, then an 8-node lab (one at a time), each with the stand-
 and weights on every node, a mode spanning all nodes (so every fabric pair is pinged both ways)
 and transport roce on fixture sysfs trees. Times a full preflight (fresh connections, all
 checks) `--runs` times per lab and prints the medians and their ratio (target: 8 nodes within
-1.5x of 2 nodes: the nodes are checked in parallel over one connection each).
+1.5x of 2 nodes: the nodes are checked in parallel over one connection each). Also prints how busy
+the machine's CPUs were: every testbed node shares them, so a ratio measured while they are
+saturated reflects the testbed's cores, not sparkctl's fan-out (real nodes bring their own CPUs).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -49,21 +52,29 @@ def _prepare(lab: Lab, path: Path) -> Path:
     return path
 
 
-def measure(nodes: int, runs: int) -> tuple[float, list[float], int]:
+def _cpu_busy_seconds() -> float:
+    """Busy CPU time of the whole machine so far (all nodes' sshd/dockerd/probes + this process)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(nodes: int, runs: int) -> tuple[float, list[float], int, float]:
     with Lab(nodes=nodes) as lab:
         lab.install_engine_image()
         profile = load_profile_file(_prepare(lab, Path(f"/tmp/bench-preflight-{lab.id}.yaml")))
         plan = build_plan(profile, "all")
-        times, findings = [], 0
+        times, findings, busy = [], 0, []
         for _ in range(runs + 1):  # the first run warms caches (page cache, docker CLI binary)
-            start = time.perf_counter()
+            cpu0, start = _cpu_busy_seconds(), time.perf_counter()
             with NodePool(profile) as pool:
                 report = run_preflight(profile, plan, pool, sysfs_root=f"{NODE_MOUNT}/sys")
             times.append(time.perf_counter() - start)
+            busy.append((_cpu_busy_seconds() - cpu0) / (times[-1] * (os.cpu_count() or 1)))
             findings = len(report.findings)
             if not report.ok:
                 raise SystemExit(f"{nodes}-node lab is not healthy: {[f.message for f in report.errors]}")
-        return statistics.median(times[1:]), times[1:], findings
+        return statistics.median(times[1:]), times[1:], findings, statistics.median(busy[1:])
 
 
 def main() -> None:
@@ -72,10 +83,10 @@ def main() -> None:
     args = ap.parse_args()
     results = {}
     for n in (2, 8):
-        med, times, findings = measure(n, args.runs)
+        med, times, findings, busy = measure(n, args.runs)
         results[n] = med
         print(f"{n} nodes: median {med:.3f}s over {len(times)} runs ({', '.join(f'{t:.2f}' for t in times)}); "
-              f"{findings} findings", flush=True)  # fmt: skip
+              f"{findings} findings; machine CPU busy {busy:.0%} of {os.cpu_count()} cores", flush=True)  # fmt: skip
     ratio = results[8] / results[2]
     print(f"ratio 8/2 nodes: {ratio:.2f}x (target <= 1.5x) -> {'PASS' if ratio <= 1.5 else 'MISS'}")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkctl.connectors.pool import fan_out
 from sparkctl.findings import Finding, Severity
-from sparkctl.plan import Plan, PlanFacts, image_ref, node_path
+from sparkctl.plan import Plan, PlanFacts, image_ref
 from sparkctl.preflight import checks as C
 from sparkctl.preflight import probes as P
 from sparkctl.preflight.names import CHECKS, group_of, validate_names
@@ -29,7 +29,8 @@ from sparkctl.preflight.parsers import (
     resolve_revision,
 )
 from sparkctl.preflight.rdma import NoRdma, RdmaDevice, check_hcas
-from sparkctl.profile.schema import Profile
+from sparkctl.profile.schema import ModelRef, Profile
+from sparkctl.ship.manifest import hf_cache_for, snapshot_manifest
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -58,6 +59,7 @@ class NodeFacts:
     repos: dict[str, RepoListing] = field(default_factory=dict)
     disk: dict[str, Any] = field(default_factory=dict)  # "image"/"weights" -> DiskUsage | exception
     pairs: dict[str, Any] = field(default_factory=dict)  # "pingdf:<dst>", "hostip:<rank>", "ssh:<peer>"
+    manifests: dict[str, Any] = field(default_factory=dict)  # model id -> ship Manifest | exception
 
 
 @dataclass
@@ -139,9 +141,12 @@ class _Ctx:
             out.append(("draft", m.draft.id, m.draft.revision))
         return out
 
+    def model_refs(self) -> list[tuple[str, ModelRef]]:
+        m = self.profile.model
+        return [("target", m.target), *([("draft", m.draft)] if m.draft is not None else [])]
+
     def hf_cache(self, node: str) -> str:
-        n = self.profile.node(node)
-        return node_path(n.hf_cache or self.profile.model.hf_cache, n, self.profile)
+        return hf_cache_for(self.profile, node)
 
     def repo_dir(self, node: str, repo_id: str) -> str:
         return f"{self.hf_cache(node)}/hub/{repo_dir_name(repo_id)}"
@@ -234,7 +239,14 @@ def _gather(ctx: _Ctx, pool: NodePool, node: str) -> NodeFacts:
     tasks: dict[str, Callable[[], Any]] = {"shell": lambda: P.run_batch(conn, _shell_probes(ctx, node))}
     if ctx.any("DockerEngine", "ImagePresent", "ImageSame", "StrayContainers", "PortFree", "DiskFree"):
         tasks["docker"] = docker
+    if ctx.applies("WeightsContent") and ctx.multi:
+        # Hashed on the node (cached there), concurrently with the other probes of this node.
+        for _, ref in ctx.model_refs():
+            tasks[f"manifest:{ref.id}"] = lambda ref=ref: snapshot_manifest(
+                conn, hf_cache_for(ctx.profile, node), ref
+            )
     done = fan_out(list(tasks), lambda k: tasks[k]())
+    facts.manifests = {k.partition(":")[2]: v for k, v in done.items() if k.startswith("manifest:")}
     if isinstance(done.get("docker"), BaseException):
         facts.errors["docker"] = done["docker"]  # type: ignore[assignment]
     shell = done["shell"]
@@ -501,23 +513,15 @@ def _pair_failure(check: str, node: str, res: Any) -> Finding | None:
 
 
 def _weights_content(ctx: _Ctx, facts: dict[str, NodeFacts]) -> list[Finding]:
-    """Hash the snapshots (on the nodes, cached by size/mtime/inode) where every node has the same commit."""
-    from sparkctl.ship.manifest import hf_cache_for, snapshot_manifest
-
+    """Compare the snapshot manifests gathered on each node where every node has the same commit."""
     out: list[Finding] = []
     rank0 = ctx.plan.nodes[0]
-    model = ctx.profile.model
-    for role, ref in (("target", model.target), ("draft", model.draft)):
-        if ref is None:
-            continue
+    for role, ref in ctx.model_refs():
         live = {n: f for n, f in facts.items() if f.conn is not None and ref.id in f.repos}
         commits = {n: resolve_revision(f.repos[ref.id], ref.revision) for n, f in live.items()}
         if rank0 not in commits or None in commits.values() or len(set(commits.values())) != 1:
             continue  # presence/commit findings already say what is wrong
-        manifests = fan_out(
-            list(live),
-            lambda n, ref=ref, live=live: snapshot_manifest(live[n].conn, hf_cache_for(ctx.profile, n), ref),
-        )
+        manifests = {n: f.manifests[ref.id] for n, f in live.items() if ref.id in f.manifests}
         out += C.check_weights_content(role, ref.id, manifests, rank0)
     return out
 
@@ -543,7 +547,7 @@ def run_preflight(
     for node, res in facts.items():
         node_facts[node] = res if isinstance(res, NodeFacts) else NodeFacts(node, connect_error=res)
     findings = _judge(ctx, node_facts, _sizes(ctx, node_facts))
-    if ctx.applies("WeightsContent") and len(plan.nodes) > 1:
+    if ctx.applies("WeightsContent") and ctx.multi:
         findings += _weights_content(ctx, node_facts)
     if "Launch" in selected and launch is not None:
         try:
