@@ -13,10 +13,14 @@ TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this
 SkipPreflightOpt = Annotated[
     bool, typer.Option("--skip-preflight", help="Do not run the fast preflight checks first.")
 ]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would be done; change nothing.")]
 ShipOpt = Annotated[
     bool | None,
-    typer.Option("--ship/--no-ship", help="When preflight finds the image or weights missing on a node: ship them "
-                 "and go on (--ship), or stop (--no-ship). Default: ask on a terminal, else stop."),
+    typer.Option(
+        "--ship/--no-ship",
+        help="When preflight finds the image or weights missing on a node: ship them "
+        "and go on (--ship), or stop (--no-ship). Default: ask on a terminal, else stop.",
+    ),
 ]
 TimeoutOpt = Annotated[
     float | None,
@@ -116,7 +120,9 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
             return set()
         err = console(stderr=True)
         err.print(f"[yellow]preflight:[/] {exc.message}")
-        if not typer.confirm(f"ship the {' and '.join(sorted(what))} to the nodes that lack them now?", default=True):
+        if not typer.confirm(
+            f"ship the {' and '.join(sorted(what))} to the nodes that lack them now?", default=True
+        ):
             return set()
     return what
 
@@ -146,7 +152,9 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                 from sparkctl.ship import RichProgress, ship
 
                 plan = build_plan(prof, choose_mode(prof, mode, tp))
-                reporter.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
+                reporter.phase(
+                    f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
+                )
                 ship(prof, plan, pool, image="image" in what, weights="weights" in what,
                      progress=RichProgress(console(stderr=True)))  # fmt: skip
                 result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
@@ -180,11 +188,15 @@ def up_cmd(
     skip_preflight: SkipPreflightOpt = False,
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
+    dry_run: DryRunOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure."""
+    if dry_run:
+        _print_preview(profile, mode, tp, json_out)
+        return
     _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship)
 
 
@@ -193,30 +205,60 @@ def switch_cmd(
     mode: Annotated[str, typer.Argument(help="Mode to switch to.")],
     skip_preflight: SkipPreflightOpt = False,
     timeout: TimeoutOpt = None,
+    ship: ShipOpt = None,
+    dry_run: DryRunOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Switch to MODE: `up MODE`, which stops the running mode's containers first."""
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch")
+    if dry_run:
+        _print_preview(profile, mode, None, json_out)
+        return
+    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship)
 
 
 @handle_errors
-def down_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: JsonOpt = False) -> None:
     """Stop and remove every container of this cluster on every node (nothing running is fine)."""
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.down import down
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
-        result = down(prof, pool)
+        result = down(prof, pool, dry_run=dry_run)
     if json_out:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "dry_run": dry_run})
         return
     out = console()
     if not result.removed:
         out.print(f"nothing running for cluster {prof.cluster}")
+    verb = "would remove" if dry_run else "removed"
     for c in result.removed:
-        out.print(f"removed {c.name} on {c.node} ({c.status})")
+        out.print(f"{verb} {c.name} on {c.node} ({c.status})")
+
+
+def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) -> None:  # noqa: ANN001
+    """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
+    from sparkctl.commands.plan import render_plan
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.up import preview
+
+    prof = load_profile(profile)
+    with NodePool(prof) as pool:
+        pre = preview(prof, pool, mode=mode, tp=tp)
+    if json_out:
+        print_json(pre.to_json())
+        return
+    render_plan(pre.plan)
+    out = console()
+    if pre.noop:
+        out.print(f"[green]dry run:[/] mode {pre.plan.mode} already runs config {pre.plan.config_hash} and is "
+                  "healthy; `up` would change nothing")  # fmt: skip
+        return
+    for c in pre.stop:
+        out.print(f"[yellow]dry run:[/] would stop {c.name} on {c.node} ({c.status})")
+    for spec in pre.start:
+        out.print(f"[yellow]dry run:[/] would start rank {spec.rank} on {spec.node} ({spec.container_name})")
 
 
 def _fmt_uptime(seconds: float | None) -> str:

@@ -22,9 +22,10 @@ class DownResult:
         return {"removed": [c.to_json() for c in self.removed]}
 
 
-def down(profile: Profile, pool: NodePool, *, lock: bool = True) -> DownResult:
-    """Idempotent: nothing running is success. Reachable nodes are cleaned even if one is not."""
-    with ClusterLock(profile.cluster) if lock else contextlib.nullcontext():
+def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool = False) -> DownResult:
+    """Idempotent: nothing running is success. Reachable nodes are cleaned even if one is not.
+    `dry_run` lists what would be removed and removes nothing."""
+    with ClusterLock(profile.cluster) if lock and not dry_run else contextlib.nullcontext():
         nodes = [n.name for n in profile.nodes]
         results = pool.map(nodes, lambda conn: containers.list_cluster(conn, profile.cluster))
         found: list[ContainerInfo] = []
@@ -34,7 +35,8 @@ def down(profile: Profile, pool: NodePool, *, lock: bool = True) -> DownResult:
                 failed.append((node, res))
             else:
                 found += res
-        remove_all(pool, found)
+        if not dry_run:
+            remove_all(pool, found)
         if failed:
             node, exc = failed[0]
             msg = exc.message if isinstance(exc, SparkctlError) else str(exc)

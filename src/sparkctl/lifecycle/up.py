@@ -248,6 +248,34 @@ def up(
         return _up_locked(profile, pool, plan, skip_preflight, timeout, rep)
 
 
+@dataclass(frozen=True)
+class Preview:
+    """What `up` would do, computed read-only (`up --dry-run`)."""
+
+    plan: Plan
+    stop: list[ContainerInfo]
+    start: list[RankSpec]  # in start order: ranks >= 1, then rank 0
+
+    @property
+    def noop(self) -> bool:
+        return not self.stop and not self.start
+
+    def to_json(self) -> dict:
+        return {"plan": self.plan.to_json(), "noop": self.noop, "stop": [c.to_json() for c in self.stop],
+                "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start]}  # fmt: skip
+
+
+def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:
+    """The same decisions as `up` (resolve, observe, reconcile, health), changing nothing."""
+    plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
+    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    rec = reconcile(plan, observed)
+    if rec.up_to_date and probe(plan.endpoint).ready:
+        return Preview(plan, rec.leftovers, [])
+    stop = rec.remove if not rec.up_to_date else observed
+    return Preview(plan, stop, [*plan.ranks[1:], plan.ranks[0]])
+
+
 def _up_locked(
     profile: Profile, pool: NodePool, plan: Plan, skip_preflight: bool, timeout: float | None, rep: Reporter
 ) -> UpResult:
