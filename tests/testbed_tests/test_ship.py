@@ -267,6 +267,11 @@ def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(doc))
     argv = [sys.executable, "-m", "sparkctl", "ship", "tp2", "-p", str(path), "--json"]
+    dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    (would,) = [r for r in json.loads(dry.stdout)["results"] if r["what"] == f"weights:{target}"]
+    assert would["action"] == "would ship" and would["files_sent"] == 2 and would["bytes_sent"] == 100 + (1 << 20)
+    assert not _repo(lab, "spark2", target).exists()  # the dry run sent nothing
     first = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)

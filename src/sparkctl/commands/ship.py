@@ -27,6 +27,12 @@ def ship(
     from_node: Annotated[
         str | None, typer.Option("--from", help="Source node (default: the local node, else rank 0).")
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Compare and say what would be sent (bytes, layers, files); send nothing."
+        ),
+    ] = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -46,15 +52,15 @@ def ship(
     both = not image and not weights
     err = console(stderr=True)
     with NodePool(prof) as pool:
-        display = NullProgress() if json_out else RichProgress(console=err)
+        display = NullProgress() if json_out or dry_run else RichProgress(console=err)
         try:
             if isinstance(display, RichProgress):
                 with display:
                     report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                     to=to or None, source=from_node, progress=display)  # fmt: skip
+                                     to=to or None, source=from_node, progress=display, dry_run=dry_run)  # fmt: skip
             else:
                 report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                 to=to or None, source=from_node, progress=display)  # fmt: skip
+                                 to=to or None, source=from_node, progress=display, dry_run=dry_run)  # fmt: skip
         except SparkctlError as exc:
             if getattr(exc, "report", None) is not None:
                 _render(exc.report, json_out)
@@ -74,6 +80,11 @@ def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.Shi
         what = "image" if r.to_json()["what"] == "image" else r.model
         if r.action == "skipped":
             out.print(f"[green]ok[/] {r.node} {what}: already identical, nothing sent")
+        elif r.action == "would ship":
+            unit = f"{r.layers_sent} layer(s)" if what == "image" else f"{r.files_sent} file(s)"
+            out.print(
+                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, about {r.bytes_sent / 1e6:.1f} MB"
+            )
         else:
             out.print(
                 f"[green]ok[/] {r.node} {what}: {r.action}, {r.bytes_sent / 1e6:.1f} MB sent "

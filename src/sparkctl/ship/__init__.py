@@ -92,6 +92,7 @@ def ship(
     progress: Progress | None = None,
     check_space: bool = True,
     raise_on_error: bool = True,
+    dry_run: bool = False,
 ) -> ShipReport:
     """Ship to `to` (default: every node of the plan's mode but the source).
 
@@ -147,13 +148,13 @@ def ship(
                 from sparkctl.ship.image import ship_image
 
                 _record(report, peer_name, "image", lambda: ship_image(
-                    src_image, src_conn, peer, progress, check_space=check_space))  # fmt: skip
+                    src_image, src_conn, peer, progress, check_space=check_space, dry_run=dry_run))  # fmt: skip
             for m in manifests:
                 from sparkctl.ship.weights import ship_weights
 
                 cache = hf_cache_for(profile, peer_name)
                 _record(report, peer_name, f"weights {m.model_id}", lambda m=m, cache=cache: ship_weights(
-                    m, src_conn, peer, cache, progress, check_space=check_space))  # fmt: skip
+                    m, src_conn, peer, cache, progress, check_space=check_space, dry_run=dry_run))  # fmt: skip
 
         for peer_name, outcome in fan_out(targets, one_peer).items():
             if isinstance(outcome, SparkctlError):

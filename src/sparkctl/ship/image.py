@@ -131,6 +131,7 @@ def ship_image(
     progress: Progress,
     *,
     check_space: bool = True,
+    dry_run: bool = False,
 ) -> ImageResult:
     key = f"{peer.node}:image"
     peer_client = peer.docker()
@@ -151,6 +152,9 @@ def ship_image(
                 node=peer.node,
                 fix="free disk on the node (`docker system prune`, old images), then rerun `sparkctl ship`",
             )
+    if dry_run:
+        return ImageResult(peer.node, "would ship", src.id, bytes_sent=need, bytes_skipped=sum(src.layer_sizes[:k]),
+                           layers_sent=len(src.layers) - k, layers_skipped=k)  # fmt: skip
     progress.start(key, f"{peer.node} image", need or None)
     t0 = time.monotonic()
     filt = LayerFilter(src.layers, skip)

@@ -52,6 +52,7 @@ def ship_weights(
     progress: Progress,
     *,
     check_space: bool = True,
+    dry_run: bool = False,
 ) -> WeightsResult:
     """`source` may be lazy (some sha256 None): files the peer lacks are hashed while being sent."""
     assert source.commit is not None
@@ -77,6 +78,10 @@ def ship_weights(
             node=peer.node,
             fix=f"free at least {_mb(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
         )
+    if dry_run:
+        result.action = "would ship"
+        result.bytes_sent, result.files_sent = diff.bytes, len(diff.send)
+        return result
     t0 = time.monotonic()
     progress.start(key, f"{peer.node} {source.model_id}", diff.bytes)
     plan = {
