@@ -2,7 +2,8 @@
 
 Brings up a real 2-node testbed (network namespaces, one sshd and one dockerd per node, a
 fabric at MTU 9000; see docs/testbed.md) with the stand-in SGLang engine image on spark1 only,
-writes a profile for it, then runs the real CLI: preflight (finds the missing image), ship,
+writes a profile for it, then runs the real CLI: preflight (finds the image and weights missing
+on spark2), ship,
 preflight again, up tp2, status, a chat request, logs, switch solo, down. Tears the lab down at
 the end, also on failure. Run as root: `sudo scripts/demo`.
 """
@@ -21,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.testbed.images import ENGINE_TAG, build_engine_image  # noqa: E402
 from tests.testbed.lab import Lab, missing_prerequisites  # noqa: E402
-from tests.testbed.profiles import write_lab_profile  # noqa: E402
+from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
 
 
 def sparkctl(profile: Path, *args: str, check: bool = True) -> int:
@@ -38,12 +39,14 @@ def main() -> None:
         raise SystemExit("demo needs: " + "; ".join(problems) + " (run scripts/demo as root)")
     with Lab(name="demo", nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
         print(f"testbed up: {', '.join(f'{n.name} {n.mgmt_ip} (fabric {n.fabric_ip})' for n in lab.nodes)}")
-        build_engine_image(lab.docker(lab.nodes[0]), tag=ENGINE_TAG)  # only spark1 has the image
+        build_engine_image(lab.docker(lab.nodes[0]), tag=ENGINE_TAG)  # only spark1 has the image...
+        seed_weights(lab, nodes=["spark1"])  # ...and the weights (a tiny HF-cache snapshot)
         profile = write_lab_profile(lab, Path(tmp) / "sparkctl.yaml")
         print(f"profile: {profile}")
         sparkctl(profile, "plan", "tp2")
-        sparkctl(profile, "preflight", "tp2", check=False)  # expected: image missing on spark2
-        sparkctl(profile, "ship", "tp2", "--image")
+        sparkctl(profile, "preflight", "tp2", check=False)  # expected: image and weights missing on spark2
+        sparkctl(profile, "ship", "tp2", "--dry-run")
+        sparkctl(profile, "ship", "tp2")
         sparkctl(profile, "preflight", "tp2")
         sparkctl(profile, "up", "tp2")
         sparkctl(profile, "status")

@@ -174,3 +174,10 @@ def test_unknown_mode_suggests_the_nearest(home: str) -> None:
     with pytest.raises(UsageError) as err:
         build_plan(load("dual-spark.yaml"), "tp3")
     assert "tp2" in str(err.value)
+
+
+def test_human_bytes() -> None:
+    from sparkctl.units import human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1536, 20 * 2**30, 5 * 2**40)] == [
+        "0 B", "1023 B", "1.5 KiB", "20.0 GiB", "5120.0 GiB"]

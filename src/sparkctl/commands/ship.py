@@ -69,6 +69,8 @@ def ship(
 
 
 def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.ShipReport
+    from sparkctl.units import human_bytes
+
     if json_out:
         print_json(report.to_json())
         return
@@ -87,7 +89,7 @@ def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.Shi
             )
         else:
             out.print(
-                f"[green]ok[/] {r.node} {what}: {r.action}, {r.bytes_sent / 1e6:.1f} MB sent "
+                f"[green]ok[/] {r.node} {what}: {r.action}, {human_bytes(r.bytes_sent)} sent "
                 f"in {r.seconds:.1f}s, verified"
             )
     for node, what, exc in report.errors:

@@ -11,13 +11,10 @@ from sparkctl.plan import Plan
 from sparkctl.preflight.parsers import DiskUsage, Netdev, PingResult, RepoListing, resolve_revision
 from sparkctl.preflight.probes import ContainerFacts, DockerFacts, ImageFacts
 from sparkctl.profile.schema import Node, Profile
+from sparkctl.units import human_bytes
 
 OK, WARN, ERROR, SKIP = Severity.OK, Severity.WARN, Severity.ERROR, Severity.SKIP
 GIB = 1 << 30
-
-
-def _gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:.1f} GiB"
 
 
 # ----------------------------------------------------------------------------- fabric
@@ -205,7 +202,7 @@ def check_images(ref: str, images: Mapping[str, ImageFacts | None], rank0: str, 
                 fix = f"`docker pull {ref}` on one node, then `sparkctl ship --image`"
             out.append(Finding("ImagePresent", ERROR, f"image {ref} not on {node}", fix, node=node))
         else:
-            out.append(Finding("ImagePresent", OK, f"{ref} {img.id[:19]} ({_gib(img.size)})", node=node,
+            out.append(Finding("ImagePresent", OK, f"{ref} {img.id[:19]} ({human_bytes(img.size)})", node=node,
                                data={"id": img.id, "size": img.size}))  # fmt: skip
     if not have:
         return out
@@ -310,15 +307,20 @@ def check_disk(node: str, needs: Mapping[str, tuple[int, DiskUsage]], margin: fl
         what = " + ".join(kinds)
         if size == 0:
             out.append(
-                Finding("DiskFree", OK, f"{_gib(free)} free on {mount} ({what}: nothing to ship)", node=node)
+                Finding(
+                    "DiskFree",
+                    OK,
+                    f"{human_bytes(free)} free on {mount} ({what}: nothing to ship)",
+                    node=node,
+                )
             )
         elif size * margin > free:
-            out.append(Finding("DiskFree", ERROR, f"{what} to ship need {_gib(size)}, only {_gib(free)} free on "
+            out.append(Finding("DiskFree", ERROR, f"{what} to ship need {human_bytes(size)}, only {human_bytes(free)} free on "
                                f"{mount} ({disk.path})", f"free space on {node}:{mount} (`docker system prune`, "
                                "old HF snapshots) or move the cache", node=node,
                                data={"need": size, "free": free}))  # fmt: skip
         else:
-            out.append(Finding("DiskFree", OK, f"{what} to ship {_gib(size)}, {_gib(free)} free on {mount}",
+            out.append(Finding("DiskFree", OK, f"{what} to ship {human_bytes(size)}, {human_bytes(free)} free on {mount}",
                                node=node, data={"need": size, "free": free}))  # fmt: skip
     return out
 
@@ -413,20 +415,24 @@ def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: i
     total = meminfo.get("MemTotal", 0) * 1024
     data = {"mem_available": avail, "mem_free": free, "mem_total": total, "weights": weights_bytes}
     if weights_bytes is None:
-        return Finding("UnifiedMemory", OK, f"MemAvailable {_gib(avail)} of {_gib(total)} (weights size unknown)",
+        return Finding("UnifiedMemory", OK, f"MemAvailable {human_bytes(avail)} of {human_bytes(total)} (weights size unknown)",
                        node=node, data=data)  # fmt: skip
     need = int(weights_bytes / (frac or 0.9)) + headroom
     data["need"] = need
-    basis = f"weights {_gib(weights_bytes)} / mem-fraction-static {frac or 0.9:g} + {_gib(headroom)} KV"
+    basis = f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac or 0.9:g} + {human_bytes(headroom)} KV"
     if avail < need:
-        return Finding("UnifiedMemory", ERROR, f"MemAvailable {_gib(avail)} < {_gib(need)} needed ({basis})",
+        return Finding("UnifiedMemory", ERROR, f"MemAvailable {human_bytes(avail)} < {human_bytes(need)} needed ({basis})",
                        "stop what holds memory (other containers, `docker ps`), then drop caches: "
                        "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`", node=node, data=data)  # fmt: skip
     if free < need:
-        return Finding("UnifiedMemory", WARN, f"MemFree {_gib(free)} < {_gib(need)} needed: "
-                       f"{_gib(avail - free)} is page cache",
+        return Finding("UnifiedMemory", WARN, f"MemFree {human_bytes(free)} < {human_bytes(need)} needed: "
+                       f"{human_bytes(avail - free)} is page cache",
                        "drop caches before `up` (page cache on a GB10 can freeze the box during load): "
                        "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`", node=node, data=data)  # fmt: skip
     return Finding(
-        "UnifiedMemory", OK, f"MemAvailable {_gib(avail)} >= {_gib(need)} ({basis})", node=node, data=data
+        "UnifiedMemory",
+        OK,
+        f"MemAvailable {human_bytes(avail)} >= {human_bytes(need)} ({basis})",
+        node=node,
+        data=data,
     )

@@ -16,6 +16,7 @@ from sparkctl.ship.errors import RERUN, DiskFullError, ShipError, SourceMissingE
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.pump import pump, read_chunks
 from sparkctl.ship.tarfilter import LayerFilter, chain_ids
+from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
     import docker
@@ -147,8 +148,8 @@ def ship_image(
         free = free_bytes(peer, peer_client)
         if free is not None and free < need * LOAD_SPACE_FACTOR + SPACE_MARGIN:
             raise DiskFullError(
-                f"not enough disk for the image: loading {_gb(need)} of layers needs about "
-                f"{_gb(need * LOAD_SPACE_FACTOR + SPACE_MARGIN)} free in the Docker data root, {_gb(free)} free",
+                f"not enough disk for the image: loading {human_bytes(need)} of layers needs about "
+                f"{human_bytes(need * LOAD_SPACE_FACTOR + SPACE_MARGIN)} free in the Docker data root, {human_bytes(free)} free",
                 node=peer.node,
                 fix="free disk on the node (`docker system prune`, old images), then rerun `sparkctl ship`",
             )
@@ -229,7 +230,7 @@ def _stream(
         save.kill()
         _check_load_error(err, peer.node)
         raise ShipError(
-            f"image transfer to the node broke after {_gb(sent)}: {exc or type(exc).__name__}",
+            f"image transfer to the node broke after {human_bytes(sent)}: {exc or type(exc).__name__}",
             node=peer.node,
             fix=RERUN,
         ) from None
@@ -263,7 +264,3 @@ def _check_load_error(err: str, node: str) -> None:
             node=node,
             fix="free disk on the node (`docker system prune`), then rerun `sparkctl ship`",
         )
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

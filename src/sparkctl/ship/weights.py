@@ -20,6 +20,7 @@ from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
 from sparkctl.ship.manifest import Manifest, dest_paths, diff_files, node_argv, repo_dir, run_op
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.pump import pump, read_chunks
+from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -73,10 +74,10 @@ def ship_weights(
     free = int(probe["free"])
     if check_space and diff.bytes + SPACE_MARGIN > free:
         raise DiskFullError(
-            f"not enough disk for {source.model_id}: {_mb(diff.bytes)} to copy, {_mb(free)} free "
+            f"not enough disk for {source.model_id}: {human_bytes(diff.bytes)} to copy, {human_bytes(free)} free "
             f"under {peer_hf_cache}",
             node=peer.node,
-            fix=f"free at least {_mb(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
+            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
         )
     if dry_run:
         result.action = "would ship"
@@ -152,7 +153,7 @@ def _transfer(
         if err.get("error"):
             _raise_receiver_error(err, source, peer)
         raise ShipError(
-            f"connection lost while copying {source.model_id} after {_mb(moved)}: {exc or type(exc).__name__}; "
+            f"connection lost while copying {source.model_id} after {human_bytes(moved)}: {exc or type(exc).__name__}; "
             "files that arrived whole are kept",
             node=peer.node,
             fix=RERUN,
@@ -216,7 +217,3 @@ def _error_doc(stderr: str) -> dict:
         if isinstance(doc, dict):
             return doc
     return {"raw": stderr.strip().splitlines()[-1] if stderr.strip() else ""}
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
