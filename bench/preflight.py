@@ -27,24 +27,17 @@ sys.path.insert(0, str(ROOT / "src"))
 import yaml  # noqa: E402
 from tests.fixtures.sysfs.build import build_tree  # noqa: E402
 from tests.testbed.lab import NODE_MOUNT, Lab  # noqa: E402
-from tests.testbed.profiles import lab_profile  # noqa: E402
+from tests.testbed.profiles import lab_profile, seed_weights  # noqa: E402
 
 from sparkctl.connectors import NodePool  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
 from sparkctl.preflight import run_preflight  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
 
 def _prepare(lab: Lab, path: Path) -> Path:
+    seed_weights(lab)
     for n in lab.nodes:
-        for repo in ("models--test-org--tiny-model", "models--test-org--tiny-draft"):
-            d = Path(n.node_root, "hf", "hub", repo)
-            (d / "refs").mkdir(parents=True, exist_ok=True)
-            (d / "snapshots" / COMMIT).mkdir(parents=True, exist_ok=True)
-            (d / "refs" / "main").write_text(COMMIT)
-            (d / "snapshots" / COMMIT / "config.json").write_text("{}")
         build_tree(Path(n.node_root, "sys"), {n.fabric_netdev: n.fabric_ip})
     names = [n.name for n in lab.nodes]
     modes = {"all": {"nodes": names, "tp": len(names), "default": True}}

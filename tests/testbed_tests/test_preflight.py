@@ -17,10 +17,10 @@ import pytest
 
 from tests.fixtures.sysfs.build import build_tree
 from tests.testbed.lab import NODE_MOUNT, Lab
-from tests.testbed.profiles import ENGINE_IMAGE, write_lab_profile
+from tests.testbed.profiles import ENGINE_IMAGE, SEED_COMMIT, seed_weights, write_lab_profile
 
 pytestmark = pytest.mark.testbed
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+COMMIT = SEED_COMMIT
 SYSFS = f"{NODE_MOUNT}/sys"
 
 
@@ -55,13 +55,8 @@ def errors(report: dict) -> list[dict]:
 @pytest.fixture(scope="module")
 def ready(lab: Lab) -> Iterator[Lab]:
     """Weights (target + draft snapshots) and RoCE sysfs trees on every node."""
+    seed_weights(lab)
     for n in lab.nodes:
-        for repo in ("models--test-org--tiny-model", "models--test-org--tiny-draft"):
-            d = Path(n.node_root, "hf", "hub", repo)
-            (d / "refs").mkdir(parents=True, exist_ok=True)
-            (d / "snapshots" / COMMIT).mkdir(parents=True, exist_ok=True)
-            (d / "refs" / "main").write_text(COMMIT)
-            (d / "snapshots" / COMMIT / "config.json").write_text("{}")
         build_tree(Path(n.node_root, "sys"), {n.fabric_netdev: n.fabric_ip})
     yield lab
     for n in lab.nodes:
