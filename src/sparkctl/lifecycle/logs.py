@@ -25,6 +25,7 @@ from sparkctl.connectors.pool import NodePool, fan_out
 from sparkctl.errors import UsageError
 from sparkctl.plan import RankSpec, node_path
 from sparkctl.profile.schema import Profile
+from sparkctl.secrets import redact
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -148,7 +149,7 @@ def read_rank(conn: Connector, spec: RankSpec, path: str, tail: int, since: date
     if not res.ok:
         detail = (res.stderr or res.stdout).strip().splitlines()
         raise FileNotFoundError(detail[-1] if detail else f"cannot read {path}")
-    return [parse_line(spec.rank, spec.node, line) for line in res.stdout.splitlines()]
+    return [parse_line(spec.rank, spec.node, redact(line, spec.env)) for line in res.stdout.splitlines()]
 
 
 def read_all(
@@ -182,7 +183,7 @@ def follow_all(
         try:
             conn = pool.get(spec.node)
             for raw in conn.stream(follow_argv(rank_log_path(profile, spec), tail)):
-                line = parse_line(spec.rank, spec.node, raw)
+                line = parse_line(spec.rank, spec.node, redact(raw, spec.env))
                 if since is None or line.ts is None or line.ts >= since:
                     q.put(line)
         except Exception as exc:  # noqa: BLE001 - shown in the stream, the other ranks go on

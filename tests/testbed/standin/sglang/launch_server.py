@@ -12,7 +12,8 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
 
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
-`STANDIN_RECORD {...}` (values of secret-looking variables masked).
+`STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
+prints that variable raw, like an engine that logs its token.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def record(argv: list[str]) -> None:
         json.dump(data, fh)
     masked = {k: ("***" if any(w in k.upper() for w in SECRET_WORDS) else v) for k, v in env.items()}
     log("STANDIN_RECORD " + json.dumps({**data, "env": masked}))
+    # A misbehaving engine that prints a secret (STANDIN_LEAK_ENV=NAME): sparkctl must redact it.
+    leak = os.environ.get("STANDIN_LEAK_ENV")
+    if leak:
+        log(f"STANDIN: {leak}={os.environ.get(leak, '')}")
 
 
 # ------------------------------------------------------------------ rendezvous
