@@ -96,16 +96,9 @@ def verify(
     if json_out:
         print_json({"recipe": loaded.name, "findings": [f.to_json() for f in findings]})
     else:
-        from rich.markup import escape
+        from sparkctl.commands._findings import render_findings
 
-        out = console()
-        style = {Severity.OK: "green", Severity.WARN: "yellow", Severity.ERROR: "red", Severity.SKIP: "dim"}
-        for f in findings:
-            out.print(
-                f"[{style[f.severity]}]{f.severity.value:5}[/] {f.node}  {f.check:11} {escape(f.message)}"
-            )
-            if f.fix and f.severity != Severity.OK:
-                out.print(f"      [yellow]fix:[/] {escape(f.fix)}")
+        render_findings(findings)
     if worst(findings) == Severity.ERROR:
         from sparkctl.errors import ExitCode
 
