@@ -56,6 +56,10 @@ class ConnectError(SparkctlError):
     exit_code = ExitCode.CONNECT
 
 
+class AuthError(ConnectError):
+    """The node answered but refused our key (passwordless SSH not set up)."""
+
+
 class LockHeldError(SparkctlError):
     exit_code = ExitCode.LOCKED
 

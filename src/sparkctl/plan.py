@@ -171,12 +171,9 @@ def render_args(args: dict[str, ArgValue]) -> list[str]:
         if value is True:
             continue
         values = value if isinstance(value, list) else [value]
-        out.extend(_fmt(v) for v in values)
+        out.extend(str(v) for v in values)
     return out
 
-
-def _fmt(value: str | int | float) -> str:
-    return str(value)
 
 
 def _mode_args(profile: Profile, mode: Mode) -> dict[str, ArgValue]:
@@ -269,7 +266,13 @@ def _config_hash(ranks: list[RankSpec]) -> str:
 def image_ref(profile: Profile) -> tuple[str, str]:
     if profile.image.ref:
         return profile.image.ref, "ref"
-    return f"sparkctl/{profile.image.recipe}:latest", f"recipe:{profile.image.recipe}"
+    return recipe_tag(profile.image.recipe or ""), f"recipe:{profile.image.recipe}"
+
+
+def recipe_tag(recipe: str) -> str:
+    """The tag `sparkctl image build RECIPE` gives its derivative by default (and a profile's
+    `image.recipe` runs)."""
+    return f"sparkctl/{recipe}:latest"
 
 
 def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:

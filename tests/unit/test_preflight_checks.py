@@ -167,3 +167,29 @@ def test_weights_content_names_the_differing_files() -> None:
     assert by_node["spark2"].severity == "ok"
     assert by_node["spark3"].severity == "error" and by_node["spark3"].data["differ"] == ["a.safetensors"]
     assert "--to spark3" in by_node["spark3"].fix
+
+
+def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
+    from sparkctl.launch import CHECK_NAMES
+    from sparkctl.preflight.names import validate_names
+
+    assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {"MemoryFit", "FlagsValid"}
+
+
+@pytest.mark.parametrize("name", ["dual-spark.yaml", "two-gpu-box.yaml", "solo-spark.yaml"])
+def test_every_launch_finding_has_a_registered_name(name: str) -> None:
+    from pathlib import Path
+
+    from sparkctl.launch import CHECK_NAMES
+    from sparkctl.launch.check import check_plan
+    from sparkctl.plan import build_plan
+    from sparkctl.profile import load_profile_file
+
+    root = Path(__file__).resolve().parents[2]
+    prof = load_profile_file(root / "profiles" / name)
+    models = root / "tests" / "fixtures" / "models"
+    target = models / ("qwen3.6-27b-gptq-int4" if "two-gpu" in name else "qwen3.6-27b-nvfp4")
+    for mode in prof.modes:
+        result = check_plan(build_plan(prof, mode), prof, parse_flags=False, target_dir=target,
+                            draft_dir=models / "qwen3.6-27b-dflash")  # fmt: skip
+        assert result.findings and {f.check for f in result.findings} <= CHECK_NAMES

@@ -22,7 +22,6 @@ ProfileOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", envvar="SPARKCTL_DEBUG", help="Show tracebacks.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

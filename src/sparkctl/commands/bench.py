@@ -101,8 +101,9 @@ def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, o
 
         def run(mode: str):  # noqa: ANN202 - BenchResult
             plan = build_plan(prof, mode)
+            config_hash = None if plan.unresolved else plan.config_hash  # hcas: auto is resolved at `up`
             return run_bench(plan.endpoint.url, plan.endpoint.served_model_name, suite, reps=reps,
-                             budget_s=budget, mode=mode, config_hash=plan.config_hash)  # fmt: skip
+                             budget_s=budget, mode=mode, config_hash=config_hash)  # fmt: skip
 
         results = compare(modes, switch, run)
     data = {"compare": [r.to_json() for r in results]}

@@ -29,7 +29,7 @@ def _nodes(prof, nodes: list[str] | None) -> list[str]:  # noqa: ANN001 - Profil
 
 
 def _raise_first(results: dict) -> None:
-    """All-or-nothing per command: report the first node's failure (others are printed by the caller)."""
+    """Exit non-zero with the first node's failure (every node's outcome was printed before)."""
     for result in results.values():
         if isinstance(result, BaseException):
             raise result
@@ -62,6 +62,7 @@ def build(
         out = console()
         for n, r in results.items():
             if isinstance(r, BaseException):
+                out.print(f"[red]failed[/] on {n}: {getattr(r, 'message', None) or r}")
                 continue
             out.print(
                 f"[green]built[/] [bold]{r.tag}[/] on {n}: {r.image_id[:19]}  base {r.base_id[:19]}  "

@@ -139,7 +139,7 @@ def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, s
     """Connect to and discover every node in parallel; one error naming every node that failed."""
     from sparkctl.connectors.pool import fan_out
     from sparkctl.discover.facts import gather
-    from sparkctl.errors import ConnectError, SparkctlError
+    from sparkctl.errors import AuthError, ConnectError, SparkctlError
 
     conns: dict = {}
 
@@ -163,7 +163,7 @@ def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, s
         more = "".join(f"; {h}: {e.message}" for h, e in failed[1:])  # type: ignore[union-attr]
         kind = ConnectError if all(isinstance(e, ConnectError) for _, e in failed) else SparkctlError
         fix = exc.fix  # type: ignore[union-attr]
-        if isinstance(exc, ConnectError) and "authentication" in exc.message:
+        if isinstance(exc, AuthError):
             setup = f"`sparkctl init --ssh-setup --peer {host}` installs a key (password typed once)"
             fix = f"{setup}; {fix}" if fix else setup
         raise kind(f"cannot discover {host}: {exc.message}{more}", fix=fix, node=host)  # type: ignore[union-attr]

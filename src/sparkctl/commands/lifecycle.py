@@ -24,7 +24,8 @@ ShipOpt = Annotated[
 ]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", help="Seconds to wait for the endpoint (default: engine.ready_timeout)."),
+    typer.Option("--timeout", help="One deadline in seconds for the whole command: preflight, starting, and "
+                 "waiting for the endpoint (default: engine.ready_timeout)."),
 ]
 
 
@@ -155,8 +156,8 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                 reporter.phase(
                     f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
                 )
-                ship(prof, plan, pool, image="image" in what, weights="weights" in what,
-                     progress=RichProgress(console(stderr=True)))  # fmt: skip
+                with RichProgress(console(stderr=True)) as progress:
+                    ship(prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress)
                 result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
                             reporter=reporter)  # fmt: skip
     except (RankFailedError, ReadyTimeoutError) as exc:
@@ -272,8 +273,6 @@ def _fmt_uptime(seconds: float | None) -> str:
 @handle_errors
 def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     """Per node and rank: container state, uptime, image, mode, config hash; endpoint health and model."""
-    from rich.table import Table
-
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.status import status
 
@@ -282,7 +281,17 @@ def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
         st = status(prof, pool)
     if json_out:
         print_json(st.to_json())
-        return
+    else:
+        _render_status(st)
+    if st.unreachable:
+        from sparkctl.errors import ExitCode
+
+        raise typer.Exit(ExitCode.CONNECT)
+
+
+def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
+    from rich.table import Table
+
     out = console()
     if not st.containers:
         out.print(f"cluster {st.cluster}: nothing running")
@@ -310,8 +319,6 @@ def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
                       "`sparkctl up` would restart the ranks[/]")  # fmt: skip
     for node, why in st.unreachable.items():
         out.print(f"[red]node {node} unreachable[/]: {why}")
-    if st.unreachable:
-        raise typer.Exit(5)
 
 
 @handle_errors

@@ -40,7 +40,9 @@ def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | No
         with NodePool(prof) as pool:
             mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
     plan = build_plan(prof, mode)
-    return plan.endpoint.url, plan.endpoint.served_model_name, plan.config_hash
+    # With `hcas: auto` the running config's hash is known only after discovery: record none.
+    config_hash = None if plan.unresolved else plan.config_hash
+    return plan.endpoint.url, plan.endpoint.served_model_name, config_hash
 
 
 @handle_errors

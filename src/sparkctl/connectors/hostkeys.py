@@ -37,8 +37,8 @@ class RefuseUnknown(paramiko.MissingHostKeyPolicy):
         raise ConnectError(
             f"unknown SSH host key for {hostname} ({fingerprint(key)}); not in {self.known_hosts}",
             node=self.node,
-            fix=f"verify the fingerprint, then `ssh-keyscan -H {hostname.strip('[]').split(']:')[0]} >> "
-            f"{self.known_hosts}`, or rerun with --accept-new-host-keys (ssh.host_key_policy: accept-new)",
+            fix=f"verify the fingerprint, then `{_keyscan(hostname)} >> {self.known_hosts}`, "
+            "or rerun with --accept-new-host-keys (ssh.host_key_policy: accept-new)",
         )
 
 

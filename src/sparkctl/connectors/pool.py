@@ -29,6 +29,8 @@ def fan_out(keys: Iterable[K], fn: Callable[[K], T], max_workers: int = 16) -> d
         for key, fut in futures.items():
             try:
                 results[key] = fut.result()
+            except (KeyboardInterrupt, SystemExit):
+                raise  # the user's Ctrl-C is nobody's per-node result
             except BaseException as exc:  # noqa: BLE001 - returned to the caller's policy
                 results[key] = exc
     return results

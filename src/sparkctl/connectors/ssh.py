@@ -14,7 +14,7 @@ import paramiko
 
 from sparkctl.connectors.base import DEFAULT_TIMEOUT, Connector, RunResult
 from sparkctl.connectors.hostkeys import AcceptNew, RefuseUnknown, changed_key_error
-from sparkctl.errors import ConnectError
+from sparkctl.errors import AuthError, ConnectError
 
 if TYPE_CHECKING:
     import socket
@@ -146,7 +146,7 @@ class SshConnector(Connector):
             raise changed_key_error(t.node, t.host, t.port, t.known_hosts, exc) from None
         except paramiko.AuthenticationException:
             client.close()
-            raise ConnectError(
+            raise AuthError(
                 f"SSH authentication failed for {self.description} (passwordless login required)",
                 node=t.node,
                 fix=f"install your key: `ssh-copy-id -p {t.port} {self.description.rsplit(':', 1)[0]}` "
@@ -196,10 +196,14 @@ class SshConnector(Connector):
     def _session(self) -> paramiko.Channel:
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
-            self._client = None
+            self.close()  # drops the dead client and the Docker client bound to it, then reconnects
             transport = self.client.get_transport()
         assert transport is not None
-        return transport.open_session(timeout=self.target.connect_timeout)
+        try:
+            return transport.open_session(timeout=self.target.connect_timeout)
+        except paramiko.SSHException as exc:
+            raise ConnectError(f"cannot open an SSH channel to {self.description}: {exc}", node=self.node,
+                               fix="check sshd's MaxSessions and that the node is up") from None  # fmt: skip
 
     def close(self) -> None:
         super().close()

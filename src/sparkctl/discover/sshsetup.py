@@ -15,7 +15,7 @@ from pathlib import Path
 import paramiko
 
 from sparkctl.connectors.hostkeys import AcceptNew, fingerprint, known_hosts_name
-from sparkctl.errors import ConnectError, SparkctlError, UsageError
+from sparkctl.errors import AuthError, ConnectError, SparkctlError, UsageError
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"
 # $1 = the public key line. Idempotent; keeps the modes sshd's StrictModes wants.
@@ -119,8 +119,8 @@ def key_login_works(host: str, port: int, user: str, key: Path, known_hosts: Pat
     try:
         with SshConnector(target) as conn:
             return conn.run(["true"], timeout=timeout).ok
-    except ConnectError:
-        return False
+    except AuthError:
+        return False  # only a refused key means "install it"; unreachable/unknown key stay errors
 
 
 def setup_peers(

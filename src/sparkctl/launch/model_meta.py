@@ -175,14 +175,18 @@ def facts_from_config(config: dict[str, Any], *, name: str = "", weight_bytes: i
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of one .safetensors file (reads 8 + header-length bytes, no tensor data)."""
-    with path.open("rb") as fh:
-        raw = fh.read(8)
-        if len(raw) != 8:
-            raise UsageError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-        (length,) = struct.unpack("<Q", raw)
-        if length <= 0 or length > MAX_HEADER_BYTES:
-            raise UsageError(f"{path}: not a safetensors file (header length {length})")
-        body = fh.read(length)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise UsageError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+            (length,) = struct.unpack("<Q", raw)
+            if length <= 0 or length > MAX_HEADER_BYTES:
+                raise UsageError(f"{path}: not a safetensors file (header length {length})")
+            body = fh.read(length)
+    except OSError as exc:  # e.g. a snapshot link whose blob never finished downloading
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})",
+                         fix="finish the download (`huggingface-cli download ...`) or `sparkctl ship --weights`") from None  # fmt: skip
     if len(body) != length:
         raise UsageError(f"{path}: truncated safetensors header")
     try:
@@ -235,7 +239,11 @@ def load_model_facts(directory: Path, name: str = "") -> ModelFacts:
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise UsageError(f"{directory}: no config.json", fix="point at a model snapshot directory")
-    config = json.loads(config_path.read_text())
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{config_path}: cannot read the model config ({exc})",
+                         fix="re-download the model's config.json") from None  # fmt: skip
     wbytes, nfiles = weight_bytes_in(directory)
     return facts_from_config(config, name=name or directory.name, weight_bytes=wbytes or None,
                              weight_files=nfiles, source=str(directory))  # fmt: skip

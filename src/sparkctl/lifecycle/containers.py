@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import SparkctlError
 from sparkctl.plan import LABEL_PREFIX, RankSpec
-from sparkctl.secrets import SecretRef, reveal
+from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -157,8 +157,6 @@ def revealed_env(spec: RankSpec) -> dict[str, str]:
     return {k: reveal(v) for k, v in spec.env.items()}
 
 
-def has_secrets(spec: RankSpec) -> bool:
-    return any(isinstance(v, SecretRef) for v in spec.env.values())
 
 
 def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:

@@ -8,6 +8,7 @@ their liveness comes from their containers (watch.py).
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -63,9 +64,9 @@ def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
     """One probe of rank 0's API; never raises (errors become `detail`)."""
     try:
         code, body = _get(f"{endpoint.api_base}/models", MODELS_TIMEOUT)
-    except (OSError, urllib.error.URLError) as exc:
+    except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", exc)
-        return EndpointHealth(detail=f"/v1/models: {reason}")
+        return EndpointHealth(detail=f"/v1/models: {reason or type(exc).__name__}")
     if code != 200:
         return EndpointHealth(detail=f"/v1/models: HTTP {code}")
     served = served_models(body)
@@ -77,8 +78,8 @@ def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
         return EndpointHealth(True, served, False, "/health not probed")
     try:
         code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT)
-    except (OSError, urllib.error.URLError) as exc:
-        return EndpointHealth(True, served, False, f"/health: {getattr(exc, 'reason', exc)}")
+    except (OSError, http.client.HTTPException) as exc:
+        return EndpointHealth(True, served, False, f"/health: {getattr(exc, 'reason', exc) or type(exc).__name__}")
     if code != 200:
         return EndpointHealth(True, served, False, f"/health: HTTP {code} (warming up)")
     return EndpointHealth(True, served, True, "ready")
@@ -102,7 +103,10 @@ class Prober:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            state = probe(self.endpoint)
+            try:
+                state = probe(self.endpoint)
+            except Exception as exc:  # noqa: BLE001 - a dead prober would make `up` wait for the deadline
+                state = EndpointHealth(detail=f"probe failed: {type(exc).__name__}: {exc}")
             self.state = state
             if state.ready:
                 self.ready_at = time.monotonic()

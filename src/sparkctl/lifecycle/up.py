@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -136,7 +135,7 @@ def observe(pool: NodePool, cluster: str, nodes: list[str]) -> list[ContainerInf
         if isinstance(res, BaseException):
             raise (
                 res
-                if isinstance(res, SparkctlError)
+                if isinstance(res, SparkctlError) or not isinstance(res, Exception)
                 else SparkctlError(f"listing containers: {res}", node=node)
             )
         found += res
@@ -159,7 +158,7 @@ def remove_all(pool: NodePool, infos: list[ContainerInfo]) -> None:
         if isinstance(res, BaseException):
             raise (
                 res
-                if isinstance(res, SparkctlError)
+                if isinstance(res, SparkctlError) or not isinstance(res, Exception)
                 else SparkctlError(f"removing containers: {res}", node=node)
             )
 
@@ -283,6 +282,8 @@ def _up_locked(
     budget = timeout if timeout is not None else profile.engine.ready_timeout
     deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
     plan = resolve_plan(profile, plan, pool)
+    for spec in plan.ranks:  # a missing secret (unset HF_TOKEN) must stop us before anything is stopped
+        containers.revealed_env(spec)
     observed = observe(pool, plan.cluster, involved_nodes(plan))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
@@ -356,8 +357,8 @@ def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: lis
     def start_one(rank: int) -> None:
         spec = by_rank[rank]
         conn = pool.get(spec.node)
+        started.append(spec)  # before creating it: rollback must also see a half-started container
         containers.start_rank(conn, spec)
-        started.append(spec)  # list.append is atomic; rollback sees every created container
         logs.start_follower(conn, spec.container_name, log_path(profile, spec))
 
     _raise_first(fan_out(list(by_rank), start_one), by_rank)
@@ -400,7 +401,3 @@ def curl_example(plan: Plan) -> str:
     }
     url = f"{ep.api_base}/chat/completions"
     return shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
-
-
-def log_hint_for(profile: Profile) -> Callable[[RankSpec], str]:
-    return lambda spec: _log_hint(profile, spec)

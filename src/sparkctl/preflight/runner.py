@@ -152,23 +152,18 @@ class _Ctx:
         return f"{self.hf_cache(node)}/hub/{repo_dir_name(repo_id)}"
 
 
-def _launch_check() -> tuple[Callable[[Plan, Profile], list[Finding]] | None, set[str]]:
-    """Helper C's launch-safety rules (sparkctl.launch.check.check_plan), not re-implemented here.
+def _launch_check() -> tuple[Callable[[Plan, Profile], list[Finding]], set[str]]:
+    """The launch-safety rules and memory planner of sparkctl.launch (not re-implemented here).
 
     Flag parsing with SGLang's own parser is left to `sparkctl plan --check` (it may import SGLang
     or start the image); preflight runs the rules and the memory planner only."""
-    try:
-        from sparkctl.launch.check import check_plan
-    except ImportError:
-        return None, set()
+    from sparkctl.launch import CHECK_NAMES
+    from sparkctl.launch.check import check_plan
 
     def run(plan: Plan, profile: Profile) -> list[Finding]:
-        result = check_plan(plan, profile, parse_flags=False)
-        return list(getattr(result, "findings", result))
+        return check_plan(plan, profile, parse_flags=False).findings
 
-    import sparkctl.launch as launch
-
-    return run, set(getattr(launch, "CHECK_NAMES", ()))
+    return run, set(CHECK_NAMES)
 
 
 # ----------------------------------------------------------------------------- phase 1
@@ -549,10 +544,12 @@ def run_preflight(
     findings = _judge(ctx, node_facts, _sizes(ctx, node_facts))
     if ctx.applies("WeightsContent") and ctx.multi:
         findings += _weights_content(ctx, node_facts)
-    if "Launch" in selected and launch is not None:
+    if "Launch" in selected or selected & launch_names:
         try:
             findings += [
-                dataclasses.replace(f, data={**f.data, "group": "Launch"}) for f in launch(plan, profile)
+                dataclasses.replace(f, data={**f.data, "group": "Launch"})
+                for f in launch(plan, profile)
+                if "Launch" in selected or f.check in selected  # --only MemoryFit runs just that one
             ]
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours
             findings.append(Finding("Launch", SKIP, f"launch-safety checks failed to run: {exc}"))

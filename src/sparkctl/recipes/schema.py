@@ -128,8 +128,9 @@ class LoadedRecipe:
 
     @property
     def tag(self) -> str:
-        """Default tag of the derivative; must match plan.image_ref() for profiles with image.recipe."""
-        return f"sparkctl/{self.name}:latest"
+        from sparkctl.plan import recipe_tag
+
+        return recipe_tag(self.name)
 
     def file_sha256(self) -> dict[str, str]:
         return {t: hashlib.sha256(b).hexdigest() for t, b in sorted(self.contents.items())}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError, UsageError
-from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
+from sparkctl.ship.errors import RERUN, DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.manifest import Manifest, hf_cache_for, snapshot_manifest
 from sparkctl.ship.progress import ByteCounter, NullProgress, Progress, RichProgress
 
@@ -170,9 +170,17 @@ def ship(
 
 
 def _record(report: ShipReport, node: str, what: str, fn) -> None:  # noqa: ANN001
+    import docker.errors
+    import requests
+
     try:
         report.results.append(fn())
     except SparkctlError as exc:
         if exc.node is None:
             exc.node = node
         report.errors.append((node, what, exc))
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        # The engine API refused or broke mid-way: this peer's expected failure, not a crash.
+        report.errors.append(
+            (node, what, ShipError(f"{what}: Docker engine error: {exc}", node=node, fix=RERUN))
+        )

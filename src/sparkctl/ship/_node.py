@@ -86,7 +86,7 @@ class HashCache:
         if not self.dirty:
             return
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + PART
+        tmp = "%s.%d%s" % (self.path, os.getpid(), PART)  # noqa: UP031 - concurrent runs on one node
         with open(tmp, "w") as fh:
             json.dump(self.data, fh)
         os.replace(tmp, self.path)
@@ -99,13 +99,22 @@ def _key(repo, path, blob):
 
 
 def resolve_commit(repo, revision):
+    """A full commit, a ref (branch/tag), or a unique short commit prefix (>= 7 hex), as preflight does."""
     if COMMIT_RE.match(revision):
         return revision
     try:
         with open(os.path.join(repo, "refs", revision)) as fh:
             return fh.read().strip()
     except OSError:
-        return None
+        pass
+    if re.match(r"^[0-9a-f]{7,39}$", revision):
+        try:
+            found = [c for c in os.listdir(os.path.join(repo, "snapshots")) if c.startswith(revision)]
+        except OSError:
+            found = []
+        if len(found) == 1:
+            return found[0]
+    return None
 
 
 def marker_path(repo, commit):

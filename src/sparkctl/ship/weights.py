@@ -163,7 +163,9 @@ def _transfer(
         raise
     if rc != 0:
         err = _error_doc(receiver.read_stderr())
-        _raise_receiver_error(err or {"raw": f"exit {rc}"}, source, peer)
+        # A stream cut short on the receiving side is the source's failure when the sender failed.
+        if not (err.get("error") == "truncated" and src_rc != 0 and sender is not None):
+            _raise_receiver_error(err or {"raw": f"exit {rc}"}, source, peer)
     if src_rc != 0 and sender is not None:
         raise ShipError(
             f"reading {source.model_id} on the source failed: {sender.read_stderr().strip()[-300:]}",

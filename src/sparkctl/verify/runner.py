@@ -18,11 +18,9 @@ def run_check(check: Check, ctx: Context) -> Finding:
         passed = check.run(ctx)
     except CheckFailed as exc:
         return _failed(check, str(exc), start, exc.data)
-    except openai.APIConnectionError as exc:
+    except openai.OpenAIError as exc:  # APIConnectionError included
         return _failed(check, describe_error(exc), start, {})
-    except openai.OpenAIError as exc:
-        return _failed(check, describe_error(exc), start, {})
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+    except (ValueError, TypeError, AttributeError, LookupError) as exc:
         # The SDK could not make sense of the reply (e.g. a malformed stream event).
         return _failed(check, f"malformed reply: {type(exc).__name__}: {exc}", start, {})
     data = {"proves": check.proves, "seconds": round(time.monotonic() - start, 3), **passed.data}
