@@ -130,12 +130,21 @@ def run_batch(conn: Connector, probes: Mapping[str, Probe]) -> dict[str, Any]:
     )
     raw: dict[str, RunResult] = {}
     if res.ok:
-        for name, (rc, out, err) in json.loads(res.stdout).items():
+        try:
+            results = json.loads(res.stdout.strip().splitlines()[-1])  # a login script may print first
+        except (ValueError, IndexError):
+            return {n: ProbeError(f"probe batch on {conn.node}: unreadable output {res.stdout[-200:]!r}") for n in probes}
+        for name, (rc, out, err) in results.items():
             raw[name] = RunResult(conn.node, tuple(probes[name].argv), rc, out, err)
-    else:
+    elif res.rc != 127:  # the batch itself failed (timeout, killed): do not run every probe twice
+        why = (res.stderr or res.stdout).strip().splitlines()
+        return {n: ProbeError(f"probe batch on {conn.node} failed (exit {res.rc}): {why[-1] if why else ''}")
+                for n in probes}  # fmt: skip
+    else:  # no python3 on the node: one exec per probe, few at a time (sshd's MaxSessions is 10)
         from sparkctl.connectors.pool import fan_out
 
-        got = fan_out(list(probes), lambda n: conn.run(list(probes[n].argv), timeout=probes[n].timeout))
+        got = fan_out(list(probes), lambda n: conn.run(list(probes[n].argv), timeout=probes[n].timeout),
+                      max_workers=4)  # fmt: skip
         raw = {n: r for n, r in got.items() if isinstance(r, RunResult)}
         missing = {n: r for n, r in got.items() if not isinstance(r, RunResult)}
         if missing:
