@@ -126,3 +126,15 @@ def test_container_info_from_inspect(dual):
     info = info_from_attrs("spark2", _attrs(spec, "exited", exit_code=137))
     assert (info.rank, info.mode, info.running, info.exit_code) == (1, _tp_mode(dual), False, 137)
     assert info.describe_exit() == "exit code 137" and info.uptime_s() is None
+
+
+def test_settle_restarts_an_unhealthy_up_to_date_mode() -> None:
+    from sparkctl.lifecycle.up import Reconcile, settle
+
+    observed = ["r0", "r1"]  # ContainerInfo stand-ins: settle only moves them around
+    ok = Reconcile(True, [], ["old"])
+    assert settle(ok, observed, healthy=True) is ok
+    sick = settle(ok, observed, healthy=False)
+    assert not sick.up_to_date and sick.remove == ["r0", "r1"] and sick.leftovers == []
+    changed = Reconcile(False, ["x"], [])
+    assert settle(changed, observed, healthy=False) is changed

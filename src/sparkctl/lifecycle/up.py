@@ -122,6 +122,13 @@ def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
     return Reconcile(False, [*others, *mine.values()], [])
 
 
+def settle(rec: Reconcile, observed: list[ContainerInfo], healthy: bool) -> Reconcile:
+    """The right config running but not serving: restart it, i.e. stop everything observed."""
+    if rec.up_to_date and not healthy:
+        return Reconcile(False, list(observed), [])
+    return rec
+
+
 def involved_nodes(plan: Plan) -> list[str]:
     """Nodes holding the plan's ranks or anything plan.stop_first names (order kept, no repeats)."""
     return list(dict.fromkeys([*plan.nodes, *(c.node for c in plan.stop_first)]))
@@ -269,10 +276,10 @@ def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: in
     plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
     observed = observe(pool, plan.cluster, involved_nodes(plan))
     rec = reconcile(plan, observed)
-    if rec.up_to_date and probe(plan.endpoint).ready:
+    rec = settle(rec, observed, healthy=rec.up_to_date and probe(plan.endpoint).ready)
+    if rec.up_to_date:
         return Preview(plan, rec.leftovers, [])
-    stop = rec.remove if not rec.up_to_date else observed
-    return Preview(plan, stop, [*plan.ranks[1:], plan.ranks[0]])
+    return Preview(plan, rec.remove, [*plan.ranks[1:], plan.ranks[0]])
 
 
 def _up_locked(
@@ -296,7 +303,7 @@ def _up_locked(
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
-        rec = Reconcile(False, [c for c in observed], [])
+        rec = settle(rec, observed, healthy=False)
 
     if not skip_preflight:
         # Our own containers that are about to be removed hold the port and look stray: expected.
