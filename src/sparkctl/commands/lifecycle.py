@@ -24,8 +24,11 @@ ShipOpt = Annotated[
 ]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", help="One deadline in seconds for the whole command: preflight, starting, and "
-                 "waiting for the endpoint (default: engine.ready_timeout)."),
+    typer.Option(
+        "--timeout",
+        help="One deadline in seconds for the whole command: preflight, starting, and "
+        "waiting for the endpoint (default: engine.ready_timeout).",
+    ),
 ]
 
 
@@ -157,7 +160,9 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                     f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
                 )
                 with RichProgress(console(stderr=True)) as progress:
-                    ship(prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress)
+                    ship(
+                        prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
+                    )
                 result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
                             reporter=reporter)  # fmt: skip
     except (RankFailedError, ReadyTimeoutError) as exc:
@@ -347,6 +352,7 @@ def logs_cmd(
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
     from sparkctl.lifecycle.logs import follow_all, parse_since, read_all
+    from sparkctl.lifecycle.status import running_mode
     from sparkctl.lifecycle.up import last_attempt
     from sparkctl.plan import build_plan
 
@@ -355,8 +361,7 @@ def logs_cmd(
     out = console()
     with NodePool(prof) as pool:
         if mode is None:
-            running = [c.mode for c in status_containers(prof, pool) if c.running and c.mode in prof.modes]
-            mode = running[0] if running else last_attempt(prof.cluster).get("mode") or prof.default_mode()
+            mode = running_mode(prof, pool) or last_attempt(prof.cluster).get("mode") or prof.default_mode()
             if mode not in prof.modes:
                 mode = prof.default_mode()
         plan = build_plan(prof, mode)
@@ -376,18 +381,6 @@ def logs_cmd(
                 out.print(escape(line.render(width, timestamps)), soft_wrap=True)
         except KeyboardInterrupt:  # the normal way to stop following
             return
-
-
-def status_containers(prof, pool):  # noqa: ANN001, ANN201 - light helper, imports lazily
-    from sparkctl.lifecycle import containers
-
-    found = []
-    for res in pool.map(
-        [n.name for n in prof.nodes], lambda c: containers.list_cluster(c, prof.cluster)
-    ).values():
-        if not isinstance(res, BaseException):
-            found += res
-    return found
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+from sparkctl.connectors.pool import NodePool
 
 CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on stop
@@ -157,13 +158,26 @@ def revealed_env(spec: RankSpec) -> dict[str, str]:
     return {k: reveal(v) for k, v in spec.env.items()}
 
 
-
-
 def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:
     """Every container of this cluster on the node (any state), found by label."""
     client = conn.docker()
     found = client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={cluster}"})
     return [info_from_attrs(conn.node, c.attrs) for c in found]
+
+
+def list_nodes(
+    pool: NodePool, cluster: str, nodes: list[str]
+) -> tuple[list[ContainerInfo], dict[str, BaseException]]:
+    """This cluster's containers on every given node, in parallel; and {node: why} for the nodes
+    that could not be asked (callers decide: `up` stops, `down` cleans the rest, `status` reports)."""
+    found: list[ContainerInfo] = []
+    failed: dict[str, BaseException] = {}
+    for node, res in pool.map(nodes, lambda conn: list_cluster(conn, cluster)).items():
+        if isinstance(res, BaseException):
+            failed[node] = res
+        else:
+            found += res
+    return found, failed
 
 
 def inspect(conn: Connector, name: str) -> ContainerInfo | None:

@@ -26,15 +26,8 @@ def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool =
     """Idempotent: nothing running is success. Reachable nodes are cleaned even if one is not.
     `dry_run` lists what would be removed and removes nothing."""
     with ClusterLock(profile.cluster) if lock and not dry_run else contextlib.nullcontext():
-        nodes = [n.name for n in profile.nodes]
-        results = pool.map(nodes, lambda conn: containers.list_cluster(conn, profile.cluster))
-        found: list[ContainerInfo] = []
-        failed: list[tuple[str, BaseException]] = []
-        for node, res in results.items():
-            if isinstance(res, BaseException):
-                failed.append((node, res))
-            else:
-                found += res
+        found, unreachable = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
+        failed = list(unreachable.items())
         if not dry_run:
             remove_all(pool, found)
         if failed:

@@ -79,7 +79,9 @@ def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
     try:
         code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT)
     except (OSError, http.client.HTTPException) as exc:
-        return EndpointHealth(True, served, False, f"/health: {getattr(exc, 'reason', exc) or type(exc).__name__}")
+        return EndpointHealth(
+            True, served, False, f"/health: {getattr(exc, 'reason', exc) or type(exc).__name__}"
+        )
     if code != 200:
         return EndpointHealth(True, served, False, f"/health: HTTP {code} (warming up)")
     return EndpointHealth(True, served, True, "ready")

@@ -65,12 +65,9 @@ class ClusterStatus:
 def status(profile: Profile, pool: NodePool) -> ClusterStatus:
     """Read-only (no lock): every profile node in parallel; an unreachable node is reported, not fatal."""
     out = ClusterStatus(profile.cluster)
-    results = pool.map([n.name for n in profile.nodes], lambda c: containers.list_cluster(c, profile.cluster))
-    for node, res in results.items():
-        if isinstance(res, BaseException):
-            out.unreachable[node] = res.message if isinstance(res, SparkctlError) else str(res)
-        else:
-            out.containers += res
+    out.containers, failed = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
+    for node, exc in failed.items():
+        out.unreachable[node] = exc.message if isinstance(exc, SparkctlError) else str(exc)
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
@@ -83,6 +80,6 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
 
 def running_mode(profile: Profile, pool: NodePool) -> str | None:
     """The one mode whose containers run now (None if none, several, or nodes unreachable)."""
-    results = pool.map([n.name for n in profile.nodes], lambda c: containers.list_cluster(c, profile.cluster))
-    modes = {c.mode for res in results.values() if not isinstance(res, BaseException) for c in res if c.running}
+    found, _ = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
+    modes = {c.mode for c in found if c.running and c.mode in profile.modes}
     return modes.pop() if len(modes) == 1 else None

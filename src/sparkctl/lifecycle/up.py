@@ -136,16 +136,12 @@ def involved_nodes(plan: Plan) -> list[str]:
 
 # ------------------------------------------------------------------------------------ I/O steps
 def observe(pool: NodePool, cluster: str, nodes: list[str]) -> list[ContainerInfo]:
-    results = pool.map(nodes, lambda conn: containers.list_cluster(conn, cluster))
-    found: list[ContainerInfo] = []
-    for node, res in results.items():
-        if isinstance(res, BaseException):
-            raise (
-                res
-                if isinstance(res, SparkctlError) or not isinstance(res, Exception)
-                else SparkctlError(f"listing containers: {res}", node=node)
-            )
-        found += res
+    found, failed = containers.list_nodes(pool, cluster, nodes)
+    if failed:  # `up` must see every node it may change
+        node, exc = next(iter(failed.items()))
+        if isinstance(exc, SparkctlError) or not isinstance(exc, Exception):
+            raise exc
+        raise SparkctlError(f"listing containers: {exc}", node=node)
     return found
 
 

@@ -20,6 +20,7 @@ from sparkctl.plan import Plan, RankSpec
 from sparkctl.secrets import redact
 
 POLL_S = 0.25
+SETTLE_S = 1.0  # after a rank dies: time for the others to be seen dead too, to find the first
 LAST_LINE_EVERY_S = 1.0
 FAIL_LOG_LINES = 40
 
@@ -107,6 +108,7 @@ def wait_ready(
     views = {s.rank: RankView(s.rank, s.node, s.container_name) for s in plan.ranks}
     prober = Prober(plan.endpoint).start()
     next_lines = start
+    settle_until: float | None = None
     try:
         while True:
             fetch_lines = on_update is not None and time.monotonic() >= next_lines
@@ -140,7 +142,11 @@ def wait_ready(
                 next_lines = time.monotonic() + LAST_LINE_EVERY_S
 
             dead = _first_dead(infos)
-            if dead is not None:
+            if dead is not None and settle_until is None and len(plan.ranks) > 1:
+                # One rank's death takes its peers down within moments, and the engine may report
+                # them in any order: look again shortly, then blame the one that finished first.
+                settle_until = time.monotonic() + SETTLE_S
+            if dead is not None and time.monotonic() >= (settle_until or 0):
                 spec = plan.rank(dead)
                 info = infos[dead]
                 how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
@@ -154,6 +160,9 @@ def wait_ready(
                     fix=log_hint(spec) if log_hint else None,
                 )
             now = time.monotonic()
+            if settle_until is not None:
+                time.sleep(poll)
+                continue
             if prober.ready_at is not None:
                 return WaitResult(now - start, prober.state, prober.ready_at, list(views.values()))
             if on_update is not None:
