@@ -119,6 +119,12 @@ class Plan:
     unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
 
     @property
+    def settled_hash(self) -> str | None:
+        """The config hash running containers of this plan carry; None while something is
+        unresolved (`hcas: auto` is read from the nodes at `up`, which changes the hash)."""
+        return None if self.unresolved else self.config_hash
+
+    @property
     def nodes(self) -> list[str]:
         return [r.node for r in self.ranks]
 

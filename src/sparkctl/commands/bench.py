@@ -44,7 +44,6 @@ def bench(
 ) -> None:
     """Single-stream and concurrent workloads (code, prose, thinking, cold prefill, repeated long
     prefix). Token counts come from the server's usage, never from counting stream chunks."""
-    import json
 
     from sparkctl.benchmark.report import bench_table
     from sparkctl.benchmark.runner import run_bench
@@ -54,10 +53,12 @@ def bench(
     suite = select(default_suite(max_tokens, prefix_words, concurrency), workload)
     if compare:
         if url:
-            raise UsageError("--compare switches modes of a profile", fix="drop --url/--model, use -p PROFILE")
+            raise UsageError(
+                "--compare switches modes of a profile", fix="drop --url/--model, use -p PROFILE"
+            )
         _compare(profile, compare, suite, reps, budget, out, json_out)
         return
-    base, served, config_hash = resolve_endpoint(profile, mode, url, model)
+    base, served, config_hash, mode = resolve_endpoint(profile, mode, url, model)
     con = console(stderr=json_out)
     con.print(f"[bold]bench[/] {base}  model [bold]{served}[/]  {reps} reps x {len(suite)} workloads")
     result = run_bench(
@@ -70,20 +71,11 @@ def bench(
         config_hash=config_hash,
         on_workload=lambda w: con.print(f"  done {w.workload.name}"),
     )
-    data = result.to_json()
-    if out:
-        out.write_text(json.dumps(data, indent=2) + "\n")
-    if json_out:
-        print_json(data)
-    else:
-        con.print(bench_table(result))
-        if out:
-            con.print(f"saved {out}")
+    _emit(result.to_json(), bench_table(result), out, json_out, con)
 
 
 def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, out, json_out: bool) -> None:  # noqa: ANN001
     """Run in MODE_A, switch (the lifecycle's `up`, which stops the other mode first), run in MODE_B."""
-    import json
 
     from sparkctl.benchmark.report import compare_table
     from sparkctl.benchmark.runner import compare, run_bench
@@ -101,18 +93,25 @@ def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, o
 
         def run(mode: str):  # noqa: ANN202 - BenchResult
             plan = build_plan(prof, mode)
-            config_hash = None if plan.unresolved else plan.config_hash  # hcas: auto is resolved at `up`
             return run_bench(plan.endpoint.url, plan.endpoint.served_model_name, suite, reps=reps,
-                             budget_s=budget, mode=mode, config_hash=config_hash)  # fmt: skip
+                             budget_s=budget, mode=mode, config_hash=plan.settled_hash)  # fmt: skip
 
         results = compare(modes, switch, run)
-    data = {"compare": [r.to_json() for r in results]}
+    _emit({"compare": [r.to_json() for r in results]}, compare_table(results), out, json_out, con)
+
+
+def _emit(data: dict, table, out: Path | None, json_out: bool, con) -> None:  # noqa: ANN001 - rich objects
+    """Save the full results (--out), then print JSON (--json) or the table."""
+    import json
+
     if out:
         out.write_text(json.dumps(data, indent=2) + "\n")
     if json_out:
         print_json(data)
-    else:
-        con.print(compare_table(results))
+        return
+    con.print(table)
+    if out:
+        con.print(f"saved {out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -18,14 +18,24 @@ NodeOpt = Annotated[
 ]
 
 
-def _nodes(prof, nodes: list[str] | None) -> list[str]:  # noqa: ANN001 - Profile, imported lazily
+def _load(recipe: str):  # noqa: ANN202 - LoadedRecipe, imported lazily
+    from sparkctl.recipes import find_recipe, load_recipe
+
+    return load_recipe(find_recipe(recipe))
+
+
+def _on_nodes(profile, nodes: list[str] | None, fn) -> dict:  # noqa: ANN001 - Path, Callable[[Connector], T]
+    """fn(connector) on the named nodes (default: all of the profile's), in parallel: {node: result | error}."""
+    from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
 
+    prof = load_profile(profile)
     names = [n.name for n in prof.nodes]
     for n in nodes or []:
         if n not in names:
             raise UsageError(f"unknown node '{n}'", fix=f"nodes of this profile: {', '.join(names)}")
-    return list(dict.fromkeys(nodes)) if nodes else names
+    with NodePool(prof) as pool:
+        return pool.map(list(dict.fromkeys(nodes)) if nodes else names, fn)
 
 
 def _raise_first(results: dict) -> None:
@@ -44,17 +54,12 @@ def build(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the recipe (manifest, pinned base, patches) and build its derivative on each node."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.recipes import find_recipe, load_recipe
     from sparkctl.recipes.build import build as build_on
     from sparkctl.recipes.schema import check_manifest
 
-    loaded = load_recipe(find_recipe(recipe))
+    loaded = _load(recipe)
     check_manifest(loaded)  # before any connection: a tampered overlay never reaches a node
-    prof = load_profile(profile)
-    targets = _nodes(prof, node)
-    with NodePool(prof) as pool:
-        results = pool.map(targets, lambda conn: build_on(conn.docker(), loaded, conn.node, tag))
+    results = _on_nodes(profile, node, lambda conn: build_on(conn.docker(), loaded, conn.node, tag))
     if json_out:
         print_json({n: (r.to_json() if not isinstance(r, BaseException) else {"error": str(r)})
                     for n, r in results.items()})  # fmt: skip
@@ -80,18 +85,13 @@ def verify(
     json_out: JsonOpt = False,
 ) -> None:
     """Re-check an existing derivative's overlaid files, recipe hash and base on each node."""
-    from sparkctl.connectors import NodePool
     from sparkctl.findings import Finding, Severity, worst
-    from sparkctl.recipes import find_recipe, load_recipe
     from sparkctl.recipes.build import verify_image
 
-    loaded = load_recipe(find_recipe(recipe))
-    prof = load_profile(profile)
-    targets = _nodes(prof, node)
-    with NodePool(prof) as pool:
-        results = pool.map(
-            targets, lambda conn: verify_image(conn.docker(), loaded, tag or loaded.tag, conn.node)
-        )
+    loaded = _load(recipe)
+    results = _on_nodes(
+        profile, node, lambda conn: verify_image(conn.docker(), loaded, tag or loaded.tag, conn.node)
+    )
     _raise_first(results)
     findings: list[Finding] = [f for r in results.values() for f in r]  # type: ignore[union-attr]
     if json_out:

@@ -20,8 +20,8 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per reques
 
 
 def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | None):  # noqa: ANN001, ANN201
-    """(url, model, config_hash) from --url/--model, or from the profile's plan for MODE (default:
-    the mode running now, else the profile's default mode)."""
+    """(url, model, config_hash, mode) from --url/--model, or from the profile's plan for MODE
+    (default: the mode running now, else the profile's default mode)."""
     from sparkctl.errors import UsageError
 
     if url or model:
@@ -29,7 +29,7 @@ def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | No
             raise UsageError("--url and --model go together", fix="pass both, or neither and use -p PROFILE")
         if mode:
             raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
-        return url, model, None
+        return url, model, None, None
     from sparkctl.plan import build_plan
 
     prof = load_profile(profile)
@@ -40,9 +40,7 @@ def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | No
         with NodePool(prof) as pool:
             mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
     plan = build_plan(prof, mode)
-    # With `hcas: auto` the running config's hash is known only after discovery: record none.
-    config_hash = None if plan.unresolved else plan.config_hash
-    return plan.endpoint.url, plan.endpoint.served_model_name, config_hash
+    return plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode
 
 
 @handle_errors
@@ -62,7 +60,7 @@ def verify(
     from sparkctl.verify.checks import select
     from sparkctl.verify.runner import verify as run_verify
 
-    base, served, config_hash = resolve_endpoint(profile, mode, url, model)
+    base, served, config_hash, _ = resolve_endpoint(profile, mode, url, model)
     if only and not select(only):
         raise UsageError(f"no check matches {only}", fix="see docs/verify-bench.md for the check names")
     out = console()

@@ -24,7 +24,7 @@ class ModeStatus:
     @property
     def profile_hash(self) -> str | None:
         """The hash the profile gives now; None when it depends on discovery (hcas: auto)."""
-        return None if self.plan is None or self.plan.unresolved else self.plan.config_hash
+        return self.plan.settled_hash if self.plan is not None else None
 
     @property
     def drift(self) -> bool | None:
