@@ -14,6 +14,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.preflight import probes as P
 from sparkctl.preflight.parsers import Netdev, RepoListing
 from sparkctl.preflight.rdma import NoRdma, RdmaDevice
+from sparkctl.ship.manifest import repo_dir
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -123,7 +124,8 @@ def hostname_probe() -> P.Probe:
 def caches_probe(hf_cache: str | None) -> P.Probe:
     args = [hf_cache] if hf_cache else []
     return P.Probe(
-        tuple(P.sh_argv(CACHES_SCRIPT, *args)), lambda r: parse_caches(P.checked_stdout(r, "listing HF caches"))
+        tuple(P.sh_argv(CACHES_SCRIPT, *args)),
+        lambda r: parse_caches(P.checked_stdout(r, "listing HF caches")),
     )
 
 
@@ -210,7 +212,7 @@ def gather(
         problems.append(f"HF caches: {_why(listing)}")
     elif listing:
         repo_probes = {
-            f"{i}:{rid}": P.repo_probe(f"{path}/hub/models--{rid.replace('/', '--')}")
+            f"{i}:{rid}": P.repo_probe(repo_dir(path, rid))
             for i, (_, path, rids) in enumerate(listing)
             for rid in rids
         }

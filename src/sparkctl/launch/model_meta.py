@@ -220,19 +220,13 @@ def weight_bytes_in(directory: Path) -> tuple[int, int]:
 
 def hf_snapshot_dir(hf_cache: Path, repo_id: str, revision: str | None = None) -> Path | None:
     """`<hf_cache>/hub/models--org--name/snapshots/<rev>` (revision: commit, branch/tag via refs/)."""
-    base = hf_cache / "hub" if (hf_cache / "hub").is_dir() else hf_cache
-    repo = base / ("models--" + repo_id.replace("/", "--"))
-    snaps = repo / "snapshots"
-    if not snaps.is_dir():
-        return None
-    rev = revision or "main"
-    ref = repo / "refs" / rev
-    if ref.is_file():
-        rev = ref.read_text().strip()
-    if (snaps / rev).is_dir():
-        return snaps / rev
-    matches = [p for p in snaps.iterdir() if p.name.startswith(rev)] if len(rev) >= 7 else []
-    return matches[0] if len(matches) == 1 else None
+    from sparkctl.ship._node import resolve_commit  # the same resolution `ship` uses on the nodes
+    from sparkctl.ship.manifest import repo_dir_name
+
+    base = hf_cache / "hub" if (hf_cache / "hub").is_dir() else hf_cache  # HF_HOME, or a hub/ dir
+    repo = base / repo_dir_name(repo_id)
+    commit = resolve_commit(str(repo), revision or "main")
+    return repo / "snapshots" / commit if commit and (repo / "snapshots" / commit).is_dir() else None
 
 
 def load_model_facts(directory: Path, name: str = "") -> ModelFacts:
@@ -256,7 +250,7 @@ def find_model_facts(repo_id: str, revision: str | None, search: list[Path]) -> 
         if snap is not None and (snap / "config.json").is_file():
             return load_model_facts(snap, repo_id)
         plain = root / repo_id.replace("/", "--")
-        for cand in (plain, root / repo_id.rsplit("/", 1)[-1], root):
-            if (cand / "config.json").is_file() and cand != root:
+        for cand in (plain, root / repo_id.rsplit("/", 1)[-1]):  # plain model directories
+            if (cand / "config.json").is_file():
                 return load_model_facts(cand, repo_id)
     return None

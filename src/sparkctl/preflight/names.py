@@ -37,7 +37,16 @@ ALIASES: dict[str, str] = {"DriverDrift": "Gpus", "CudaDrift": "Gpus", "GpuArchD
 
 # The quick subset `up` runs before starting anything (all within about a second on a LAN).
 FAST_CHECKS: frozenset[str] = frozenset(
-    {"SshReachable", "DockerEngine", "ImagePresent", "ImageSame", "Weights", "PortFree", "StrayContainers", "Mtu"}
+    {
+        "SshReachable",
+        "DockerEngine",
+        "ImagePresent",
+        "ImageSame",
+        "Weights",
+        "PortFree",
+        "StrayContainers",
+        "Mtu",
+    }
 )
 
 

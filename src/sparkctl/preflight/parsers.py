@@ -200,10 +200,6 @@ def resolve_revision(listing: RepoListing, revision: str | None) -> str | None:
     return None
 
 
-def repo_dir_name(repo_id: str) -> str:
-    return "models--" + repo_id.replace("/", "--")
-
-
 def ipv4_gid(ip: str) -> str:
     """The RoCE v2 GID of an IPv4 address as sysfs prints it (IPv4-mapped IPv6)."""
     packed = IPv4Address(ip).packed

@@ -40,7 +40,7 @@ echo '{SPEEDS_MARK}'
 for d in /sys/class/net/*; do s=; IFS= read -r s < "$d/speed" 2>/dev/null; echo "${{d##*/}} $s"; done
 """
 
-# $1 = repo dir (<hf_cache>/hub/models--org--name), $2 = completion marker file name.
+# $1 = repo dir (<hf_cache>/hub/models--org--name).
 SNAPSHOT_SCRIPT = r"""
 d="$1"
 [ -d "$d" ] || { echo norepo; exit 0; }
@@ -133,7 +133,10 @@ def run_batch(conn: Connector, probes: Mapping[str, Probe]) -> dict[str, Any]:
         try:
             results = json.loads(res.stdout.strip().splitlines()[-1])  # a login script may print first
         except (ValueError, IndexError):
-            return {n: ProbeError(f"probe batch on {conn.node}: unreadable output {res.stdout[-200:]!r}") for n in probes}
+            return {
+                n: ProbeError(f"probe batch on {conn.node}: unreadable output {res.stdout[-200:]!r}")
+                for n in probes
+            }
         for name, (rc, out, err) in results.items():
             raw[name] = RunResult(conn.node, tuple(probes[name].argv), rc, out, err)
     elif res.rc != 127:  # the batch itself failed (timeout, killed): do not run every probe twice

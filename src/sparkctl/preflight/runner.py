@@ -25,12 +25,11 @@ from sparkctl.preflight.parsers import (
     Netdev,
     PingResult,
     RepoListing,
-    repo_dir_name,
     resolve_revision,
 )
 from sparkctl.preflight.rdma import NoRdma, RdmaDevice, check_hcas
 from sparkctl.profile.schema import ModelRef, Profile
-from sparkctl.ship.manifest import hf_cache_for, snapshot_manifest
+from sparkctl.ship.manifest import hf_cache_for, repo_dir, snapshot_manifest
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -149,7 +148,7 @@ class _Ctx:
         return hf_cache_for(self.profile, node)
 
     def repo_dir(self, node: str, repo_id: str) -> str:
-        return f"{self.hf_cache(node)}/hub/{repo_dir_name(repo_id)}"
+        return repo_dir(self.hf_cache(node), repo_id)
 
 
 def _launch_check() -> tuple[Callable[[Plan, Profile], list[Finding]], set[str]]:

@@ -96,9 +96,14 @@ class Manifest:
         }
 
 
+def repo_dir_name(model_id: str) -> str:
+    """org/name -> models--org--name, the Hugging Face cache's directory for a model repo."""
+    return "models--" + model_id.replace("/", "--")
+
+
 def repo_dir(hf_cache: str, model_id: str) -> str:
     """<hf_cache>/hub/models--org--name (HF_HOME is the cache root mounted into the container)."""
-    return posixpath.join(hf_cache, "hub", "models--" + model_id.replace("/", "--"))
+    return posixpath.join(hf_cache, "hub", repo_dir_name(model_id))
 
 
 def revision_of(ref: ModelRef) -> str:
