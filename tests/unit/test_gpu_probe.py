@@ -141,3 +141,31 @@ def test_meminfo() -> None:
     mem = probe.parse_meminfo(text("h200/meminfo.txt"))
     assert mem["MemAvailable"] // 1024 == 257213
     assert mem["MemTotal"] >= mem["MemAvailable"]
+
+
+def test_preflight_gpu_probe_runs_query_and_header_in_one_exec(tmp_path, monkeypatch) -> None:
+    """The real probe script, through a real shell, against an `nvidia-smi` that replays the H200
+    captures: the CUDA version (only in `nvidia-smi -q`) must reach the report, or CudaDrift is blind."""
+    import os
+    import stat
+
+    from sparkctl.connectors.local import LocalConnector
+    from sparkctl.preflight.probes import gpus_probe
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200"
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-q" ]; then cat {fx}/nvidia-smi-q.txt; else cat {fx}/query-gpu.csv; fi\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    report = gpus_probe().run(LocalConnector("h200"))
+    assert len(report.gpus) == 2 and report.gpus[0].compute_cap == "9.0"
+    assert report.driver_version and report.cuda_version == "13.0"
+
+
+def test_preflight_gpu_probe_without_nvidia_smi_is_none(tmp_path, monkeypatch) -> None:
+    from sparkctl.connectors.local import LocalConnector
+    from sparkctl.preflight.probes import gpus_probe
+
+    monkeypatch.setenv("PATH", "/bin")  # sh and head, but no nvidia-smi on this machine
+    assert not Path("/bin/nvidia-smi").exists()
+    assert gpus_probe().run(LocalConnector("cpu")) is None

@@ -195,10 +195,8 @@ def gather(
         gpus = None
     meminfo = res.get("meminfo")
     mem_total = meminfo.get("MemTotal") if isinstance(meminfo, dict) else None
-    if gpus is not None and isinstance(meminfo, dict) and "MemAvailable" in meminfo:
-        import dataclasses
-
-        gpus = dataclasses.replace(gpus, mem_available_mib=meminfo["MemAvailable"] // 1024)
+    if gpus is not None and isinstance(meminfo, dict):
+        gpus = gpus.with_meminfo(meminfo)
 
     docker_facts, images = None, []
     if isinstance(done["docker"], BaseException):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.findings import Finding, Severity
 
@@ -89,6 +89,12 @@ class GpuReport:
     torch_version: str | None = None
     nccl_version: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
+
+    def with_meminfo(self, meminfo: dict[str, int] | None) -> GpuReport:
+        """The report with the host's MemAvailable (kB, from /proc/meminfo) filled in."""
+        if not meminfo or "MemAvailable" not in meminfo:
+            return self
+        return replace(self, mem_available_mib=meminfo["MemAvailable"] // 1024)
 
     @property
     def usable_memory_mib(self) -> int | None:

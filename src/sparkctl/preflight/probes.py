@@ -205,18 +205,26 @@ def meminfo_probe() -> Probe:
     return Probe(tuple(MEMINFO_ARGV), _checked("reading /proc/meminfo", parse_meminfo))
 
 
+# The query (its argv as $@), then the head of `nvidia-smi -q` for the driver's CUDA version
+# (not a --query-gpu field; without it CUDA drift between nodes would go unseen).
+GPUS_SCRIPT = """nvidia-smi "$@" || exit $?
+echo '@@sparkctl-smi-header@@'
+nvidia-smi -q 2>/dev/null | head -n 40
+"""
+
+
 def _parse_gpus(res: RunResult) -> GpuReport | None:
     if res.rc == 127 or (res.rc and "not found" in res.stderr.lower()):
         return None
-    return report_from_smi(
-        checked_stdout(res, "nvidia-smi", "check the NVIDIA driver (`nvidia-smi` must work on the node)")
-    )
+    out = checked_stdout(res, "nvidia-smi", "check the NVIDIA driver (`nvidia-smi` must work on the node)")
+    query, _, header = out.partition("@@sparkctl-smi-header@@\n")
+    return report_from_smi(query, header)
 
 
 def gpus_probe() -> Probe:
-    """GPUs via nvidia-smi (helper E's parsers); None when the node has no nvidia-smi. Add
-    MemAvailable with `dataclasses.replace(report, mem_available_mib=...)` from meminfo_probe."""
-    return Probe(tuple(QUERY_ARGV), _parse_gpus)
+    """GPUs via nvidia-smi (sparkctl.gpu.probe's parsers); None when the node has no nvidia-smi.
+    Add MemAvailable with `report.with_meminfo(...)` from meminfo_probe."""
+    return Probe(tuple(sh_argv(GPUS_SCRIPT, *QUERY_ARGV[1:])), _parse_gpus)
 
 
 def nvidia_hook_probe() -> Probe:

@@ -259,8 +259,8 @@ def _gather(ctx: _Ctx, pool: NodePool, node: str) -> NodeFacts:
             facts.nvidia_hook = value
         else:
             setattr(facts, name, value)
-    if facts.gpus is not None and facts.meminfo and "MemAvailable" in facts.meminfo:
-        facts.gpus = dataclasses.replace(facts.gpus, mem_available_mib=facts.meminfo["MemAvailable"] // 1024)
+    if facts.gpus is not None:
+        facts.gpus = facts.gpus.with_meminfo(facts.meminfo)
     return facts
 
 
