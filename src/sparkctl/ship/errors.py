@@ -15,5 +15,9 @@ class SourceMissingError(ShipError):
     """The source node lacks the image or the weights to ship."""
 
 
+class LoadRefusedError(ShipError):
+    """The peer's `docker load` read the whole stream and refused it (not a broken link)."""
+
+
 class DiskFullError(ShipError):
     """The peer has (or ran out of) too little disk; partial files were removed."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.ship.errors import RERUN, DiskFullError, ShipError, SourceMissingError
+from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.pump import pump, read_chunks
 from sparkctl.ship.tarfilter import LayerFilter, chain_ids
@@ -161,13 +161,13 @@ def ship_image(
     filt = LayerFilter(src.layers, skip)
     try:
         sent = _stream(src_conn, src.ref, filt, peer, progress, key)
-    except DiskFullError:
-        raise
-    except ShipError:
+    except LoadRefusedError:
         if not filt.skipped_layers:
             raise
-        # An engine that wants every layer file (e.g. a containerd image store): send it whole.
+        # An engine that wants every layer file (e.g. a containerd image store) refused the filtered
+        # stream: send it whole. A broken link or a failed `docker save` is not retried this way.
         filt = LayerFilter(src.layers, set())
+        progress.start(key, f"{peer.node} image (whole)", sum(src.layer_sizes) or None)
         sent = _stream(src_conn, src.ref, filt, peer, progress, key)
     got = peer_image_id(peer_client, src.ref)
     if got != src.id:
@@ -241,7 +241,7 @@ def _stream(
     if rc != 0:
         err = proc.read_stderr().strip()
         _check_load_error(err, peer.node)
-        raise ShipError(
+        raise LoadRefusedError(
             f"docker load failed (exit {rc}): {err.splitlines()[-1] if err else 'no output'}",
             node=peer.node,
             fix=RERUN,

@@ -100,7 +100,10 @@ class RichProgress:
 
     def start(self, key: str, description: str, total: int | None) -> None:
         with self._lock:
-            self._tasks[key] = self._rich.add_task(description, total=total, note="")
+            if key in self._tasks:  # started again (e.g. the image resent whole): reuse its row
+                self._rich.reset(self._tasks[key], total=total, description=description)
+            else:
+                self._tasks[key] = self._rich.add_task(description, total=total, note="")
             self._done[key] = 0
 
     def advance(self, key: str, n: int) -> None:

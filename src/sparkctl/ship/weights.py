@@ -2,8 +2,9 @@
 
 Order on the peer: the old completion marker is removed first; each file is written under a
 temporary name and renamed once all its bytes arrived (its sha256 computed on the way and cached);
-then the snapshot links, a full verification against the source manifest, refs/<branch>, and
-the completion marker last. A rerun after any interruption resends only what is not there intact.
+then the snapshot links, a check of every file's sha256 against the source manifest (files
+written now were hashed as they arrived; files already there use the node's hash cache, keyed by
+size/mtime/inode), refs/<branch>, and the completion marker last. A rerun after any interruption resends only what is not there intact.
 """
 
 from __future__ import annotations
