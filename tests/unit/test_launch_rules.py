@@ -98,6 +98,11 @@ def test_dflash_constraints() -> None:
     paged = rules.check_dflash(s_(*d, "--page-size", "64", "--mamba-track-interval", "100"), GPTQ, DRAFT)
     assert checks(paged) == ["MambaTrackInterval"]
     assert checks(rules.check_dflash(s_(*d), GPTQ, DRAFT)) == []
+    # 0.5.12 and older resolve mamba 'auto' to no_buffer (as the memory planner does): no
+    # extra_buffer, so the track-interval assert cannot fire there.
+    old = rules.check_dflash(s_(*d, "--speculative-num-draft-tokens", "8", "--mamba-track-interval", "4"),
+                             GPTQ, DRAFT, "0.5.12")  # fmt: skip
+    assert checks(old) == []
     no_stream = rules.check_dflash(s_("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d"),
                                    GPTQ, DRAFT)  # fmt: skip
     assert checks(no_stream, Severity.WARN) == ["StreamInterval"]

@@ -73,7 +73,7 @@ def rule_findings(argv: list[str], ctx: LaunchContext) -> list[Finding]:
     s = LaunchSettings.from_argv(argv)
     ruleset, _ = ruleset_for(ctx.sglang_version)
     out = rules.check_version(s, ruleset)
-    out += rules.check_dflash(s, ctx.target, ctx.draft)
+    out += rules.check_dflash(s, ctx.target, ctx.draft, ruleset)
     out += rules.check_context(s, ctx.target, ctx.draft, ctx.env)
     out += rules.check_mem_fraction(s, ctx.gpus)
     out += rules.check_tp(s, ctx.gpus_per_node)
@@ -128,12 +128,7 @@ def memory_fixes(argv: list[str], ctx: LaunchContext) -> list[MemoryFix]:
             break
         m = round(m + 0.01, 2)
     if s.has_spec:
-        d0 = (
-            s.dflash_block_size
-            or s.num_draft_tokens
-            or (ctx.draft.dflash_block_size if ctx.draft else None)
-            or 16
-        )
+        d0 = s.draft_tokens(ctx.draft.dflash_block_size if ctx.draft else None)
         for d in range(d0 - 1, 0, -1):
             ch: dict[str, FlagValue | None] = {"speculative-num-draft-tokens": str(d)}
             if s.dflash_block_size is not None:
@@ -142,7 +137,7 @@ def memory_fixes(argv: list[str], ctx: LaunchContext) -> list[MemoryFix]:
             if plan:
                 out.append(MemoryFix(ch, plan, "largest draft token count that fits"))
                 break
-    mrr0 = s.max_running_requests or (48 if s.has_spec else 0)
+    mrr0 = s.effective_max_running_requests or 0
     lo, hi, best = 1, mrr0 - 1, None
     while lo <= hi:  # fitting is monotone in max running requests
         mid = (lo + hi) // 2

@@ -116,6 +116,9 @@ def _first(flags: dict[str, FlagValue], *names: str) -> str | None:
     return None
 
 
+SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48  # speculative_hook.py: _handle_dflash
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
     """The SGLang flags the checks read, defaults as in SGLang 0.5.23 (srt/arg_groups/fields/)."""
@@ -161,6 +164,18 @@ class LaunchSettings:
     @property
     def has_spec(self) -> bool:
         return self.spec_algorithm is not None
+
+    def draft_tokens(self, draft_block_size: int | None) -> int:
+        """Tokens verified per step (0 without speculation). Under DFLASH the block size is the
+        draft token count; with neither flag set SGLang reads the draft's config (default 16)."""
+        if not self.has_spec:
+            return 0
+        return self.dflash_block_size or self.num_draft_tokens or draft_block_size or 16
+
+    @property
+    def effective_max_running_requests(self) -> int | None:
+        """--max-running-requests, else the 48 SGLang forces under speculation (speculative_hook.py)."""
+        return self.max_running_requests or (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if self.has_spec else None)
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> LaunchSettings:

@@ -35,7 +35,6 @@ MIB = 1 << 20
 CUDA_CONTEXT_MIB = 512
 UNIFIED_OS_RESERVE_MIB = 8192
 DISCRETE_MAX_MEM_FRACTION = 0.95
-SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48  # speculative_hook.py: _handle_dflash
 MAMBA_EXTRA_BUFFER_ARCHS = {
     "Qwen3NextForCausalLM",
     "Qwen3_5ForConditionalGeneration",
@@ -199,7 +198,7 @@ def default_mem_fraction(s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False)
             chunked, max_bs = cp, (bs_small_tp if s.tp < 4 else bs_big_tp)
             break
     chunked = s.chunked_prefill_size or chunked
-    mrr = s.max_running_requests or (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if s.has_spec else None)
+    mrr = s.effective_max_running_requests
     if mrr is not None and max_bs > mrr:
         max_bs = mrr
     reserved = 512 + max(chunked, 2048) * 1.5 + s.tp * s.pp / 8 * 1024
@@ -258,14 +257,8 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
         kv_cell_draft_bytes=0, kv_tokens=0, context_len=s.context_length or target.derived_context_len,
         max_running_requests=0, fits=False, notes=notes,
     )  # fmt: skip
-    mrr = s.max_running_requests
-    if mrr is None and s.has_spec:
-        mrr = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
-    D = (
-        (s.dflash_block_size or s.num_draft_tokens or (draft.dflash_block_size if draft else None) or 16)
-        if s.has_spec
-        else 0
-    )
+    mrr = s.effective_max_running_requests
+    D = s.draft_tokens(draft.dflash_block_size if draft else None)
 
     if target.is_hybrid:
         rest, err = _mamba(plan, s, target, rest, mrr, D, ruleset, inp.sglang_version)

@@ -11,6 +11,7 @@ import json
 
 from sparkctl.findings import Finding, Severity
 from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings
+from sparkctl.launch.memory import resolved_strategy
 from sparkctl.launch.model_meta import ModelFacts
 
 ERROR, WARN, OK = Severity.ERROR, Severity.WARN, Severity.OK
@@ -154,7 +155,9 @@ def _draft_backend(
     return backend_vs_gpu(be, gpu, draft, role="DFLASH draft backend", flag=flag)
 
 
-def check_dflash(s: LaunchSettings, target: ModelFacts | None, draft: ModelFacts | None) -> list[Finding]:
+def check_dflash(
+    s: LaunchSettings, target: ModelFacts | None, draft: ModelFacts | None, ruleset: str = "0.5.23"
+) -> list[Finding]:
     """speculative_hook.py: _handle_dflash; mamba_hook.py: validate_mamba_extra_buffer."""
     if not s.is_dflash:
         return []
@@ -179,31 +182,33 @@ def check_dflash(s: LaunchSettings, target: ModelFacts | None, draft: ModelFacts
                 f"--speculative-dflash-block-size {d}", fix_flags={"speculative-dflash-block-size": str(d)},
                 source=src))  # fmt: skip
         d = s.dflash_block_size
-    if d is None:
-        d = (draft.dflash_block_size if draft else None) or 16
+    d = s.draft_tokens(draft.dflash_block_size if draft else None)
     if s.draft_window_size is not None and s.draft_window_size < d:
         out.append(_f("DflashDraftWindow", ERROR, (
             "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). "
             f"window_size={s.draft_window_size}, block_size={d}."),
             f"--speculative-draft-window-size {d}", fix_flags={"speculative-draft-window-size": str(d)},
             source=src))  # fmt: skip
-    if target is not None and target.is_hybrid and not s.disable_radix_cache:
-        strategy = s.mamba_strategy
-        extra = strategy.startswith("extra_buffer") or (strategy == "auto" and not s.disable_overlap_schedule)
-        if extra:
-            msrc = "srt/arg_groups/mamba_hook.py"
-            if s.mamba_track_interval < d:
-                out.append(_f("MambaTrackInterval", ERROR, (
-                    f"mamba extra_buffer: --mamba-track-interval {s.mamba_track_interval} is smaller than "
-                    f"{d} draft tokens: SGLang fails 'assert view.mamba_track_interval >= "
-                    "view.speculative_num_draft_tokens' (an AssertionError without a message)"),
-                    "--mamba-track-interval 256", fix_flags={"mamba-track-interval": "256"}, source=msrc))  # fmt: skip
-            page = s.page_size or 1
-            if s.mamba_track_interval % page:
-                out.append(_f("MambaTrackInterval", ERROR, (
-                    f"mamba extra_buffer: --mamba-track-interval {s.mamba_track_interval} is not a multiple "
-                    f"of --page-size {page} ('assert view.mamba_track_interval % view.page_size == 0')"),
-                    source=msrc))  # fmt: skip
+    extra_buffer = (  # resolved exactly as the memory planner resolves it (arch, release, overlap)
+        target is not None
+        and target.is_hybrid
+        and not s.disable_radix_cache
+        and resolved_strategy(s, target, ruleset).startswith("extra_buffer")
+    )
+    if extra_buffer:
+        msrc = "srt/arg_groups/mamba_hook.py"
+        if s.mamba_track_interval < d:
+            out.append(_f("MambaTrackInterval", ERROR, (
+                f"mamba extra_buffer: --mamba-track-interval {s.mamba_track_interval} is smaller than "
+                f"{d} draft tokens: SGLang fails 'assert view.mamba_track_interval >= "
+                "view.speculative_num_draft_tokens' (an AssertionError without a message)"),
+                "--mamba-track-interval 256", fix_flags={"mamba-track-interval": "256"}, source=msrc))  # fmt: skip
+        page = s.page_size or 1
+        if s.mamba_track_interval % page:
+            out.append(_f("MambaTrackInterval", ERROR, (
+                f"mamba extra_buffer: --mamba-track-interval {s.mamba_track_interval} is not a multiple "
+                f"of --page-size {page} ('assert view.mamba_track_interval % view.page_size == 0')"),
+                source=msrc))  # fmt: skip
     if s.stream_interval != 1:
         out.append(_f("StreamInterval", WARN, (
             "DFLASH without --stream-interval 1 packs 2-4 accepted tokens into one SSE event: clients "
