@@ -174,14 +174,19 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     if not plan.unresolved:
         return plan
     from sparkctl.preflight.probes import probe_rdma  # preflight's RoCE discovery, reused as is
-    from sparkctl.preflight.rdma import hca_candidates
+    from sparkctl.preflight.rdma import NoRdma, hca_candidates
 
     auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
 
     def discover(node: str) -> list[str]:
         fabric = profile.node(node).fabric
         assert fabric is not None
-        found = hca_candidates(probe_rdma(pool.get(node)), fabric.netdevs, str(fabric.ip))
+        try:
+            devices = probe_rdma(pool.get(node))
+        except NoRdma as exc:
+            exc.node = node  # the probe does not know which node it ran on
+            raise
+        found = hca_candidates(devices, fabric.netdevs, str(fabric.ip))
         if not found:
             raise UsageError(
                 f"fabric.hcas is 'auto' but no ACTIVE RoCE device is bound to {','.join(fabric.netdevs)}",

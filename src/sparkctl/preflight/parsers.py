@@ -78,10 +78,6 @@ def parse_netdevs(text: str) -> dict[str, Netdev]:
     return out
 
 
-def netdev_with_ip(netdevs: dict[str, Netdev], ip: str) -> Netdev | None:
-    return next((d for d in netdevs.values() if ip in d.ips), None)
-
-
 # ----------------------------------------------------------------------------- ping
 @dataclass(frozen=True)
 class PingResult:

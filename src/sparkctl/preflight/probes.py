@@ -1,8 +1,7 @@
 """Discovery probes: a constant argv run through a node's connector, parsed purely.
 
-Each `Probe` pairs an argv with its parser. Use one alone (`probe.run(conn)`, or the
-`probe_*` helpers: `sparkctl init` discovers a cluster with these very functions), or many at
-once with `run_batch`, which runs them concurrently ON the node in one SSH exec (an exec costs
+Each `Probe` pairs an argv with its parser. Use one alone (`probe.run(conn)`), or many at
+once with `run_batch` (preflight, and `sparkctl init`'s discovery, use these very probes), which runs them concurrently ON the node in one SSH exec (an exec costs
 an sshd session; a preflight needs ~10 probes per node). Parsers live in parsers.py, rdma.py and
 sparkctl.gpu.probe.
 """
@@ -15,13 +14,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.connectors.base import RunResult
+from sparkctl.errors import SparkctlError
 from sparkctl.gpu.probe import MEMINFO_ARGV, QUERY_ARGV, GpuReport, parse_meminfo, report_from_smi
 from sparkctl.preflight.parsers import (
     SPEEDS_MARK,
     DiskUsage,
-    Netdev,
-    PingResult,
-    RepoListing,
     parse_df,
     parse_listening_ports,
     parse_netdevs,
@@ -83,11 +80,11 @@ json.dump(out, sys.stdout)
 BATCH_ARGV = ["python3", "-c", BATCH_SOURCE]
 
 
-class ProbeError(Exception):
-    def __init__(self, message: str, fix: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fix = fix
+class ProbeError(SparkctlError):
+    """A probe's command failed or printed what its parser cannot read (one line + fix)."""
+
+    def __init__(self, message: str, fix: str | None = None, node: str | None = None) -> None:
+        super().__init__(message, fix=fix, node=node)
 
 
 def checked_stdout(res: RunResult, what: str, fix: str | None = None) -> str:
@@ -248,30 +245,16 @@ def repo_probe(repo_dir: str) -> Probe:
     )
 
 
-def probe_netdevs(conn: Connector) -> dict[str, Netdev]:
-    return netdevs_probe().run(conn)
-
 
 def probe_rdma(conn: Connector, sysfs_root: str = "/sys") -> dict[str, RdmaDevice]:
     return rdma_probe(sysfs_root).run(conn)
 
 
-def probe_gpus(conn: Connector) -> GpuReport | None:
-    return gpus_probe().run(conn)
-
-
-def ping(
-    conn: Connector, ip: str, *, size: int | None = None, iface: str | None = None, count: int = 2
-) -> PingResult:
-    return ping_probe(ip, size=size, iface=iface, count=count).run(conn)
 
 
 def probe_df(conn: Connector, path: str) -> DiskUsage:
     return df_probe(path).run(conn)
 
-
-def probe_repo(conn: Connector, repo_dir: str) -> RepoListing:
-    return repo_probe(repo_dir).run(conn)
 
 
 # ----------------------------------------------------------------------------- docker

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sparkctl.errors import SparkctlError
 from sparkctl.findings import Finding, Severity
 from sparkctl.preflight.parsers import ipv4_gid
 
@@ -97,8 +98,12 @@ class RdmaDevice:
         }  # fmt: skip
 
 
-class NoRdma(Exception):
+class NoRdma(SparkctlError):
     """The sysfs root has no class/infiniband (no RDMA driver loaded)."""
+
+    def __init__(self, sysfs_root: str = "/sys") -> None:
+        super().__init__(f"no RDMA devices under {sysfs_root}/class/infiniband",
+                         fix="load the ConnectX drivers (DOCA/MLNX OFED, rdma-core), or set fabric.transport: tcp")  # fmt: skip
 
 
 def parse_sysfs_dump(text: str) -> dict[str, RdmaDevice]:

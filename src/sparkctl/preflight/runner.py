@@ -342,8 +342,7 @@ def _judge(ctx: _Ctx, facts: dict[str, NodeFacts], measured: dict[tuple[str, str
             exc = f.errors.get("rdma")
             if isinstance(exc, NoRdma):
                 out.append(Finding("RoceHca", ERROR, f"no RDMA devices under {ctx.sysfs_root}/class/infiniband",
-                                   "load the ConnectX drivers (DOCA/MLNX OFED, rdma-core), or set "
-                                   "fabric.transport: tcp", node=node))  # fmt: skip
+                                   exc.fix, node=node))  # fmt: skip
             elif not failed("rdma", "RoceHca", f) and f.rdma is not None:
                 out += check_hcas(
                     node, f.rdma, n.fabric.netdevs, str(n.fabric.ip), n.fabric.hcas, ctx.sysfs_root
