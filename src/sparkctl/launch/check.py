@@ -202,21 +202,23 @@ def check_launch(argv: list[str], ctx: LaunchContext, flag_check: FlagCheck | No
     fixed_plan = memory_plan(fixed_argv, ctx) if rule_fix else plan
     if fixed_plan is not None and not fixed_plan.fits:
         fixes = memory_fixes(fixed_argv, ctx)
-    findings += memory_findings(plan, fixes)
+    fixed_by_rules = bool(rule_fix) and fixed_plan is not None and fixed_plan.fits
+    findings += memory_findings(plan, fixes, fixed_by_rules)
     fix = dict(rule_fix)
     if fixes:
         fix.update(fixes[0].changes)
     return LaunchCheck(findings, plan, fixes, fix)
 
 
-def memory_findings(plan: MemoryPlan, fixes: list[MemoryFix]) -> list[Finding]:
+def memory_findings(plan: MemoryPlan, fixes: list[MemoryFix], fixed_by_rules: bool = False) -> list[Finding]:
     data = {"ruleset": plan.ruleset, "kv_tokens": plan.kv_tokens, "max_running_requests": plan.max_running_requests,
             "fixes": [{"flags": f.changes, "why": f.why} for f in fixes]}  # fmt: skip
     out: list[Finding] = []
     if not plan.fits:
-        fix = (
-            "; or ".join(f"{f.flags} ({f.why})" for f in fixes)
-            or "use GPUs with more memory or a smaller model"
+        fix = "; or ".join(f"{f.flags} ({f.why})" for f in fixes) or (
+            "it fits once the rule fixes above are applied"
+            if fixed_by_rules
+            else "use GPUs with more memory or a smaller model"
         )
         out.append(Finding(MEMORY_CHECK, Severity.ERROR, f"SGLang {plan.ruleset} rules: this launch would die with: "
                            f"{plan.error}", fix=fix, data=data))  # fmt: skip
