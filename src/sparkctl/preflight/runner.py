@@ -219,11 +219,18 @@ def _gather(ctx: _Ctx, pool: NodePool, node: str) -> NodeFacts:
     conn = facts.conn
 
     def docker() -> None:
-        facts.docker = P.probe_docker(conn)
+        facts.docker = P.probe_docker(conn)  # raises: the engine itself is unusable ("docker")
+        # The engine answered: a failure below is that query's, not "engine not reachable".
         if ctx.any("ImagePresent", "ImageSame", "DiskFree"):
-            facts.image = P.probe_image(conn, image_ref(ctx.profile)[0])
+            try:
+                facts.image = P.probe_image(conn, image_ref(ctx.profile)[0])
+            except Exception as exc:  # noqa: BLE001 - reported by ImagePresent
+                facts.errors["image"] = exc
         if ctx.any("StrayContainers", "PortFree"):
-            facts.containers = P.probe_containers(conn)
+            try:
+                facts.containers = P.probe_containers(conn)
+            except Exception as exc:  # noqa: BLE001 - reported by StrayContainers
+                facts.errors["containers"] = exc
         if ctx.applies("DiskFree"):  # the engine's data root is known only now
             try:
                 facts.disk["image"] = P.probe_df(conn, facts.docker.root_dir)
@@ -400,9 +407,11 @@ def _judge(ctx: _Ctx, facts: dict[str, NodeFacts], measured: dict[tuple[str, str
     # image
     ref, source = image_ref(profile)
     if ctx.any("ImagePresent", "ImageSame"):
-        images = {n: f.image for n, f in live.items() if "docker" not in f.errors}
+        images = {n: f.image for n, f in live.items() if "docker" not in f.errors and "image" not in f.errors}
         for n, f in live.items():
-            if "docker" in f.errors and not ctx.applies("DockerEngine"):
+            if "image" in f.errors:
+                out.append(_probe_failure("ImagePresent", n, f.errors["image"]))
+            elif "docker" in f.errors and not ctx.applies("DockerEngine"):
                 out.append(_probe_failure("ImagePresent", n, f.errors["docker"]))
             elif "docker" in f.errors:
                 out.append(Finding("ImagePresent", SKIP, "skipped: Docker engine not reachable", node=n))
@@ -464,6 +473,7 @@ def _judge(ctx: _Ctx, facts: dict[str, NodeFacts], measured: dict[tuple[str, str
         if (
             ctx.applies("StrayContainers")
             and not failed("docker", "StrayContainers", f)
+            and not failed("containers", "StrayContainers", f)
             and f.containers is not None
         ):
             out += C.check_stray(node, f.containers, plan, profile)
