@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-
-_SEV_STYLE = {"ok": "green", "skip": "dim", "warn": "yellow", "error": "bold red"}
+from sparkctl.commands._findings import render_findings
 
 
 def _size(n: int) -> str:
@@ -19,7 +18,6 @@ def _size(n: int) -> str:
 
 
 def _render(report) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     out = console()
@@ -44,18 +42,7 @@ def _render(report) -> None:
                 "yes" if row["correct"] else "[red]NO[/]",
             )
         out.print(table)
-    for f in report.findings:
-        style = _SEV_STYLE[f.severity.value]
-        where = (
-            f" [{f.node or ''}{'' if f.rank is None else f' rank {f.rank}'}]"
-            if f.node or f.rank is not None
-            else ""
-        )
-        out.print(f"[{style}]{f.severity.value.upper():5}[/] {f.check}{escape(where)}: {escape(f.message)}")
-        if f.fix and f.severity.value in ("warn", "error"):
-            out.print(f"      [yellow]fix:[/] {escape(f.fix)}")
-        for line in f.data.get("nccl", []) if f.severity.value == "error" else []:
-            out.print(f"      [dim]{escape(line)}[/]")
+    render_findings(report.findings, detail_key="nccl")
 
 
 def register(app: typer.Typer) -> None:

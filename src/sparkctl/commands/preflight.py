@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._findings import COLORS
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to check (default: the profile's default mode).")]
 IgnoreOpt = Annotated[
@@ -25,8 +26,6 @@ AcceptOpt = Annotated[
     ),
 ]
 SysfsOpt = Annotated[str, typer.Option("--sysfs-root", hidden=True, help="sysfs root on every node (tests).")]
-
-_STYLE = {"ok": "green", "warn": "yellow", "error": "bold red", "skip": "dim"}
 
 
 @handle_errors
@@ -85,7 +84,7 @@ def render_report(report) -> None:  # noqa: ANN001 - sparkctl.preflight.Report, 
         if f.rank is not None:
             where += f" r{f.rank}"
         table.add_row(
-            where, f.check, f"[{_STYLE[sev]}]{sev.upper()}[/]", escape(f.message), escape(f.fix or "")
+            where, f.check, f"[{COLORS[sev]}]{sev.upper()}[/]", escape(f.message), escape(f.fix or "")
         )
     out.print(table)
     for f in report.errors:
