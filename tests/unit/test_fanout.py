@@ -1,0 +1,76 @@
+"""The one fan-out result type: outcomes per key, policies, cancellation."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import pytest
+
+from sparkctl.errors import ConnectError, SparkctlError
+from sparkctl.fanout import Cancelled, CancelToken, fan_out
+
+
+def test_collects_values_and_errors_in_submission_order() -> None:
+    def fn(key: str) -> str:
+        if key == "b":
+            raise ValueError("boom")
+        return key.upper()
+
+    res = fan_out(["c", "b", "a"], fn)
+    assert list(res) == ["c", "b", "a"]
+    assert res.ok == {"c": "C", "a": "A"}
+    assert isinstance(res.errors["b"], ValueError)
+    assert res["b"].node == "b" and not res["b"].ok
+    assert not res.all_ok
+
+
+def test_values_or_raise_names_node_rank_and_the_others() -> None:
+    def fn(rank: int) -> int:
+        if rank == 1:
+            raise ConnectError("ssh refused", fix="start sshd")
+        if rank == 2:
+            raise OSError("socket closed")
+        return rank
+
+    res = fan_out([0, 1, 2], fn, where=lambda r: (f"spark{r + 1}", r))
+    with pytest.raises(ConnectError) as info:
+        res.values_or_raise()
+    err = info.value
+    assert (err.node, err.rank) == ("spark2", 1)
+    assert "also failed: node spark3 rank 2" in err.message
+    assert err.fix == "start sshd"
+
+
+def test_a_bug_is_wrapped_with_its_place_and_cause() -> None:
+    res = fan_out(["spark1"], lambda k: 1 / 0)
+    with pytest.raises(SparkctlError) as info:
+        res.values_or_raise()
+    assert info.value.node == "spark1"
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_all_ok_returns_values() -> None:
+    assert fan_out(["x", "y"], len).values_or_raise() == {"x": 1, "y": 1}
+    assert fan_out([], len).values_or_raise() == {}
+
+
+def test_ctrl_c_returns_within_a_second_and_cancels_the_token() -> None:
+    token = CancelToken()
+    release = threading.Event()
+
+    def stuck(key: str) -> None:
+        release.wait(30)  # a worker blocked in I/O that never checks the token
+
+    # deliver a real KeyboardInterrupt to this (main) thread after 0.3 s
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        fan_out(["a", "b"], stuck, cancel=token)
+    elapsed = time.monotonic() - t0
+    release.set()
+    assert token.cancelled
+    assert elapsed < 5, elapsed  # handled at once, not after the 30 s worker
+    with pytest.raises(Cancelled):
+        token.check()
