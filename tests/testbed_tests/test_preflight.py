@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fixtures.sysfs.build import build_tree
 from tests.testbed.lab import NODE_MOUNT, Lab
@@ -117,6 +118,26 @@ def test_mtu_1500_on_node2(ready: Lab, tmp_path: Path) -> None:
     # --ignore downgrades exactly those, and then the run passes.
     rc2, _, _ = preflight(prof, "tp2", "--ignore", "Mtu,PingDf")
     assert rc2 == 0
+
+
+def test_link_speed_is_read_from_the_nodes_sysfs(ready: Lab, tmp_path: Path) -> None:
+    """The lab's fabric netdevs are veths: their real /sys/class/net/<dev>/speed is far below a
+    ConnectX-7's 200 Gb/s default, so LinkSpeed warns, naming the netdev; at the profile's own
+    rate it passes."""
+    prof = write_lab_profile(ready, tmp_path / "p.yaml")
+    rc, report, err = preflight(prof, "tp2", "--only", "LinkSpeed")
+    assert rc == 0, (err, errors(report))  # a slow link works: a warning, not an error
+    for n in ready.nodes:
+        argv = [*n.nsenter(), "cat", f"/sys/class/net/{n.fabric_netdev}/speed"]
+        read = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+        (warn,) = find(report, "LinkSpeed", n.name, "warn")
+        assert warn["data"]["speed_mbps"] == int(read) < 200_000
+        assert n.fabric_netdev in warn["message"] and "fabric.min_link_gbps" in warn["fix"]
+    doc = yaml.safe_load(prof.read_text())
+    doc["fabric"]["min_link_gbps"] = int(read) / 1000
+    prof.write_text(yaml.safe_dump(doc))
+    rc, report, _ = preflight(prof, "tp2", "--only", "LinkSpeed")
+    assert rc == 0 and [f["severity"] for f in report["findings"]] == ["ok"] * len(ready.nodes)
 
 
 def test_sshd_stopped_on_node2(ready: Lab, tmp_path: Path) -> None:

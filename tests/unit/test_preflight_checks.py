@@ -10,10 +10,16 @@ from sparkctl.errors import UsageError
 from sparkctl.findings import Finding, Severity
 from sparkctl.gpu.probe import parse_meminfo
 from sparkctl.plan import build_plan
-from sparkctl.preflight import checks as C
-from sparkctl.preflight.names import CHECKS, FAST_CHECKS, validate_names
+from sparkctl.preflight.checks.disk import check_disk
+from sparkctl.preflight.checks.docker import check_docker
+from sparkctl.preflight.checks.fabric import check_fabric_netdevs
+from sparkctl.preflight.checks.image import check_images
+from sparkctl.preflight.checks.memory import check_unified_memory, mem_fraction
+from sparkctl.preflight.checks.ports import check_ports, check_stray
+from sparkctl.preflight.checks.weights import check_weights, check_weights_content
 from sparkctl.preflight.parsers import DiskUsage, Netdev, RepoListing
 from sparkctl.preflight.probes import ContainerFacts, DockerFacts, ImageFacts
+from sparkctl.preflight.registry import CHECKS, FAST_CHECKS, validate_names
 from sparkctl.preflight.runner import _apply_ignore
 from sparkctl.profile import load_profile_file
 
@@ -34,7 +40,7 @@ def sev(findings: list[Finding]) -> list[Severity]:
 def test_mtu_1500_is_an_error_naming_node_and_netdev(profile) -> None:
     node = profile.node("spark2")
     devs = {"enp1s0f1np1": Netdev("enp1s0f1np1", 1500, "UP", ("UP", "LOWER_UP"), ("192.168.100.11/24",))}
-    found = C.check_fabric_netdevs(node, devs, 9000)
+    found = check_fabric_netdevs(node, devs, 9000)
     mtu = next(f for f in found if f.check == "Mtu")
     assert mtu.severity is E and "spark2" in mtu.message and "enp1s0f1np1" in mtu.message
     assert "mtu 9000" in mtu.fix and mtu.key == "Mtu-spark2"
@@ -43,7 +49,7 @@ def test_mtu_1500_is_an_error_naming_node_and_netdev(profile) -> None:
 
 def test_missing_netdev_and_ip_elsewhere(profile) -> None:
     devs = {"eth0": Netdev("eth0", 1500, "UP", ("UP", "LOWER_UP"), ("192.168.100.11/24",))}
-    found = C.check_fabric_netdevs(profile.node("spark2"), devs, 9000)
+    found = check_fabric_netdevs(profile.node("spark2"), devs, 9000)
     msgs = " | ".join(f.message for f in found if f.severity is E)
     assert "enp1s0f1np1 does not exist (present: eth0)" in msgs and "it is on eth0" in msgs
 
@@ -53,14 +59,14 @@ def img(i: str, layers=("l1",)) -> ImageFacts:
 
 
 def test_images_missing_and_different() -> None:
-    found = C.check_images("ref", {"spark1": img("sha256:aa"), "spark2": None}, "spark1", None, "ref")
+    found = check_images("ref", {"spark1": img("sha256:aa"), "spark2": None}, "spark1", None, "ref")
     missing = next(f for f in found if f.severity is E)
     assert (
         missing.check == "ImagePresent"
         and missing.node == "spark2"
         and "ship --image --to spark2" in missing.fix
     )
-    found = C.check_images(
+    found = check_images(
         "ref", {"spark1": img("sha256:aa"), "spark2": img("sha256:bb", ("l2",))}, "spark1", None, "ref"
     )
     other = next(f for f in found if f.severity is E)
@@ -68,32 +74,32 @@ def test_images_missing_and_different() -> None:
         other.check == "ImageSame" and other.node == "spark2" and "sha256:bb" in other.message and other.fix
     )
     pinned = "sha256:" + "c" * 64
-    found = C.check_images("ref", {"spark1": img("sha256:aa")}, "spark1", pinned, "ref")
+    found = check_images("ref", {"spark1": img("sha256:aa")}, "spark1", pinned, "ref")
     assert any(f.check == "ImageSame" and f.severity is E and "image.id" in f.fix for f in found)
 
 
 def test_same_layers_other_id_is_a_warning() -> None:
-    found = C.check_images("ref", {"a": img("sha256:aa"), "b": img("sha256:bb")}, "a", None, "ref")
+    found = check_images("ref", {"a": img("sha256:aa"), "b": img("sha256:bb")}, "a", None, "ref")
     assert [f.severity for f in found if f.check == "ImageSame"] == [OK, W]
 
 
 def test_weights_missing_and_drift() -> None:
     c1, c2 = "1" * 40, "2" * 40
     listings = {"spark1": RepoListing(True, {"main": c1}, {c1: 5}), "spark2": RepoListing(False)}
-    found, commits = C.check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
+    found, commits = check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
     assert (
         sev(found) == [OK, E] and commits == {"spark1": c1} and "ship --weights --to spark2" in found[1].fix
     )
     listings["spark2"] = RepoListing(True, {"main": c2}, {c2: 5})
-    found, _ = C.check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
+    found, _ = check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
     assert found[-1].severity is E and "different commits" in found[-1].message
 
 
 def test_disk_free() -> None:
     disk = DiskUsage("/var/lib/docker", "/", 100 << 20, 5 << 20)  # 5 GiB free
-    (f,) = C.check_disk("spark2", {"image": (10 << 30, disk)})
+    (f,) = check_disk("spark2", {"image": (10 << 30, disk)})
     assert f.severity is E and "10.0 GiB" in f.message
-    (f,) = C.check_disk("spark2", {"image": (0, disk), "weights": (1 << 30, disk)})  # same filesystem: summed
+    (f,) = check_disk("spark2", {"image": (0, disk), "weights": (1 << 30, disk)})  # same filesystem: summed
     assert f.severity is OK and "image + weights" in f.message
 
 
@@ -101,9 +107,9 @@ def test_ports_and_stray_containers(profile) -> None:
     plan = build_plan(profile, "tp2")
     r0 = plan.ranks[0]
     ours = ContainerFacts("1", r0.container_name, "running", "img", dict(r0.labels))
-    found = C.check_ports("spark1", {8888, 50051}, {8888: "HTTP", 50051: "dist-init"}, [ours], plan)
+    found = check_ports("spark1", {8888, 50051}, {8888: "HTTP", 50051: "dist-init"}, [ours], plan)
     assert sev(found) == [OK, OK]
-    found = C.check_ports("spark1", {8888}, {8888: "HTTP"}, [], plan)
+    found = check_ports("spark1", {8888}, {8888: "HTTP"}, [], plan)
     assert found[0].severity is E and "ss -ltnp" in found[0].fix
     manual = ContainerFacts("2", r0.container_name, "running", "x", {})
     leftover = ContainerFacts(
@@ -111,27 +117,27 @@ def test_ports_and_stray_containers(profile) -> None:
     )
     solo = ContainerFacts("4", "sparkctl-sparkduo-solo-r0", "running", "x",
                           {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "solo"})  # fmt: skip
-    found = C.check_stray("spark1", [manual, leftover, solo, ours], plan, profile)
+    found = check_stray("spark1", [manual, leftover, solo, ours], plan, profile)
     assert sev(found) == [E, E, W, OK]
     assert "not sparkctl's" in found[0].message and "docker rm -f old" in found[1].fix
 
 
 def test_unified_memory_on_gb10() -> None:
     mem = parse_meminfo(GB10_MEMINFO.read_text())  # captured on a GB10: ~113 GiB available
-    assert C.check_unified_memory("spark1", mem, 60 << 30, 0.9).severity is OK
-    bad = C.check_unified_memory("spark1", mem, 110 << 30, 0.9)
+    assert check_unified_memory("spark1", mem, 60 << 30, 0.9).severity is OK
+    bad = check_unified_memory("spark1", mem, 110 << 30, 0.9)
     assert bad.severity is E and "MemAvailable 113.1 GiB" in bad.message and "drop_caches" in bad.fix
     cached = {**mem, "MemFree": 20 << 20}  # 20 GiB free, the rest page cache
-    warn = C.check_unified_memory("spark1", cached, 60 << 30, 0.9)
+    warn = check_unified_memory("spark1", cached, 60 << 30, 0.9)
     assert warn.severity is W and "page cache" in warn.message
-    assert C.mem_fraction(["x", "--mem-fraction-static", "0.9"]) == 0.9
+    assert mem_fraction(["x", "--mem-fraction-static", "0.9"]) == 0.9
 
 
 def test_docker_gpu_runtime() -> None:
     facts = DockerFacts("27.0", ("runc",), "runc", "/var/lib/docker")
-    assert sev(C.check_docker("n", facts, True, False)) == [OK, E]
-    assert sev(C.check_docker("n", facts, True, True)) == [OK, OK]
-    assert sev(C.check_docker("n", facts, False, None)) == [OK]
+    assert sev(check_docker("n", facts, True, False)) == [OK, E]
+    assert sev(check_docker("n", facts, True, True)) == [OK, OK]
+    assert sev(check_docker("n", facts, False, None)) == [OK]
 
 
 def test_names() -> None:
@@ -153,7 +159,6 @@ def test_ignore_downgrades_errors_only() -> None:
 
 
 def test_weights_content_names_the_differing_files() -> None:
-    from sparkctl.preflight.checks import check_weights_content
     from sparkctl.ship.manifest import FileEntry, Manifest
 
     def manifest(node: str, shas: dict[str, str]) -> Manifest:
@@ -171,7 +176,7 @@ def test_weights_content_names_the_differing_files() -> None:
 
 def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
     from sparkctl.launch import CHECK_NAMES
-    from sparkctl.preflight.names import validate_names
+    from sparkctl.preflight.registry import validate_names
 
     assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {"MemoryFit", "FlagsValid"}
 

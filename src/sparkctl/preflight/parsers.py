@@ -135,10 +135,6 @@ class DiskUsage:
     total_kib: int
     avail_kib: int
 
-    @property
-    def avail_gib(self) -> float:
-        return self.avail_kib / (1 << 20)
-
 
 def parse_df(text: str, path: str) -> DiskUsage:
     """`df -Pk <path>` (POSIX format: one line per filesystem, no wrapping)."""

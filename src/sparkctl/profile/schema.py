@@ -111,6 +111,9 @@ class Fabric(Strict):
     min_busbw_gbps: float = Field(
         21.875, gt=0, description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875)."
     )
+    min_link_gbps: float = Field(
+        200, gt=0, description="Negotiated rate each fabric netdev should report (ConnectX-7 on a Spark: 200)."
+    )
 
 
 class Image(Strict):

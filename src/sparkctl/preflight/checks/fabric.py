@@ -1,0 +1,143 @@
+"""FabricNetdev, Mtu and PingDf: the fabric netdevs as the profile names them, end to end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkctl.findings import Finding
+from sparkctl.preflight import probes as P
+from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, probe_failure
+from sparkctl.preflight.parsers import Netdev, PingResult
+from sparkctl.profile.schema import Node, Profile
+
+
+class _Netdevs(Check):
+    """Judged from the node's netdev facts (`ip -j addr` + sysfs speed)."""
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+        return {"netdevs": P.netdevs_probe()}
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        out: list[Finding] = []
+        for node, f in facts.items():
+            n = ctx.profile.node(node)
+            if n.fabric is None or self.netdevs_failed(ctx, out, f):
+                continue
+            if f.get("netdevs") is not None:
+                found = check_fabric_netdevs(n, f.get("netdevs"), ctx.profile.fabric.mtu)
+                out += [x for x in found if x.check == self.name]
+        return out
+
+    def netdevs_failed(self, ctx: Ctx, out: list[Finding], f: NodeFacts) -> bool:
+        # One probe failure, reported as FabricNetdev's (Mtu says it only when FabricNetdev is off).
+        if "netdevs" not in f.errors:
+            return False
+        if self.name == "FabricNetdev" or not ctx.applies("FabricNetdev"):
+            out.append(probe_failure("FabricNetdev", f.node, f.errors["netdevs"]))
+        return True
+
+
+class FabricNetdev(_Netdevs):
+    name = "FabricNetdev"
+    summary = "each fabric netdev exists, is up and holds the node's fabric IP"
+    order = 30
+    multi_node = True
+
+
+class Mtu(_Netdevs):
+    name = "Mtu"
+    summary = "each fabric netdev has the profile's MTU"
+    order = 40
+    fast = True
+    multi_node = True
+
+
+def iface(profile: Profile, node: str) -> str | None:
+    """The netdev to ping out of: the fabric netdev when there is one (with several, routing picks)."""
+    fab = profile.node(node).fabric
+    return fab.netdevs[0] if fab is not None and len(fab.netdevs) == 1 else None
+
+
+class PingDf(Check):
+    name = "PingDf"
+    summary = "a don't-fragment ping of MTU-28 bytes crosses the fabric in both directions"
+    order = 50
+    multi_node = True
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+        out = {}
+        for dst in ctx.plan.nodes:
+            dfab = ctx.profile.node(dst).fabric
+            if dst != node and dfab is not None:
+                out[f"pingdf:{dst}"] = P.ping_probe(
+                    str(dfab.ip), size=ctx.profile.fabric.mtu - 28, iface=iface(ctx.profile, node)
+                )
+        return out
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        out = []
+        size = ctx.profile.fabric.mtu - 28
+        for src, f in facts.items():
+            for dst, res in f.with_prefix("pingdf").items():
+                if isinstance(res, Exception):
+                    out.append(probe_failure(self.name, src, res))
+                    continue
+                ip = str(ctx.profile.node(dst).fabric.ip)  # type: ignore[union-attr]
+                out.append(check_ping_df(src, dst, ip, size, iface(ctx.profile, src), res))
+        return out
+
+
+# ----------------------------------------------------------------------------- fabric
+def check_fabric_netdevs(node: Node, netdevs: Mapping[str, Netdev], mtu: int) -> list[Finding]:
+    """FabricNetdev + Mtu for one node."""
+    assert node.fabric is not None
+    out: list[Finding] = []
+    ip = str(node.fabric.ip)
+    for name in node.fabric.netdevs:
+        dev = netdevs.get(name)
+        if dev is None:
+            present = ", ".join(n for n in sorted(netdevs) if n != "lo")
+            out.append(Finding("FabricNetdev", ERROR, f"netdev {name} does not exist (present: {present})",
+                               f"fix nodes[{node.name}].fabric.netdevs (`ip -br link` on {node.name})",
+                               node=node.name))  # fmt: skip
+            out.append(Finding("Mtu", SKIP, f"{name}: netdev missing", node=node.name))
+            continue
+        if not dev.up:
+            out.append(Finding("FabricNetdev", ERROR, f"{name} is {dev.operstate} (flags {','.join(dev.flags)})",
+                               f"`sudo ip link set {name} up` on {node.name}; check the cable", node=node.name,
+                               data=dev.to_json()))  # fmt: skip
+        else:
+            speed = f", {dev.speed_mbps // 1000} Gb/s" if dev.speed_mbps else ""
+            out.append(Finding("FabricNetdev", OK, f"{name} up{speed} {','.join(dev.ipv4) or 'no IPv4'}",
+                               node=node.name, data=dev.to_json()))  # fmt: skip
+        if dev.mtu != mtu:
+            sev = ERROR if dev.mtu < mtu else WARN
+            out.append(Finding("Mtu", sev, f"{node.name} {name} has MTU {dev.mtu}, profile fabric.mtu is {mtu}",
+                               f"`sudo ip link set dev {name} mtu {mtu}` on {node.name} (and persist it in "
+                               "netplan/NetworkManager); every fabric netdev on every node must match",
+                               node=node.name, data={"netdev": name, "mtu": dev.mtu, "want": mtu}))  # fmt: skip
+        else:
+            out.append(Finding("Mtu", OK, f"{name} MTU {dev.mtu}", node=node.name))
+    holders = [d.name for d in netdevs.values() if ip in d.ips]
+    if not any(h in node.fabric.netdevs for h in holders):
+        where = f"it is on {', '.join(holders)}" if holders else "no netdev has it"
+        out.append(Finding("FabricNetdev", ERROR, f"fabric IP {ip} is not on {','.join(node.fabric.netdevs)} ({where})",
+                           f"assign it: `sudo ip addr add {ip}/24 dev {node.fabric.netdevs[0]}` on {node.name} "
+                           "(persist in netplan), or fix nodes[].fabric.ip", node=node.name))  # fmt: skip
+    return out
+
+
+def check_ping_df(src: str, dst: str, ip: str, size: int, iface: str | None, res: PingResult) -> Finding:
+    where = f"{src} -> {dst} ({ip}) {size} B DF" + (f" via {iface}" if iface else "")
+    data = {"dst": dst, "ip": ip, "size": size, "sent": res.sent, "received": res.received}
+    if res.ok:
+        return Finding("PingDf", OK, f"{where}: {res.received}/{res.sent} replies", node=src, data=data)
+    return Finding(
+        "PingDf",
+        ERROR,
+        f"{where}: no reply ({res.error})",
+        "MTU mismatch somewhere on the path (both nodes' fabric netdevs and any switch must allow "
+        f"{size + 28} bytes) or the link is down; see the Mtu findings",
+        node=src,
+        data=data,
+    )

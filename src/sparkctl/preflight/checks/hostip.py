@@ -1,0 +1,86 @@
+"""HostIpReachable: the address each rank advertises is on its node and reachable from the peers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkctl.findings import Finding
+from sparkctl.preflight import probes as P
+from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
+from sparkctl.preflight.parsers import Netdev, PingResult
+
+HOST_IP_ENV = "SGLANG_HOST_IP"
+
+
+def _host_ips(ctx: Ctx) -> list[tuple[int, str, str]]:
+    """(rank, node, advertised IP) of every rank that advertises one."""
+    out = []
+    for spec in ctx.plan.ranks:
+        ip = spec.env.get(HOST_IP_ENV)
+        if isinstance(ip, str):
+            out.append((spec.rank, spec.node, ip))
+    return out
+
+
+class HostIpReachable(Check):
+    name = "HostIpReachable"
+    summary = "each rank's SGLANG_HOST_IP is assigned on its node and reachable from the peers"
+    order = 170
+    multi_node = True
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+        out: dict[str, P.Probe] = {"netdevs": P.netdevs_probe()}
+        for rank, owner, ip in _host_ips(ctx):
+            if owner != node:
+                out[f"hostip:{rank}"] = P.ping_probe(ip, count=1)
+        return out
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        out: list[Finding] = []
+        for rank, owner, ip in _host_ips(ctx):
+            pings: dict[str, PingResult] = {}
+            for src, f in facts.items():
+                res = f.result(f"hostip:{rank}")
+                if isinstance(res, Exception):
+                    out.append(probe_failure(self.name, src, res))
+                elif res is not None:
+                    pings[src] = res
+            nf = facts.get(owner)
+            n = ctx.profile.node(owner)
+            netdevs = nf.get("netdevs") if nf else None
+            fabric = n.fabric.netdevs if n.fabric else []
+            out += check_host_ip(rank, owner, ip, netdevs, fabric, pings)
+        return out
+
+
+def check_host_ip(rank: int, node: str, host_ip: str, netdevs: Mapping[str, Netdev] | None,
+                  fabric_netdevs: list[str], pings: Mapping[str, PingResult]) -> list[Finding]:  # fmt: skip
+    """HostIpReachable: SGLANG_HOST_IP of one rank: assigned on its node, reachable from every peer."""
+    out: list[Finding] = []
+    if netdevs is not None:
+        holders = [d.name for d in netdevs.values() if host_ip in d.ips]
+        if not holders:
+            out.append(Finding("HostIpReachable", ERROR, f"SGLANG_HOST_IP {host_ip} of rank {rank} is not assigned on {node}",
+                               f"set nodes[{node}].fabric.ip to an address of {node}'s fabric netdev "
+                               "(or fix the SGLANG_HOST_IP override in engine/mode env)", node=node, rank=rank))  # fmt: skip
+        elif fabric_netdevs and not set(holders) & set(fabric_netdevs):
+            out.append(Finding("HostIpReachable", WARN, f"SGLANG_HOST_IP {host_ip} of rank {rank} is on "
+                               f"{','.join(holders)}, not the fabric ({','.join(fabric_netdevs)})",
+                               "rendezvous traffic would take the LAN; use the fabric IP", node=node, rank=rank))  # fmt: skip
+    for peer, res in sorted(pings.items()):
+        if res.ok:
+            out.append(
+                Finding(
+                    "HostIpReachable",
+                    OK,
+                    f"rank {rank} {host_ip} reachable from {peer}",
+                    node=node,
+                    rank=rank,
+                )
+            )
+        else:
+            out.append(Finding("HostIpReachable", ERROR, f"rank {rank} {host_ip} not reachable from {peer} ({res.error})",
+                               f"the engine on {peer} cannot reach rank {rank}'s advertised address: check routing "
+                               "and firewalls between the fabric IPs", node=node, rank=rank))  # fmt: skip
+    return out
+

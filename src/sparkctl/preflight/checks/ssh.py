@@ -1,0 +1,78 @@
+"""SshReachable (the runner reports unreachable nodes) and SshRank0ToPeer (rank 0 -> peers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkctl.findings import Finding
+from sparkctl.preflight import probes as P
+from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
+
+
+class SshReachable(Check):
+    name = "SshReachable"
+    summary = "every node of the mode accepts our SSH key (passwordless) with a known host key"
+    order = 10
+    fast = True
+    skip_when_unreachable = False  # the runner's connect error is this check's ERROR
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        return [Finding(self.name, OK, f"connected ({f.conn.description})", node=n) for n, f in facts.items()]  # type: ignore[union-attr]
+
+
+def _peer_host(ctx: Ctx, peer: str) -> str:
+    pn = ctx.profile.node(peer)
+    return str(pn.fabric.ip) if pn.fabric else pn.address
+
+
+class SshRank0ToPeer(Check):
+    name = "SshRank0ToPeer"
+    summary = "rank 0 can SSH to every peer over the fabric (the engine's rendezvous path)"
+    order = 20
+    multi_node = True
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+        if node != ctx.rank0:
+            return {}
+        prof = ctx.profile
+        out = {}
+        for peer in ctx.plan.nodes[1:]:
+            pn = prof.node(peer)
+            out[f"ssh:{peer}"] = P.ssh_probe(
+                _peer_host(ctx, peer), port=pn.port or prof.ssh.port, user=pn.user or prof.ssh.user
+            )
+        return out
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        out = []
+        for src, f in facts.items():
+            for peer, res in f.with_prefix("ssh").items():
+                if isinstance(res, Exception):
+                    out.append(probe_failure(self.name, src, res))
+                else:
+                    out.append(check_ssh_peer(src, peer, _peer_host(ctx, peer), res.rc, res.stderr))
+        return out
+
+
+def check_ssh_peer(rank0: str, peer: str, host: str, rc: int, stderr: str) -> Finding:
+    where = f"{rank0} -> {peer} ({host})"
+    if rc == 0:
+        return Finding("SshRank0ToPeer", OK, f"{where}: passwordless SSH works", node=rank0)
+    text = stderr.strip().splitlines()
+    last = text[-1] if text else f"exit {rc}"
+    low = stderr.lower()
+    if rc == 127:
+        return Finding(
+            "SshRank0ToPeer", WARN, f"no ssh client on {rank0}", "install openssh-client", node=rank0
+        )
+    if any(s in low for s in ("refused", "timed out", "no route", "unreachable", "could not resolve")):
+        return Finding("SshRank0ToPeer", ERROR, f"{where}: {last}",
+                       f"{peer} is not reachable from {rank0} over the fabric: check the link, routing "
+                       f"and that sshd on {peer} listens on {host}", node=rank0)  # fmt: skip
+    hint = (
+        f"on {rank0}: `ssh-keyscan -H {host} >> ~/.ssh/known_hosts` after checking the fingerprint"
+        if "host key" in low
+        else f"on {rank0}: `ssh-copy-id {host}` (or `sparkctl init --ssh-setup`)"
+    )
+    return Finding("SshRank0ToPeer", WARN, f"{where}: path works, login does not: {last}",
+                   hint + "; sparkctl itself only needs SSH from this machine", node=rank0)  # fmt: skip
