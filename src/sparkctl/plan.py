@@ -45,7 +45,9 @@ class Mount:
 
 
 @dataclass(frozen=True)
-class ContainerOptions:
+class RunOptions:
+    """`docker run` options of one rank: the profile's engine.container resolved (GPU ids, host net)."""
+
     network_mode: str = "host"
     ipc_mode: str = "host"
     shm_size: str = "32g"
@@ -62,7 +64,7 @@ class RankSpec:
     argv: list[str]
     env: dict[str, str | SecretRef]
     mounts: list[Mount]
-    options: ContainerOptions
+    options: RunOptions
     labels: dict[str, str] = field(default_factory=dict)
     gpus: int = 1
 
@@ -339,7 +341,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
             *secret_mounts,
         ]
         opts = profile.engine.container
-        options = ContainerOptions(
+        options = RunOptions(
             shm_size=opts.shm_size, privileged=opts.privileged, gpus=_gpu_request(node, per_rank, profile)
         )
         ranks.append(

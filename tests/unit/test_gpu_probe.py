@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.facts import gpu as probe
 from sparkctl.findings import Severity
-from sparkctl.gpu import probe
+from sparkctl.gpu import drift
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 
@@ -121,8 +122,8 @@ def test_drift_between_nodes() -> None:
     h200 = probe.report_from_smi(text("h200/query-gpu.csv"), text("h200/nvidia-smi-q.txt"))
     gb10 = probe.report_from_smi(text("gb10/query-gpu.csv"), text("gb10/nvidia-smi.txt"),
                                  fields=("index", "name", "memory.total", "memory.used", "memory.free"))  # fmt: skip
-    assert probe.compare_nodes({"a": h200, "b": h200}) == []
-    findings = {f.check: f for f in probe.compare_nodes({"a": h200, "b": gb10})}
+    assert drift.compare_nodes({"a": h200, "b": h200}) == []
+    findings = {f.check: f for f in drift.compare_nodes({"a": h200, "b": gb10})}
     assert findings["DriverDrift"].severity is Severity.WARN
     assert (
         "a=580.159.04" in findings["DriverDrift"].message
@@ -132,7 +133,7 @@ def test_drift_between_nodes() -> None:
     assert "CudaDrift" not in findings  # both 13.0
     gb10_torch = probe.report_from_torch(json.dumps({"cuda": "13.0", "gpus": [{"index": 0, "name": "NVIDIA GB10",
                                          "capability": "12.1", "total_memory": 1, "free_memory": 1}]}))  # fmt: skip
-    arch = probe.compare_nodes({"spark1": h200, "spark2": gb10_torch})
+    arch = drift.compare_nodes({"spark1": h200, "spark2": gb10_torch})
     assert [(f.check, f.severity) for f in arch] == [("GpuArchDrift", Severity.ERROR)]
     assert "spark1=9.0" in arch[0].message and "spark2=12.1" in arch[0].message
 
@@ -150,7 +151,7 @@ def test_preflight_gpu_probe_runs_query_and_header_in_one_exec(tmp_path, monkeyp
     import stat
 
     from sparkctl.connectors.local import LocalConnector
-    from sparkctl.preflight.probes import gpus_probe
+    from sparkctl.facts.gpu import gpus_probe
 
     fx = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200"
     fake = tmp_path / "nvidia-smi"
@@ -164,7 +165,7 @@ def test_preflight_gpu_probe_runs_query_and_header_in_one_exec(tmp_path, monkeyp
 
 def test_preflight_gpu_probe_without_nvidia_smi_is_none(tmp_path, monkeypatch) -> None:
     from sparkctl.connectors.local import LocalConnector
-    from sparkctl.preflight.probes import gpus_probe
+    from sparkctl.facts.gpu import gpus_probe
 
     monkeypatch.setenv("PATH", "/bin")  # sh and head, but no nvidia-smi on this machine
     assert not Path("/bin/nvidia-smi").exists()

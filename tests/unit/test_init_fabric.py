@@ -10,8 +10,8 @@ from tests.fixtures.sysfs.build import build_tree
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.discover.fabric import NodeNet, fabric_options, pick_fabric
 from sparkctl.errors import UsageError
-from sparkctl.preflight.parsers import SPEEDS_MARK, parse_netdevs
-from sparkctl.preflight.probes import probe_rdma
+from sparkctl.facts.net import SPEEDS_MARK, parse_netdevs
+from sparkctl.facts.rdma import probe_rdma
 
 FABRIC = "enp1s0f1np1"
 

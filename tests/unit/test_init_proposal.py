@@ -16,10 +16,10 @@ from sparkctl.discover.proposal import (
     propose_modes,
 )
 from sparkctl.discover.render import render_profile
-from sparkctl.gpu.probe import Gpu, GpuReport
+from sparkctl.facts.docker import DockerFacts
+from sparkctl.facts.gpu import Gpu, GpuReport
+from sparkctl.facts.hfcache import RepoListing
 from sparkctl.plan import build_plan
-from sparkctl.preflight.parsers import RepoListing
-from sparkctl.preflight.probes import DockerFacts
 from sparkctl.profile import load_profile_text
 
 C1, C2 = "a" * 40, "b" * 40

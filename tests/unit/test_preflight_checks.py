@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import UsageError
+from sparkctl.facts.disk import DiskUsage
+from sparkctl.facts.docker import ContainerFacts, DockerFacts, ImageFacts
+from sparkctl.facts.gpu import parse_meminfo
+from sparkctl.facts.hfcache import RepoListing
+from sparkctl.facts.net import Netdev
 from sparkctl.findings import Finding, Severity
-from sparkctl.gpu.probe import parse_meminfo
 from sparkctl.plan import build_plan
 from sparkctl.preflight.checks.disk import check_disk
 from sparkctl.preflight.checks.docker import check_docker
@@ -17,8 +21,6 @@ from sparkctl.preflight.checks.image import check_images
 from sparkctl.preflight.checks.memory import check_unified_memory, mem_fraction
 from sparkctl.preflight.checks.ports import check_ports, check_stray
 from sparkctl.preflight.checks.weights import check_weights, check_weights_content
-from sparkctl.preflight.parsers import DiskUsage, Netdev, RepoListing
-from sparkctl.preflight.probes import ContainerFacts, DockerFacts, ImageFacts
 from sparkctl.preflight.registry import CHECKS, FAST_CHECKS, validate_names
 from sparkctl.preflight.runner import _apply_ignore
 from sparkctl.profile import load_profile_file

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import UsageError
+from sparkctl.facts.net import SPEEDS_MARK, parse_netdevs
 from sparkctl.findings import Severity
 from sparkctl.plan import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.link_speed import LinkSpeed, check_link_speed
-from sparkctl.preflight.parsers import SPEEDS_MARK, parse_netdevs
 from sparkctl.preflight.registry import CHECKS, FAST_CHECKS, REGISTRY, validate_names
 from sparkctl.preflight.runner import _active
 from sparkctl.profile import load_profile_file

@@ -8,27 +8,11 @@ import subprocess
 import pytest
 
 from sparkctl.connectors.local import LocalConnector
-from sparkctl.preflight.parsers import (
-    SPEEDS_MARK,
-    ParseError,
-    RepoListing,
-    ipv4_gid,
-    parse_df,
-    parse_listening_ports,
-    parse_netdevs,
-    parse_ping,
-    parse_repo_listing,
-    resolve_revision,
-)
-from sparkctl.preflight.probes import (
-    SNAPSHOT_SCRIPT,
-    ProbeError,
-    df_probe,
-    du_probe,
-    netdevs_probe,
-    run_batch,
-    sh_argv,
-)
+from sparkctl.facts.disk import df_probe, du_probe, parse_df
+from sparkctl.facts.hfcache import SNAPSHOT_SCRIPT, RepoListing, parse_repo_listing, resolve_revision
+from sparkctl.facts.net import SPEEDS_MARK, netdevs_probe, parse_listening_ports, parse_netdevs, parse_ping
+from sparkctl.facts.probe import ParseError, ProbeError, run_batch, sh_argv
+from sparkctl.facts.rdma import ipv4_gid
 
 IP_JSON = json.dumps([
     {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "operstate": "UNKNOWN",

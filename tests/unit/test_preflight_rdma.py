@@ -8,9 +8,9 @@ import pytest
 from tests.fixtures.sysfs.build import build_tree
 
 from sparkctl.connectors.local import LocalConnector
+from sparkctl.facts.rdma import NoRdma, hca_candidates, is_sibling, probe_rdma
 from sparkctl.findings import Severity
-from sparkctl.preflight.probes import probe_rdma
-from sparkctl.preflight.rdma import NoRdma, check_hcas, hca_candidates, is_sibling
+from sparkctl.preflight.checks.roce import check_hcas
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sysfs"
 IP1 = "192.168.100.10"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Interface, IPv4Network, ip_address, ip_network
 
 from sparkctl.errors import UsageError
-from sparkctl.preflight.parsers import Netdev
-from sparkctl.preflight.rdma import RdmaDevice, hca_candidates
+from sparkctl.facts.net import Netdev
+from sparkctl.facts.rdma import RdmaDevice, hca_candidates
 
 # Container, VPN and overlay links: an address there says nothing about the node-to-node fabric
 # (docker0 even has the same address on every node).

@@ -1,6 +1,6 @@
-"""What one node is, for `sparkctl init`: gathered with preflight's probes over the node's connector.
+"""What one node is, for `sparkctl init`: gathered with the probes of sparkctl.facts over the node's connector.
 
-Every command is one of `sparkctl.preflight.probes` (netdevs, RDMA sysfs, GPUs, meminfo, NVIDIA
+Every command is one of `sparkctl.facts` (netdevs, RDMA sysfs, GPUs, meminfo, NVIDIA
 hook, HF repo listings, Docker) except the two that only init needs: the hostname and the list of
 HF cache dirs with their repos. Two execs per node (`run_batch`), plus the Docker API.
 """
@@ -11,14 +11,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import SparkctlError
-from sparkctl.preflight import probes as P
-from sparkctl.preflight.parsers import Netdev, RepoListing
-from sparkctl.preflight.rdma import NoRdma, RdmaDevice
+from sparkctl.facts.docker import DockerFacts, nvidia_hook_probe, probe_docker
+from sparkctl.facts.gpu import gpus_probe, meminfo_probe
+from sparkctl.facts.hfcache import RepoListing, repo_probe
+from sparkctl.facts.net import Netdev, netdevs_probe
+from sparkctl.facts.probe import Probe, checked_stdout, run_batch, sh_argv
+from sparkctl.facts.rdma import NoRdma, RdmaDevice, rdma_probe
 from sparkctl.ship.manifest import repo_dir
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
-    from sparkctl.gpu.probe import GpuReport
+    from sparkctl.facts.gpu import GpuReport
 
 # $@ = caches the user named. Prints `cache\t<source>\t<path>` per cache dir that has a hub/, then
 # `repo\t<path>\t<models--org--name>` per repo in it. `~/` is expanded here, on the node.
@@ -64,7 +67,7 @@ class NodeDiscovery:
     rdma: dict[str, RdmaDevice] = field(default_factory=dict)
     gpus: GpuReport | None = None
     mem_total_kib: int | None = None
-    docker: P.DockerFacts | None = None
+    docker: DockerFacts | None = None
     nvidia_hook: bool = False
     images: list[SglangImage] = field(default_factory=list)
     caches: list[HfCache] = field(default_factory=list)
@@ -117,15 +120,15 @@ def sglang_images_from_list(items: list[dict]) -> list[SglangImage]:
 
 
 # ----------------------------------------------------------------------------- probes
-def hostname_probe() -> P.Probe:
-    return P.Probe(("uname", "-n"), lambda r: P.checked_stdout(r, "uname -n").strip())
+def hostname_probe() -> Probe:
+    return Probe(("uname", "-n"), lambda r: checked_stdout(r, "uname -n").strip())
 
 
-def caches_probe(hf_cache: str | None) -> P.Probe:
+def caches_probe(hf_cache: str | None) -> Probe:
     args = [hf_cache] if hf_cache else []
-    return P.Probe(
-        tuple(P.sh_argv(CACHES_SCRIPT, *args)),
-        lambda r: parse_caches(P.checked_stdout(r, "listing HF caches")),
+    return Probe(
+        tuple(sh_argv(CACHES_SCRIPT, *args)),
+        lambda r: parse_caches(checked_stdout(r, "listing HF caches")),
     )
 
 
@@ -153,19 +156,19 @@ def gather(
 
     shell = {
         "hostname": hostname_probe(),
-        "netdevs": P.netdevs_probe(),
-        "rdma": P.rdma_probe(sysfs_root),
-        "gpus": P.gpus_probe(),
-        "meminfo": P.meminfo_probe(),
-        "hook": P.nvidia_hook_probe(),
+        "netdevs": netdevs_probe(),
+        "rdma": rdma_probe(sysfs_root),
+        "gpus": gpus_probe(),
+        "meminfo": meminfo_probe(),
+        "hook": nvidia_hook_probe(),
         "caches": caches_probe(hf_cache),
     }
 
-    def docker() -> tuple[P.DockerFacts, list[SglangImage]]:
-        facts = P.probe_docker(conn)
+    def docker() -> tuple[DockerFacts, list[SglangImage]]:
+        facts = probe_docker(conn)
         return facts, probe_sglang_images(conn)
 
-    tasks = {"shell": lambda: P.run_batch(conn, shell), "docker": docker}
+    tasks = {"shell": lambda: run_batch(conn, shell), "docker": docker}
     done: dict[str, Any] = fan_out(list(tasks), lambda k: tasks[k]())
     if isinstance(done["shell"], BaseException):
         raise done["shell"]
@@ -210,11 +213,11 @@ def gather(
         problems.append(f"HF caches: {_why(listing)}")
     elif listing:
         repo_probes = {
-            f"{i}:{rid}": P.repo_probe(repo_dir(path, rid))
+            f"{i}:{rid}": repo_probe(repo_dir(path, rid))
             for i, (_, path, rids) in enumerate(listing)
             for rid in rids
         }
-        repos = P.run_batch(conn, repo_probes)
+        repos = run_batch(conn, repo_probes)
         for i, (source, path, rids) in enumerate(listing):
             got = {rid: repos.get(f"{i}:{rid}") for rid in rids}
             caches.append(HfCache(path, source, {r: v for r, v in got.items() if isinstance(v, RepoListing)}))

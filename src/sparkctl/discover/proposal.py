@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.discover.fabric import FabricEnd, FabricOption
 from sparkctl.discover.facts import HfCache, NodeDiscovery, SglangImage
-from sparkctl.preflight.parsers import resolve_revision
+from sparkctl.facts.hfcache import resolve_revision
 from sparkctl.profile.schema import NAME_RE
 
 DEFAULT_HF_CACHE = "~/.cache/huggingface"
@@ -35,7 +35,7 @@ class NodeDraft:
     user: str | None
     port: int | None
     gpus: int
-    gpu: dict | None  # GpuFacts fields
+    gpu: dict | None  # profile GpuSpec fields
     fabric: FabricEnd | None
     hf_cache: str | None = None  # only where it differs from model.hf_cache
     note: str = ""

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from sparkctl.findings import Finding, Severity, worst
-from sparkctl.gpu.probe import version_drift
+from sparkctl.gpu.drift import version_drift
 
 # Published pass mark for two DGX Sparks cabled directly (nccl-tests all_gather bus bandwidth).
 DEFAULT_THRESHOLD_GBPS = 21.875

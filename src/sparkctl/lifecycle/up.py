@@ -173,8 +173,7 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
     if not plan.unresolved:
         return plan
-    from sparkctl.preflight.probes import probe_rdma  # preflight's RoCE discovery, reused as is
-    from sparkctl.preflight.rdma import NoRdma, hca_candidates
+    from sparkctl.facts.rdma import NoRdma, hca_candidates, probe_rdma
 
     auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
 

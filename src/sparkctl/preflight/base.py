@@ -16,8 +16,8 @@ from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.facts.probe import Probe
     from sparkctl.plan import Plan
-    from sparkctl.preflight.probes import Probe
     from sparkctl.profile.schema import ModelRef, Profile
 
 OK, WARN, ERROR, SKIP = Severity.OK, Severity.WARN, Severity.ERROR, Severity.SKIP

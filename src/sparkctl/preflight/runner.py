@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.facts.probe import Probe, run_batch
 from sparkctl.fanout import fan_out
 from sparkctl.findings import Finding, Severity
 from sparkctl.plan import Plan
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import Check, Ctx, NodeFacts, Task
 from sparkctl.preflight.registry import CHECKS, REGISTRY, group_of, validate_names
 from sparkctl.profile.schema import Profile
@@ -70,9 +70,9 @@ def _active(ctx: Ctx) -> list[Check]:
 
 
 # ----------------------------------------------------------------------------- phase 1
-def _wanted(checks: list[Check], ctx: Ctx, node: str) -> tuple[dict[str, P.Probe], dict[str, Task]]:
+def _wanted(checks: list[Check], ctx: Ctx, node: str) -> tuple[dict[str, Probe], dict[str, Task]]:
     """Every fact this node must gather for the active checks (same name = gathered once)."""
-    probes: dict[str, P.Probe] = {}
+    probes: dict[str, Probe] = {}
     tasks: dict[str, Task] = {}
     for check in checks:
         for name, want in check.probes(ctx, node).items():
@@ -101,7 +101,7 @@ def _gather(ctx: Ctx, checks: list[Check], pool: NodePool, node: str) -> NodeFac
         return facts
     conn = facts.conn
     probes, tasks = _wanted(checks, ctx, node)
-    jobs: dict[str, Callable[[], Any]] = {"": lambda: _store(facts, P.run_batch(conn, probes))}
+    jobs: dict[str, Callable[[], Any]] = {"": lambda: _store(facts, run_batch(conn, probes))}
     for root in (n for n, t in tasks.items() if t.after is None):
         jobs[root] = lambda root=root: _chain(conn, root, tasks, facts)
     for name, err in fan_out(jobs, lambda k: jobs[k](), where=lambda _: (node, None)).errors.items():
@@ -122,12 +122,12 @@ def _store(facts: NodeFacts, results: Mapping[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- phase 2
 def _followups(ctx: Ctx, checks: list[Check], live: dict[str, NodeFacts]) -> None:
-    want: dict[str, dict[str, P.Probe]] = {}
+    want: dict[str, dict[str, Probe]] = {}
     for check in checks:
         for node, probes in check.followups(ctx, live).items():
             for name, probe in probes.items():
                 want.setdefault(node, {}).setdefault(name, probe)
-    done = fan_out(list(want), lambda n: P.run_batch(live[n].conn, want[n]))  # type: ignore[arg-type]
+    done = fan_out(list(want), lambda n: run_batch(live[n].conn, want[n]))  # type: ignore[arg-type]
     for node, outcome in done.items():
         if outcome.ok:
             _store(live[node], outcome.value)

@@ -42,7 +42,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class GpuFacts(Strict):
+class GpuSpec(Strict):
     """What a node's GPUs are, for planning without touching the node (preflight probes the truth)."""
 
     name: str = Field(description="GPU name as nvidia-smi reports it, e.g. 'NVIDIA GB10'.")
@@ -74,7 +74,7 @@ class Node(Strict):
         None, description="SSH private key (default: ~/.ssh/config, agent, default keys)."
     )
     gpus: int = Field(1, ge=0, description="GPUs on this node; a mode's tp must fit in them.")
-    gpu: GpuFacts | None = Field(
+    gpu: GpuSpec | None = Field(
         None, description="GPU facts for planning offline (preflight probes the truth)."
     )
     fabric: NodeFabric | None = Field(None, description="Required on the nodes of multi-node modes.")

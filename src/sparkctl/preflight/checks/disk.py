@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.disk import DiskUsage, df_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task, probe_failure
 from sparkctl.preflight.checks.docker import docker_tasks
 from sparkctl.preflight.checks.weights import (
@@ -16,7 +17,6 @@ from sparkctl.preflight.checks.weights import (
     snapshot_sizes,
     weights_findings,
 )
-from sparkctl.preflight.parsers import DiskUsage
 from sparkctl.units import human_bytes
 
 
@@ -25,16 +25,16 @@ class DiskFree(Check):
     summary = "enough free disk for what would have to be shipped"
     order = 130
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe | Task]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
         return {
             **repo_probes(ctx, node),
-            "df:weights": P.df_probe(ctx.hf_cache(node)),
+            "df:weights": df_probe(ctx.hf_cache(node)),
             **docker_tasks(ctx, image=True, df=True),
         }
 
-    def followups(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> dict[str, dict[str, P.Probe]]:
+    def followups(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> dict[str, dict[str, Probe]]:
         """Size a model on one node that has it when some other node lacks it."""
-        out: dict[str, dict[str, P.Probe]] = {}
+        out: dict[str, dict[str, Probe]] = {}
         for _, ref in ctx.model_refs():
             commits = node_commits(facts, ref.id, ref.revision)
             have = [n for n, c in commits.items() if c]

@@ -7,25 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.disk import probe_df
+from sparkctl.facts.docker import DockerFacts, nvidia_hook_probe, probe_containers, probe_docker, probe_image
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task
-from sparkctl.preflight.probes import DockerFacts
 
 
 def docker_tasks(
     ctx: Ctx, *, image: bool = False, containers: bool = False, df: bool = False
 ) -> dict[str, Task]:
-    out = {"docker": Task(lambda conn, _: P.probe_docker(conn))}
+    out = {"docker": Task(lambda conn, _: probe_docker(conn))}
     if image:
         from sparkctl.plan import image_ref
 
         ref = image_ref(ctx.profile)[0]
-        out["image"] = Task(lambda conn, _: P.probe_image(conn, ref), after="docker")
+        out["image"] = Task(lambda conn, _: probe_image(conn, ref), after="docker")
     if containers:
-        out["containers"] = Task(lambda conn, _: P.probe_containers(conn), after="docker")
+        out["containers"] = Task(lambda conn, _: probe_containers(conn), after="docker")
     if df:  # the engine's data root is known only once "docker" answered
-        out["df:image"] = Task(lambda conn, got: P.probe_df(conn, got["docker"].root_dir), after="docker")
+        out["df:image"] = Task(lambda conn, got: probe_df(conn, got["docker"].root_dir), after="docker")
     return out
 
 
@@ -35,10 +36,10 @@ class DockerEngine(Check):
     order = 70
     fast = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe | Task]:
-        out: dict[str, P.Probe | Task] = {**docker_tasks(ctx)}
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
+        out: dict[str, Probe | Task] = {**docker_tasks(ctx)}
         if ctx.gpus_requested:
-            out["hook"] = P.nvidia_hook_probe()
+            out["hook"] = nvidia_hook_probe()
         return out
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.net import Netdev, PingResult, netdevs_probe, ping_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, probe_failure
-from sparkctl.preflight.parsers import Netdev, PingResult
 from sparkctl.profile.schema import Node, Profile
 
 
 class _Netdevs(Check):
     """Judged from the node's netdev facts (`ip -j addr` + sysfs speed)."""
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
-        return {"netdevs": P.netdevs_probe()}
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
+        return {"netdevs": netdevs_probe()}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
@@ -64,12 +64,12 @@ class PingDf(Check):
     order = 50
     multi_node = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         out = {}
         for dst in ctx.plan.nodes:
             dfab = ctx.profile.node(dst).fabric
             if dst != node and dfab is not None:
-                out[f"pingdf:{dst}"] = P.ping_probe(
+                out[f"pingdf:{dst}"] = ping_probe(
                     str(dfab.ip), size=ctx.profile.fabric.mtu - 28, iface=iface(ctx.profile, node)
                 )
         return out

@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from sparkctl.facts.gpu import gpus_probe, meminfo_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts
 from sparkctl.profile.schema import Node
 
 if TYPE_CHECKING:
-    from sparkctl.gpu.probe import GpuReport
+    from sparkctl.facts.gpu import GpuReport
 
 
-def gpu_probes() -> dict[str, P.Probe]:
-    return {"meminfo": P.meminfo_probe(), "gpus": P.gpus_probe()}
+def gpu_probes() -> dict[str, Probe]:
+    return {"meminfo": meminfo_probe(), "gpus": gpus_probe()}
 
 
 def gpu_report(f: NodeFacts) -> GpuReport | None:
@@ -30,11 +31,11 @@ class Gpus(Check):
     order = 80
     aliases = ("DriverDrift", "CudaDrift", "GpuArchDrift")
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         return gpu_probes()
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        from sparkctl.gpu.probe import compare_nodes
+        from sparkctl.gpu.drift import compare_nodes
 
         out: list[Finding] = []
         reports = {}

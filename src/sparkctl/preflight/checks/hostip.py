@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.net import Netdev, PingResult, netdevs_probe, ping_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
-from sparkctl.preflight.parsers import Netdev, PingResult
 
 HOST_IP_ENV = "SGLANG_HOST_IP"
 
@@ -28,11 +28,11 @@ class HostIpReachable(Check):
     order = 170
     multi_node = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
-        out: dict[str, P.Probe] = {"netdevs": P.netdevs_probe()}
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
+        out: dict[str, Probe] = {"netdevs": netdevs_probe()}
         for rank, owner, ip in _host_ips(ctx):
             if owner != node:
-                out[f"hostip:{rank}"] = P.ping_probe(ip, count=1)
+                out[f"hostip:{rank}"] = ping_probe(ip, count=1)
         return out
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.docker import ImageFacts
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task, probe_failure
 from sparkctl.preflight.checks.docker import docker_tasks
-from sparkctl.preflight.probes import ImageFacts
 from sparkctl.units import human_bytes
 
 

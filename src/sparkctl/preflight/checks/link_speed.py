@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.net import Netdev, netdevs_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import OK, SKIP, WARN, Check, Ctx, NodeFacts, probe_failure
-from sparkctl.preflight.parsers import Netdev
 
 
 class LinkSpeed(Check):
@@ -21,8 +21,8 @@ class LinkSpeed(Check):
     order = 45
     multi_node = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
-        return {"netdevs": P.netdevs_probe()}  # NETDEV_SCRIPT reads every /sys/class/net/*/speed
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
+        return {"netdevs": netdevs_probe()}  # NETDEV_SCRIPT reads every /sys/class/net/*/speed
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []

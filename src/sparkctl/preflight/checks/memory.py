@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts
 from sparkctl.preflight.checks.gpus import gpu_probes
 from sparkctl.preflight.checks.weights import (
@@ -32,12 +32,12 @@ class UnifiedMemory(Check):
     summary = "on unified-memory nodes (GB10), MemAvailable covers what the model needs"
     order = 160
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         return {**gpu_probes(), **repo_probes(ctx, node)}
 
-    def followups(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> dict[str, dict[str, P.Probe]]:
+    def followups(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> dict[str, dict[str, Probe]]:
         """Size every model on the unified-memory nodes that have it."""
-        out: dict[str, dict[str, P.Probe]] = {}
+        out: dict[str, dict[str, Probe]] = {}
         for _, ref in ctx.model_refs():
             for n, commit in node_commits(facts, ref.id, ref.revision).items():
                 if commit and unified(ctx.profile, facts[n]):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.docker import ContainerFacts
+from sparkctl.facts.net import ports_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
 from sparkctl.plan import Plan
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, Task
 from sparkctl.preflight.checks.docker import docker_tasks
-from sparkctl.preflight.probes import ContainerFacts
 from sparkctl.profile.schema import Profile
 
 
@@ -22,11 +23,11 @@ class PortFree(Check):
     def skips_node(self, ctx: Ctx, node: str) -> bool:
         return node == ctx.rank0
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe | Task]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
         if node != ctx.rank0:
             return {}
         # The containers tell whether this plan's own running container holds the port.
-        return {"ports": P.ports_probe(), **docker_tasks(ctx, containers=True)}
+        return {"ports": ports_probe(), **docker_tasks(ctx, containers=True)}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
+from sparkctl.facts.rdma import NoRdma, RdmaDevice, hca_candidates, ipv4_gid, rdma_probe, serves
+from sparkctl.findings import Finding, Severity
 from sparkctl.preflight.base import ERROR, Check, Ctx, NodeFacts
-from sparkctl.preflight.rdma import NoRdma, check_hcas
+
+CHECK = "RoceHca"
 
 
 class RoceHca(Check):
@@ -19,8 +20,8 @@ class RoceHca(Check):
     def applies(self, ctx: Ctx) -> bool:
         return super().applies(ctx) and ctx.profile.fabric.transport == "roce"
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
-        return {"rdma": P.rdma_probe(ctx.sysfs_root)}
+    def probes(self, ctx: Ctx, node: str) -> dict:
+        return {"rdma": rdma_probe(ctx.sysfs_root)}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
@@ -35,3 +36,77 @@ class RoceHca(Check):
             elif not ctx.failed(out, "rdma", self.name, f) and f.get("rdma") is not None:
                 out += check_hcas(node, f.get("rdma"), fab.netdevs, str(fab.ip), fab.hcas, ctx.sysfs_root)
         return out
+
+
+def check_hcas(
+    node: str,
+    devs: dict[str, RdmaDevice],
+    netdevs: list[str],
+    ip: str | None,
+    hcas: str | list[str],
+    sysfs: str,
+) -> list[Finding]:
+    """Judge the profile's `fabric.hcas` (a list or 'auto') against the node's sysfs."""
+    right = hca_candidates(devs, netdevs, ip)
+    where = f"{sysfs.rstrip('/')}/class/infiniband"
+    listing = "; ".join(d.summary() for d in sorted(devs.values(), key=lambda d: d.name)) or "none"
+    data = {"candidates": right, "devices": {n: d.to_json() for n, d in devs.items()}}
+    fabric = ",".join(netdevs)
+
+    def err(msg: str, fix: str) -> Finding:
+        return Finding(CHECK, Severity.ERROR, msg, fix, node=node, data=data)
+
+    suggest = (
+        f"set nodes[{node}].fabric.hcas: [{', '.join(right)}] (or 'auto')"
+        if right
+        else f"no ACTIVE RoCE device is bound to {fabric}; devices: {listing}. Check cabling "
+        "and the netdev names (e.g. `rdma link show`), or set fabric.transport: tcp"
+    )
+    if hcas == "auto":
+        if not right:
+            return [err(f"hcas: auto found no ACTIVE RoCE device for {fabric} in {where}", suggest)]
+        return [
+            Finding(CHECK, Severity.OK, f"auto -> {','.join(right)}", node=node, data={**data, "hcas": right})
+        ]
+    findings: list[Finding] = []
+    missing = [h for h in hcas if h not in devs]
+    if missing:
+        findings.append(
+            err(
+                f"RoCE device(s) {', '.join(missing)} not found in {where} (present: {', '.join(sorted(devs)) or 'none'})",
+                suggest,
+            )  # fmt: skip
+        )
+    present = [devs[h] for h in hcas if h in devs]
+    for dev in present:
+        if not dev.active:
+            findings.append(
+                err(f"{dev.summary()}: no port is ACTIVE", f"check the cable/link of {dev.name}; " + suggest)
+            )
+    gid = ipv4_gid(ip) if ip else None
+    if gid and present and not any(d.has_gid(gid) for d in present):
+        holders = [d.name for d in devs.values() if d.has_gid(gid)]
+        findings.append(
+            err(
+                f"none of {', '.join(d.name for d in present)} has a GID for the fabric IP {ip}"
+                + (f" (held by {', '.join(holders)})" if holders else ""),
+                suggest if holders or right else f"assign {ip} to {fabric}; " + suggest,
+            )
+        )
+    for dev in present:
+        if dev.active and not serves(dev, netdevs, gid):
+            findings.append(
+                Finding(
+                    CHECK,
+                    Severity.WARN,
+                    f"{dev.summary()} is not bound to {fabric}",
+                    f"NCCL would send fabric traffic over {'/'.join(sorted(dev.bound_netdevs())) or 'another link'}; "
+                    f"use {', '.join(right) or 'the devices of the fabric netdev'}",
+                    node=node,
+                    data=data,
+                )
+            )
+    if not any(f.severity is Severity.ERROR for f in findings):
+        findings.insert(0, Finding(CHECK, Severity.OK, f"{','.join(hcas)} ACTIVE on {fabric}", node=node,
+                                   data={**data, "hcas": list(hcas)}))  # fmt: skip
+    return findings

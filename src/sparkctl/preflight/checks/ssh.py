@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.facts.net import ssh_probe
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
 
 
@@ -31,14 +32,14 @@ class SshRank0ToPeer(Check):
     order = 20
     multi_node = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         if node != ctx.rank0:
             return {}
         prof = ctx.profile
         out = {}
         for peer in ctx.plan.nodes[1:]:
             pn = prof.node(peer)
-            out[f"ssh:{peer}"] = P.ssh_probe(
+            out[f"ssh:{peer}"] = ssh_probe(
                 _peer_host(ctx, peer), port=pn.port or prof.ssh.port, user=pn.user or prof.ssh.user
             )
         return out

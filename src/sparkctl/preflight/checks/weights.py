@@ -8,14 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sparkctl.facts.disk import du_probe
+from sparkctl.facts.hfcache import RepoListing, repo_probe, resolve_revision
+from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight import probes as P
 from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task, probe_failure
-from sparkctl.preflight.parsers import RepoListing, resolve_revision
 
 
-def repo_probes(ctx: Ctx, node: str) -> dict[str, P.Probe]:
-    return {f"repo:{ref.id}": P.repo_probe(ctx.repo_dir(node, ref.id)) for _, ref in ctx.model_refs()}
+def repo_probes(ctx: Ctx, node: str) -> dict[str, Probe]:
+    return {f"repo:{ref.id}": repo_probe(ctx.repo_dir(node, ref.id)) for _, ref in ctx.model_refs()}
 
 
 def node_commits(facts: Mapping[str, NodeFacts], repo_id: str, rev: str | None) -> dict[str, str | None]:
@@ -24,8 +25,8 @@ def node_commits(facts: Mapping[str, NodeFacts], repo_id: str, rev: str | None) 
     return {n: resolve_revision(listing, rev) for n, listing in listings.items() if listing is not None}
 
 
-def du_followup(ctx: Ctx, node: str, repo_id: str, commit: str) -> dict[str, P.Probe]:
-    return {f"du:{repo_id}": P.du_probe(f"{ctx.repo_dir(node, repo_id)}/snapshots/{commit}")}
+def du_followup(ctx: Ctx, node: str, repo_id: str, commit: str) -> dict[str, Probe]:
+    return {f"du:{repo_id}": du_probe(f"{ctx.repo_dir(node, repo_id)}/snapshots/{commit}")}
 
 
 def snapshot_sizes(facts: Mapping[str, NodeFacts]) -> dict[tuple[str, str], int]:
@@ -65,7 +66,7 @@ class Weights(Check):
     order = 110
     fast = True
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         return repo_probes(ctx, node)
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
@@ -77,10 +78,10 @@ class WeightsContent(Check):
     summary = "every snapshot file has the same sha256 as on rank 0 (hashes cached on the nodes)"
     order = 120
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, P.Probe | Task]:
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
         from sparkctl.ship.manifest import snapshot_manifest
 
-        out: dict[str, P.Probe | Task] = {**repo_probes(ctx, node)}
+        out: dict[str, Probe | Task] = {**repo_probes(ctx, node)}
         if ctx.multi:  # hashed on the node (cached there), beside the node's other probes
             cache = ctx.hf_cache(node)
             for _, ref in ctx.model_refs():

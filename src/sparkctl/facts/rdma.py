@@ -1,4 +1,4 @@
-"""RoCE devices from sysfs: one constant script dumps the tree, pure code judges it.
+"""RoCE devices from sysfs: one constant script dumps the tree, pure code reads it.
 
 Layout read (under a sysfs root, `/sys` on a real node, a fixture tree in tests):
 `class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer,gids/<i>,gid_attrs/ndevs/<i>}`
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.findings import Finding, Severity
-from sparkctl.preflight.parsers import ipv4_gid
+from sparkctl.facts.probe import Probe, checked, sh_argv
 
-CHECK = "RoceHca"
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector
 
 # $1 = sysfs root. Prints tab-separated records; never fails on a missing attribute.
 SYSFS_SCRIPT = r"""
@@ -140,7 +142,7 @@ def is_sibling(a: str, b: str) -> bool:
     return bool(ma and mb and ma.group(1) != mb.group(1) and ma.groups()[1:] == mb.groups()[1:])
 
 
-def _serves(dev: RdmaDevice, netdevs: list[str], gid: str | None) -> bool:
+def serves(dev: RdmaDevice, netdevs: list[str], gid: str | None) -> bool:
     bound = dev.bound_netdevs()
     if bound & set(netdevs) or (gid and dev.has_gid(gid)):
         return True
@@ -152,79 +154,20 @@ def hca_candidates(devs: dict[str, RdmaDevice], netdevs: list[str], ip: str | No
     holding the fabric IP's GID."""
     gid = ipv4_gid(ip) if ip else None
     return [
-        d.name for d in sorted(devs.values(), key=lambda d: d.name) if d.active and _serves(d, netdevs, gid)
+        d.name for d in sorted(devs.values(), key=lambda d: d.name) if d.active and serves(d, netdevs, gid)
     ]
 
 
-def check_hcas(
-    node: str,
-    devs: dict[str, RdmaDevice],
-    netdevs: list[str],
-    ip: str | None,
-    hcas: str | list[str],
-    sysfs: str,
-) -> list[Finding]:
-    """Judge the profile's `fabric.hcas` (a list or 'auto') against the node's sysfs."""
-    right = hca_candidates(devs, netdevs, ip)
-    where = f"{sysfs.rstrip('/')}/class/infiniband"
-    listing = "; ".join(d.summary() for d in sorted(devs.values(), key=lambda d: d.name)) or "none"
-    data = {"candidates": right, "devices": {n: d.to_json() for n, d in devs.items()}}
-    fabric = ",".join(netdevs)
+def ipv4_gid(ip: str) -> str:
+    """The RoCE v2 GID of an IPv4 address as sysfs prints it (IPv4-mapped IPv6)."""
+    packed = IPv4Address(ip).packed
+    return f"0000:0000:0000:0000:0000:ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
 
-    def err(msg: str, fix: str) -> Finding:
-        return Finding(CHECK, Severity.ERROR, msg, fix, node=node, data=data)
 
-    suggest = (
-        f"set nodes[{node}].fabric.hcas: [{', '.join(right)}] (or 'auto')"
-        if right
-        else f"no ACTIVE RoCE device is bound to {fabric}; devices: {listing}. Check cabling "
-        "and the netdev names (e.g. `rdma link show`), or set fabric.transport: tcp"
-    )
-    if hcas == "auto":
-        if not right:
-            return [err(f"hcas: auto found no ACTIVE RoCE device for {fabric} in {where}", suggest)]
-        return [
-            Finding(CHECK, Severity.OK, f"auto -> {','.join(right)}", node=node, data={**data, "hcas": right})
-        ]
-    findings: list[Finding] = []
-    missing = [h for h in hcas if h not in devs]
-    if missing:
-        findings.append(
-            err(
-                f"RoCE device(s) {', '.join(missing)} not found in {where} (present: {', '.join(sorted(devs)) or 'none'})",
-                suggest,
-            )  # fmt: skip
-        )
-    present = [devs[h] for h in hcas if h in devs]
-    for dev in present:
-        if not dev.active:
-            findings.append(
-                err(f"{dev.summary()}: no port is ACTIVE", f"check the cable/link of {dev.name}; " + suggest)
-            )
-    gid = ipv4_gid(ip) if ip else None
-    if gid and present and not any(d.has_gid(gid) for d in present):
-        holders = [d.name for d in devs.values() if d.has_gid(gid)]
-        findings.append(
-            err(
-                f"none of {', '.join(d.name for d in present)} has a GID for the fabric IP {ip}"
-                + (f" (held by {', '.join(holders)})" if holders else ""),
-                suggest if holders or right else f"assign {ip} to {fabric}; " + suggest,
-            )
-        )
-    for dev in present:
-        if dev.active and not _serves(dev, netdevs, gid):
-            findings.append(
-                Finding(
-                    CHECK,
-                    Severity.WARN,
-                    f"{dev.summary()} is not bound to {fabric}",
-                    f"NCCL would send fabric traffic over {'/'.join(sorted(dev.bound_netdevs())) or 'another link'}; "
-                    f"use {', '.join(right) or 'the devices of the fabric netdev'}",
-                    node=node,
-                    data=data,
-                )
-            )
-    if not any(f.severity is Severity.ERROR for f in findings):
-        findings.insert(0, Finding(CHECK, Severity.OK, f"{','.join(hcas)} ACTIVE on {fabric}", node=node,
-                                   data={**data, "hcas": list(hcas)}))  # fmt: skip
-    return findings
+def rdma_probe(sysfs_root: str = "/sys") -> Probe:
+    """RoCE devices with ports, GIDs and bound netdevs (parse raises NoRdma without RDMA drivers)."""
+    return Probe(tuple(sh_argv(SYSFS_SCRIPT, sysfs_root)), checked("reading RDMA sysfs", parse_sysfs_dump))
+
+
+def probe_rdma(conn: Connector, sysfs_root: str = "/sys") -> dict[str, RdmaDevice]:
+    return rdma_probe(sysfs_root).run(conn)

@@ -1,4 +1,4 @@
-"""Read a node's GPUs: pure parsers of `nvidia-smi` and a torch fallback, plus drift checks.
+"""Read a node's GPUs: pure parsers of `nvidia-smi` and a torch fallback, and their probes.
 
 The commands are argv lists the caller runs on the node (any connector); everything here only
 parses their text, so it is tested on outputs captured from real machines (tests/fixtures/gpu/).
@@ -13,8 +13,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from sparkctl.findings import Finding, Severity
+from sparkctl.facts.probe import Probe, checked, checked_stdout, sh_argv
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import RunResult
 
 QUERY_FIELDS: tuple[str, ...] = (
     "index",
@@ -293,33 +297,28 @@ def report_from_torch(json_text: str, meminfo_text: str = "") -> GpuReport:
     )
 
 
-def version_drift(
-    values: dict[str, str | None], what: str, check: str, severity: Severity = Severity.WARN
-) -> list[Finding]:
-    """One finding if the nodes (or ranks) disagree on `what`; none if all agree or all unknown."""
-    known = {k: v for k, v in values.items() if v}
-    if len(set(known.values())) <= 1:
-        return []
-    seen = ", ".join(f"{k}={v}" for k, v in sorted(known.items()))
-    return [
-        Finding(
-            check=check,
-            severity=severity,
-            message=f"{what} differs: {seen}",
-            fix=f"use the same {what} on every node (same image, same driver)",
-            data={"values": known},
-        )
-    ]
+# ----------------------------------------------------------------------------- probes
+def meminfo_probe() -> Probe:
+    return Probe(tuple(MEMINFO_ARGV), checked("reading /proc/meminfo", parse_meminfo))
 
 
-def compare_nodes(reports: dict[str, GpuReport]) -> list[Finding]:
-    """Drift across nodes: driver, CUDA, GPU model/capability (for preflight)."""
-    findings = []
-    findings += version_drift(
-        {n: r.driver_version for n, r in reports.items()}, "NVIDIA driver", "DriverDrift"
-    )
-    findings += version_drift({n: r.cuda_version for n, r in reports.items()}, "CUDA version", "CudaDrift")
-    # Unknown capabilities (an old nvidia-smi, a table parse) are not evidence of drift.
-    caps = {n: ",".join(sorted({g.compute_cap for g in r.gpus if g.compute_cap})) for n, r in reports.items()}
-    findings += version_drift(caps, "GPU compute capability", "GpuArchDrift", Severity.ERROR)
-    return findings
+# The query (its argv as $@), then the head of `nvidia-smi -q` for the driver's CUDA version
+# (not a --query-gpu field; without it CUDA drift between nodes would go unseen).
+GPUS_SCRIPT = """nvidia-smi "$@" || exit $?
+echo '@@sparkctl-smi-header@@'
+nvidia-smi -q 2>/dev/null | head -n 40
+"""
+
+
+def _parse_gpus(res: RunResult) -> GpuReport | None:
+    if res.rc == 127 or (res.rc and "not found" in res.stderr.lower()):
+        return None
+    out = checked_stdout(res, "nvidia-smi", "check the NVIDIA driver (`nvidia-smi` must work on the node)")
+    query, _, header = out.partition("@@sparkctl-smi-header@@\n")
+    return report_from_smi(query, header)
+
+
+def gpus_probe() -> Probe:
+    """GPUs via nvidia-smi (the parsers above); None when the node has no nvidia-smi.
+    Add MemAvailable with `report.with_meminfo(...)` from meminfo_probe."""
+    return Probe(tuple(sh_argv(GPUS_SCRIPT, *QUERY_ARGV[1:])), _parse_gpus)

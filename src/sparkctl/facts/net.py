@@ -1,15 +1,12 @@
-"""Pure parsers of what the node probes print. No I/O: tested on captured and fixture text."""
+"""Network facts: netdevs (MTU, state, IPv4, sysfs speed), pings, listening ports, SSH to a peer."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from ipaddress import IPv4Address
+from dataclasses import dataclass
 
-
-class ParseError(ValueError):
-    """The text is not what the probe's command prints."""
+from sparkctl.facts.probe import ParseError, Probe, checked, sh_argv
 
 
 # ----------------------------------------------------------------------------- netdevs
@@ -127,72 +124,38 @@ def parse_listening_ports(text: str) -> set[int]:
     return ports
 
 
-# ----------------------------------------------------------------------------- disk
-@dataclass(frozen=True)
-class DiskUsage:
-    path: str  # the path asked about
-    mount: str
-    total_kib: int
-    avail_kib: int
+NETDEV_SCRIPT = f"""ip -j addr show || exit $?
+echo '{SPEEDS_MARK}'
+for d in /sys/class/net/*; do s=; IFS= read -r s < "$d/speed" 2>/dev/null; echo "${{d##*/}} $s"; done
+"""
+PROC_NET_TCP_ARGV = ["cat", "/proc/net/tcp", "/proc/net/tcp6"]
 
 
-def parse_df(text: str, path: str) -> DiskUsage:
-    """`df -Pk <path>` (POSIX format: one line per filesystem, no wrapping)."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) < 2:
-        raise ParseError(f"df printed no filesystem line: {text[:120]!r}")
-    parts = lines[-1].split()
-    if len(parts) < 6 or not parts[1].isdigit() or not parts[3].isdigit():
-        raise ParseError(f"unexpected df line: {lines[-1]!r}")
-    return DiskUsage(path=path, mount=" ".join(parts[5:]), total_kib=int(parts[1]), avail_kib=int(parts[3]))
+def netdevs_probe() -> Probe:
+    """Every netdev with MTU, state, IPv4 addresses and (sysfs) speed."""
+    return Probe(
+        tuple(sh_argv(NETDEV_SCRIPT)),
+        checked("ip -j addr show", parse_netdevs, "install iproute2 (>= 4.14)"),
+    )
 
 
-# ----------------------------------------------------------------------------- HF snapshots
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_SHORT_HEX = re.compile(r"^[0-9a-f]{7,39}$")
+def ping_probe(ip: str, *, size: int | None = None, iface: str | None = None, count: int = 2) -> Probe:
+    """Ping from the node; with `size`, a don't-fragment ping of exactly that payload."""
+    argv = ["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "1"]  # 0.2 s: the unprivileged minimum
+    if size is not None:
+        argv += ["-M", "do", "-s", str(size)]
+    if iface:
+        argv += ["-I", iface]
+    return Probe((*argv, ip), lambda r: parse_ping(r.rc, r.stdout, r.stderr), timeout=count * 0.2 + 5)
 
 
-@dataclass(frozen=True)
-class RepoListing:
-    """What is in `<hf_cache>/hub/models--org--name` on one node."""
-
-    exists: bool
-    refs: dict[str, str] = field(default_factory=dict)  # "main" -> commit
-    snapshots: dict[str, int] = field(default_factory=dict)  # commit -> number of entries
-
-
-def parse_repo_listing(text: str) -> RepoListing:
-    """Output of SNAPSHOT_SCRIPT: `norepo`, or `ref\\t<name>\\t<commit>` / `snap\\t<commit>\\t<n>` lines.
-
-    Content (sha256 per file) is compared separately, with ship's manifest (checks.check_weights_content)."""
-    if text.strip() == "norepo":
-        return RepoListing(exists=False)
-    refs: dict[str, str] = {}
-    snaps: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if parts[0] == "ref" and len(parts) == 3:
-            refs[parts[1]] = parts[2].strip()
-        elif parts[0] == "snap" and len(parts) == 3 and parts[2].isdigit():
-            snaps[parts[1]] = int(parts[2])
-    return RepoListing(exists=True, refs=refs, snapshots=snaps)
+def ssh_probe(host: str, *, port: int = 22, user: str | None = None, timeout: int = 5) -> Probe:
+    """`ssh host true` run ON the node, non-interactively, strict about host keys (returns RunResult)."""
+    target = f"{user}@{host}" if user else host
+    argv = ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", "-o", "StrictHostKeyChecking=yes",
+            "-p", str(port), target, "true")  # fmt: skip
+    return Probe(argv, lambda r: r, timeout=timeout + 5)
 
 
-def resolve_revision(listing: RepoListing, revision: str | None) -> str | None:
-    """The snapshot commit a revision names: a full hash, a ref (branch/tag/pr), or a short hash."""
-    rev = revision or "main"
-    if _HEX40.match(rev):
-        return rev if rev in listing.snapshots else None
-    commit = listing.refs.get(rev)
-    if commit:
-        return commit if commit in listing.snapshots else None
-    if _SHORT_HEX.match(rev):
-        hits = [c for c in listing.snapshots if c.startswith(rev)]
-        return hits[0] if len(hits) == 1 else None
-    return None
-
-
-def ipv4_gid(ip: str) -> str:
-    """The RoCE v2 GID of an IPv4 address as sysfs prints it (IPv4-mapped IPv6)."""
-    packed = IPv4Address(ip).packed
-    return f"0000:0000:0000:0000:0000:ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
+def ports_probe() -> Probe:
+    return Probe(tuple(PROC_NET_TCP_ARGV), checked("reading /proc/net/tcp", parse_listening_ports))
