@@ -7,6 +7,7 @@ a container (image, argv, env, mounts, options), so `up` can tell "already runni
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import hashlib
 import json
@@ -14,6 +15,8 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sparkctl.engines import get_engine
+from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
 from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 from sparkctl.secrets import SecretRef, masked
@@ -22,20 +25,6 @@ CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_TRITON = "/root/.triton"
 SECRETS_DIR = "/run/secrets"
 LABEL_PREFIX = "sparkctl."
-
-# The reference recipe's serving defaults (recipe.md): each one fixes a measured problem.
-RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
-    "trust-remote-code": True,
-    "stream-interval": 1,  # one token per SSE event: chunk-counting clients otherwise report ~4x low
-    "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
-}
-DFLASH = "DFLASH"
-GB10_MEM_FRACTION = 0.90
-
-
-def _is_gb10(node: Node) -> bool:
-    return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
-
 
 @dataclass(frozen=True)
 class Mount:
@@ -169,46 +158,6 @@ def node_path(path: str, node: Node, profile: Profile) -> str:
     return posixpath.normpath(path)
 
 
-def render_args(args: dict[str, ArgValue]) -> list[str]:
-    """Mapping -> SGLang flags: True = bare flag, False/None = omitted, list = repeated values."""
-    out: list[str] = []
-    for key, value in args.items():
-        if value is None or value is False:
-            continue
-        out.append(f"--{key}")
-        if value is True:
-            continue
-        values = value if isinstance(value, list) else [value]
-        out.extend(str(v) for v in values)
-    return out
-
-
-
-def _mode_args(profile: Profile, mode: Mode) -> dict[str, ArgValue]:
-    args: dict[str, ArgValue] = dict(RECIPE_DEFAULT_ARGS) if profile.engine.recipe_defaults else {}
-    args.update(profile.engine.args)
-    args.update(mode.args)
-    if profile.engine.recipe_defaults and all(_is_gb10(profile.node(n)) for n in mode.nodes):
-        # 0.95 hard-rebooted GB10 during "Capture target verify CUDA graph" (recipe.md).
-        args.setdefault("mem-fraction-static", GB10_MEM_FRACTION)
-    if profile.model.draft is not None:
-        args.setdefault("speculative-algorithm", DFLASH)
-    return args
-
-
-def _model_flags(profile: Profile) -> list[str]:
-    model = profile.model
-    flags = ["--model-path", model.target.id]
-    if model.target.revision:
-        flags += ["--revision", model.target.revision]
-    flags += ["--served-model-name", served_model_name(profile)]
-    if model.draft is not None:
-        flags += ["--speculative-draft-model-path", model.draft.id]
-        if model.draft.revision:
-            flags += ["--speculative-draft-model-revision", model.draft.revision]
-    return flags
-
-
 def served_model_name(profile: Profile) -> str:
     return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
 
@@ -226,15 +175,12 @@ def _secret_env_and_mounts(profile: Profile, node: Node) -> tuple[dict[str, str 
     return env, mounts
 
 
-def _fabric_env(profile: Profile, node: Node, facts: PlanFacts, unresolved: list[str]) -> dict[str, str]:
+def _fabric_env(
+    profile: Profile, node: Node, facts: PlanFacts, unresolved: list[str], engine_env: dict[str, str]
+) -> dict[str, str]:
     assert node.fabric is not None  # schema guarantees it for multi-node modes
     ifnames = ",".join(node.fabric.netdevs)
-    env = {
-        "NCCL_SOCKET_IFNAME": ifnames,
-        "GLOO_SOCKET_IFNAME": ifnames,
-        # SGLang otherwise may advertise its LAN/Wi-Fi address to the peer and hang at init.
-        "SGLANG_HOST_IP": str(node.fabric.ip),
-    }
+    env = {"NCCL_SOCKET_IFNAME": ifnames, "GLOO_SOCKET_IFNAME": ifnames, **engine_env}
     if profile.fabric.transport == "tcp":
         env["NCCL_IB_DISABLE"] = "1"
         return env
@@ -283,6 +229,50 @@ def recipe_tag(recipe: str) -> str:
     return f"sparkctl/{recipe}:latest"
 
 
+def _rank_spec(
+    profile: Profile,
+    mode: Mode,
+    node: Node,
+    layout: RankLayout,
+    engine: Engine,
+    args: dict[str, ArgValue],
+    facts: PlanFacts,
+    unresolved: list[str],
+) -> RankSpec:
+    """One rank's command, env, mounts and docker options (name and image are filled by the caller)."""
+    argv = engine.rank_argv(profile, args, layout)
+    env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
+    if mode.tp > 1:
+        env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+    if layout.nnodes > 1:
+        env |= _fabric_env(profile, node, facts, unresolved, engine.rank_env(profile, node, layout))
+    env |= profile.engine.env
+    env |= mode.env
+    secret_env, secret_mounts = _secret_env_and_mounts(profile, node)
+    env |= secret_env
+    mounts = [
+        Mount(node_path(node.hf_cache or profile.model.hf_cache, node, profile), CONTAINER_HF_HOME),
+        Mount(node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON),
+        *secret_mounts,
+    ]
+    per_rank = mode.tp // layout.nnodes
+    opts = profile.engine.container
+    options = RunOptions(
+        shm_size=opts.shm_size, privileged=opts.privileged, gpus=_gpu_request(node, per_rank, profile)
+    )
+    return RankSpec(
+        rank=layout.rank,
+        node=node.name,
+        container_name="",
+        image="",
+        argv=argv,
+        env=env,
+        mounts=mounts,
+        options=options,
+        gpus=per_rank,
+    )
+
+
 def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
     mode_name = mode_name or profile.default_mode()
     if mode_name not in profile.modes:
@@ -298,7 +288,6 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     mode = profile.modes[mode_name]
     nodes = [profile.node(n) for n in mode.nodes]
     nnodes = len(nodes)
-    per_rank = mode.tp // nnodes
     image, image_source = image_ref(profile)
     unresolved: list[str] = []
 
@@ -307,56 +296,14 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         assert nodes[0].fabric is not None
         dist_init_addr = f"{nodes[0].fabric.ip}:{profile.fabric.dist_init_port}"
 
-    base_args = render_args(_mode_args(profile, mode))
+    engine = get_engine(profile.engine.kind)
+    args = engine.serving_args(profile, mode)
     ranks: list[RankSpec] = []
     for rank, node in enumerate(nodes):
-        argv = list(profile.engine.command) + _model_flags(profile) + base_args
-        argv += ["--tp", str(mode.tp)]
-        if nnodes > 1:
-            argv += [
-                "--nnodes",
-                str(nnodes),
-                "--node-rank",
-                str(rank),
-                "--dist-init-addr",
-                dist_init_addr or "",
-            ]
-        argv += ["--host", profile.engine.host, "--port", str(profile.engine.port)]
-
-        env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
-        if mode.tp > 1:
-            env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
-        if nnodes > 1:
-            env |= _fabric_env(profile, node, facts, unresolved)
-        env |= profile.engine.env
-        env |= mode.env
-        secret_env, secret_mounts = _secret_env_and_mounts(profile, node)
-        env |= secret_env
-
-        mounts = [
-            Mount(node_path(node.hf_cache or profile.model.hf_cache, node, profile), CONTAINER_HF_HOME),
-            Mount(
-                node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON
-            ),
-            *secret_mounts,
-        ]
-        opts = profile.engine.container
-        options = RunOptions(
-            shm_size=opts.shm_size, privileged=opts.privileged, gpus=_gpu_request(node, per_rank, profile)
-        )
-        ranks.append(
-            RankSpec(
-                rank=rank,
-                node=node.name,
-                container_name=container_name(profile.cluster, mode_name, rank),
-                image=image,
-                argv=argv,
-                env=env,
-                mounts=mounts,
-                options=options,
-                gpus=per_rank,
-            )
-        )
+        layout = RankLayout(rank=rank, nnodes=nnodes, tp=mode.tp, dist_init_addr=dist_init_addr)
+        spec = _rank_spec(profile, mode, node, layout, engine, args, facts, unresolved)
+        name = container_name(profile.cluster, mode_name, rank)
+        ranks.append(dataclasses.replace(spec, container_name=name, image=image))
 
     config_hash = _config_hash(ranks)
     ranks = [

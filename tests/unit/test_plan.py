@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.plan import PlanFacts, build_plan, render_args
+from sparkctl.engines.sglang.flags import render_args
+from sparkctl.plan import PlanFacts, build_plan
 from sparkctl.profile import load_profile_file, load_profile_text
 from sparkctl.secrets import SecretRef
 

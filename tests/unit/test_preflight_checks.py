@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.engines.sglang.flags import mem_fraction
 from sparkctl.errors import UsageError
 from sparkctl.facts.disk import DiskUsage
 from sparkctl.facts.docker import ContainerFacts, DockerFacts, ImageFacts
@@ -18,7 +19,7 @@ from sparkctl.preflight.checks.disk import check_disk
 from sparkctl.preflight.checks.docker import check_docker
 from sparkctl.preflight.checks.fabric import check_fabric_netdevs
 from sparkctl.preflight.checks.image import check_images
-from sparkctl.preflight.checks.memory import check_unified_memory, mem_fraction
+from sparkctl.preflight.checks.memory import check_unified_memory
 from sparkctl.preflight.checks.ports import check_ports, check_stray
 from sparkctl.preflight.checks.weights import check_weights, check_weights_content
 from sparkctl.preflight.registry import CHECKS, FAST_CHECKS, validate_names

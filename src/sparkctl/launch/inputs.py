@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sparkctl.engines.sglang.flags import GB10_MAX_MEM_FRACTION  # noqa: F401 - one cap, used by rules/memory
+
 FlagValue = str | bool | list[str]
 LAUNCH_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang.launch")
-GB10_MAX_MEM_FRACTION = 0.90
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE]-?\d+)?$")
 
 

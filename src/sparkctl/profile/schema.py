@@ -11,30 +11,15 @@ import re
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from sparkctl.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 ArgValue = str | int | float | bool | None | list[str | int | float]
 
-# Flags sparkctl derives from the profile; setting them in `args` would contradict the plan.
-MANAGED_FLAGS = {
-    "model-path": "model.target.id",
-    "revision": "model.target.revision",
-    "served-model-name": "engine.served_model_name",
-    "host": "engine.host",
-    "port": "engine.port",
-    "tp": "modes.<mode>.tp",
-    "tp-size": "modes.<mode>.tp",
-    "tensor-parallel-size": "modes.<mode>.tp",
-    "nnodes": "modes.<mode>.nodes",
-    "node-rank": "modes.<mode>.nodes (order = rank)",
-    "dist-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
-    "nccl-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
-    "speculative-draft-model-path": "model.draft.id",
-    "speculative-draft-model-revision": "model.draft.revision",
-}
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
 
 
@@ -168,12 +153,13 @@ class ContainerOptions(Strict):
     )
 
 
-def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
+def _check_args(args: dict[str, ArgValue], engine: str = DEFAULT_ENGINE) -> dict[str, ArgValue]:
+    managed = get_engine(engine).managed_flags  # flags sparkctl renders from the profile itself
     clean: dict[str, ArgValue] = {}
     for key, value in args.items():
         flag = key.lstrip("-").replace("_", "-")
-        if flag in MANAGED_FLAGS:
-            raise ValueError(f"{key}: '{key}' is set by sparkctl from {MANAGED_FLAGS[flag]}; set it there")
+        if flag in managed:
+            raise ValueError(f"{key}: '{key}' is set by sparkctl from {managed[flag]}; set it there")
         clean[flag] = value
     return clean
 
@@ -189,8 +175,11 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class Engine(Strict):
+    kind: Literal[ENGINE_NAMES] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
     command: list[str] = Field(
-        default_factory=lambda: ["python3", "-m", "sglang.launch_server"], min_length=1
+        default_factory=lambda: list(get_engine().default_command),
+        min_length=1,
+        description="Container command (default: the engine's launcher).",
     )
     host: str = Field("0.0.0.0", description="--host of the API server.")
     port: Port = Field(30000, description="--port of the API server (rank 0).")
@@ -213,8 +202,8 @@ class Engine(Strict):
 
     @field_validator("args")
     @classmethod
-    def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        return _check_args(v)
+    def _args(cls, v: dict[str, ArgValue], info: ValidationInfo) -> dict[str, ArgValue]:
+        return _check_args(v, info.data.get("kind", DEFAULT_ENGINE))
 
     @field_validator("env")
     @classmethod

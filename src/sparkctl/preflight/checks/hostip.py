@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.engines import get_engine
 from sparkctl.facts.net import Netdev, PingResult, netdevs_probe, ping_probe
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
 
-HOST_IP_ENV = "SGLANG_HOST_IP"
-
 
 def _host_ips(ctx: Ctx) -> list[tuple[int, str, str]]:
-    """(rank, node, advertised IP) of every rank that advertises one."""
+    """(rank, node, advertised IP) of every rank that advertises one (the engine names the env var)."""
+    env = get_engine(ctx.profile.engine.kind).host_ip_env
     out = []
     for spec in ctx.plan.ranks:
-        ip = spec.env.get(HOST_IP_ENV)
+        ip = spec.env.get(env) if env else None
         if isinstance(ip, str):
             out.append((spec.rank, spec.node, ip))
     return out

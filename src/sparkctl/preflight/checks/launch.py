@@ -1,8 +1,8 @@
-"""Launch: sparkctl.launch's rules and memory planner, run from preflight (not re-implemented here).
+"""Launch: the engine's launch-safety checks (rules, memory planner), run from preflight.
 
-Flag parsing with SGLang's own parser is left to `sparkctl plan --check` (it may import SGLang
-or start the image); preflight runs the rules and the memory planner only. The launch findings
-keep their own names (MemoryFit, ...): `--only MemoryFit` runs just that one."""
+Flag parsing with the engine's own parser is left to `sparkctl plan --check` (it may import the
+engine or start the image); preflight runs what the engine checks offline. The findings keep
+their own names (MemoryFit, ...): `--only MemoryFit` runs just that one."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from sparkctl.preflight.base import SKIP, Check, Ctx, NodeFacts
 
 
 def launch_names() -> frozenset[str]:
-    from sparkctl.launch import CHECK_NAMES
+    """Finding names of every engine's launch checks (profile-independent: names are validated first)."""
+    from sparkctl.engines import ENGINE_NAMES, get_engine
 
-    return CHECK_NAMES
+    return frozenset().union(*(get_engine(n).check_names() for n in ENGINE_NAMES))
 
 
 class Launch(Check):
@@ -33,11 +34,11 @@ class Launch(Check):
         return self.name in ctx.selected or bool(ctx.selected & launch_names())
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        from sparkctl.launch.check import check_plan
+        from sparkctl.engines import get_engine
 
         everything = self.name in ctx.selected
         try:
-            found = check_plan(ctx.plan, ctx.profile, parse_flags=False).findings
+            found = get_engine(ctx.profile.engine.kind).check(ctx.plan, ctx.profile)
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours
             return [Finding(self.name, SKIP, f"launch-safety checks failed to run: {exc}")]
         return [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.engines import get_engine
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts
@@ -58,22 +59,15 @@ class UnifiedMemory(Check):
                 weights = tsize // ctx.plan.nnodes
                 if draft is not None:
                     weights += sizes.get((node, draft.id)) or model_size(sizes, draft.id) or 0
-            out.append(check_unified_memory(node, f.get("meminfo"), weights, mem_fraction(spec.argv)))
+            engine = get_engine(ctx.profile.engine.kind)
+            # Without the flag, the cap the plan would have set on a GB10.
+            frac = engine.mem_fraction(spec.argv) or engine.gb10_max_mem_fraction
+            out.append(check_unified_memory(node, f.get("meminfo"), weights, frac))
         return out
 
 
-def mem_fraction(argv: list[str]) -> float | None:
-    for i, word in enumerate(argv[:-1]):
-        if word == "--mem-fraction-static":
-            try:
-                return float(argv[i + 1])
-            except ValueError:
-                return None
-    return None
-
-
 def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: int | None,
-                         frac: float | None, headroom: int = 4 * GIB) -> Finding:  # fmt: skip
+                         frac: float, headroom: int = 4 * GIB) -> Finding:  # fmt: skip
     """UnifiedMemory: SGLang (0.5.23) sizes the pool from MemAvailable P: rest = P*frac - weights
     must leave room for KV; page cache counts as available to SGLang but can freeze a GB10."""
     avail = meminfo.get("MemAvailable", 0) * 1024
@@ -83,9 +77,9 @@ def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: i
     if weights_bytes is None:
         return Finding("UnifiedMemory", OK, f"MemAvailable {human_bytes(avail)} of {human_bytes(total)} (weights size unknown)",
                        node=node, data=data)  # fmt: skip
-    need = int(weights_bytes / (frac or 0.9)) + headroom
+    need = int(weights_bytes / frac) + headroom
     data["need"] = need
-    basis = f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac or 0.9:g} + {human_bytes(headroom)} KV"
+    basis = f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac:g} + {human_bytes(headroom)} KV"
     if avail < need:
         return Finding("UnifiedMemory", ERROR, f"MemAvailable {human_bytes(avail)} < {human_bytes(need)} needed ({basis})",
                        "stop what holds memory (other containers, `docker ps`), then drop caches: "

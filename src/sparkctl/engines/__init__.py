@@ -1,0 +1,30 @@
+"""Serving engines behind one interface (base.Engine); SGLang is the first implementation.
+
+`get_engine(name)` imports an implementation only when asked (the CLI path stays light). Adding
+an engine (vLLM) is one package here that provides an `Engine`, plus a line in `_ENGINES` and
+its tests; plan, profile validation, preflight and readiness ask the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkctl.engines.base import Engine
+
+# engine name (profile engine.kind) -> "module:attribute" of its Engine instance
+_ENGINES: dict[str, str] = {"sglang": "sparkctl.engines.sglang:ENGINE"}
+ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)
+DEFAULT_ENGINE = "sglang"
+
+
+@cache
+def get_engine(name: str = DEFAULT_ENGINE) -> Engine:
+    from sparkctl.errors import UsageError
+
+    if name not in _ENGINES:
+        raise UsageError(f"unknown engine '{name}'", fix=f"engine.kind is one of: {', '.join(_ENGINES)}")
+    module, _, attr = _ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), attr)

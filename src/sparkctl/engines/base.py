@@ -1,0 +1,69 @@
+"""What sparkctl needs from a serving engine: its command line, env, readiness, flags and checks.
+
+Everything engine-specific sits behind this protocol: plan.py renders argv/env through it, the
+profile schema asks it which flags sparkctl manages, preflight asks which env var carries the
+advertised address and what memory fraction a command line asks for, readiness asks the paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sparkctl.findings import Finding
+    from sparkctl.plan import Plan
+    from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How to tell the HTTP server is up, then that it really serves (see lifecycle/readiness.py)."""
+
+    models_path: str = "/v1/models"  # static metadata: answers before warm-up ends
+    health_path: str = "/health"  # a real generation on rank 0
+    health_timeout: float = 25.0
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Where one rank sits in its mode: what the engine's parallel flags are rendered from."""
+
+    rank: int
+    nnodes: int
+    tp: int
+    dist_init_addr: str | None
+
+
+class Engine(Protocol):
+    name: str
+    default_command: tuple[str, ...]  # the container command when engine.command is not set
+    managed_flags: Mapping[str, str]  # flag -> the profile key sparkctl renders it from
+    host_ip_env: str | None  # env var with the address a rank advertises to its peers
+    readiness: Readiness
+    gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
+
+    def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
+        """The user's flags (engine.args, then mode.args) over the engine's serving defaults."""
+        ...
+
+    def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
+        """The full container command line of one rank."""
+        ...
+
+    def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
+        """Env only this engine needs (e.g. the advertised host address)."""
+        ...
+
+    def mem_fraction(self, argv: list[str]) -> float | None:
+        """The static memory fraction a command line asks for (None: the engine's default)."""
+        ...
+
+    def check_names(self) -> frozenset[str]:
+        """Stable finding names of `check` (valid in preflight --only/--ignore)."""
+        ...
+
+    def check(self, plan: Plan, profile: Profile) -> list[Finding]:
+        """Launch safety offline: flag rules, GPU arch rules, the memory planner (no engine import)."""
+        ...

@@ -1,0 +1,83 @@
+"""SGLang as a sparkctl engine: argv/env rendering here, launch safety delegated to sparkctl.launch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparkctl.engines.base import RankLayout, Readiness
+from sparkctl.engines.sglang import flags as F
+
+if TYPE_CHECKING:
+    from sparkctl.findings import Finding
+    from sparkctl.plan import Plan
+    from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
+
+
+def _is_gb10(node: Node) -> bool:
+    return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
+
+
+def served_model_name(profile: Profile) -> str:
+    return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
+
+
+class SGLang:
+    name = "sglang"
+    default_command = F.DEFAULT_COMMAND
+    managed_flags = F.MANAGED_FLAGS
+    host_ip_env = F.HOST_IP_ENV
+    readiness = Readiness()
+    gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+
+    def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
+        defaults = profile.engine.recipe_defaults
+        args: dict[str, ArgValue] = dict(F.RECIPE_DEFAULT_ARGS) if defaults else {}
+        args.update(profile.engine.args)
+        args.update(mode.args)
+        if defaults and all(_is_gb10(profile.node(n)) for n in mode.nodes):
+            args.setdefault("mem-fraction-static", F.GB10_MAX_MEM_FRACTION)
+        if profile.model.draft is not None:
+            args.setdefault("speculative-algorithm", F.DFLASH)
+        return args
+
+    def model_flags(self, profile: Profile) -> list[str]:
+        model = profile.model
+        flags = ["--model-path", model.target.id]
+        if model.target.revision:
+            flags += ["--revision", model.target.revision]
+        flags += ["--served-model-name", served_model_name(profile)]
+        if model.draft is not None:
+            flags += ["--speculative-draft-model-path", model.draft.id]
+            if model.draft.revision:
+                flags += ["--speculative-draft-model-revision", model.draft.revision]
+        return flags
+
+    def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
+        argv = list(profile.engine.command) + self.model_flags(profile) + F.render_args(args)
+        argv += ["--tp", str(layout.tp)]
+        if layout.nnodes > 1:
+            argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]
+            argv += ["--dist-init-addr", layout.dist_init_addr or ""]
+        return argv + ["--host", profile.engine.host, "--port", str(profile.engine.port)]
+
+    def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
+        if layout.nnodes > 1 and node.fabric is not None:
+            return {self.host_ip_env: str(node.fabric.ip)}
+        return {}
+
+    def mem_fraction(self, argv: list[str]) -> float | None:
+        return F.mem_fraction(argv)
+
+    def check_names(self) -> frozenset[str]:
+        from sparkctl.launch import CHECK_NAMES
+
+        return CHECK_NAMES
+
+    def check(self, plan: Plan, profile: Profile) -> list[Finding]:
+        # SGLang's own flag parser may import SGLang or start the image: left to `plan --check`.
+        from sparkctl.launch.check import check_plan
+
+        return check_plan(plan, profile, parse_flags=False).findings
+
+
+ENGINE = SGLang()

@@ -1,0 +1,64 @@
+"""SGLang's flags as sparkctl renders them: pure constants and functions (no profile import)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkctl.profile.schema import ArgValue
+
+DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+
+# Flags sparkctl derives from the profile; setting them in `args` would contradict the plan.
+MANAGED_FLAGS: dict[str, str] = {
+    "model-path": "model.target.id",
+    "revision": "model.target.revision",
+    "served-model-name": "engine.served_model_name",
+    "host": "engine.host",
+    "port": "engine.port",
+    "tp": "modes.<mode>.tp",
+    "tp-size": "modes.<mode>.tp",
+    "tensor-parallel-size": "modes.<mode>.tp",
+    "nnodes": "modes.<mode>.nodes",
+    "node-rank": "modes.<mode>.nodes (order = rank)",
+    "dist-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
+    "nccl-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
+    "speculative-draft-model-path": "model.draft.id",
+    "speculative-draft-model-revision": "model.draft.revision",
+}
+
+# The reference recipe's serving defaults (recipe.md): each one fixes a measured problem.
+RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
+    "trust-remote-code": True,
+    "stream-interval": 1,  # one token per SSE event: chunk-counting clients otherwise report ~4x low
+    "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
+}
+DFLASH = "DFLASH"
+# 0.95 hard-rebooted GB10 during "Capture target verify CUDA graph" (recipe.md): the one cap,
+# used as the plan's default on GB10, by the launch rules and by preflight's UnifiedMemory.
+GB10_MAX_MEM_FRACTION = 0.90
+HOST_IP_ENV = "SGLANG_HOST_IP"  # else SGLang may advertise its LAN/Wi-Fi address and hang at init
+
+
+def render_args(args: dict[str, ArgValue]) -> list[str]:
+    """Mapping -> SGLang flags: True = bare flag, False/None = omitted, list = repeated values."""
+    out: list[str] = []
+    for key, value in args.items():
+        if value is None or value is False:
+            continue
+        out.append(f"--{key}")
+        if value is True:
+            continue
+        values = value if isinstance(value, list) else [value]
+        out.extend(str(v) for v in values)
+    return out
+
+
+def mem_fraction(argv: list[str]) -> float | None:
+    for i, word in enumerate(argv[:-1]):
+        if word == "--mem-fraction-static":
+            try:
+                return float(argv[i + 1])
+            except ValueError:
+                return None
+    return None
