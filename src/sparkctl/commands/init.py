@@ -66,16 +66,10 @@ def init(
 ) -> None:
     """Discover this machine and the peers (netdevs, RoCE, GPUs, Docker, SGLang images, HF caches),
     pick the shared fabric, propose modes, ask for the model and image, and write a profile."""
+    from sparkctl.discover.workflow import InitRequest, parse_targets, run_init
     from sparkctl.errors import UsageError
 
-    if peer and node:
-        raise UsageError("give either --peer (this machine is rank 0) or --node (every node), not both")
-    hosts = list(node) if node else ["local", *(peer or [])]
-    targets = [_parse_host(h) for h in hosts]
-    dupes = sorted({t[0] for t in targets if [x[0] for x in targets].count(t[0]) > 1})
-    if dupes:
-        raise UsageError(f"node given twice: {', '.join(dupes)}")
-
+    targets = parse_targets(node, peer)
     if ssh_setup:
         from sparkctl.discover.sshsetup import setup_peers
 
@@ -87,14 +81,13 @@ def init(
             ssh_key=ssh_key,
             known_hosts=known_hosts,
             timeout=connect_timeout,
+            prompt=lambda text, hide: typer.prompt(text, hide_input=hide),
+            confirm=lambda text: typer.confirm(text, default=False),
         )
         return
-
-    _run_init(
+    req = InitRequest(
         targets,
         non_interactive=non_interactive,
-        output=output,
-        force=force,
         model=model,
         draft=draft,
         image=image,
@@ -108,122 +101,24 @@ def init(
         timeout=connect_timeout,
         sysfs_root=sysfs_root,
     )
-
-
-def _parse_host(text: str) -> tuple[str, str | None, int | None]:
-    """'[user@]host[:port]' -> (host, user, port); 'local' is this machine."""
-    from sparkctl.errors import UsageError
-
-    user, _, rest = text.rpartition("@")
-    host, sep, port = rest.partition(":")
-    if not host or (sep and not port.isdigit()):
-        raise UsageError(f"bad node address '{text}'", fix="use [USER@]HOST[:PORT], e.g. spark@192.168.1.12")
-    return host, user or None, int(port) if sep else None
-
-
-def _connect(host, user, port, *, ssh_user, ssh_key, known_hosts, accept_new, timeout):  # noqa: ANN001, ANN202
-    if host == "local":
-        from sparkctl.connectors.local import LocalConnector
-
-        return LocalConnector("local")
-    from sparkctl.connectors.ssh import SshConnector, resolve_target
-
-    target = resolve_target(
-        host, host, user=user or ssh_user, port=port, key=ssh_key, default_user=None, default_port=22,
-        default_key=None, known_hosts=known_hosts, accept_new=accept_new, connect_timeout=timeout,
-    )  # fmt: skip
-    return SshConnector(target).connect()
-
-
-def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, sysfs_root, hf_cache):  # noqa: ANN001, ANN202
-    """Connect to and discover every node in parallel; one error naming every node that failed."""
-    from sparkctl.connectors.pool import fan_out
-    from sparkctl.discover.facts import gather
-    from sparkctl.errors import AuthError, ConnectError, SparkctlError
-
-    conns: dict = {}
-
-    def one(i: int):  # noqa: ANN202
-        host, user, port = targets[i]
-        conns[i] = _connect(host, user, port, ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
-                            accept_new=accept_new, timeout=timeout)  # fmt: skip
-        return gather(conns[i], host, sysfs_root=sysfs_root, hf_cache=hf_cache)
-
-    try:
-        done = fan_out(range(len(targets)), one)
-    finally:
-        for conn in conns.values():
-            conn.close()
-    failed = [(targets[i][0], exc) for i, exc in done.items() if isinstance(exc, BaseException)]
-    if failed:
-        for _, exc in failed:
-            if not isinstance(exc, SparkctlError):
-                raise exc
-        host, exc = failed[0]
-        more = "".join(f"; {h}: {e.message}" for h, e in failed[1:])  # type: ignore[union-attr]
-        kind = ConnectError if all(isinstance(e, ConnectError) for _, e in failed) else SparkctlError
-        fix = exc.fix  # type: ignore[union-attr]
-        if isinstance(exc, AuthError):
-            setup = f"`sparkctl init --ssh-setup --peer {host}` installs a key (password typed once)"
-            fix = f"{setup}; {fix}" if fix else setup
-        raise kind(f"cannot discover {host}: {exc.message}{more}", fix=fix, node=host)  # type: ignore[union-attr]
-    return [done[i] for i in range(len(targets))]
-
-
-def _ask(prompt: str, flag: str, value: str | None, default: str | None, non_interactive: bool) -> str:
-    from sparkctl.errors import UsageError
-
-    if value:
-        return value
-    if non_interactive:
-        hint = f" (discovered: {default})" if default else ""
-        raise UsageError(f"--non-interactive needs {flag}{hint}", fix=f"pass {flag} ...")
-    return typer.prompt(prompt, default=default) if default else typer.prompt(prompt)
-
-
-def _run_init(targets, *, non_interactive, output, force, model, draft, image, cluster, hf_cache, fabric,  # noqa: ANN001, PLR0913
-              ssh_user, ssh_key, known_hosts, accept_new, timeout, sysfs_root) -> None:  # fmt: skip
-    from sparkctl.discover import proposal as prop
-    from sparkctl.discover.fabric import NodeNet, pick_fabric
-    from sparkctl.discover.render import render_profile
-    from sparkctl.errors import UsageError
-    from sparkctl.profile import load_profile_text
-
-    out = console()
-    with out.status("discovering " + ", ".join(t[0] for t in targets) + " ..."):
-        nodes = _discover(targets, ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
-                          accept_new=accept_new, timeout=timeout, sysfs_root=sysfs_root, hf_cache=hf_cache)  # fmt: skip
-    names = prop.node_names([n.hostname or n.host for n in nodes])
-    for n, name in zip(nodes, names, strict=True):
-        n.name = name
-    fab = None
-    if len(nodes) > 1:
-        fab = pick_fabric([NodeNet(n.name, n.netdevs, n.rdma, n.ssh_ip) for n in nodes], fabric)
-    show_discovery(nodes, fab)
-
-    # The questions: only what cannot be discovered.
-    model_text = _ask("Model (HF id[@revision])", "--model ORG/NAME", model, prop.default_model(nodes),
-                      non_interactive)  # fmt: skip
-    model_id, model_rev = prop.split_ref(model_text)
-    d_default = prop.default_draft(nodes, model_id) or "none"
-    draft_text = draft or ("none" if non_interactive else typer.prompt("DFlash draft model ('none': no draft)",
-                                                                         default=d_default))  # fmt: skip
-    draft_id, draft_rev = prop.split_ref(draft_text) if draft_text.lower() != "none" else (None, None)
-    image_ref = _ask("Serving image", "--image REF", image, prop.default_image(nodes), non_interactive)
-    name = cluster or prop.default_cluster(names)
-    if cluster and prop.sanitize(cluster) != cluster:
-        raise UsageError(f"--cluster {cluster}: use lowercase letters, digits, '-', '_' or '.' (<= 40)")
-
-    answers = prop.Answers(cluster=name, model=model_id, model_revision=model_rev, draft=draft_id,
-                           draft_revision=draft_rev, image=image_ref, hf_cache=hf_cache)  # fmt: skip
-    draft_obj = prop.build_draft(
-        nodes, names, fab, answers, addresses=[(t[0], t[1], t[2]) for t in targets],
-        known_hosts=known_hosts, ssh_key=ssh_key, ssh_user=ssh_user,
-    )  # fmt: skip
-    text = render_profile(draft_obj)
-    load_profile_text(text, str(output))  # what we write must load; a failure here is a bug
-    show_proposal(draft_obj)
+    text = run_init(req, _CliUi(), output)
     _write(output, text, force, non_interactive)
+
+
+class _CliUi:
+    """The init workflow's questions and tables, on the terminal."""
+
+    def status(self, text: str):  # noqa: ANN201 - rich Status
+        return console().status(text)
+
+    def ask(self, prompt: str, default: str | None) -> str:
+        return typer.prompt(prompt, default=default) if default else typer.prompt(prompt)
+
+    def show_discovery(self, nodes, fab) -> None:  # noqa: ANN001
+        show_discovery(nodes, fab)
+
+    def show_proposal(self, draft) -> None:  # noqa: ANN001
+        show_proposal(draft)
 
 
 def _write(path: Path, text: str, force: bool, non_interactive: bool) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sparkctl.connectors.base import Connector
 from sparkctl.profile.schema import Node, Profile
@@ -37,16 +37,11 @@ def fan_out(keys: Iterable[K], fn: Callable[[K], T], max_workers: int = 16) -> d
 
 
 def connector_for(profile: Profile, node: Node, *, accept_new_host_keys: bool = False) -> Connector:
-    if node.is_local:
-        from sparkctl.connectors.local import LocalConnector
-
-        return LocalConnector(node.name)
-    from sparkctl.connectors.ssh import SshConnector, resolve_target
-
     ssh = profile.ssh
-    target = resolve_target(
+    return connector_to(
         node.name,
         node.address,
+        local=node.is_local,
         user=node.user,
         port=node.port,
         key=node.key,
@@ -57,7 +52,18 @@ def connector_for(profile: Profile, node: Node, *, accept_new_host_keys: bool = 
         accept_new=accept_new_host_keys or ssh.host_key_policy == "accept-new",
         connect_timeout=ssh.connect_timeout,
     )
-    return SshConnector(target)
+
+
+def connector_to(name: str, address: str, *, local: bool = False, **ssh: Any) -> Connector:
+    """The one connector factory (profiles and `init` alike): this machine, or SSH with
+    `connectors.ssh.resolve_target`'s keyword arguments. Not connected yet."""
+    if local:
+        from sparkctl.connectors.local import LocalConnector
+
+        return LocalConnector(name)
+    from sparkctl.connectors.ssh import SshConnector, resolve_target
+
+    return SshConnector(resolve_target(name, address, **ssh))
 
 
 class NodePool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
@@ -130,16 +131,12 @@ def setup_peers(
     ssh_key: str | None,
     known_hosts: str,
     timeout: float,
-    prompt=None,  # noqa: ANN001 - (text, hide) -> str; typer prompts by default
-    confirm=None,  # noqa: ANN001 - (text) -> bool
-    say=print,  # noqa: ANN001
+    prompt: Callable[[str, bool], str],  # (text, hide input) -> answer: the CLI's prompt
+    confirm: Callable[[str], bool],
+    say: Callable[[str], object] = print,
 ) -> None:
     import getpass
 
-    import typer
-
-    prompt = prompt or (lambda text, hide: typer.prompt(text, hide_input=hide))
-    confirm = confirm or (lambda text: typer.confirm(text, default=False))
     if not targets:
         raise UsageError("--ssh-setup needs the peers: --peer HOST (or --node HOST)")
     kh = Path(known_hosts).expanduser()
