@@ -24,8 +24,8 @@ def _load(recipe: str):  # noqa: ANN202 - LoadedRecipe, imported lazily
     return load_recipe(find_recipe(recipe))
 
 
-def _on_nodes(profile, nodes: list[str] | None, fn) -> dict:  # noqa: ANN001 - Path, Callable[[Connector], T]
-    """fn(connector) on the named nodes (default: all of the profile's), in parallel: {node: result | error}."""
+def _on_nodes(profile, nodes: list[str] | None, fn):  # noqa: ANN001, ANN202 - Path, Callable -> fanout.Results
+    """fn(connector) on the named nodes (default: all of the profile's), in parallel: one Outcome per node."""
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
 
@@ -36,13 +36,6 @@ def _on_nodes(profile, nodes: list[str] | None, fn) -> dict:  # noqa: ANN001 - P
             raise UsageError(f"unknown node '{n}'", fix=f"nodes of this profile: {', '.join(names)}")
     with NodePool(prof) as pool:
         return pool.map(list(dict.fromkeys(nodes)) if nodes else names, fn)
-
-
-def _raise_first(results: dict) -> None:
-    """Exit non-zero with the first node's failure (every node's outcome was printed before)."""
-    for result in results.values():
-        if isinstance(result, BaseException):
-            raise result
 
 
 @handle_errors
@@ -61,19 +54,19 @@ def build(
     check_manifest(loaded)  # before any connection: a tampered overlay never reaches a node
     results = _on_nodes(profile, node, lambda conn: build_on(conn.docker(), loaded, conn.node, tag))
     if json_out:
-        print_json({n: (r.to_json() if not isinstance(r, BaseException) else {"error": str(r)})
-                    for n, r in results.items()})  # fmt: skip
+        print_json({n: o.value.to_json() if o.ok else {"error": str(o.error)} for n, o in results.items()})
     else:
         out = console()
-        for n, r in results.items():
-            if isinstance(r, BaseException):
-                out.print(f"[red]failed[/] on {n}: {getattr(r, 'message', None) or r}")
+        for n, o in results.items():
+            if not o.ok:
+                out.print(f"[red]failed[/] on {n}: {getattr(o.error, 'message', None) or o.error}")
                 continue
+            r = o.value
             out.print(
                 f"[green]built[/] [bold]{r.tag}[/] on {n}: {r.image_id[:19]}  base {r.base_id[:19]}  "
                 f"+{r.added_layers} layer ({r.added_bytes:,} bytes)  recipe {r.recipe_hash[:12]}"
             )
-    _raise_first(results)
+    results.values_or_raise()  # exit non-zero with the first failure (every node's outcome printed above)
 
 
 @handle_errors
@@ -92,8 +85,7 @@ def verify(
     results = _on_nodes(
         profile, node, lambda conn: verify_image(conn.docker(), loaded, tag or loaded.tag, conn.node)
     )
-    _raise_first(results)
-    findings: list[Finding] = [f for r in results.values() for f in r]  # type: ignore[union-attr]
+    findings: list[Finding] = [f for r in results.values_or_raise().values() for f in r]
     if json_out:
         print_json({"recipe": loaded.name, "findings": [f.to_json() for f in findings]})
     else:

@@ -1,7 +1,8 @@
 """One connector per node per run, opened lazily, used from parallel workers.
 
-`fan_out` returns `{key: result | exception}` so one node's failure never hides another's; the
-caller's policy (all-or-nothing for ranks, collect-all for preflight) decides what happens next.
+`NodePool.map` fans out with `sparkctl.fanout.fan_out`: a `Results` of per-node `Outcome`s, so
+one node's failure never hides another's; the caller picks the policy (`values_or_raise()` for
+all-must-succeed, `.ok`/`.errors` to collect).
 """
 
 from __future__ import annotations
@@ -9,31 +10,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sparkctl.connectors.base import Connector
+from sparkctl.fanout import CancelToken, Results, fan_out
 from sparkctl.profile.schema import Node, Profile
 
-K = TypeVar("K")
 T = TypeVar("T")
-
-
-def fan_out(keys: Iterable[K], fn: Callable[[K], T], max_workers: int = 16) -> dict[K, T | BaseException]:
-    keys = list(keys)
-    results: dict[K, T | BaseException] = {}
-    if not keys:
-        return results
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(keys))) as pool:
-        futures = {key: pool.submit(fn, key) for key in keys}
-        for key, fut in futures.items():
-            try:
-                results[key] = fut.result()
-            except (KeyboardInterrupt, SystemExit):
-                raise  # the user's Ctrl-C is nobody's per-node result
-            except BaseException as exc:  # noqa: BLE001 - returned to the caller's policy
-                results[key] = exc
-    return results
 
 
 def connector_for(profile: Profile, node: Node, *, accept_new_host_keys: bool = False) -> Connector:
@@ -89,9 +72,11 @@ class NodePool:
             connect()
         return conn
 
-    def map(self, nodes: Iterable[str], fn: Callable[[Connector], T]) -> dict[str, T | BaseException]:
-        """Run fn(connector) on every node in parallel; connect errors are per-node results."""
-        return fan_out(nodes, lambda n: fn(self.get(n)))
+    def map(
+        self, nodes: Iterable[str], fn: Callable[[Connector], T], *, cancel: CancelToken | None = None
+    ) -> Results[str, T]:
+        """Run fn(connector) on every node in parallel; connect errors are per-node outcomes."""
+        return fan_out(nodes, lambda n: fn(self.get(n)), cancel=cancel)
 
     def close(self) -> None:
         with self._lock:

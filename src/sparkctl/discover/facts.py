@@ -152,7 +152,7 @@ def gather(
     conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None
 ) -> NodeDiscovery:
     """Discover one node. Raises SparkctlError only when its netdevs cannot be listed."""
-    from sparkctl.connectors.pool import fan_out
+    from sparkctl.fanout import fan_out
 
     shell = {
         "hostname": hostname_probe(),
@@ -169,10 +169,10 @@ def gather(
         return facts, probe_sglang_images(conn)
 
     tasks = {"shell": lambda: run_batch(conn, shell), "docker": docker}
-    done: dict[str, Any] = fan_out(list(tasks), lambda k: tasks[k]())
-    if isinstance(done["shell"], BaseException):
-        raise done["shell"]
-    res: dict[str, Any] = done["shell"]
+    done = fan_out(list(tasks), lambda k: tasks[k](), where=lambda _: (host, None))
+    if not done["shell"].ok:
+        raise done["shell"].error  # type: ignore[misc]
+    res: dict[str, Any] = done["shell"].value  # type: ignore[assignment]
     problems: list[str] = []
 
     netdevs = res.get("netdevs")
@@ -189,11 +189,11 @@ def gather(
     rdma = res.get("rdma")
     if isinstance(rdma, NoRdma):
         rdma = {}
-    elif isinstance(rdma, BaseException):
+    elif isinstance(rdma, Exception):
         problems.append(f"RDMA sysfs: {_why(rdma)}")
         rdma = {}
     gpus = res.get("gpus")
-    if isinstance(gpus, BaseException):
+    if isinstance(gpus, Exception):
         problems.append(f"GPUs: {_why(gpus)}")
         gpus = None
     meminfo = res.get("meminfo")
@@ -202,14 +202,14 @@ def gather(
         gpus = gpus.with_meminfo(meminfo)
 
     docker_facts, images = None, []
-    if isinstance(done["docker"], BaseException):
-        problems.append(f"Docker: {_why(done['docker'])}")
+    if not done["docker"].ok:
+        problems.append(f"Docker: {_why(done['docker'].error)}")
     else:
-        docker_facts, images = done["docker"]
+        docker_facts, images = done["docker"].value  # type: ignore[misc]
 
     caches: list[HfCache] = []
     listing = res.get("caches")
-    if isinstance(listing, BaseException):
+    if isinstance(listing, Exception):
         problems.append(f"HF caches: {_why(listing)}")
     elif listing:
         repo_probes = {

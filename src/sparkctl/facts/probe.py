@@ -111,14 +111,15 @@ def run_batch(conn: Connector, probes: Mapping[str, Probe]) -> dict[str, Any]:
         return {n: ProbeError(f"probe batch on {conn.node} failed (exit {res.rc}): {why[-1] if why else ''}")
                 for n in probes}  # fmt: skip
     else:  # no python3 on the node: one exec per probe, few at a time (sshd's MaxSessions is 10)
-        from sparkctl.connectors.pool import fan_out
+        from sparkctl.fanout import fan_out
 
-        got = fan_out(list(probes), lambda n: conn.run(list(probes[n].argv), timeout=probes[n].timeout),
-                      max_workers=4)  # fmt: skip
-        raw = {n: r for n, r in got.items() if isinstance(r, RunResult)}
-        missing = {n: r for n, r in got.items() if not isinstance(r, RunResult)}
-        if missing:
-            return {**missing, **_parse_all(probes, raw)}
+        def one(name: str) -> RunResult:
+            return conn.run(list(probes[name].argv), timeout=probes[name].timeout)
+
+        got = fan_out(list(probes), one, max_workers=4, where=lambda _: (conn.node, None))
+        raw = got.ok
+        if got.errors:
+            return {**got.errors, **_parse_all(probes, raw)}
     return _parse_all(probes, raw)
 
 

@@ -144,17 +144,17 @@ def check_weights_content(
     out: list[Finding] = []
     ref = manifests.get(reference)
     for node, m in manifests.items():
-        if isinstance(m, BaseException):
+        if isinstance(m, Exception):
             out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: hashing the snapshot failed: "
                                f"{getattr(m, 'message', None) or m}", getattr(m, "fix", None), node=node))  # fmt: skip
         elif m.broken:
             out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
                                f"missing blobs (e.g. {m.broken[0]})", f"`sparkctl ship --weights --to {node}`",
                                node=node))  # fmt: skip
-    if ref is None or isinstance(ref, BaseException) or not ref.present:
+    if ref is None or isinstance(ref, Exception) or not ref.present:
         return out
     for node, m in manifests.items():
-        if node == reference or isinstance(m, BaseException) or not m.present:
+        if node == reference or isinstance(m, Exception) or not m.present:
             continue
         if m.digest == ref.digest:
             out.append(Finding("WeightsContent", OK, f"{role} {repo_id}: content identical to {reference} "
