@@ -148,6 +148,35 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
 
+def _gpus(gpus: Any, meminfo: Any, problems: list[str]) -> tuple[GpuReport | None, int | None]:
+    """The GPU report with MemAvailable, and MemTotal (kiB); a failed probe is a problem, not an error."""
+    if isinstance(gpus, Exception):
+        problems.append(f"GPUs: {_why(gpus)}")
+        gpus = None
+    mem_total = meminfo.get("MemTotal") if isinstance(meminfo, dict) else None
+    if gpus is not None and isinstance(meminfo, dict):
+        gpus = gpus.with_meminfo(meminfo)
+    return gpus, mem_total
+
+
+def _caches(conn: Connector, listing: Any, problems: list[str]) -> list[HfCache]:
+    """The HF caches found on the node, each with the listing of every repo in it (one more exec)."""
+    caches: list[HfCache] = []
+    if isinstance(listing, Exception):
+        problems.append(f"HF caches: {_why(listing)}")
+        return caches
+    if not listing:
+        return caches
+    repo_probes = {
+        f"{i}:{rid}": repo_probe(repo_dir(path, rid)) for i, (_, path, rids) in enumerate(listing) for rid in rids
+    }
+    repos = run_batch(conn, repo_probes)
+    for i, (source, path, rids) in enumerate(listing):
+        got = {rid: repos.get(f"{i}:{rid}") for rid in rids}
+        caches.append(HfCache(path, source, {r: v for r, v in got.items() if isinstance(v, RepoListing)}))
+    return caches
+
+
 def gather(
     conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None
 ) -> NodeDiscovery:
@@ -187,19 +216,11 @@ def gather(
         problems.append(f"hostname: {_why(hostname)}")
         hostname = ""
     rdma = res.get("rdma")
-    if isinstance(rdma, NoRdma):
+    if isinstance(rdma, Exception):
+        if not isinstance(rdma, NoRdma):  # no RDMA drivers: simply no RoCE
+            problems.append(f"RDMA sysfs: {_why(rdma)}")
         rdma = {}
-    elif isinstance(rdma, Exception):
-        problems.append(f"RDMA sysfs: {_why(rdma)}")
-        rdma = {}
-    gpus = res.get("gpus")
-    if isinstance(gpus, Exception):
-        problems.append(f"GPUs: {_why(gpus)}")
-        gpus = None
-    meminfo = res.get("meminfo")
-    mem_total = meminfo.get("MemTotal") if isinstance(meminfo, dict) else None
-    if gpus is not None and isinstance(meminfo, dict):
-        gpus = gpus.with_meminfo(meminfo)
+    gpus, mem_total = _gpus(res.get("gpus"), res.get("meminfo"), problems)
 
     docker_facts, images = None, []
     if not done["docker"].ok:
@@ -207,21 +228,7 @@ def gather(
     else:
         docker_facts, images = done["docker"].value  # type: ignore[misc]
 
-    caches: list[HfCache] = []
-    listing = res.get("caches")
-    if isinstance(listing, Exception):
-        problems.append(f"HF caches: {_why(listing)}")
-    elif listing:
-        repo_probes = {
-            f"{i}:{rid}": repo_probe(repo_dir(path, rid))
-            for i, (_, path, rids) in enumerate(listing)
-            for rid in rids
-        }
-        repos = run_batch(conn, repo_probes)
-        for i, (source, path, rids) in enumerate(listing):
-            got = {rid: repos.get(f"{i}:{rid}") for rid in rids}
-            caches.append(HfCache(path, source, {r: v for r, v in got.items() if isinstance(v, RepoListing)}))
-
+    caches = _caches(conn, res.get("caches"), problems)
     return NodeDiscovery(
         host=host,
         name=hostname.split(".", 1)[0],

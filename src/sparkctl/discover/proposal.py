@@ -217,20 +217,8 @@ def gpu_facts(node: NodeDiscovery) -> dict | None:
             "unified_memory": rep.unified_memory}  # fmt: skip
 
 
-def build_draft(
-    nodes: list[NodeDiscovery],
-    names: list[str],
-    fabric: FabricOption | None,
-    answers: Answers,
-    *,
-    addresses: list[tuple[str, str | None, int | None]],
-    known_hosts: str | None = None,
-    ssh_key: str | None = None,
-    ssh_user: str | None = None,
-) -> Draft:
-    """`addresses`: per node (address for the profile, user, port) as the user gave them."""
+def _node_warnings(nodes: list[NodeDiscovery], names: list[str], gpus: list[int]) -> list[str]:
     warnings: list[str] = []
-    gpus = [n.gpu_count for n in nodes]
     any_gpu = any(gpus)
     if not any_gpu:
         warnings.append("no NVIDIA GPU found on any node (nvidia-smi): writing gpus: 1 as a placeholder and "
@@ -241,8 +229,11 @@ def build_draft(
         if any_gpu and g and not n.nvidia_runtime:
             warnings.append(f"{name}: Docker has no NVIDIA runtime; install nvidia-container-toolkit")
         warnings += [f"{name}: {p}" for p in n.problems]
+    return warnings
 
-    # HF cache: --hf-cache, else where rank 0 has the model; per-node override where it lives elsewhere.
+
+def _hf_caches(nodes: list[NodeDiscovery], answers: Answers) -> tuple[str, dict[str, str]]:
+    """--hf-cache, else where rank 0 has the model; per-node override where it lives elsewhere."""
     if answers.hf_cache:
         hf_cache = answers.hf_cache
     else:
@@ -257,7 +248,65 @@ def build_draft(
                 other = _cache_with(n, answers.model)
                 key = _cache_key(other) if other else hf_cache
         per_node_cache[n.host] = key
+    return hf_cache, per_node_cache
 
+
+def _fabric_settings(fabric: FabricOption | None, warnings: list[str]) -> tuple[int, str]:
+    """(mtu, transport) for the profile; what is wrong with the fabric goes to `warnings`."""
+    mtu, transport = 9000, "tcp"
+    if fabric is None:
+        return mtu, transport
+    transport = "roce" if fabric.roce else "tcp"
+    mtus = {e.mtu for e in fabric.ends}
+    if len(mtus) == 1 and min(mtus) >= 9000:
+        mtu = mtus.pop()
+    else:
+        low = ", ".join(f"{e.node} {e.netdev} {e.mtu}" for e in fabric.ends if e.mtu < 9000)
+        warnings.append(f"fabric MTU below 9000 ({low}): NCCL hangs at 1500; `sudo ip link set dev "
+                        "NETDEV mtu 9000` on each node (persist it), preflight checks it")  # fmt: skip
+    if transport == "tcp":
+        no_roce = [e.node for e in fabric.ends if not e.hcas]
+        warnings.append(f"no ACTIVE RoCE device bound to the fabric netdev on {', '.join(no_roce)}: "
+                        "transport tcp (NCCL over sockets, much slower than RoCE)")  # fmt: skip
+    return mtu, transport
+
+
+def _image_facts(
+    nodes: list[NodeDiscovery], names: list[str], image: str, warnings: list[str]
+) -> tuple[str, SglangImage | None]:
+    """The image's note for the profile comment, and its facts (for sglang_version)."""
+    holders = [nm for n, nm in zip(nodes, names, strict=True) if any(i.ref == image for i in n.images)]
+    img: SglangImage | None = next((i for n in nodes for i in n.images if i.ref == image), None)
+    ids = {i.id for n in nodes for i in n.images if i.ref == image}
+    if holders:
+        image_note = f"present on {', '.join(holders)}" + (
+            " (same id)" if len(ids) == 1 and len(holders) > 1 else ""
+        )
+    else:
+        image_note = "not found on any node when init ran"
+    missing = [nm for nm in names if nm not in holders]
+    if holders and missing:
+        warnings.append(f"image {image} is missing on {', '.join(missing)}: `sparkctl ship --image` it")
+    elif len(ids) > 1:
+        warnings.append(f"image {image} has different ids on the nodes: ship one to the others")
+    return image_note, img
+
+
+def build_draft(
+    nodes: list[NodeDiscovery],
+    names: list[str],
+    fabric: FabricOption | None,
+    answers: Answers,
+    *,
+    addresses: list[tuple[str, str | None, int | None]],
+    known_hosts: str | None = None,
+    ssh_key: str | None = None,
+    ssh_user: str | None = None,
+) -> Draft:
+    """`addresses`: per node (address for the profile, user, port) as the user gave them."""
+    gpus = [n.gpu_count for n in nodes]
+    warnings = _node_warnings(nodes, names, gpus)
+    hf_cache, per_node_cache = _hf_caches(nodes, answers)
     model_rev = pin_revision(nodes, answers.model, per_node_cache, answers.model_revision)
     draft_rev = (
         pin_revision(nodes, answers.draft, per_node_cache, answers.draft_revision) if answers.draft else None
@@ -277,41 +326,8 @@ def build_draft(
             fabric=fabric.end(name) if fabric else None,
             hf_cache=per_node_cache[n.host] if per_node_cache[n.host] != hf_cache else None, note=note,
         ))  # fmt: skip
-
-    mtu, transport = 9000, "tcp"
-    if fabric is not None:
-        transport = "roce" if fabric.roce else "tcp"
-        mtus = {e.mtu for e in fabric.ends}
-        if len(mtus) == 1 and min(mtus) >= 9000:
-            mtu = mtus.pop()
-        else:
-            low = ", ".join(f"{e.node} {e.netdev} {e.mtu}" for e in fabric.ends if e.mtu < 9000)
-            warnings.append(f"fabric MTU below 9000 ({low}): NCCL hangs at 1500; `sudo ip link set dev "
-                            "NETDEV mtu 9000` on each node (persist it), preflight checks it")  # fmt: skip
-        if transport == "tcp":
-            no_roce = [e.node for e in fabric.ends if not e.hcas]
-            warnings.append(f"no ACTIVE RoCE device bound to the fabric netdev on {', '.join(no_roce)}: "
-                            "transport tcp (NCCL over sockets, much slower than RoCE)")  # fmt: skip
-
-    # Image facts for the comment and sglang_version.
-    holders = [
-        nm for n, nm in zip(nodes, names, strict=True) if any(i.ref == answers.image for i in n.images)
-    ]
-    img: SglangImage | None = next((i for n in nodes for i in n.images if i.ref == answers.image), None)
-    ids = {i.id for n in nodes for i in n.images if i.ref == answers.image}
-    if holders:
-        image_note = f"present on {', '.join(holders)}" + (
-            " (same id)" if len(ids) == 1 and len(holders) > 1 else ""
-        )
-    else:
-        image_note = "not found on any node when init ran"
-    missing = [nm for nm in names if nm not in holders]
-    if holders and missing:
-        warnings.append(
-            f"image {answers.image} is missing on {', '.join(missing)}: `sparkctl ship --image` it"
-        )
-    elif len(ids) > 1:
-        warnings.append(f"image {answers.image} has different ids on the nodes: ship one to the others")
+    mtu, transport = _fabric_settings(fabric, warnings)
+    image_note, img = _image_facts(nodes, names, answers.image, warnings)
 
     return Draft(
         cluster=answers.cluster,
@@ -328,7 +344,7 @@ def build_draft(
         draft=answers.draft,
         draft_revision=draft_rev,
         hf_cache=hf_cache,
-        container_gpus=any_gpu,
+        container_gpus=any(gpus),
         privileged=transport == "roce",
         known_hosts=known_hosts,
         ssh_key=ssh_key,

@@ -224,16 +224,9 @@ def result_rows(ranks: list[RankOutput]) -> list[dict]:
     return [merged[k] for k in sorted(merged)]
 
 
-def build_report(
-    ranks: list[RankOutput],
-    backend: str,
-    threshold_gbps: float | None = DEFAULT_THRESHOLD_GBPS,
-    judged_op: str = JUDGED_OP,
-) -> FabricReport:
+def _rank_failures(failed: list[RankOutput]) -> list[Finding]:
+    """One FabricRank error per rank that did not finish: how far it got and the likely causes."""
     findings: list[Finding] = []
-    rows = result_rows(ranks)
-    failed = [r for r in ranks if not r.done]
-
     for r in failed:
         phase = r.phase_reached
         if r.timed_out:
@@ -255,18 +248,12 @@ def build_report(
                 data={"phase": phase, "nccl": telling_nccl_lines([r], 15), "tail": r.other_lines[-10:]},
             )
         )
+    return findings
 
-    for row in rows:
-        if not row["correct"]:
-            findings.append(
-                Finding(
-                    check="FabricCorrect",
-                    severity=Severity.ERROR,
-                    message=f"{row['op']} of {row['bytes']} bytes gave wrong values",
-                    fix="a rank computed on a broken device or NCCL build; rerun with NCCL_DEBUG=INFO",
-                )
-            )
 
+def _image_findings(ranks: list[RankOutput]) -> list[Finding]:
+    """Version drift between the ranks' images, and an /etc/nccl.conf baked into one."""
+    findings: list[Finding] = []
     for what, key, check in (
         ("torch", "torch", "TorchDrift"),
         ("NCCL", "nccl", "NcclDrift"),
@@ -289,7 +276,19 @@ def build_report(
                         fix=f"remove {path} from the image; sparkctl passes NCCL settings as environment",
                     )
                 )
+    return findings
 
+
+def _bandwidth(
+    rows: list[dict],
+    ranks: list[RankOutput],
+    backend: str,
+    threshold_gbps: float | None,
+    judged_op: str,
+    failed: bool,
+) -> tuple[list[Finding], float | None]:
+    """FabricBandwidth: the judged op's peak bus bandwidth vs the threshold (NCCL only)."""
+    findings: list[Finding] = []
     judged = [row["busbw_gbps"] for row in rows if row["op"] == judged_op]
     peak = max(judged) if judged else None
     transports = sorted({t for r in ranks for t in r.transports})
@@ -321,6 +320,31 @@ def build_report(
                 data={"peak_gbps": peak},
             )
         )
+    return findings, peak
+
+
+def build_report(
+    ranks: list[RankOutput],
+    backend: str,
+    threshold_gbps: float | None = DEFAULT_THRESHOLD_GBPS,
+    judged_op: str = JUDGED_OP,
+) -> FabricReport:
+    rows = result_rows(ranks)
+    failed = [r for r in ranks if not r.done]
+    findings = _rank_failures(failed)
+    for row in rows:
+        if not row["correct"]:
+            findings.append(
+                Finding(
+                    check="FabricCorrect",
+                    severity=Severity.ERROR,
+                    message=f"{row['op']} of {row['bytes']} bytes gave wrong values",
+                    fix="a rank computed on a broken device or NCCL build; rerun with NCCL_DEBUG=INFO",
+                )
+            )
+    findings += _image_findings(ranks)
+    found, peak = _bandwidth(rows, ranks, backend, threshold_gbps, judged_op, bool(failed))
+    findings += found
     return FabricReport(
         backend=backend,
         ranks=ranks,

@@ -138,7 +138,7 @@ def _sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dist-init-addr", required=True, help="host:port of rank 0's rendezvous")
     ap.add_argument("--rank", type=int, required=True)
@@ -150,74 +150,84 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout-s", type=float, default=120.0, help="torch.distributed timeout")
-    args = ap.parse_args(argv)
+    return ap
 
+
+def _start(torch, args: argparse.Namespace):  # noqa: ANN001, ANN202 - torch module -> torch.device
+    """Pick the device and report what this rank runs with (versions, NCCL env, nccl.conf)."""
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+    if args.backend == "nccl":
+        torch.cuda.set_device(args.local_device)
+        device = torch.device("cuda", args.local_device)
+    else:
+        device = torch.device("cpu")
+    emit(
+        "start",
+        rank=args.rank,
+        world_size=args.world_size,
+        backend=args.backend,
+        hostname=socket.gethostname(),
+        dist_init_addr=args.dist_init_addr,
+        versions=_versions(torch, args.backend),
+        env=env,
+        nccl_conf=_nccl_conf(),
+    )
+    return device
+
+
+def _rendezvous(dist, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch.distributed
+    t0 = time.perf_counter()
+    dist.init_process_group(
+        backend=args.backend,
+        init_method=f"tcp://{args.dist_init_addr}",
+        rank=args.rank,
+        world_size=args.world_size,
+        timeout=datetime.timedelta(seconds=args.timeout_s),
+    )
+    emit("phase", rank=args.rank, phase="rendezvous", seconds=round(time.perf_counter() - t0, 3))
+
+
+def _warmup(torch, dist, device, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch objects
+    # The first collective builds the communicator (NCCL connects its rings here): a
+    # fabric that hangs, hangs here ("NCCL appears to hang at warm-up").
+    t0 = time.perf_counter()
+    probe = torch.ones(1, device=device)
+    dist.all_reduce(probe)
+    _sync(torch, device)
+    emit(
+        "phase",
+        rank=args.rank,
+        phase="warmup",
+        seconds=round(time.perf_counter() - t0, 3),
+        ok=bool(probe.item() == args.world_size),
+    )
+
+
+def _measure_all(torch, dist, device, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch objects
+    for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
+        for size in parse_sizes(args.sizes):
+            # Large buffers need few iterations to average out launch overhead.
+            big = size >= (256 << 20)
+            iters = max(3, args.iters // 4) if big else args.iters
+            warmup = 1 if big else args.warmup
+            res = _measure(torch, dist, op, size, args.world_size, args.rank, device, iters, warmup)
+            emit("result", rank=args.rank, **res)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     phase = "setup"  # import torch, pick the device
     try:
         import torch
         import torch.distributed as dist
 
-        env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
-        if args.backend == "nccl":
-            torch.cuda.set_device(args.local_device)
-            device = torch.device("cuda", args.local_device)
-        else:
-            device = torch.device("cpu")
-        emit(
-            "start",
-            rank=args.rank,
-            world_size=args.world_size,
-            backend=args.backend,
-            hostname=socket.gethostname(),
-            dist_init_addr=args.dist_init_addr,
-            versions=_versions(torch, args.backend),
-            env=env,
-            nccl_conf=_nccl_conf(),
-        )
-
+        device = _start(torch, args)
         phase = "rendezvous"
-        t0 = time.perf_counter()
-        dist.init_process_group(
-            backend=args.backend,
-            init_method=f"tcp://{args.dist_init_addr}",
-            rank=args.rank,
-            world_size=args.world_size,
-            timeout=datetime.timedelta(seconds=args.timeout_s),
-        )
-        emit("phase", rank=args.rank, phase="rendezvous", seconds=round(time.perf_counter() - t0, 3))
-
-        # The first collective builds the communicator (NCCL connects its rings here): a
-        # fabric that hangs, hangs here ("NCCL appears to hang at warm-up").
+        _rendezvous(dist, args)
         phase = "warmup"
-        t0 = time.perf_counter()
-        probe = torch.ones(1, device=device)
-        dist.all_reduce(probe)
-        _sync(torch, device)
-        emit(
-            "phase",
-            rank=args.rank,
-            phase="warmup",
-            seconds=round(time.perf_counter() - t0, 3),
-            ok=bool(probe.item() == args.world_size),
-        )
-
+        _warmup(torch, dist, device, args)
         phase = "measure"
-        for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
-            for size in parse_sizes(args.sizes):
-                # Large buffers need few iterations to average out launch overhead.
-                iters = args.iters if size < (256 << 20) else max(3, args.iters // 4)
-                res = _measure(
-                    torch,
-                    dist,
-                    op,
-                    size,
-                    args.world_size,
-                    args.rank,
-                    device,
-                    iters,
-                    args.warmup if size < (256 << 20) else 1,
-                )
-                emit("result", rank=args.rank, **res)
+        _measure_all(torch, dist, device, args)
         dist.destroy_process_group()
         emit("done", rank=args.rank)
         return 0

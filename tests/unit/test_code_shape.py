@@ -1,0 +1,65 @@
+"""Size limits, measured on the whole tree: no function in src/ over 80 lines, no module over 400.
+
+A typer command's parameter list (its option declarations) is not counted: a command function is
+measured from the end of its signature. Every offender is printed, not only the first.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "sparkctl"
+MAX_FUNCTION = 80
+MAX_MODULE = 400
+
+# Offenders in areas other helpers are rewriting right now (the integrator fixes and un-xfails).
+KNOWN: set[str] = set()
+
+
+def _is_command(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A CLI command: its parameters are typer options/arguments (Annotated[..., typer.X] or *Opt/*Arg aliases)."""
+    args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+    for a in args:
+        text = ast.unparse(a.annotation) if a.annotation is not None else ""
+        if "typer." in text or text.endswith(("Opt", "Arg")):
+            return True
+    return False
+
+
+def _function_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    start = fn.body[0].lineno if _is_command(fn) else fn.lineno
+    return (fn.end_lineno or start) - start + 1
+
+
+def offenders() -> list[str]:
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).as_posix()
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE:
+            out.append(f"{rel}: module has {lines} lines (> {MAX_MODULE})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = _function_lines(node)
+                if n > MAX_FUNCTION:
+                    out.append(f"{rel}:{node.lineno} {node.name}() has {n} lines (> {MAX_FUNCTION})")
+    return out
+
+
+def test_measure_counts_a_command_from_the_end_of_its_signature() -> None:
+    src = "def c(\n    a: Annotated[int, typer.Option()] = 1,\n    b: ModeArg = None,\n) -> None:\n    x = 1\n    y = 2\n"
+    (fn,) = ast.parse(src).body
+    assert _is_command(fn) and _function_lines(fn) == 2
+    (plain,) = ast.parse("def f(\n    a: int,\n) -> None:\n    x = 1\n").body
+    assert not _is_command(plain) and _function_lines(plain) == 4
+
+
+@pytest.mark.xfail(bool(KNOWN), reason="offenders in areas being rewritten by other helpers", strict=False)
+def test_no_function_over_80_lines_and_no_module_over_400() -> None:
+    found = offenders()
+    print("\n".join(found))
+    assert not found, "\n" + "\n".join(found)
