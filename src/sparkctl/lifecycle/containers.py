@@ -170,14 +170,8 @@ def list_nodes(
 ) -> tuple[list[ContainerInfo], dict[str, BaseException]]:
     """This cluster's containers on every given node, in parallel; and {node: why} for the nodes
     that could not be asked (callers decide: `up` stops, `down` cleans the rest, `status` reports)."""
-    found: list[ContainerInfo] = []
-    failed: dict[str, BaseException] = {}
-    for node, res in pool.map(nodes, lambda conn: list_cluster(conn, cluster)).items():
-        if isinstance(res, BaseException):
-            failed[node] = res
-        else:
-            found += res
-    return found, failed
+    results = pool.map(nodes, lambda conn: list_cluster(conn, cluster))
+    return [c for infos in results.ok.values() for c in infos], results.errors
 
 
 def inspect(conn: Connector, name: str) -> ContainerInfo | None:

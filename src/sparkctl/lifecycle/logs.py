@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sparkctl.connectors.pool import NodePool, fan_out
+from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import UsageError
+from sparkctl.fanout import fan_out
 from sparkctl.plan import RankSpec, node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.secrets import redact
@@ -164,12 +165,12 @@ def read_all(
 
     lines: list[LogLine] = []
     missing: dict[int, str] = {}
-    for rank, res in fan_out(list(by_rank), read).items():
+    results = fan_out(list(by_rank), read)
+    for rank, err in results.errors.items():
         spec = by_rank[rank]
-        if isinstance(res, BaseException):
-            missing[spec.rank] = f"{spec.node}:{rank_log_path(profile, spec)}: {res}"
-        else:
-            lines += res
+        missing[spec.rank] = f"{spec.node}:{rank_log_path(profile, spec)}: {err}"
+    for got in results.ok.values():
+        lines += got
     return merge(lines), missing
 
 

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparkctl.connectors.pool import NodePool, fan_out
+from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError, UsageError
+from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock, state_dir
@@ -153,17 +154,10 @@ def remove_all(pool: NodePool, infos: list[ContainerInfo]) -> None:
 
     def remove_on(node: str) -> None:
         conn = pool.get(node)
-        for res in fan_out(by_node[node], lambda name: containers.remove(conn, name)).values():
-            if isinstance(res, BaseException):
-                raise res
+        names = by_node[node]
+        fan_out(names, lambda name: containers.remove(conn, name), where=lambda _: (node, None)).values_or_raise()
 
-    for node, res in fan_out(list(by_node), remove_on).items():
-        if isinstance(res, BaseException):
-            raise (
-                res
-                if isinstance(res, SparkctlError) or not isinstance(res, Exception)
-                else SparkctlError(f"removing containers: {res}", node=node)
-            )
+    fan_out(list(by_node), remove_on).values_or_raise()
 
 
 log_path = logs.rank_log_path
@@ -173,18 +167,14 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
     if not plan.unresolved:
         return plan
-    from sparkctl.facts.rdma import NoRdma, hca_candidates, probe_rdma
+    from sparkctl.facts.rdma import hca_candidates, probe_rdma
 
     auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
 
     def discover(node: str) -> list[str]:
         fabric = profile.node(node).fabric
         assert fabric is not None
-        try:
-            devices = probe_rdma(pool.get(node))
-        except NoRdma as exc:
-            exc.node = node  # the probe does not know which node it ran on
-            raise
+        devices = probe_rdma(pool.get(node))  # NoRdma: fan_out's outcome names the node
         found = hca_candidates(devices, fabric.netdevs, str(fabric.ip))
         if not found:
             raise UsageError(
@@ -195,9 +185,8 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
             )
         return found
 
-    results = fan_out(auto, discover)
-    _raise_first(results)
-    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=dict(results)))  # type: ignore[arg-type]
+    hcas = fan_out(auto, discover).values_or_raise()
+    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas))
     if resolved.unresolved:
         raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))
     return resolved
@@ -355,7 +344,7 @@ def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
         log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
         containers.prepare_node(pool.get(node), specs, log_dirs)
 
-    _raise_first(fan_out(list(by_node), prep))
+    fan_out(list(by_node), prep).values_or_raise()
 
 
 def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
@@ -368,17 +357,7 @@ def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: lis
         containers.start_rank(conn, spec)
         logs.start_follower(conn, spec.container_name, log_path(profile, spec))
 
-    _raise_first(fan_out(list(by_rank), start_one), by_rank)
-
-
-def _raise_first(results: dict, by_rank: dict[int, RankSpec] | None = None) -> None:
-    for key, res in results.items():
-        if isinstance(res, BaseException):
-            if isinstance(res, SparkctlError) or not isinstance(res, Exception):
-                raise res  # expected errors, and Ctrl-C caught inside a worker wait, pass as they are
-            spec = (by_rank or {}).get(key)
-            node, rank = (spec.node, spec.rank) if spec else (key, None)
-            raise SparkctlError(f"{type(res).__name__}: {res}", node=node, rank=rank) from res
+    fan_out(list(by_rank), start_one, where=lambda r: (by_rank[r].node, r)).values_or_raise()
 
 
 def _rollback(pool: NodePool, started: list[RankSpec]) -> list[str]:
@@ -386,11 +365,7 @@ def _rollback(pool: NodePool, started: list[RankSpec]) -> list[str]:
     results = fan_out(
         list(by_rank), lambda r: containers.remove(pool.get(by_rank[r].node), by_rank[r].container_name)
     )
-    return [
-        f"{by_rank[r].container_name} on {by_rank[r].node}: {res}"
-        for r, res in results.items()
-        if isinstance(res, BaseException)
-    ]
+    return [f"{by_rank[r].container_name} on {by_rank[r].node}: {err}" for r, err in results.errors.items()]
 
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:

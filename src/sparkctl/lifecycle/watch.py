@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sparkctl.connectors.pool import NodePool, fan_out
+from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
+from sparkctl.fanout import fan_out
 from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.readiness import EndpointHealth, Prober
 from sparkctl.plan import Plan, RankSpec
@@ -123,17 +124,16 @@ def wait_ready(
                     line = redact(tail[-1], spec.env) if tail else ""
                 return info, line
 
-            results = fan_out([s.rank for s in plan.ranks], look)
+            results = fan_out([s.rank for s in plan.ranks], look, where=lambda r: (plan.rank(r).node, r))
+            for o in results.failed:
+                if isinstance(o.error, SparkctlError) or not isinstance(o.error, Exception):
+                    raise o.error  # type: ignore[misc]
+                raise SparkctlError(
+                    f"lost track of rank {o.rank}'s container: {o.error}", node=o.node, rank=o.rank
+                ) from o.error
             infos: dict[int, ContainerInfo | None] = {}
-            for rank, res in results.items():
+            for rank, (info, line) in results.ok.items():
                 spec = plan.rank(rank)
-                if isinstance(res, BaseException):
-                    if isinstance(res, SparkctlError) or not isinstance(res, Exception):
-                        raise res
-                    raise SparkctlError(
-                        f"lost track of rank {spec.rank}'s container: {res}", node=spec.node, rank=spec.rank
-                    ) from res
-                info, line = res
                 infos[spec.rank] = info
                 views[spec.rank].status = info.status if info else "gone"
                 if line is not None:

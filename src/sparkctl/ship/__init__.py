@@ -62,16 +62,6 @@ class ShipReport:
         }
 
 
-def raise_first(report: ShipReport) -> None:
-    """Raise the first failure as itself (its type and exit code), with `.report` attached."""
-    _node, _what, first = report.errors[0]
-    if len(report.errors) > 1:
-        others = ", ".join(f"{n} {w}" for n, w, _ in report.errors[1:])
-        first.message += f" (also failed: {others})"
-    first.report = report  # type: ignore[attr-defined]
-    raise first
-
-
 def default_source(profile: Profile, nodes: list[str]) -> str:
     """The local node when the mode has one (data moves from where sparkctl runs), else rank 0."""
     for name in nodes:
@@ -99,7 +89,8 @@ def ship(
     Every peer and item runs to its end; then, if any failed and `raise_on_error`, the first
     failure is raised (a SparkctlError subclass, e.g. DiskFullError) with `.report` attached.
     """
-    from sparkctl.connectors.pool import NodePool, fan_out
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.fanout import fan_out
 
     names = [n.name for n in profile.nodes]
     mode_nodes = plan.nodes if plan is not None else names
@@ -156,17 +147,27 @@ def ship(
                 _record(report, peer_name, f"weights {m.model_id}", lambda m=m, cache=cache: ship_weights(
                     m, src_conn, peer, cache, progress, check_space=check_space, dry_run=dry_run))  # fmt: skip
 
-        for peer_name, outcome in fan_out(targets, one_peer).items():
-            if isinstance(outcome, SparkctlError):
-                report.errors.append((peer_name, "connect", outcome))
-            elif isinstance(outcome, BaseException):
-                raise outcome
+        for o in fan_out(targets, one_peer).failed:
+            if not isinstance(o.error, SparkctlError):
+                raise o.error  # type: ignore[misc] - a bug, or Ctrl-C: not a peer's result
+            report.errors.append((o.key, "connect", o.error))
     finally:
         if own_pool:
             pool.close()
     if report.errors and raise_on_error:
-        raise_first(report)
+        _raise_errors(report)
     return report
+
+
+def _raise_errors(report: ShipReport) -> None:
+    """The first failure as itself (its type and exit code), naming the others, `.report` attached."""
+    from sparkctl.fanout import Outcome, Results
+
+    try:
+        Results(Outcome(f"{n} {w}", error=e) for n, w, e in report.errors).values_or_raise()
+    except SparkctlError as exc:
+        exc.report = report  # type: ignore[attr-defined]
+        raise
 
 
 def _record(report: ShipReport, node: str, what: str, fn) -> None:  # noqa: ANN001
