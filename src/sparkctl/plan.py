@@ -150,6 +150,12 @@ def node_home(node: Node, profile: Profile) -> str:
     return "/root" if user == "root" else f"/home/{user}"
 
 
+def hf_cache_for(profile: Profile, node_name: str) -> str:
+    """The node's HF cache path (node override, else the model default), `~` expanded per node."""
+    node = profile.node(node_name)
+    return node_path(node.hf_cache or profile.model.hf_cache, node, profile)
+
+
 def node_path(path: str, node: Node, profile: Profile) -> str:
     if path == "~" or path.startswith("~/"):
         path = node_home(node, profile) + path[1:]
@@ -251,7 +257,7 @@ def _rank_spec(
     secret_env, secret_mounts = _secret_env_and_mounts(profile, node)
     env |= secret_env
     mounts = [
-        Mount(node_path(node.hf_cache or profile.model.hf_cache, node, profile), CONTAINER_HF_HOME),
+        Mount(hf_cache_for(profile, node.name), CONTAINER_HF_HOME),
         Mount(node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON),
         *secret_mounts,
     ]

@@ -83,7 +83,8 @@ def _ship(profile: Profile, **kw):  # noqa: ANN202
 
 def _manifests(lab: Lab, profile: Profile, ref):  # noqa: ANN001, ANN202
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.ship import hf_cache_for, snapshot_manifest
+    from sparkctl.plan import hf_cache_for
+    from sparkctl.ship import snapshot_manifest
 
     with NodePool(profile) as pool:
         return {

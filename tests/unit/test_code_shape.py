@@ -15,8 +15,13 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sparkctl"
 MAX_FUNCTION = 80
 MAX_MODULE = 400
 
-# Offenders in areas other helpers are rewriting right now (the integrator fixes and un-xfails).
-KNOWN: set[str] = set()
+# Offenders in areas other helpers are rewriting right now (the integrator fixes them and empties
+# this): "path" for a module, "path name()" for a function (no line numbers: they move).
+KNOWN: set[str] = {
+    "sparkctl/lifecycle/watch.py wait_ready()",
+    "sparkctl/ship/__init__.py ship()",
+    "sparkctl/verify/checks.py",
+}
 
 
 def _is_command(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -34,19 +39,22 @@ def _function_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return (fn.end_lineno or start) - start + 1
 
 
-def offenders() -> list[str]:
-    out = []
+def offenders() -> dict[str, str]:
+    """{key (see KNOWN): what is too long}."""
+    out: dict[str, str] = {}
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC.parent).as_posix()
         text = path.read_text()
         lines = len(text.splitlines())
         if lines > MAX_MODULE:
-            out.append(f"{rel}: module has {lines} lines (> {MAX_MODULE})")
+            out[rel] = f"{rel}: module has {lines} lines (> {MAX_MODULE})"
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = _function_lines(node)
                 if n > MAX_FUNCTION:
-                    out.append(f"{rel}:{node.lineno} {node.name}() has {n} lines (> {MAX_FUNCTION})")
+                    out[f"{rel} {node.name}()"] = (
+                        f"{rel}:{node.lineno} {node.name}() has {n} lines (> {MAX_FUNCTION})"
+                    )
     return out
 
 
@@ -58,8 +66,15 @@ def test_measure_counts_a_command_from_the_end_of_its_signature() -> None:
     assert not _is_command(plain) and _function_lines(plain) == 4
 
 
-@pytest.mark.xfail(bool(KNOWN), reason="offenders in areas being rewritten by other helpers", strict=False)
+def test_no_new_offenders() -> None:
+    found = offenders()
+    new = [what for key, what in found.items() if key not in KNOWN]
+    print("\n".join(found.values()))
+    assert not new, "\n" + "\n".join(new)
+
+
+@pytest.mark.xfail(bool(KNOWN), reason=f"known offenders: {sorted(KNOWN)}", strict=False)
 def test_no_function_over_80_lines_and_no_module_over_400() -> None:
     found = offenders()
-    print("\n".join(found))
-    assert not found, "\n" + "\n".join(found)
+    print("\n".join(found.values()))
+    assert not found, "\n" + "\n".join(found.values())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.ship.manifest import FileEntry, Manifest, diff_files, manifest_digest, repo_dir
+from sparkctl.facts.hfcache import repo_dir
+from sparkctl.ship.manifest import FileEntry, Manifest, diff_files, manifest_digest
 
 C = "c" * 40
 

@@ -13,10 +13,11 @@ import pytest
 from tests.testbed_tests.test_ship import make_fake_snapshot
 
 from sparkctl.connectors.local import LocalConnector
+from sparkctl.facts.hfcache import repo_dir
 from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
 from sparkctl.ship._node import frame
-from sparkctl.ship.manifest import node_argv, repo_dir
+from sparkctl.ship.manifest import node_argv
 from sparkctl.ship.weights import ship_weights
 
 MODEL = "org/model"

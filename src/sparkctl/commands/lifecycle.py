@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+if TYPE_CHECKING:
+    from sparkctl.ship.progress import RichProgress
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
@@ -134,7 +137,8 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
             profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import PreflightFailedError, choose_mode, curl_example, up
+    from sparkctl.lifecycle.up import PreflightFailedError, curl_example
+    from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
     prof = load_profile(profile)
@@ -142,29 +146,29 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     reporter = _Reporter(stderr=json_out)
     if verb == "switch":
         reporter.phase(f"switching cluster {prof.cluster} to mode {mode}")
+
+    def offer(exc: PreflightFailedError) -> set[str]:
+        reporter.close()  # the live display stops before a question
+        return _offer_ship(exc, ship_opt, json_out)
+
+    def progress() -> RichProgress:
+        from sparkctl.ship import RichProgress
+
+        return RichProgress(console(stderr=True))
+
     try:
         with NodePool(prof) as pool:
-            try:
-                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
-                            reporter=reporter)  # fmt: skip
-            except PreflightFailedError as exc:
-                reporter.close()
-                what = _offer_ship(exc, ship_opt, json_out)
-                if not what:
-                    raise
-                from sparkctl.plan import build_plan
-                from sparkctl.ship import RichProgress, ship
-
-                plan = build_plan(prof, choose_mode(prof, mode, tp))
-                reporter.phase(
-                    f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
-                )
-                with RichProgress(console(stderr=True)) as progress:
-                    ship(
-                        prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
-                    )
-                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
-                            reporter=reporter)  # fmt: skip
+            result = up_or_ship(
+                prof,
+                pool,
+                offer=offer,
+                progress=progress,
+                mode=mode,
+                tp=tp,
+                skip_preflight=skip_preflight,
+                timeout=timeout,
+                reporter=reporter,
+            )
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
         _print_rank_logs(exc)

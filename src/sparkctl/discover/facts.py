@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.docker import DockerFacts, nvidia_hook_probe, probe_docker
 from sparkctl.facts.gpu import gpus_probe, meminfo_probe
-from sparkctl.facts.hfcache import RepoListing, repo_probe
+from sparkctl.facts.hfcache import RepoListing, repo_dir, repo_probe
 from sparkctl.facts.net import Netdev, netdevs_probe
 from sparkctl.facts.probe import Probe, checked_stdout, run_batch, sh_argv
 from sparkctl.facts.rdma import NoRdma, RdmaDevice, rdma_probe
-from sparkctl.ship.manifest import repo_dir
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector

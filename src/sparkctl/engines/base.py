@@ -23,7 +23,7 @@ class Readiness:
 
     models_path: str = "/v1/models"  # static metadata: answers before warm-up ends
     health_path: str = "/health"  # a real generation on rank 0
-    health_timeout: float = 25.0
+    health_timeout: float = 25.0  # SGLang's own health generation times out after 20 s
 
 
 @dataclass(frozen=True)

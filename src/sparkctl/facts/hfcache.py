@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass, field
 
 from sparkctl.facts.probe import Probe, checked, sh_argv
+
+
+def repo_dir_name(model_id: str) -> str:
+    """org/name -> models--org--name, the Hugging Face cache's directory for a model repo."""
+    return "models--" + model_id.replace("/", "--")
+
+
+def repo_dir(hf_cache: str, model_id: str) -> str:
+    """<hf_cache>/hub/models--org--name (HF_HOME is the cache root mounted into the container)."""
+    return posixpath.join(hf_cache, "hub", repo_dir_name(model_id))
+
 
 # $1 = repo dir (<hf_cache>/hub/models--org--name).
 SNAPSHOT_SCRIPT = r"""d="$1"

@@ -16,10 +16,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from sparkctl.engines import get_engine
+from sparkctl.engines.base import Readiness
 from sparkctl.plan import Endpoint
 
 MODELS_TIMEOUT = 2.0
-HEALTH_TIMEOUT = 25.0  # SGLang's own health generation times out after 20 s
 
 
 @dataclass(frozen=True)
@@ -60,30 +61,29 @@ def served_models(body: bytes) -> list[str]:
     return [str(m.get("id")) for m in items or [] if isinstance(m, dict) and m.get("id")]
 
 
-def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
-    """One probe of rank 0's API; never raises (errors become `detail`)."""
+def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None = None) -> EndpointHealth:
+    """One probe of rank 0's API; never raises (errors become `detail`). The paths are the
+    engine's (default: the default engine's)."""
+    paths = readiness or get_engine().readiness
+    models, check = paths.models_path, paths.health_path
     try:
-        code, body = _get(f"{endpoint.api_base}/models", MODELS_TIMEOUT)
+        code, body = _get(f"{endpoint.url}{models}", MODELS_TIMEOUT)
     except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", exc)
-        return EndpointHealth(detail=f"/v1/models: {reason or type(exc).__name__}")
+        return EndpointHealth(detail=f"{models}: {reason or type(exc).__name__}")
     if code != 200:
-        return EndpointHealth(detail=f"/v1/models: HTTP {code}")
+        return EndpointHealth(detail=f"{models}: HTTP {code}")
     served = served_models(body)
     if endpoint.served_model_name not in served:
-        return EndpointHealth(
-            True, served, False, f"/v1/models lists {served}, not {endpoint.served_model_name}"
-        )
+        return EndpointHealth(True, served, False, f"{models} lists {served}, not {endpoint.served_model_name}")
     if not health:
-        return EndpointHealth(True, served, False, "/health not probed")
+        return EndpointHealth(True, served, False, f"{check} not probed")
     try:
-        code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT)
+        code, body = _get(f"{endpoint.url}{check}", paths.health_timeout)
     except (OSError, http.client.HTTPException) as exc:
-        return EndpointHealth(
-            True, served, False, f"/health: {getattr(exc, 'reason', exc) or type(exc).__name__}"
-        )
+        return EndpointHealth(True, served, False, f"{check}: {getattr(exc, 'reason', exc) or type(exc).__name__}")
     if code != 200:
-        return EndpointHealth(True, served, False, f"/health: HTTP {code} (warming up)")
+        return EndpointHealth(True, served, False, f"{check}: HTTP {code} (warming up)")
     return EndpointHealth(True, served, True, "ready")
 
 

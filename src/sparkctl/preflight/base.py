@@ -91,12 +91,12 @@ class Ctx:
         return [("target", m.target), *([("draft", m.draft)] if m.draft is not None else [])]
 
     def hf_cache(self, node: str) -> str:
-        from sparkctl.ship.manifest import hf_cache_for
+        from sparkctl.plan import hf_cache_for
 
         return hf_cache_for(self.profile, node)
 
     def repo_dir(self, node: str, repo_id: str) -> str:
-        from sparkctl.ship.manifest import repo_dir
+        from sparkctl.facts.hfcache import repo_dir
 
         return repo_dir(self.hf_cache(node), repo_id)
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError, UsageError
+from sparkctl.plan import hf_cache_for
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError, SourceMissingError
-from sparkctl.ship.manifest import Manifest, hf_cache_for, snapshot_manifest
+from sparkctl.ship.manifest import Manifest, snapshot_manifest
 from sparkctl.ship.progress import ByteCounter, NullProgress, Progress, RichProgress
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ __all__ = [
     "ShipError",
     "ShipReport",
     "SourceMissingError",
-    "hf_cache_for",
     "ship",
     "snapshot_manifest",
 ]

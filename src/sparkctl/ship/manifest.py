@@ -9,12 +9,12 @@ corrupted shards).
 from __future__ import annotations
 
 import json
-import posixpath
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkctl.facts.hfcache import repo_dir
 from sparkctl.ship._node import manifest_digest
 from sparkctl.ship.errors import ShipError
 
@@ -96,16 +96,6 @@ class Manifest:
         }
 
 
-def repo_dir_name(model_id: str) -> str:
-    """org/name -> models--org--name, the Hugging Face cache's directory for a model repo."""
-    return "models--" + model_id.replace("/", "--")
-
-
-def repo_dir(hf_cache: str, model_id: str) -> str:
-    """<hf_cache>/hub/models--org--name (HF_HOME is the cache root mounted into the container)."""
-    return posixpath.join(hf_cache, "hub", repo_dir_name(model_id))
-
-
 def revision_of(ref: ModelRef) -> str:
     return ref.revision or "main"
 
@@ -160,7 +150,7 @@ def parse_manifest(node: str, model_id: str, revision: str, repo: str, doc: dict
 def snapshot_manifest(conn: Connector, hf_cache: str, model_ref: ModelRef, *, lazy: bool = False) -> Manifest:
     """The manifest of `model_ref` in the node's HF cache (hashes computed on the node, cached there).
 
-    `hf_cache` is the node's path (see `hf_cache_for`); a revision may be a commit or a branch in
+    `hf_cache` is the node's path (see `plan.hf_cache_for`); a revision may be a commit or a branch in
     refs/. `lazy` hashes nothing new: files not hashed before have sha256 None (ship fills them in
     while sending, so a first sync reads each file once).
     """
@@ -168,14 +158,6 @@ def snapshot_manifest(conn: Connector, hf_cache: str, model_ref: ModelRef, *, la
     revision = revision_of(model_ref)
     doc = run_op(conn, "manifest", repo, revision, *(["lazy"] if lazy else []), timeout=None)
     return parse_manifest(conn.node, model_ref.id, revision, repo, doc)
-
-
-def hf_cache_for(profile, node_name: str) -> str:  # noqa: ANN001 - Profile, kept import-light
-    """The node's HF cache path (node override, else the model default), `~` expanded per node."""
-    from sparkctl.plan import node_path
-
-    node = profile.node(node_name)
-    return node_path(node.hf_cache or profile.model.hf_cache, node, profile)
 
 
 @dataclass(frozen=True)

@@ -45,25 +45,6 @@ class ByteCounter:
             self.notes[key] = note
 
 
-class Tee:
-    """Send every event to several sinks (e.g. the rich display and a counter)."""
-
-    def __init__(self, *sinks: Progress) -> None:
-        self.sinks = sinks
-
-    def start(self, key: str, description: str, total: int | None) -> None:
-        for s in self.sinks:
-            s.start(key, description, total)
-
-    def advance(self, key: str, n: int) -> None:
-        for s in self.sinks:
-            s.advance(key, n)
-
-    def finish(self, key: str, note: str) -> None:
-        for s in self.sinks:
-            s.finish(key, note)
-
-
 class RichProgress:
     """A rich live display: one bar per (peer, item) with bytes, rate and ETA."""
 

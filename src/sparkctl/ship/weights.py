@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
+from sparkctl.facts.hfcache import repo_dir
 from sparkctl.ship._node import frame
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.manifest import Manifest, dest_paths, diff_files, node_argv, repo_dir, run_op
+from sparkctl.ship.manifest import Manifest, dest_paths, diff_files, node_argv, run_op
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.pump import pump, read_chunks
 from sparkctl.units import human_bytes

@@ -1,0 +1,47 @@
+"""`up --ship`: run `up`; when its preflight stops on a missing image or weights and the caller
+agrees, ship them to the mode's nodes that lack them and run `up` again (one workflow, no CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+from sparkctl.lifecycle.up import PreflightFailedError, QuietReporter, Reporter, UpResult, choose_mode, up
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.profile.schema import Profile
+    from sparkctl.ship.progress import Progress
+
+
+def up_or_ship(
+    profile: Profile,
+    pool: NodePool,
+    *,
+    offer: Callable[[PreflightFailedError], set[str]],
+    progress: Callable[[], AbstractContextManager[Progress]],
+    mode: str | None = None,
+    tp: int | None = None,
+    skip_preflight: bool = False,
+    timeout: float | None = None,
+    reporter: Reporter | None = None,
+) -> UpResult:
+    """`offer(exc)` says what to ship ({"image", "weights"} or nothing: the error stands);
+    `progress()` gives the transfer display."""
+    rep = reporter or QuietReporter()
+    kwargs = {"mode": mode, "tp": tp, "skip_preflight": skip_preflight, "timeout": timeout, "reporter": rep}
+    try:
+        return up(profile, pool, **kwargs)  # type: ignore[arg-type]
+    except PreflightFailedError as exc:
+        what = offer(exc)
+        if not what:
+            raise
+    from sparkctl.plan import build_plan
+    from sparkctl.ship import ship
+
+    plan = build_plan(profile, choose_mode(profile, mode, tp))
+    rep.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
+    with progress() as shown:
+        ship(profile, plan, pool, image="image" in what, weights="weights" in what, progress=shown)
+    return up(profile, pool, **kwargs)  # type: ignore[arg-type]
