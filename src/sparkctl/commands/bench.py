@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-from sparkctl.commands.verify import ModeArg, ModelOpt, UrlOpt, resolve_endpoint
+from sparkctl.commands.verify import ModeArg, ModelOpt, UrlOpt
 
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, max=50, help="Repetitions per workload.")]
 WorkloadOpt = Annotated[
@@ -58,7 +58,9 @@ def bench(
             )
         _compare(profile, compare, suite, reps, budget, out, json_out)
         return
-    base, served, config_hash, mode = resolve_endpoint(profile, mode, url, model)
+    from sparkctl.lifecycle.endpoint import resolve_endpoint
+
+    base, served, config_hash, mode = resolve_endpoint(lambda: load_profile(profile), mode, url, model)
     con = console(stderr=json_out)
     con.print(f"[bold]bench[/] {base}  model [bold]{served}[/]  {reps} reps x {len(suite)} workloads")
     result = run_bench(
@@ -75,28 +77,15 @@ def bench(
 
 
 def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, out, json_out: bool) -> None:  # noqa: ANN001
-    """Run in MODE_A, switch (the lifecycle's `up`, which stops the other mode first), run in MODE_B."""
-
+    """Run in MODE_A, switch, run in MODE_B (sparkctl.benchmark.switch), then render."""
     from sparkctl.benchmark.report import compare_table
-    from sparkctl.benchmark.runner import compare, run_bench
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import up
-    from sparkctl.plan import build_plan
+    from sparkctl.benchmark.switch import compare_modes
 
-    prof = load_profile(profile)
     con = console(stderr=json_out)
-    with NodePool(prof) as pool:
+    def on_switch(mode: str) -> None:
+        con.print(f"[bold]switching to {mode}[/] (waits until ready)")
 
-        def switch(mode: str) -> None:
-            con.print(f"[bold]switching to {mode}[/] (waits until ready)")
-            up(prof, pool, mode=mode)
-
-        def run(mode: str):  # noqa: ANN202 - BenchResult
-            plan = build_plan(prof, mode)
-            return run_bench(plan.endpoint.url, plan.endpoint.served_model_name, suite, reps=reps,
-                             budget_s=budget, mode=mode, config_hash=plan.settled_hash)  # fmt: skip
-
-        results = compare(modes, switch, run)
+    results = compare_modes(load_profile(profile), modes, suite, reps=reps, budget_s=budget, on_switch=on_switch)
     _emit({"compare": [r.to_json() for r in results]}, compare_table(results), out, json_out, con)
 
 

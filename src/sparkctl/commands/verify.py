@@ -19,30 +19,6 @@ OnlyOpt = Annotated[
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
 
 
-def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | None):  # noqa: ANN001, ANN201
-    """(url, model, config_hash, mode) from --url/--model, or from the profile's plan for MODE
-    (default: the mode running now, else the profile's default mode)."""
-    from sparkctl.errors import UsageError
-
-    if url or model:
-        if not (url and model):
-            raise UsageError("--url and --model go together", fix="pass both, or neither and use -p PROFILE")
-        if mode:
-            raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
-        return url, model, None, None
-    from sparkctl.plan import build_plan
-
-    prof = load_profile(profile)
-    if mode is None:
-        from sparkctl.connectors import NodePool
-        from sparkctl.lifecycle.status import running_mode
-
-        with NodePool(prof) as pool:
-            mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
-    plan = build_plan(prof, mode)
-    return plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode
-
-
 @handle_errors
 def verify(
     mode: ModeArg = None,
@@ -57,10 +33,11 @@ def verify(
     tools, json_schema, sampling, prefix-cache reporting, streamed token ids. Exit 1 on any failure."""
     from sparkctl.errors import ExitCode, UsageError
     from sparkctl.findings import Severity
+    from sparkctl.lifecycle.endpoint import resolve_endpoint
     from sparkctl.verify.checks import select
     from sparkctl.verify.runner import verify as run_verify
 
-    base, served, config_hash, _ = resolve_endpoint(profile, mode, url, model)
+    base, served, config_hash, _ = resolve_endpoint(lambda: load_profile(profile), mode, url, model)
     if only and not select(only):
         raise UsageError(f"no check matches {only}", fix="see docs/verify-bench.md for the check names")
     out = console()
