@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sparkctl.commands._common import console, handle_errors
+
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from sparkctl.discover import Draft, FabricOption, NodeDiscovery
 
 
 @handle_errors
@@ -108,16 +113,16 @@ def init(
 class _CliUi:
     """The init workflow's questions and tables, on the terminal."""
 
-    def status(self, text: str):  # noqa: ANN201 - rich Status
+    def status(self, text: str) -> Status:
         return console().status(text)
 
     def ask(self, prompt: str, default: str | None) -> str:
         return typer.prompt(prompt, default=default) if default else typer.prompt(prompt)
 
-    def show_discovery(self, nodes, fab) -> None:  # noqa: ANN001
+    def show_discovery(self, nodes: list[NodeDiscovery], fab: FabricOption | None) -> None:
         show_discovery(nodes, fab)
 
-    def show_proposal(self, draft) -> None:  # noqa: ANN001
+    def show_proposal(self, draft: Draft) -> None:
         show_proposal(draft)
 
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
     from sparkctl.discover.fabric import FabricOption
     from sparkctl.discover.facts import NodeDiscovery
-    from sparkctl.discover.proposal import Draft
+    from sparkctl.discover.proposal import Answers, Draft
+    from sparkctl.fanout import Outcome
 
 Target = tuple[str, str | None, int | None]  # host, user, port ("local": this machine)
 
@@ -111,7 +112,7 @@ def discover_nodes(req: InitRequest) -> list[NodeDiscovery]:
     return list(done.values_or_raise().values())
 
 
-def _discovery_error(failed: list) -> SparkctlError:  # noqa: ANN001 - fanout Outcomes
+def _discovery_error(failed: list[Outcome]) -> SparkctlError:
     for o in failed:
         if not isinstance(o.error, SparkctlError):
             raise o.error  # a bug: keep its traceback
@@ -135,7 +136,7 @@ def _ask(ui: InitUi, req: InitRequest, prompt: str, flag: str, value: str | None
     return ui.ask(prompt, default)
 
 
-def _answers(req: InitRequest, ui: InitUi, nodes: list[NodeDiscovery], names: list[str]):  # noqa: ANN202 - Answers
+def _answers(req: InitRequest, ui: InitUi, nodes: list[NodeDiscovery], names: list[str]) -> Answers:
     """The questions: only what cannot be discovered."""
     from sparkctl.discover import proposal as prop
 
