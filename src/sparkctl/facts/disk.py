@@ -39,9 +39,7 @@ def df_probe(path: str) -> Probe:
 
 def du_probe(path: str) -> Probe:
     """Bytes of a snapshot with its symlinks followed (the blobs it points at)."""
-    return Probe(
-        ("du", "-sLk", path), checked(f"du {path}", lambda t: int(t.split()[0]) * 1024), timeout=120
-    )
+    return Probe(("du", "-sLk", path), checked(f"du {path}", lambda t: int(t.split()[0]) * 1024), timeout=120)
 
 
 def probe_df(conn: Connector, path: str) -> DiskUsage:

@@ -95,4 +95,3 @@ def check_disk(node: str, needs: Mapping[str, tuple[int, DiskUsage]], margin: fl
             out.append(Finding("DiskFree", OK, f"{what} to ship {human_bytes(size)}, {human_bytes(free)} free on {mount}",
                                node=node, data={"need": size, "free": free}))  # fmt: skip
     return out
-

@@ -89,4 +89,3 @@ def check_gpus(node: Node, report: GpuReport | None, need: int, gpus_requested: 
                                f"nvidia-smi says {','.join(sorted(caps))}",
                                f"update nodes[{node.name}].gpu (the launch rules use it)", node=node.name))  # fmt: skip
     return out
-

@@ -83,4 +83,3 @@ def check_host_ip(rank: int, node: str, host_ip: str, netdevs: Mapping[str, Netd
                                f"the engine on {peer} cannot reach rank {rank}'s advertised address: check routing "
                                "and firewalls between the fabric IPs", node=node, rank=rank))  # fmt: skip
     return out
-

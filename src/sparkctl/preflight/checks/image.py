@@ -25,7 +25,11 @@ class _Images(Check):
         if self.name == "ImagePresent" or not ctx.applies("ImagePresent"):
             out += _image_unknown(ctx, facts)
         ref, source = image_ref(ctx.profile)
-        images = {n: f.get("image") for n, f in facts.items() if "docker" not in f.errors and "image" not in f.errors}
+        images = {
+            n: f.get("image")
+            for n, f in facts.items()
+            if "docker" not in f.errors and "image" not in f.errors
+        }
         found = check_images(ref, images, ctx.rank0, ctx.profile.image.id, source)
         return out + [x for x in found if x.check == self.name]
 
@@ -94,4 +98,3 @@ def check_images(ref: str, images: Mapping[str, ImageFacts | None], rank0: str, 
         out.append(Finding("ImageSame", ERROR, f"{ref} on {node} is {img.id[:19]}, {why} has {want[:19]}",
                            fix, node=node, data={"id": img.id, "want": want}))  # fmt: skip
     return out
-

@@ -25,7 +25,9 @@ GIB = 1 << 30
 def unified(profile: Profile, f: NodeFacts) -> bool:
     n = profile.node(f.node)
     report = f.get("gpus")
-    return bool((n.gpu is not None and n.gpu.unified_memory) or (report is not None and report.unified_memory))
+    return bool(
+        (n.gpu is not None and n.gpu.unified_memory) or (report is not None and report.unified_memory)
+    )
 
 
 class UnifiedMemory(Check):
@@ -79,7 +81,9 @@ def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: i
                        node=node, data=data)  # fmt: skip
     need = int(weights_bytes / frac) + headroom
     data["need"] = need
-    basis = f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac:g} + {human_bytes(headroom)} KV"
+    basis = (
+        f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac:g} + {human_bytes(headroom)} KV"
+    )
     if avail < need:
         return Finding("UnifiedMemory", ERROR, f"MemAvailable {human_bytes(avail)} < {human_bytes(need)} needed ({basis})",
                        "stop what holds memory (other containers, `docker ps`), then drop caches: "

@@ -126,4 +126,3 @@ def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile
     if not out:
         out.append(Finding("StrayContainers", OK, "no stray container", node=node))
     return out
-

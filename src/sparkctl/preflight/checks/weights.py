@@ -32,7 +32,10 @@ def du_followup(ctx: Ctx, node: str, repo_id: str, commit: str) -> dict[str, Pro
 def snapshot_sizes(facts: Mapping[str, NodeFacts]) -> dict[tuple[str, str], int]:
     """(node, repo id) -> bytes, for the snapshots that were measured."""
     return {
-        (n, repo): v for n, f in facts.items() for repo, v in f.with_prefix("du").items() if isinstance(v, int)
+        (n, repo): v
+        for n, f in facts.items()
+        for repo, v in f.with_prefix("du").items()
+        if isinstance(v, int)
     }
 
 
@@ -167,4 +170,3 @@ def check_weights_content(
                            f"`sparkctl ship --weights --from {reference} --to {node}` replaces exactly those files",
                            node=node, data={"differ": differ}))  # fmt: skip
     return out
-
