@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.findings import Finding, Severity
 from sparkctl.launch.check import LaunchCheck, LaunchContext, check_launch, context_for
 from sparkctl.launch.fixes import Margin
@@ -76,7 +77,7 @@ def probe_gpus(
     from sparkctl.gpu.probe import MEMINFO_ARGV, QUERY_ARGV, parse_meminfo, report_from_smi
 
     def one(node: str) -> list[GpuFacts]:
-        conn = pool.get(node)
+        conn = pool.get(node)  # ConnectError: the node is left out (profile facts are used)
         smi = conn.run(list(QUERY_ARGV), timeout=20)
         if smi.rc != 0:
             return []
@@ -160,3 +161,69 @@ def check_plan(plan, profile, *, run_in_image: RunInImage | None = None, target_
         result.findings.insert(0, Finding("FlagsValid", Severity.SKIP, "flag names not checked with SGLang's "
                                           "parser here (`sparkctl plan --check` or `fit` does)"))  # fmt: skip
     return result
+
+
+class ModelNotFound(SparkctlError):
+    """`fit` has nothing to plan: the model's config.json is not on this machine."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+def require_models(found: ModelLookup, profile) -> None:  # noqa: ANN001 - Profile
+    missing = found.missing(profile)
+    if not missing:
+        return
+    refs = {"target": profile.model.target, "draft": profile.model.draft}
+    where = "; ".join(
+        f"{r} {refs[r].id}: searched {', '.join(found.searched.get(r, [])) or 'nothing'}" for r in missing
+    )
+    raise ModelNotFound(
+        f"model not on this machine, nothing was checked ({where})",
+        fix="download it (`huggingface-cli download <id>`), copy it here with `sparkctl ship --weights`, point "
+        "at a directory with `--target-dir/--draft-dir`, or pass --allow-missing to check the flags only",
+    )
+
+
+def check_reachable(plan, profile, *, reach: bool = True, parser_timeout: float = 30.0, parse_flags: bool = True,
+                    progress: Progress | None = None, **kwargs) -> LaunchCheck:  # noqa: ANN001, ANN003  # fmt: skip
+    """check_plan with what a reachable node adds: its probed GPU memory and the image's parser
+    (rank 0's node). Unreachable nodes fall back to the profile's GPU facts and a local parser."""
+    if not reach:
+        return check_plan(plan, profile, parse_flags=parse_flags, progress=progress, **kwargs)
+    from sparkctl.connectors import NodePool
+    from sparkctl.errors import ConnectError
+    from sparkctl.launch.in_image import image_runner
+
+    with NodePool(profile) as pool:
+        probed = probe_gpus(pool, plan.nodes, profile, progress)
+        runner = None
+        if parse_flags:
+            rank0 = plan.ranks[0]
+            try:
+                runner = image_runner(pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node,
+                                      progress=progress)  # fmt: skip
+            except ConnectError as exc:
+                if progress:
+                    progress(f"{rank0.node} not reachable ({exc.message}): no in-image parser")
+        return check_plan(plan, profile, run_in_image=runner, probed=probed, parse_flags=parse_flags,
+                          progress=progress, **kwargs)  # fmt: skip
+
+
+def preflight_findings(plan, profile, pool=None, gpu_reports: dict | None = None,
+                       parser_timeout: float = 30.0) -> list[Finding]:  # noqa: ANN001  # fmt: skip
+    """What preflight adds to its own checks: the same pipeline, with the GPU reports it already
+    probed (free memory / MemAvailable) and the image's parser on rank 0's node."""
+    probed = {
+        n: gpu_facts_from_report(r, n, profile.node(n).gpu) for n, r in (gpu_reports or {}).items() if r is not None
+    }
+    runner = None
+    if pool is not None:
+        from sparkctl.errors import ConnectError
+        from sparkctl.launch.in_image import image_runner
+
+        rank0 = plan.ranks[0]
+        try:
+            runner = image_runner(pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node)
+        except ConnectError:
+            runner = None  # the connection findings say why; the local parser is tried instead
+    return check_plan(plan, profile, run_in_image=runner, probed=probed).findings
