@@ -18,21 +18,39 @@ HANGING_TAG = "sparkctl-test/engine-hanging-python:latest"
 
 def connector(lab, node: str = "spark1") -> SshConnector:
     n = lab.node(node)
-    return SshConnector(resolve_target(node, n.mgmt_ip, user="root", port=n.ssh_port, key=lab.ssh_key,
-                                       default_user=None, default_port=22, default_key=None,
-                                       known_hosts=lab.known_hosts, accept_new=False, connect_timeout=5))  # fmt: skip
+    return SshConnector(
+        resolve_target(
+            node,
+            n.mgmt_ip,
+            user="root",
+            port=n.ssh_port,
+            key=lab.ssh_key,
+            default_user=None,
+            default_port=22,
+            default_key=None,
+            known_hosts=lab.known_hosts,
+            accept_new=False,
+            connect_timeout=5,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
 def hanging_image(lab) -> str:
     """The engine image whose python3 (first on PATH) never returns."""
-    build_image_with_files(lab.docker("spark1"), ENGINE_TAG, HANGING_TAG,
-                           {"/usr/local/bin/python3": b"#!/bin/sh\nexec sleep 600\n"})  # fmt: skip
+    build_image_with_files(
+        lab.docker("spark1"),
+        ENGINE_TAG,
+        HANGING_TAG,
+        {"/usr/local/bin/python3": b"#!/bin/sh\nexec sleep 600\n"},
+    )
     return HANGING_TAG
 
 
 def _no_flag_check_containers(lab) -> bool:
-    return not lab.docker("spark1").containers.list(all=True, filters={"label": "sparkctl.purpose=flag-check"})
+    return not lab.docker("spark1").containers.list(
+        all=True, filters={"label": "sparkctl.purpose=flag-check"}
+    )
 
 
 def test_hanging_python_times_out_with_the_real_cause(lab, hanging_image: str) -> None:
@@ -62,8 +80,9 @@ def test_check_flags_reports_the_image_cause_then_falls_back(lab, hanging_image:
     monkeypatch.setenv("SPARKCTL_SGLANG_PYTHON", "/nonexistent/python3")  # no local parser either
     said: list[str] = []
     with connector(lab) as conn:
-        result = check_flags(["--tp", "2"], image_runner(conn, hanging_image, timeout_s=2, node="spark1"),
-                             progress=said.append)  # fmt: skip
+        result = check_flags(
+            ["--tp", "2"], image_runner(conn, hanging_image, timeout_s=2, node="spark1"), progress=said.append
+        )
     assert result.method == "skipped"
     assert "in the image: parser check exited 1: timed out after 2 s" in result.problem
     assert "locally:" in result.problem

@@ -38,7 +38,7 @@ def fit(
                                               "--max-running-requests is not set.")] = 4,
     headroom_gib: Annotated[float, typer.Option(min=0.0, help="A fix must still fit with this much less "
                                                 "free GPU memory than measured.")] = 1.0,
-) -> None:  # fmt: skip
+) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
     error it would die with; check the flags with SGLang's parser; print flags that fit."""
     from sparkctl.errors import ExitCode
@@ -57,7 +57,7 @@ def fit(
         plan, prof, reach=probe, parser_timeout=parser_timeout, parse_flags=parse_flags, models=models,
         margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
         progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
-    )  # fmt: skip
+    )
     if json_out:
         print_json({
             "mode": plan.mode,

@@ -25,7 +25,7 @@ ParserTimeoutOpt = Annotated[
 
 @handle_errors
 def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = False, json_out: JsonOpt = False,
-         parser_timeout: ParserTimeoutOpt = 30.0) -> None:  # fmt: skip
+         parser_timeout: ParserTimeoutOpt = 30.0) -> None:
     """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
     from sparkctl.plan import build_plan
 

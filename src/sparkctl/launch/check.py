@@ -85,8 +85,14 @@ def memory_inputs(argv: list[str], ctx: LaunchContext, headroom: bool = False) -
         return None
     if headroom:
         gpu = with_headroom(gpu, ctx.margin.headroom_mib)
-    return MemoryInputs(settings=LaunchSettings.from_argv(argv), gpu=gpu, target=ctx.target, draft=ctx.draft,
-                        sglang_version=ctx.sglang_version, env=ctx.env)  # fmt: skip
+    return MemoryInputs(
+        settings=LaunchSettings.from_argv(argv),
+        gpu=gpu,
+        target=ctx.target,
+        draft=ctx.draft,
+        sglang_version=ctx.sglang_version,
+        env=ctx.env,
+    )
 
 
 def memory_plan(argv: list[str], ctx: LaunchContext, headroom: bool = False) -> MemoryPlan | None:
@@ -111,8 +117,13 @@ def _planner(ctx: LaunchContext):  # noqa: ANN202 - a Planner (fixes.py)
     return plan_ok
 
 
-def check_launch(argv: list[str], ctx: LaunchContext, flag_check: FlagCheck | None = None,
-                 node: str | None = None, expected: dict[str, str] | None = None) -> LaunchCheck:  # fmt: skip
+def check_launch(
+    argv: list[str],
+    ctx: LaunchContext,
+    flag_check: FlagCheck | None = None,
+    node: str | None = None,
+    expected: dict[str, str] | None = None,
+) -> LaunchCheck:
     findings: list[Finding] = []
     if flag_check is not None:
         findings += flag_findings(flag_check, node, expected)
@@ -124,12 +135,20 @@ def check_launch(argv: list[str], ctx: LaunchContext, flag_check: FlagCheck | No
             rule_fix.update(f.data["fix_flags"])
     plan = memory_plan(argv, ctx)
     if plan is None:
-        findings.append(Finding(MEMORY_CHECK, Severity.SKIP, "memory not planned: "
-                                + ("no GPU facts" if ctx.smallest_gpu is None else "target model config not found"),
-                                fix=("set nodes[].gpu in the profile or run where the node is reachable"
-                                     if ctx.smallest_gpu is None else
-                                     "make config.json + safetensors headers reachable (HF cache, "
-                                     "model.target.local_dir, or `sparkctl fit --target-dir/--draft-dir`)")))  # fmt: skip
+        findings.append(
+            Finding(
+                MEMORY_CHECK,
+                Severity.SKIP,
+                "memory not planned: "
+                + ("no GPU facts" if ctx.smallest_gpu is None else "target model config not found"),
+                fix=(
+                    "set nodes[].gpu in the profile or run where the node is reachable"
+                    if ctx.smallest_gpu is None
+                    else "make config.json + safetensors headers reachable (HF cache, "
+                    "model.target.local_dir, or `sparkctl fit --target-dir/--draft-dir`)"
+                ),
+            )
+        )
         return LaunchCheck(findings, None, [], rule_fix)
     fixed_argv = with_flags(argv, rule_fix)
     want = ctx.margin.required(LaunchSettings.from_argv(argv))
@@ -148,12 +167,19 @@ def check_launch(argv: list[str], ctx: LaunchContext, flag_check: FlagCheck | No
     return LaunchCheck(findings, plan, fixes, fix)
 
 
-def memory_findings(plan: MemoryPlan, fixes: list[MemoryFix], fixed_by_rules: bool, want: int,
-                    margin: Margin) -> list[Finding]:  # fmt: skip
-    data = {"ruleset": plan.ruleset, "kv_tokens": plan.kv_tokens, "max_running_requests": plan.max_running_requests,
-            "free_source": plan.free_source, "terms": plan.terms, "required_requests": want,
-            "headroom_mib": margin.headroom_mib,
-            "fixes": [{"flags": f.changes, "why": f.why, "tradeoff": f.tradeoff} for f in fixes]}  # fmt: skip
+def memory_findings(
+    plan: MemoryPlan, fixes: list[MemoryFix], fixed_by_rules: bool, want: int, margin: Margin
+) -> list[Finding]:
+    data = {
+        "ruleset": plan.ruleset,
+        "kv_tokens": plan.kv_tokens,
+        "max_running_requests": plan.max_running_requests,
+        "free_source": plan.free_source,
+        "terms": plan.terms,
+        "required_requests": want,
+        "headroom_mib": margin.headroom_mib,
+        "fixes": [{"flags": f.changes, "why": f.why, "tradeoff": f.tradeoff} for f in fixes],
+    }
     real = [f for f in fixes if not f.tradeoff]
     if real:
         fix = "; or ".join(f"{f.flags} ({f.why})" for f in real)
@@ -161,35 +187,73 @@ def memory_findings(plan: MemoryPlan, fixes: list[MemoryFix], fixed_by_rules: bo
         fix = "it serves the load once the rule fixes above are applied"
     else:
         offers = "; or ".join(f"{f.flags} ({f.why})" for f in fixes)
-        fix = (f"no flag change serves {want} running requests with {margin.headroom_mib} MiB headroom"
-               + (f"; trade-offs: {offers}" if offers else "; use GPUs with more memory or a smaller model"))  # fmt: skip
+        fix = f"no flag change serves {want} running requests with {margin.headroom_mib} MiB headroom" + (
+            f"; trade-offs: {offers}" if offers else "; use GPUs with more memory or a smaller model"
+        )
     out: list[Finding] = []
     used = f"SGLang {plan.ruleset} rules, P = {plan.free_source}"
     if not plan.fits:
-        out.append(Finding(MEMORY_CHECK, Severity.ERROR, f"{used}: this launch would die with: {plan.error}",
-                           fix=fix, data=data))  # fmt: skip
+        out.append(
+            Finding(
+                MEMORY_CHECK,
+                Severity.ERROR,
+                f"{used}: this launch would die with: {plan.error}",
+                fix=fix,
+                data=data,
+            )
+        )
     elif plan.max_running_requests < want:
-        out.append(Finding(MEMORY_CHECK, Severity.WARN, (
-            f"starts, but serves only {plan.max_running_requests} running request(s), fewer than {want} "
-            f"({plan.kv_tokens} KV tokens; {used})"), fix=fix, data=data))  # fmt: skip
+        out.append(
+            Finding(
+                MEMORY_CHECK,
+                Severity.WARN,
+                (
+                    f"starts, but serves only {plan.max_running_requests} running request(s), fewer than {want} "
+                    f"({plan.kv_tokens} KV tokens; {used})"
+                ),
+                fix=fix,
+                data=data,
+            )
+        )
     else:
-        out.append(Finding(MEMORY_CHECK, Severity.OK, (
-            f"fits: {plan.kv_tokens} KV tokens, {plan.max_running_requests} running requests, "
-            f"{plan.rest_after_load / GIB:.2f} GiB after weights ({used})"), data=data))  # fmt: skip
+        out.append(
+            Finding(
+                MEMORY_CHECK,
+                Severity.OK,
+                (
+                    f"fits: {plan.kv_tokens} KV tokens, {plan.max_running_requests} running requests, "
+                    f"{plan.rest_after_load / GIB:.2f} GiB after weights ({used})"
+                ),
+                data=data,
+            )
+        )
     for w in plan.warnings:
         out.append(Finding(MEMORY_CHECK, Severity.WARN, w))
     return out
 
 
-def context_for(plan, profile, *, target: ModelFacts | None, draft: ModelFacts | None,
-                probed: dict[str, list[GpuFacts]] | None = None, margin: Margin | None = None
-                ) -> LaunchContext:  # noqa: ANN001  # fmt: skip
+def context_for(
+    plan,
+    profile,
+    *,
+    target: ModelFacts | None,
+    draft: ModelFacts | None,
+    probed: dict[str, list[GpuFacts]] | None = None,
+    margin: Margin | None = None,
+) -> LaunchContext:  # noqa: ANN001
     from sparkctl.launch.pipeline import gpu_facts_for
 
     gpus, per_node = gpu_facts_for(profile, plan.nodes, probed)
     env = {**profile.engine.env, **profile.modes[plan.mode].env}
-    return LaunchContext(gpus=gpus, gpus_per_node=per_node, target=target, draft=draft,
-                         sglang_version=profile.engine.sglang_version, env=env, margin=margin or Margin())  # fmt: skip
+    return LaunchContext(
+        gpus=gpus,
+        gpus_per_node=per_node,
+        target=target,
+        draft=draft,
+        sglang_version=profile.engine.sglang_version,
+        env=env,
+        margin=margin or Margin(),
+    )
 
 
 def check_plan(plan, profile, **kwargs) -> LaunchCheck:  # noqa: ANN001, ANN003 - see pipeline.check_plan

@@ -118,10 +118,11 @@ def _combined(s: LaunchSettings, gpu: GpuFacts, try_: Callable, want: int) -> li
     return []
 
 
-def tradeoffs(argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner,
-              gpus_per_node: dict[str, int]) -> list[MemoryFix]:  # fmt: skip
+def tradeoffs(
+    argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, gpus_per_node: dict[str, int]
+) -> list[MemoryFix]:
     """What can be served instead when no fix serves the requested load."""
-    s, want = inp.settings, margin.required(inp.settings)
+    want = margin.required(inp.settings)
     out: list[MemoryFix] = []
     lo, hi, best = 1, want - 1, None
     while lo <= hi:  # fitting is monotone in max running requests
@@ -132,8 +133,14 @@ def tradeoffs(argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Plann
         else:
             hi = mid - 1
     if best:
-        out.append(MemoryFix({"max-running-requests": str(best[0])}, best[1],
-                             f"fewer running requests: {best[0]} instead of {want}", tradeoff=True))  # fmt: skip
+        out.append(
+            MemoryFix(
+                {"max-running-requests": str(best[0])},
+                best[1],
+                f"fewer running requests: {best[0]} instead of {want}",
+                tradeoff=True,
+            )
+        )
         if best[1].kv_tokens < best[1].context_len:
             ctx_len = max(1024, best[1].kv_tokens // 1024 * 1024)
             ch: dict[str, FlagValue | None] = {
@@ -142,14 +149,35 @@ def tradeoffs(argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Plann
             }
             plan = plan_ok(with_flags(argv, ch))
             if plan is not None and plan.fits:
-                out.append(MemoryFix(ch, plan, f"shorter context: {ctx_len} tokens fit one full request",
-                                     tradeoff=True))  # fmt: skip
-    nnodes = max(len(gpus_per_node), 1)
-    for tp in (s.tp * 2, s.tp * 4):
-        more = plan_memory(replace(inp, settings=LaunchSettings.from_argv(with_flags(argv, {"tp": str(tp)})),
-                                   gpu=with_headroom(inp.gpu, margin.headroom_mib)))  # fmt: skip
-        if serves(more, want):
-            out.append(MemoryFix({"tp": str(tp)}, more, f"more GPUs: tp={tp} ({-(-tp // nnodes)} per node over "
-                                 f"{nnodes} node(s)) serves {more.max_running_requests} requests", tradeoff=True))  # fmt: skip
-            break
+                out.append(
+                    MemoryFix(
+                        ch, plan, f"shorter context: {ctx_len} tokens fit one full request", tradeoff=True
+                    )
+                )
+    out += _more_gpus(argv, inp, margin, want, max(len(gpus_per_node), 1))
     return out
+
+
+def _more_gpus(argv: list[str], inp: MemoryInputs, margin: Margin, want: int, nnodes: int) -> list[MemoryFix]:
+    """The smallest larger tp (same GPUs, heads permitting) that serves the load, else the largest tried."""
+    from sparkctl.launch.rules import check_heads
+
+    best: MemoryFix | None = None
+    for tp in (inp.settings.tp * k for k in (2, 4, 8)):
+        settings = LaunchSettings.from_argv(with_flags(argv, {"tp": str(tp)}))
+        if check_heads(settings, inp.target):
+            continue
+        more = plan_memory(replace(inp, settings=settings, gpu=with_headroom(inp.gpu, margin.headroom_mib)))
+        if not more.fits:
+            continue
+        served = "serves" if serves(more, want) else "still serves only"
+        best = MemoryFix(
+            {"tp": str(tp)},
+            more,
+            f"more GPUs: tp={tp} ({-(-tp // nnodes)} per node over {nnodes} "
+            f"node(s)) {served} {more.max_running_requests} requests",
+            tradeoff=True,
+        )
+        if serves(more, want):
+            break
+    return [best] if best else []

@@ -20,8 +20,14 @@ class InImageError(RuntimeError):
     """The in-image command did not produce an answer; the message is the real cause."""
 
 
-def image_runner(conn: Connector, image: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, node: str = "",
-                 progress: Callable[[str], None] | None = None) -> RunInImage:  # fmt: skip
+def image_runner(
+    conn: Connector,
+    image: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    node: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> RunInImage:
     say = progress or (lambda _msg: None)
     where = f" on {node}" if node else ""
 
@@ -34,9 +40,13 @@ def image_runner(conn: Connector, image: str, *, timeout_s: float = DEFAULT_TIME
         client = conn.docker()
         try:
             container = client.containers.create(
-                image, entrypoint=argv[:1], command=argv[1:], network_disabled=True,
-                environment={"CUDA_VISIBLE_DEVICES": ""}, labels={"sparkctl.purpose": "flag-check"},
-            )  # fmt: skip
+                image,
+                entrypoint=argv[:1],
+                command=argv[1:],
+                network_disabled=True,
+                environment={"CUDA_VISIBLE_DEVICES": ""},
+                labels={"sparkctl.purpose": "flag-check"},
+            )
         except docker.errors.ImageNotFound:
             raise InImageError(
                 f"image {image} is not present{where} (`sparkctl ship --image` or pull it)"
@@ -46,8 +56,10 @@ def image_runner(conn: Connector, image: str, *, timeout_s: float = DEFAULT_TIME
             try:
                 status = container.wait(timeout=timeout_s)
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError, TimeoutError):
-                raise InImageError(f"timed out after {timeout_s:g} s: `{argv[0]}` in {image}{where} did not "
-                                   "return (raise --parser-timeout if the image is slow to import SGLang)") from None  # fmt: skip
+                raise InImageError(
+                    f"timed out after {timeout_s:g} s: `{argv[0]}` in {image}{where} did not "
+                    "return (raise --parser-timeout if the image is slow to import SGLang)"
+                ) from None
             out = container.logs(stdout=True, stderr=False).decode(errors="replace")
             err = container.logs(stdout=False, stderr=True).decode(errors="replace")
             say(f"parser in the image answered in {time.monotonic() - start:.1f} s")

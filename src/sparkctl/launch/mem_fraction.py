@@ -9,8 +9,13 @@ from sparkctl.launch.inputs import GpuFacts, LaunchSettings
 from sparkctl.launch.model_meta import ModelFacts
 
 # memory_hook.py:85-170: (GPU memory below GiB, chunked prefill, decode max_bs tp<4, tp>=4)
-_GPU_TABLE = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
-              (160, 8192, 256, 512)]  # fmt: skip
+_GPU_TABLE = [
+    (20, 2048, 8, 8),
+    (35, 4096, 48, 160),
+    (60, 4096, 32, 160),
+    (90, 8192, 256, 512),
+    (160, 8192, 256, 512),
+]
 
 
 def is_vlm(s: LaunchSettings, model: ModelFacts | None) -> bool:
@@ -35,8 +40,9 @@ def vlm_factor(model: ModelFacts) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-def default_mem_fraction(s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False,
-                         model: ModelFacts | None = None) -> float:  # fmt: skip
+def default_mem_fraction(
+    s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False, model: ModelFacts | None = None
+) -> float:
     """memory_hook.py:280-344 handle_gpu_memory_settings, pre-capture sizing (post-capture KV
     sizing is off unless SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1, overrides.py:1803)."""
     mem = float(gpu.memory_mib)
@@ -65,6 +71,12 @@ def default_mem_fraction(s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False,
 
 def prefill_graph_sizes(max_bs: int) -> list[int]:
     """cuda_graph_hook.py:480 generate_prefill_cuda_graph_batch_sizes."""
-    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))  # fmt: skip
+    sizes = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_bs + 1, 512))
+    )
     return [x for x in sizes if x <= max_bs]

@@ -40,7 +40,7 @@ DISCRETE_MAX_MEM_FRACTION = 0.95
 MAMBA_EXTRA_BUFFER_ARCHS = {  # srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS (those modelled)
     "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "KimiLinearForCausalLM",
-}  # fmt: skip
+}
 KV_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "mxfp8": 1, "bf16": 2, "bfloat16": 2, "nvfp4": 0.5,
                   "fp4_mx_block16": 0.5}  # fmt: skip
 STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -199,10 +199,10 @@ def free_before_load(gpu: GpuFacts) -> tuple[float, str]:
     if gpu.unified:
         return (gpu.memory_mib - UNIFIED_OS_RESERVE_MIB) * MIB, (
             f"assumed MemAvailable = {gpu.memory_mib} - {UNIFIED_OS_RESERVE_MIB} MiB (not probed: "
-            "run preflight or fit where the node is reachable)")  # fmt: skip
+            "run preflight or fit where the node is reachable)")
     return (gpu.memory_mib - CUDA_CONTEXT_MIB) * MIB, (
         f"assumed {gpu.memory_mib} - {CUDA_CONTEXT_MIB} MiB CUDA context before load (not probed: "
-        "run preflight or fit where the node is reachable)")  # fmt: skip
+        "run preflight or fit where the node is reachable)")
 
 
 def mm_reservation_mib(s: LaunchSettings, model: ModelFacts, env: dict[str, str]) -> int:
@@ -268,7 +268,7 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
         return _fail(plan, ERR_WEIGHTS_TOO_BIG, (
             f"the weights do not fit: {(plan.target_weights_per_rank + plan.draft_weights_per_rank) / GIB:.2f} "
             f"GiB per rank (tp={tp}) against {P / GIB:.2f} GiB free before load on {plan.gpu}; loading "
-            "runs out of memory"))  # fmt: skip
+            "runs out of memory"))
     mrr = s.effective_max_running_requests
     D = s.draft_tokens(draft.dflash_block_size if draft else None)
     if target.is_hybrid:
@@ -296,7 +296,7 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
         draft_cell = kv_cell_bytes(draft, tp, draft_kv_size(s, draft, target), draft.num_layers)
     plan.kv_cell_bytes, plan.kv_cell_draft_bytes = cell + draft_cell, draft_cell
     plan.terms.append("KV bytes/token: target full-attention layers" + (" + DFLASH draft layers" if draft_cell else "")
-                      + " (pool_configurator.py)")  # fmt: skip
+                      + " (pool_configurator.py)")
     page = s.page_size or 1
     tokens = (max(int(rest), 0) // (cell + draft_cell)) // page * page if rest > 0 else 0
     if s.max_total_tokens is not None:
@@ -361,7 +361,7 @@ def _mamba(plan: MemoryPlan, s: LaunchSettings, m: ModelFacts, rest: float, mrr:
         rest -= inter
         state = (K + 1) * per_req
     plan.terms.append(f"mamba state: {K} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
-                      + (", speculative scratch" if inter else "") + " (kv_cache_configurator.py:3229)")  # fmt: skip
+                      + (", speculative scratch" if inter else "") + " (kv_cache_configurator.py:3229)")
     plan.mamba = MambaPlan(per_req_bytes=per_req, ratio=ratio, strategy=strategy, slots=K,
                            intermediate_bytes=inter, state_bytes=state)  # fmt: skip
     if ruleset == "0.5.23" and K <= 0:

@@ -34,8 +34,9 @@ class ModelLookup:
         return [r for r in roles if getattr(self, r) is None]
 
 
-def gpu_facts_for(profile, node_names: list[str], probed: dict[str, list[GpuFacts]] | None = None
-                  ) -> tuple[list[GpuFacts], dict[str, int]]:  # noqa: ANN001 - Profile, lazy  # fmt: skip
+def gpu_facts_for(
+    profile, node_names: list[str], probed: dict[str, list[GpuFacts]] | None = None
+) -> tuple[list[GpuFacts], dict[str, int]]:  # noqa: ANN001 - Profile, lazy
     gpus: list[GpuFacts] = []
     per_node: dict[str, int] = {}
     for name in node_names:
@@ -64,8 +65,16 @@ def gpu_facts_from_report(report, node: str, profile_gpu=None) -> list[GpuFacts]
         total = total or avail
         if total is None:
             continue
-        out.append(GpuFacts(name=g.name, memory_mib=total, capability=(major, minor), unified=unified,
-                            available_mib=avail, probed_on=node))  # fmt: skip
+        out.append(
+            GpuFacts(
+                name=g.name,
+                memory_mib=total,
+                capability=(major, minor),
+                unified=unified,
+                available_mib=avail,
+                probed_on=node,
+            )
+        )
     return out
 
 
@@ -88,7 +97,7 @@ def probe_gpus(
     if progress:
         progress(f"probing GPU memory on {', '.join(nodes)}")
     results = fan_out(nodes, one)
-    return {o.key: o.value for o in results if o.error is None and o.value}
+    return {node: gpus for node, gpus in results.ok.items() if gpus}
 
 
 def model_search_paths(profile) -> list[Path]:  # noqa: ANN001
@@ -121,8 +130,9 @@ def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | Non
     return out
 
 
-def resolve_models(profile, target_dir: Path | None = None, draft_dir: Path | None = None
-                   ) -> tuple[ModelFacts | None, ModelFacts | None]:  # noqa: ANN001  # fmt: skip
+def resolve_models(
+    profile, target_dir: Path | None = None, draft_dir: Path | None = None
+) -> tuple[ModelFacts | None, ModelFacts | None]:  # noqa: ANN001
     found = lookup_models(profile, target_dir, draft_dir)
     return found.target, found.draft
 
@@ -141,25 +151,42 @@ def expected_versions(plan, profile) -> dict[str, str]:  # noqa: ANN001
     return out
 
 
-def check_plan(plan, profile, *, run_in_image: RunInImage | None = None, target_dir: Path | None = None,
-               draft_dir: Path | None = None, probed: dict[str, list[GpuFacts]] | None = None,
-               parse_flags: bool = True, margin: Margin | None = None, models: ModelLookup | None = None,
-               progress: Progress | None = None) -> LaunchCheck:  # noqa: ANN001  # fmt: skip
+def check_plan(
+    plan,
+    profile,
+    *,
+    run_in_image: RunInImage | None = None,
+    target_dir: Path | None = None,
+    draft_dir: Path | None = None,
+    probed: dict[str, list[GpuFacts]] | None = None,
+    parse_flags: bool = True,
+    margin: Margin | None = None,
+    models: ModelLookup | None = None,
+    progress: Progress | None = None,
+) -> LaunchCheck:  # noqa: ANN001
     """All launch checks for a Plan: parser (image, then local), rules, memory with fixes."""
     found = models or lookup_models(profile, target_dir, draft_dir)
-    ctx: LaunchContext = context_for(plan, profile, target=found.target, draft=found.draft, probed=probed,
-                                     margin=margin)  # fmt: skip
+    ctx: LaunchContext = context_for(
+        plan, profile, target=found.target, draft=found.draft, probed=probed, margin=margin
+    )
     argv = plan.ranks[0].argv
     flag_result = None
     if parse_flags:
         if progress and run_in_image is None:
             progress("checking flags with a local SGLang parser")
         flag_result = check_flags(server_flags(argv), run_in_image, progress=progress)
-    result = check_launch(argv, ctx, flag_result, node=plan.ranks[0].node,
-                          expected=expected_versions(plan, profile))  # fmt: skip
+    result = check_launch(
+        argv, ctx, flag_result, node=plan.ranks[0].node, expected=expected_versions(plan, profile)
+    )
     if not parse_flags:
-        result.findings.insert(0, Finding("FlagsValid", Severity.SKIP, "flag names not checked with SGLang's "
-                                          "parser here (`sparkctl plan --check` or `fit` does)"))  # fmt: skip
+        result.findings.insert(
+            0,
+            Finding(
+                "FlagsValid",
+                Severity.SKIP,
+                "flag names not checked with SGLang's parser here (`sparkctl plan --check` or `fit` does)",
+            ),
+        )
     return result
 
 
@@ -184,8 +211,16 @@ def require_models(found: ModelLookup, profile) -> None:  # noqa: ANN001 - Profi
     )
 
 
-def check_reachable(plan, profile, *, reach: bool = True, parser_timeout: float = 30.0, parse_flags: bool = True,
-                    progress: Progress | None = None, **kwargs) -> LaunchCheck:  # noqa: ANN001, ANN003  # fmt: skip
+def check_reachable(
+    plan,
+    profile,
+    *,
+    reach: bool = True,
+    parser_timeout: float = 30.0,
+    parse_flags: bool = True,
+    progress: Progress | None = None,
+    **kwargs,
+) -> LaunchCheck:  # noqa: ANN001, ANN003
     """check_plan with what a reachable node adds: its probed GPU memory and the image's parser
     (rank 0's node). Unreachable nodes fall back to the profile's GPU facts and a local parser."""
     if not reach:
@@ -200,21 +235,36 @@ def check_reachable(plan, profile, *, reach: bool = True, parser_timeout: float 
         if parse_flags:
             rank0 = plan.ranks[0]
             try:
-                runner = image_runner(pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node,
-                                      progress=progress)  # fmt: skip
+                runner = image_runner(
+                    pool.get(rank0.node),
+                    rank0.image,
+                    timeout_s=parser_timeout,
+                    node=rank0.node,
+                    progress=progress,
+                )
             except ConnectError as exc:
                 if progress:
                     progress(f"{rank0.node} not reachable ({exc.message}): no in-image parser")
-        return check_plan(plan, profile, run_in_image=runner, probed=probed, parse_flags=parse_flags,
-                          progress=progress, **kwargs)  # fmt: skip
+        return check_plan(
+            plan,
+            profile,
+            run_in_image=runner,
+            probed=probed,
+            parse_flags=parse_flags,
+            progress=progress,
+            **kwargs,
+        )
 
 
-def preflight_findings(plan, profile, pool=None, gpu_reports: dict | None = None,
-                       parser_timeout: float = 30.0) -> list[Finding]:  # noqa: ANN001  # fmt: skip
+def preflight_findings(
+    plan, profile, pool=None, gpu_reports: dict | None = None, parser_timeout: float = 30.0
+) -> list[Finding]:  # noqa: ANN001
     """What preflight adds to its own checks: the same pipeline, with the GPU reports it already
     probed (free memory / MemAvailable) and the image's parser on rank 0's node."""
     probed = {
-        n: gpu_facts_from_report(r, n, profile.node(n).gpu) for n, r in (gpu_reports or {}).items() if r is not None
+        n: gpu_facts_from_report(r, n, profile.node(n).gpu)
+        for n, r in (gpu_reports or {}).items()
+        if r is not None
     }
     runner = None
     if pool is not None:
@@ -223,7 +273,9 @@ def preflight_findings(plan, profile, pool=None, gpu_reports: dict | None = None
 
         rank0 = plan.ranks[0]
         try:
-            runner = image_runner(pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node)
+            runner = image_runner(
+                pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node
+            )
         except ConnectError:
             runner = None  # the connection findings say why; the local parser is tried instead
     return check_plan(plan, profile, run_in_image=runner, probed=probed).findings

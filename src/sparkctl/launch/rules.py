@@ -267,7 +267,7 @@ def check_tp(s: LaunchSettings, gpus_per_node: dict[str, int]) -> list[Finding]:
     if world % nnodes:
         return [_f("TpVsGpus", ERROR, f"tp={s.tp} x pp={s.pp} does not split evenly over {nnodes} node(s): "
                    "SGLang asserts 'tp_size must be divisible by number of nodes'",
-                   f"use a tp x pp that is a multiple of {nnodes}", source="srt/arg_groups/validation_hook.py:179")]  # fmt: skip
+                   f"use a tp x pp that is a multiple of {nnodes}", source="srt/arg_groups/validation_hook.py:179")]
     per_node = world // nnodes
     short = {n: g for n, g in gpus_per_node.items() if g < per_node}
     if short:
@@ -316,13 +316,13 @@ def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target
     if heads and heads % tp:
         out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: {heads} attention heads do not split over tp={tp} "
                       f"(SGLang asserts '{heads} is not divisible by {tp}' while building the model)", fix,
-                      source=src))  # fmt: skip
+                      source=src))
     if kv >= tp and kv % tp:
         out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: {kv} KV heads do not split over tp={tp} "
-                      f"('{kv} is not divisible by {tp}')", fix, source=src))  # fmt: skip
+                      f"('{kv} is not divisible by {tp}')", fix, source=src))
     elif kv < tp and tp % kv:
         out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: tp={tp} is not a multiple of its {kv} KV heads, "
-                      f"so they cannot be replicated evenly ('{tp} is not divisible by {kv}')", fix, source=src))  # fmt: skip
+                      f"so they cannot be replicated evenly ('{tp} is not divisible by {kv}')", fix, source=src))
     return out
 
 
@@ -333,7 +333,7 @@ NUMERIC_FLAGS: dict[str, type] = {
     "max-total-tokens": int, "chunked-prefill-size": int, "page-size": int, "max-mamba-cache-size": int,
     "mamba-full-memory-ratio": float, "mamba-track-interval": int, "speculative-num-draft-tokens": int,
     "speculative-dflash-block-size": int, "speculative-draft-window-size": int, "stream-interval": int,
-}  # fmt: skip
+}
 
 
 def check_values(s: LaunchSettings) -> list[Finding]:
@@ -344,5 +344,5 @@ def check_values(s: LaunchSettings) -> list[Finding]:
         if bad is not None:
             what = "an integer (or 32k / 512Ki)" if name in HUMAN_INT_FLAGS else f"{'an integer' if kind is int else 'a number'}"
             out.append(_f("FlagsValid", ERROR, f"--{name} {bad!r} is not {what}: SGLang's parser exits with "
-                          f"'invalid {kind.__name__} value'", f"give --{name} a number", flag=f"--{name}", value=bad))  # fmt: skip
+                          f"'invalid {kind.__name__} value'", f"give --{name} a number", flag=f"--{name}", value=bad))
     return out

@@ -90,15 +90,23 @@ MULTIMODAL_ARCHS: frozenset[str] = frozenset(
 )
 
 # srt/configs/model_config.py:692 mm_disabled_models: multimodal off unless --enable-multimodal.
-MM_DISABLED_BY_DEFAULT: frozenset[str] = frozenset({
-    "Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration", "Step3VLForConditionalGeneration",
-    "InklingForConditionalGeneration",
-})  # fmt: skip
+MM_DISABLED_BY_DEFAULT: frozenset[str] = frozenset(
+    {
+        "Gemma3ForConditionalGeneration",
+        "Llama4ForConditionalGeneration",
+        "Step3VLForConditionalGeneration",
+        "InklingForConditionalGeneration",
+    }
+)
 
 # Architectures whose HF config class builds a default vision_config when config.json has none
 # (srt/configs/qwen3_5.py:97, qwen3_vl.py:8: depth 27, hidden_size 1152, no num_hidden_layers).
 DEFAULT_VISION_CONFIG: dict[str, dict[str, int]] = {
     a: {"hidden_size": 1152}
-    for a in ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-              "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration")
-}  # fmt: skip
+    for a in (
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+    )
+}
