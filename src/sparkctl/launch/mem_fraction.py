@@ -8,7 +8,7 @@ from __future__ import annotations
 from sparkctl.launch.inputs import GpuFacts, LaunchSettings
 from sparkctl.launch.model_meta import ModelFacts
 
-# memory_hook.py:85-170: (GPU memory below GiB, chunked prefill, decode max_bs tp<4, tp>=4)
+# memory_hook.py:89-170: (GPU memory below GiB, chunked prefill, decode max_bs tp<4, tp>=4)
 _GPU_TABLE = [
     (20, 2048, 8, 8),
     (35, 4096, 48, 160),
@@ -19,7 +19,7 @@ _GPU_TABLE = [
 
 
 def is_vlm(s: LaunchSettings, model: ModelFacts | None) -> bool:
-    """model_config.py:820 is_multimodal as the flags leave it, and memory_hook.py:282 is_vlm."""
+    """model_config.py:820 is_multimodal as the flags leave it, and memory_hook.py:283 is_vlm."""
     if model is None or s.flags.get("language-model-only") is True or s.flags.get("language-only") is True:
         return False
     if s.flags.get("disaggregation-mode") == "decode":

@@ -245,7 +245,7 @@ def _start(inp: MemoryInputs) -> MemoryPlan:
     terms.append("target weights / tp" + (" + draft weights / tp" if dw else ""))
     A = P - tw - dw
     slack = P * (1 - mfs)
-    terms.append("static slack P x (1 - mem fraction) (kv_cache_configurator.py:3006)")
+    terms.append("static slack P x (1 - mem fraction) (kv_cache_configurator.py:3007)")
     mm = mm_reservation_mib(s, target, inp.env) * MIB if ruleset == "0.5.23" else 0
     if mm:
         terms.append(f"multimodal reservation {mm / MIB:.0f} MiB (kv_cache_configurator.py:3034)")
