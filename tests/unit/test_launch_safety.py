@@ -308,3 +308,24 @@ def test_draft_token_fixes_never_go_below_two() -> None:
     assert one is not None and one.max_running_requests >= 1
     for fix in result.memory_fixes:
         assert int(fix.changes.get("speculative-num-draft-tokens", 16)) >= MIN_DRAFT_TOKENS, fix.changes
+
+
+def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> None:  # noqa: ANN001
+    from sparkctl.launch.pipeline import preflight_findings
+    from sparkctl.plan import build_plan
+    from sparkctl.profile import load_profile_text
+
+    monkeypatch.setenv("SPARKCTL_SGLANG_PYTHON", "/nonexistent/python3")  # the parser path is tested elsewhere
+    prof = load_profile_text(
+        "cluster: h\nnodes:\n  - {name: n1, address: local, gpus: 1}\nimage: {ref: 'lmsysorg/sglang:v0.5.23'}\n"
+        f"model:\n  target: {{id: meta/llama, local_dir: '{MODELS / 'llama-3.1-8b'}'}}\n"
+        "engine: {sglang_version: '0.5.23', args: {mem-fraction-static: 0.8, sleep-on-idle: true}}\n"
+        "modes:\n  solo: {nodes: [n1], tp: 1, default: true}\n"
+    )
+    report = probe.report_from_smi((GPU_FIX / "h200/query-gpu.csv").read_text())
+    found = preflight_findings(build_plan(prof, "solo"), prof, None, {"n1": report})
+    mem = next(f for f in found if f.check == "MemoryFit")
+    assert mem.severity == Severity.OK
+    assert mem.data["free_source"] == "free GPU memory probed on n1: 143156 MiB"
+    without = preflight_findings(build_plan(prof, "solo"), prof, None, {})
+    assert next(f for f in without if f.check == "MemoryFit").severity == Severity.SKIP  # no gpu facts at all
