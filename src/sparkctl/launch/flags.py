@@ -227,7 +227,7 @@ def flag_findings(check: FlagCheck, node: str | None = None,
                            fix="install the declared SGLang locally, run where the image is reachable, or fix "
                            "engine.sglang_version", node=node, data={"sglang_version": version, "mismatch": mismatch}))
     elif not out:
-        out.append(Finding(CHECK, Severity.OK, f"flags accepted by {about}'s parser", node=node,
+        out.append(Finding(CHECK, Severity.OK, f"flags accepted by SGLang's parser: {about}", node=node,
                            data={"sglang_version": version, "checked": True}))
     return out
 
@@ -261,9 +261,9 @@ def check_flags(flags: list[str], run_in_image: RunInImage | None = None, *, pyt
     if run_in_image is not None:
         try:
             rc, out, err = run_in_image([python, "-c", PARSER_CHECK_SOURCE, *flags])
+            result = parse_check_output("image", rc, out, err)
         except Exception as exc:  # noqa: BLE001 - any transport failure means: try the next way
-            rc, out, err = 1, "", str(exc) or type(exc).__name__
-        result = parse_check_output("image", rc, out, err)
+            result = FlagCheck(method="skipped", problem=str(exc) or type(exc).__name__)
         if result.method != "skipped":
             return result
         image_problem = f"in the image: {result.problem}"

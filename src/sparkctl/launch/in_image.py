@@ -37,8 +37,8 @@ def image_runner(
 
         say(f"checking flags with SGLang's parser in {image}{where} (timeout {timeout_s:g} s)")
         start = time.monotonic()
-        client = conn.docker()
         try:
+            client = conn.docker()
             container = client.containers.create(
                 image,
                 entrypoint=argv[:1],
