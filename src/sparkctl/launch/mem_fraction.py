@@ -5,7 +5,7 @@ Line numbers are SGLang 0.5.23's; docs/launch-safety.md lists them.
 
 from __future__ import annotations
 
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings
+from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings
 from sparkctl.launch.model_meta import ModelFacts
 
 # memory_hook.py:89-170: (GPU memory below GiB, chunked prefill, decode max_bs tp<4, tp>=4)
@@ -18,17 +18,31 @@ _GPU_TABLE = [
 ]
 
 
-def is_vlm(s: LaunchSettings, model: ModelFacts | None) -> bool:
-    """model_config.py:820 is_multimodal as the flags leave it, and memory_hook.py:283 is_vlm."""
-    if model is None or s.flags.get("language-model-only") is True or s.flags.get("language-only") is True:
-        return False
-    if s.flags.get("disaggregation-mode") == "decode":
+DISCRETE_MAX_MEM_FRACTION = 0.95
+
+
+def max_mem_fraction(gpu: GpuFacts) -> float:
+    """The largest fraction a fix may propose (GB10: the hard-reboot limit, rules.check_mem_fraction)."""
+    return GB10_MAX_MEM_FRACTION if gpu.is_gb10 else DISCRETE_MAX_MEM_FRACTION
+
+
+def is_multimodal(s: LaunchSettings, model: ModelFacts | None) -> bool:
+    """model_config.py:820 is_multimodal as the flags leave it (--language-model-only, :674;
+    --enable-multimodal for the archs that default it off, :690-717)."""
+    if model is None or s.flags.get("language-model-only") is True:
         return False
     if s.flags.get("enable-multimodal") is True:
         from sparkctl.launch.sglang_archs import MULTIMODAL_ARCHS
 
         return any(a in MULTIMODAL_ARCHS for a in model.architectures)
     return model.is_multimodal
+
+
+def is_vlm(s: LaunchSettings, model: ModelFacts | None) -> bool:
+    """memory_hook.py:283 is_vlm: multimodal, not --language-only, not a decode-only worker."""
+    if s.flags.get("language-only") is True or s.flags.get("disaggregation-mode") == "decode":
+        return False
+    return is_multimodal(s, model)
 
 
 def vlm_factor(model: ModelFacts) -> float:

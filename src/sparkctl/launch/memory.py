@@ -3,13 +3,9 @@
 Pure functions over explicit inputs; every step names the SGLang function it mirrors. Two rule
 sets exist because the formulas changed between releases:
 
-* "0.5.23": srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes,
-  _handle_max_mamba_cache, _calculate_mamba_ratio, resolve_max_num_reqs),
-  srt/model_executor/pool_configurator.py (DefaultPoolConfigurator, MemoryPoolConfig),
-  srt/configs/mamba_utils.py (Mamba2StateShape, mamba_cache_per_req),
-  srt/speculative/dflash_utils.py + srt/mem_cache/draft_kv_budget.py (draft KV bytes/token),
-  srt/mem_cache/kv_cache_dtype.py (fa4 draft KV dtype), srt/arg_groups/memory_hook.py (default
-  mem_fraction_static).
+* "0.5.23": srt/mem_cache/kv_cache_configurator.py, srt/model_executor/pool_configurator.py,
+  srt/configs/mamba_utils.py, srt/mem_cache/draft_kv_budget.py + kv_cache_dtype.py,
+  srt/arg_groups/memory_hook.py (default mem_fraction_static, launch/mem_fraction.py).
 * "0.5.12" (used for 0.5.12 and older; read in the 0.5.9 and 0.5.12 wheels):
   srt/model_executor/model_runner_kv_cache_mixin.py (_profile_available_bytes,
   handle_max_mamba_cache, _calculate_mamba_ratio) and pool_configurator.py (DFLASH draft KV by
@@ -24,11 +20,18 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings, parse_version
-from sparkctl.launch.mem_fraction import default_mem_fraction, is_vlm, prefill_graph_sizes, vlm_factor
+from sparkctl.launch.inputs import GpuFacts, LaunchSettings, parse_version
+from sparkctl.launch.mem_fraction import (
+    default_mem_fraction,
+    is_multimodal,
+    is_vlm,
+    max_mem_fraction,
+    prefill_graph_sizes,
+    vlm_factor,
+)
 from sparkctl.launch.model_meta import ModelFacts
 
-__all__ = ["default_mem_fraction", "prefill_graph_sizes", "plan_memory", "MemoryInputs", "MemoryPlan"]
+__all__ = ["default_mem_fraction", "max_mem_fraction", "prefill_graph_sizes", "plan_memory", "MemoryInputs", "MemoryPlan"]
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -36,7 +39,6 @@ MIB = 1 << 20
 # discrete GPU, and what the OS keeps on a unified-memory box. Probed values replace both.
 CUDA_CONTEXT_MIB = 512
 UNIFIED_OS_RESERVE_MIB = 8192
-DISCRETE_MAX_MEM_FRACTION = 0.95
 MAMBA_EXTRA_BUFFER_ARCHS = {  # srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS (those modelled)
     "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "KimiLinearForCausalLM",
@@ -209,7 +211,7 @@ def mm_reservation_mib(s: LaunchSettings, model: ModelFacts, env: dict[str, str]
     """kv_cache_configurator.py:202 mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100,
     environ.py:1598) for a multimodal model, + SGLANG_MM_FEATURE_CACHE_MB (1024, environ.py:1622)
     when the feature transport is cuda_ipc/cuda_vmm (serving_hook.py:800: cpu unless asked)."""
-    if not is_vlm(s, model) and not (model.is_multimodal and s.flags.get("disaggregation-mode") == "decode"):
+    if not is_multimodal(s, model):
         return 0
     reserved = _env_int(env, "SGLANG_VLM_CACHE_SIZE_MB", 100)
     transport = s.flags.get("mm-feature-transport")
@@ -394,6 +396,3 @@ def _max_running_requests(plan: MemoryPlan, s: LaunchSettings, mrr: int | None, 
                 "(2) increase --mem-fraction-static, or (3) use GPUs with more memory."))  # fmt: skip
     return reqs
 
-
-def max_mem_fraction(gpu: GpuFacts) -> float:
-    return GB10_MAX_MEM_FRACTION if gpu.is_gb10 else DISCRETE_MAX_MEM_FRACTION
