@@ -315,7 +315,9 @@ def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> N
     from sparkctl.plan import build_plan
     from sparkctl.profile import load_profile_text
 
-    monkeypatch.setenv("SPARKCTL_SGLANG_PYTHON", "/nonexistent/python3")  # the parser path is tested elsewhere
+    monkeypatch.setenv(
+        "SPARKCTL_SGLANG_PYTHON", "/nonexistent/python3"
+    )  # the parser path is tested elsewhere
     prof = load_profile_text(
         "cluster: h\nnodes:\n  - {name: n1, address: local, gpus: 1}\nimage: {ref: 'lmsysorg/sglang:v0.5.23'}\n"
         f"model:\n  target: {{id: meta/llama, local_dir: '{MODELS / 'llama-3.1-8b'}'}}\n"
@@ -329,3 +331,24 @@ def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> N
     assert mem.data["free_source"] == "free GPU memory probed on n1: 143156 MiB"
     without = preflight_findings(build_plan(prof, "solo"), prof, None, {})
     assert next(f for f in without if f.check == "MemoryFit").severity == Severity.SKIP  # no gpu facts at all
+
+
+def test_a_launch_that_fits_only_without_the_headroom_is_a_warning_with_a_fix() -> None:
+    ctx = LaunchContext(gpus=[RTX3090], gpus_per_node={"box": 1}, target=LLAMA, sglang_version="0.5.23")
+    argv = [*BASE, "--max-running-requests", "4"]
+    # the smallest fraction that serves 4 requests as measured, found with the planner itself
+    m = next(
+        f"{x / 100:.2f}"
+        for x in range(30, 96)
+        if (p := memory_plan(with_flags(argv, {"mem-fraction-static": f"{x / 100:.2f}"}), ctx))
+        and p.fits
+        and p.max_running_requests >= 4
+    )
+    tight = with_flags(argv, {"mem-fraction-static": m})
+    result = check_launch(tight, ctx)
+    mem = next(f for f in result.findings if f.check == "MemoryFit")
+    assert result.memory.fits and mem.severity == Severity.WARN
+    assert mem.message.startswith("fits with less than 1024 MiB to spare")
+    assert float(result.fix["mem-fraction-static"]) > float(m)
+    no_margin = check_launch(tight, LaunchContext(**{**ctx.__dict__, "margin": Margin(headroom_mib=0)}))
+    assert next(f for f in no_margin.findings if f.check == "MemoryFit").severity == Severity.OK

@@ -215,6 +215,17 @@ def memory_findings(
                 data=data,
             )
         )
+    elif fixes:  # serves the load as measured, but not with the headroom a fix must leave
+        out.append(
+            Finding(
+                MEMORY_CHECK,
+                Severity.WARN,
+                f"fits with less than {margin.headroom_mib} MiB to spare: {plan.kv_tokens} KV tokens, "
+                f"{plan.max_running_requests} running requests ({used})",
+                fix=fix,
+                data=data,
+            )
+        )
     else:
         out.append(
             Finding(
