@@ -58,7 +58,9 @@ def test_mem_available_low_on_unified_only():
 
 
 def test_throttling():
-    hot = GpuStat(0, "NVIDIA H200", temp_c=91, sm_clock_mhz=1100, sm_clock_max_mhz=1980, throttle_mask=0x40 | 0x1)
+    hot = GpuStat(
+        0, "NVIDIA H200", temp_c=91, sm_clock_mhz=1100, sm_clock_max_mhz=1980, throttle_mask=0x40 | 0x1
+    )
     why = throttling(hot)
     assert why is not None and "HW thermal slowdown" in why and "1100/1980 MHz" in why and "91 C" in why
     assert throttling(GpuStat(0, "NVIDIA H200", throttle_mask=0x1)) is None  # idle
@@ -74,7 +76,10 @@ def test_rank_missing():
 
 def test_evaluate_collects_all_with_where():
     snap = Snapshot("c", "tp2", "t", 2.0)
-    snap.ranks = [RankRow(0, "spark1", "c0", "running"), RankRow(1, "spark2", "c1", "missing", "no container")]
+    snap.ranks = [
+        RankRow(0, "spark1", "c0", "running"),
+        RankRow(1, "spark2", "c1", "missing", "no container"),
+    ]
     snap.nodes = [gb10(1000), NodeView("spark2", error="ssh: connection refused")]
     snap.engines = [EngineRow("tp2", "http://x/metrics", EngineStats(running=2, token_usage=0.99))]
     codes = [(a.code, a.where) for a in evaluate(snap, [1, 2, 3, 4])]

@@ -29,7 +29,9 @@ def test_fixture_uses_sglang_names_and_buckets():
     # The names top reads are in the captured-style text, with SGLang's TTFT bucket bounds.
     for name in (RUNNING, QUEUED, ACCEPT_LENGTH, PROMPT_TOKENS, GENERATION_TOKENS):
         assert f"\n{name}{{" in A
-    assert 'sglang:time_to_first_token_seconds_bucket{engine_type="unified",is_streaming="true",le="400.0"' in A
+    assert (
+        'sglang:time_to_first_token_seconds_bucket{engine_type="unified",is_streaming="true",le="400.0"' in A
+    )
 
 
 def test_parse_gauges_counters_histograms():

@@ -8,7 +8,16 @@ import pytest
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.gpu.probe import ProbeParseError, parse_meminfo
-from sparkctl.top.nodes import GPU_ARGV, TOP_FIELDS, NodeSample, net_argv, net_rates, parse_gpu_stats, parse_net, read_node
+from sparkctl.top.nodes import (
+    GPU_ARGV,
+    TOP_FIELDS,
+    NodeSample,
+    net_argv,
+    net_rates,
+    parse_gpu_stats,
+    parse_net,
+    read_node,
+)
 
 GPU = Path(__file__).parents[1] / "fixtures" / "gpu"
 
@@ -27,7 +36,9 @@ def test_gb10_query_is_unified():
     (g,) = parse_gpu_stats((GPU / "gb10" / "query-gpu-top.csv").read_text())
     assert g.name == "NVIDIA GB10" and g.mem_total_mib is None and g.mem_used_mib is None
     assert g.power_limit_w is None and g.temp_c == 36
-    sample = NodeSample("spark1", 0.0, gpus=[g], meminfo=parse_meminfo((GPU / "gb10" / "meminfo.txt").read_text()))
+    sample = NodeSample(
+        "spark1", 0.0, gpus=[g], meminfo=parse_meminfo((GPU / "gb10" / "meminfo.txt").read_text())
+    )
     assert sample.unified_memory and sample.mem_available_mib == 118566368 // 1024
     assert sample.mem_total_mib == 127600748 // 1024
 
@@ -39,7 +50,10 @@ def test_throttle_bits_named():
 
 
 def test_query_fields_match_argv():
-    assert GPU_ARGV[1] == "--query-gpu=" + ",".join(TOP_FIELDS) and GPU_ARGV[2] == "--format=csv,noheader,nounits"
+    assert (
+        GPU_ARGV[1] == "--query-gpu=" + ",".join(TOP_FIELDS)
+        and GPU_ARGV[2] == "--format=csv,noheader,nounits"
+    )
 
 
 def test_wrong_field_count_is_a_parse_error():
@@ -48,7 +62,11 @@ def test_wrong_field_count_is_a_parse_error():
 
 
 def test_net_counters_and_rates():
-    assert net_argv(["eth1"]) == ["cat", "/sys/class/net/eth1/statistics/rx_bytes", "/sys/class/net/eth1/statistics/tx_bytes"]
+    assert net_argv(["eth1"]) == [
+        "cat",
+        "/sys/class/net/eth1/statistics/rx_bytes",
+        "/sys/class/net/eth1/statistics/tx_bytes",
+    ]
     before = NodeSample("n", 10.0, net=parse_net("1000\n2000\n", ["eth1"]))
     now = NodeSample("n", 12.0, net=parse_net("5000\n2100\n", ["eth1"]))
     assert net_rates(now, before) == {"eth1": {"rx_bytes_s": 2000.0, "tx_bytes_s": 50.0}}

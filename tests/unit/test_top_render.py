@@ -38,8 +38,12 @@ def fixture_snapshot(degraded: bool = False) -> Snapshot:
                    gb10_sample("spark1", 100.0, 6_600_000_000, 6_500_000_000), None, "spark1")  # fmt: skip
     snap.ranks = [RankRow(0, "spark1", "sparkctl-dual-spark-tp2-r0", "running", uptime_s=3600.0)]
     if degraded:
-        snap.ranks.append(RankRow(1, "spark2", "sparkctl-dual-spark-tp2-r1", "unknown", "node spark2 unreachable"))
-        s2 = node_view(None, None, "cannot connect to 192.168.1.12:22: timed out; check the node is up", "spark2")
+        snap.ranks.append(
+            RankRow(1, "spark2", "sparkctl-dual-spark-tp2-r1", "unknown", "node spark2 unreachable")
+        )
+        s2 = node_view(
+            None, None, "cannot connect to 192.168.1.12:22: timed out; check the node is up", "spark2"
+        )
         s1 = node_view(gb10_sample("spark1", 102.0, 1, 1, avail_kb=2_500_000), None, None, "spark1")
     else:
         snap.ranks.append(RankRow(1, "spark2", "sparkctl-dual-spark-tp2-r1", "running", uptime_s=3600.0))
@@ -57,7 +61,9 @@ def test_screen_golden_80_columns(name: str) -> None:
     path = GOLDEN / f"top-tp2-{name}-80.txt"
     if os.environ.get("SPARKCTL_UPDATE_GOLDEN"):
         path.write_text(text)
-    assert text == path.read_text(), "top's screen changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), (
+        "top's screen changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
+    )
 
 
 def test_screen_shows_the_numbers() -> None:

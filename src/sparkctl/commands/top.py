@@ -11,7 +11,9 @@ from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_error
 ModeArg = Annotated[
     str | None, typer.Argument(help="Mode to watch (default: the one running, else the profile's default).")
 ]
-OnceOpt = Annotated[bool, typer.Option("--once", help="One snapshot (two reads one interval apart), then exit.")]
+OnceOpt = Annotated[
+    bool, typer.Option("--once", help="One snapshot (two reads one interval apart), then exit.")
+]
 IntervalOpt = Annotated[float, typer.Option("--interval", "-n", help="Seconds between refreshes (>= 0.5).")]
 
 

@@ -30,7 +30,16 @@ TTFT = "sglang:time_to_first_token_seconds"
 ITL = "sglang:inter_token_latency_seconds"
 E2E = "sglang:e2e_request_latency_seconds"
 
-GAUGES = (RUNNING, QUEUED, GEN_THROUGHPUT, TOKEN_USAGE, ACCEPT_LENGTH, ACCEPT_RATE, CACHE_HIT_RATE, MAX_TOKENS)
+GAUGES = (
+    RUNNING,
+    QUEUED,
+    GEN_THROUGHPUT,
+    TOKEN_USAGE,
+    ACCEPT_LENGTH,
+    ACCEPT_RATE,
+    CACHE_HIT_RATE,
+    MAX_TOKENS,
+)
 COUNTERS = (PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS, ABORTED)
 HISTOGRAMS = (TTFT, ITL, E2E)
 # How label sets of one gauge combine (dp ranks, priorities): counts add up, ratios take the worst
@@ -120,8 +129,9 @@ def parse_metrics(text: str, t: float = 0.0) -> Scrape:
     except (ValueError, KeyError, TypeError) as exc:
         raise MetricsParseError(f"not Prometheus text: {exc}") from exc
     hists = {
-        name: Histogram(tuple(sorted(b.items())), sums.get(name, {}).get("count", 0.0),
-                        sums.get(name, {}).get("sum", 0.0))  # fmt: skip
+        name: Histogram(
+            tuple(sorted(b.items())), sums.get(name, {}).get("count", 0.0), sums.get(name, {}).get("sum", 0.0)
+        )  # fmt: skip
         for name, b in buckets.items()
     }
     return Scrape(

@@ -172,7 +172,10 @@ def node_probes(netdevs: list[str]) -> dict[str, Any]:
     from sparkctl.preflight.probes import Probe
 
     raw = lambda r: r  # noqa: E731 - parse later, per cell, so one failure degrades only its cell
-    probes = {"gpu": Probe(tuple(GPU_ARGV), raw, PROBE_TIMEOUT), "mem": Probe(tuple(MEMINFO_ARGV), raw, PROBE_TIMEOUT)}
+    probes = {
+        "gpu": Probe(tuple(GPU_ARGV), raw, PROBE_TIMEOUT),
+        "mem": Probe(tuple(MEMINFO_ARGV), raw, PROBE_TIMEOUT),
+    }
     if netdevs:
         probes["net"] = Probe(tuple(net_argv(netdevs)), raw, PROBE_TIMEOUT)
     return probes
@@ -187,7 +190,9 @@ def read_node(conn: Connector, netdevs: list[str], t: float) -> NodeSample:
     sample.gpus, sample.gpu_error = _cell(got["gpu"], "nvidia-smi", parse_gpu_stats, [])
     sample.meminfo, sample.mem_error = _cell(got["mem"], "/proc/meminfo", parse_meminfo, {})
     if "net" in got:
-        sample.net, sample.net_error = _cell(got["net"], "netdev counters", lambda s: parse_net(s, netdevs), {})
+        sample.net, sample.net_error = _cell(
+            got["net"], "netdev counters", lambda s: parse_net(s, netdevs), {}
+        )
     return sample
 
 

@@ -50,7 +50,9 @@ def engine_lines(e: EngineRow) -> list[str]:
     kv_color = "red" if (s.token_usage or 0) > 0.95 else "default"
     spec = DASH
     if s.accept_length is not None:
-        spec = f"{s.accept_length:.2f} tok/step" + (f" ({s.accept_rate:.0%})" if s.accept_rate is not None else "")
+        spec = f"{s.accept_length:.2f} tok/step" + (
+            f" ({s.accept_rate:.0%})" if s.accept_rate is not None else ""
+        )
     return [
         head,
         f"  reqs   run {_num(s.running)}  queue {_num(s.queued)}  {_num(s.req_s, '{:.1f}')}/s"
@@ -98,7 +100,7 @@ def rank_table(snap: Snapshot) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
     for col, justify in (("rank", "left"), ("node", "left"), ("state", "left"), ("util", "right"),
                          ("gpu mem", "right"), ("temp", "right"), ("power", "right"), ("SM MHz", "right"),
-                         ("avail", "right"), ("fabric rx/tx", "right")):  # fmt: skip
+                         ("avail", "right"), ("rx/tx B/s", "right")):  # fmt: skip
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     nodes = {n.node: n for n in snap.nodes}
     for r in snap.ranks:
@@ -109,8 +111,16 @@ def rank_table(snap: Snapshot) -> Table:
         else:
             avail = _bytes(node.mem_available_mib * (1 << 20)) if node.mem_available_mib is not None else DASH
             rates = list(node.fabric.values())
-            rx = sum(x["rx_bytes_s"] or 0 for x in rates) if rates and rates[0]["rx_bytes_s"] is not None else None
-            tx = sum(x["tx_bytes_s"] or 0 for x in rates) if rates and rates[0]["tx_bytes_s"] is not None else None
+            rx = (
+                sum(x["rx_bytes_s"] or 0 for x in rates)
+                if rates and rates[0]["rx_bytes_s"] is not None
+                else None
+            )
+            tx = (
+                sum(x["tx_bytes_s"] or 0 for x in rates)
+                if rates and rates[0]["tx_bytes_s"] is not None
+                else None
+            )
             fabric = f"{_bytes(rx)}/{_bytes(tx)}" if rates else DASH
             cells = [*_gpu_cells(_rank_gpus(r, snap.ranks, node)), avail, fabric]
         table.add_row(str(r.rank), escape(r.node), f"[{color}]{r.state}[/]", *cells)
@@ -151,5 +161,7 @@ def render_text(snap: Snapshot, width: int = 80) -> str:
     import io
 
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False).print(screen(snap))
-    return buf.getvalue()
+    Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False).print(
+        screen(snap)
+    )
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

@@ -149,6 +149,7 @@ class Collector:
         self.queued: deque[float | None] = deque(maxlen=HISTORY)
         self._scrape: dict[str, Scrape] = {}
         self._nodes: dict[str, NodeSample] = {}
+        self._last_mode: str | None = None
 
     def _read_nodes(self) -> tuple[list[ContainerInfo], dict[str, NodeSample], dict[str, str]]:
         from sparkctl.fanout import fan_out
@@ -188,7 +189,13 @@ class Collector:
         from sparkctl.top.alerts import evaluate
 
         containers, samples, unreachable = self._read_nodes()
-        mode = self.mode or _running_mode(containers, self.profile) or self.profile.default_mode()
+        mode = (
+            self.mode
+            or _running_mode(containers, self.profile)
+            or self._last_mode
+            or self.profile.default_mode()
+        )
+        self._last_mode = mode
         plan = build_plan(self.profile, mode)
         before = self._nodes
         self._nodes = samples
@@ -205,8 +212,12 @@ class Collector:
 
 
 def _running_mode(containers: list[ContainerInfo], profile: Profile) -> str | None:
-    modes = {c.mode for c in containers if c.running and c.mode in profile.modes}
-    return sorted(modes)[0] if modes else None
+    """The mode that runs; else the mode of this cluster's stopped containers (its ranks died)."""
+    for alive in (True, False):
+        modes = {c.mode for c in containers if (c.running or not alive) and c.mode in profile.modes}
+        if modes:
+            return sorted(modes)[0]
+    return None
 
 
 def _message(exc: BaseException | None) -> str:
