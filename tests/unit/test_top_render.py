@@ -78,3 +78,11 @@ def test_degraded_screen_names_each_problem() -> None:
     text = render_text(fixture_snapshot(degraded=True), width=80)
     assert "unknown" in text and "NodeDegraded spark2" in text and "MemAvailableLow spark1" in text
     assert "QueueGrowing engine tp2" in text
+
+
+def test_docs_show_the_golden_screens() -> None:
+    """docs/top.md and docs/operations.md carry the 80-column samples as rendered today."""
+    healthy = (GOLDEN / "top-tp2-healthy-80.txt").read_text()
+    assert healthy in (ROOT / "docs" / "top.md").read_text()
+    assert (GOLDEN / "top-tp2-degraded-80.txt").read_text() in (ROOT / "docs" / "top.md").read_text()
+    assert healthy in (ROOT / "docs" / "operations.md").read_text()
