@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +41,33 @@ def top_json(state: Path, path: Path) -> tuple[int, dict]:
     res = cli(state, path, "top", "--once", "--json", "--interval", "1")
     assert res.stdout, res.stderr
     return res.returncode, json.loads(res.stdout)
+
+
+def live_screen_refreshes(state: Path, path: Path) -> None:
+    """`top` on a terminal (a pty, 80 columns) redraws its screen every interval; Ctrl-C exits 0."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once
+        os.environ.update(XDG_STATE_HOME=str(state), COLUMNS="80", LINES="40", TERM="xterm")
+        os.execv(sys.executable, [sys.executable, "-m", "sparkctl", "top", "-n", "0.5", "-p", str(path)])
+    out, deadline = b"", time.monotonic() + 90
+    try:
+        while out.count(b"sparkctl top") < 3 and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                out += os.read(fd, 65536)
+    finally:
+        os.kill(pid, signal.SIGINT)
+        while True:  # drain until the child closes the pty, then reap it
+            try:
+                if not select.select([fd], [], [], 30)[0] or not os.read(fd, 65536):
+                    break
+            except OSError:
+                break
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert out.count(b"sparkctl top") >= 3, out.decode(errors="replace")[-2000:]
+    plain = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", out)  # colours and cursor moves off
+    assert b"0    spark1 running" in plain and b"no warnings" in plain
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_profile):
@@ -78,6 +110,8 @@ def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_pro
     assert max(len(x) for x in lines) <= 80, res.stdout
     assert any(x.startswith("0    spark1 running") for x in lines), res.stdout
     assert "spark1 GPU n/a: nvidia-smi not found on the node" in res.stdout and "run 4  queue 1" in res.stdout
+
+    live_screen_refreshes(state, path)
 
     # An unreachable node: a degraded row, exit 5, the rest still shown
     lab.stop_sshd("spark2", kill_sessions=True)

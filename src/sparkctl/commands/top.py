@@ -51,10 +51,13 @@ def top_cmd(
 
                 raise typer.Exit(ExitCode.CONNECT)
             return
-        if json_out:  # JSON Lines: one object per refresh, for dashboards
-            _json_lines(collector, interval)
-        else:
-            _live(collector, interval)
+        try:
+            if json_out:  # JSON Lines: one object per refresh, for dashboards
+                _json_lines(collector, interval)
+            else:
+                _live(collector, interval)
+        except KeyboardInterrupt:
+            return  # Ctrl-C is how a live `top` ends: exit 0
 
 
 def _show_once(snap, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.top.snapshot.Snapshot
@@ -90,7 +93,4 @@ def _live(collector, interval: float) -> None:  # noqa: ANN001 - sparkctl.top.sn
     from rich.live import Live
 
     with Live(console=out, auto_refresh=False, screen=False, transient=False) as view:
-        try:
-            live(collector, interval, lambda snap: view.update(screen(snap), refresh=True))
-        except KeyboardInterrupt:
-            return
+        live(collector, interval, lambda snap: view.update(screen(snap), refresh=True))
