@@ -8,6 +8,7 @@ import pytest
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.gpu.probe import ProbeParseError, parse_meminfo
+from sparkctl.top.alerts import throttling
 from sparkctl.top.nodes import (
     GPU_ARGV,
     TOP_FIELDS,
@@ -22,14 +23,21 @@ from sparkctl.top.nodes import (
 GPU = Path(__file__).parents[1] / "fixtures" / "gpu"
 
 
-def test_h200_query():
-    gpus = parse_gpu_stats((GPU / "h200" / "query-gpu-top.csv").read_text())
-    assert [g.index for g in gpus] == [0, 1]
-    g = gpus[0]
-    assert (g.name, g.util_pct, g.mem_used_mib, g.mem_total_mib) == ("NVIDIA H200", 0, 0, 143771)
-    assert (g.temp_c, g.power_w, g.power_limit_w) == (35, pytest.approx(78.29), 700)
+def test_h200_idle_captured():
+    (g,) = parse_gpu_stats((GPU / "h200" / "top-query-idle.csv").read_text())
+    assert (g.index, g.name, g.util_pct, g.mem_used_mib, g.mem_total_mib) == (0, "NVIDIA H200", 0, 0, 143771)
+    assert (g.temp_c, g.power_w, g.power_limit_w) == (33, pytest.approx(99.22), 700)
     assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.throttle_mask) == (345, 1980, 1)
     assert g.throttles == []  # 0x1 = idle: not throttling
+    assert throttling(g) is None
+
+
+def test_h200_busy_captured_is_power_capped():
+    (g,) = parse_gpu_stats((GPU / "h200" / "top-query-busy.csv").read_text())
+    assert (g.util_pct, g.mem_used_mib, g.temp_c) == (100, 1011, 54)
+    assert (g.power_w, g.sm_clock_mhz, g.throttle_mask) == (pytest.approx(692.18), 1530, 0x4)
+    assert g.throttles == ["SW power cap"]
+    assert "SW power cap (SM 1530/1980 MHz), 54 C" in (throttling(g) or "")
 
 
 def test_gb10_query_is_unified():
@@ -44,7 +52,7 @@ def test_gb10_query_is_unified():
 
 
 def test_throttle_bits_named():
-    line = "0, NVIDIA H200, 100, 140000, 143771, 88, 699.10, 700.00, 1410, 1980, 0x0000000000000064\n"
+    line = "0, NVIDIA H200, GPU-x, 100, 40, 140000, 143771, 88, 699.10, 700.00, 1410, 3201, 1980, 0x0000000000000064\n"
     (g,) = parse_gpu_stats(line)  # 0x64 = SW power cap | SW thermal | HW thermal
     assert g.throttles == ["SW power cap", "SW thermal slowdown", "HW thermal slowdown"]
 

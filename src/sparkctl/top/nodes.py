@@ -15,23 +15,28 @@ from sparkctl.gpu.probe import MEMINFO_ARGV, ProbeParseError, is_unified, parse_
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector, RunResult
 
+# The fields (and order) of the captured tests/fixtures/gpu/h200/top-query-*.csv; driver 580 also
+# accepts the old name clocks_throttle_reasons.active (help-query-gpu.txt).
 TOP_FIELDS: tuple[str, ...] = (
     "index",
     "name",
+    "uuid",
     "utilization.gpu",
+    "utilization.memory",
     "memory.used",
     "memory.total",
     "temperature.gpu",
     "power.draw",
     "power.limit",
     "clocks.sm",
+    "clocks.mem",
     "clocks.max.sm",
-    "clocks_throttle_reasons.active",
+    "clocks_event_reasons.active",
 )
 GPU_ARGV: list[str] = ["nvidia-smi", f"--query-gpu={','.join(TOP_FIELDS)}", "--format=csv,noheader,nounits"]
 PROBE_TIMEOUT = 10.0
 
-# nvmlClocksThrottleReasons bits (nvml.h) that mean the GPU is held back, with what to say.
+# nvmlClocksEventReasons bits (nvml.h) that mean the GPU is held back, with what to say.
 THROTTLE_BITS: dict[int, str] = {
     0x4: "SW power cap",
     0x8: "HW slowdown",
@@ -79,7 +84,7 @@ def parse_gpu_stats(text: str) -> list[GpuStat]:
             for line in text.splitlines() if line.strip()]  # fmt: skip
     out = []
     for gpu, row in zip(gpus, rows, strict=True):
-        mask = row["clocks_throttle_reasons.active"]
+        mask = row["clocks_event_reasons.active"]
         try:
             mask_value = int(mask, 16) if mask.lower().startswith("0x") else None
         except ValueError:
