@@ -70,6 +70,23 @@ def live_screen_refreshes(state: Path, path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def node_comes_back(lab, path: Path) -> None:
+    """A live `top` (one Collector) shows spark2 degraded while its sshd is gone, then recovers."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.top.snapshot import Collector
+
+    prof = load_profile_file(path)
+    with NodePool(prof) as pool:
+        collector = Collector(prof, pool)
+        assert all(n.error is None for n in collector.sample().nodes)
+        lab.stop_sshd("spark2", kill_sessions=True)
+        down = collector.sample()
+        assert [n.node for n in down.nodes if n.error] == ["spark2"] and down.ranks[1].state == "unknown"
+        lab.start_sshd("spark2")
+        back = collector.sample()
+        assert all(n.error is None for n in back.nodes) and back.ranks[1].state == "running"
+
+
 def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_profile):
     path, state = metrics_profile
     up = cli(state, path, "up", "tp2")
@@ -124,6 +141,7 @@ def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_pro
     assert snap["engines"][0]["error"] is None
     assert ("NodeDegraded", "spark2") in [(w["code"], w["where"]) for w in snap["warnings"]]
     lab.start_sshd("spark2")
+    node_comes_back(lab, path)
 
     # A stopped rank shows as missing
     lab.kill_container("spark2", snap["ranks"][1]["container"])

@@ -159,7 +159,11 @@ class Collector:
             conn = self.pool.get(node)
             cfg = self.profile.node(node)
             netdevs = list(cfg.fabric.netdevs) if cfg.fabric else []
-            return list_cluster(conn, self.profile.cluster), read_node(conn, netdevs, time.monotonic())
+            try:
+                return list_cluster(conn, self.profile.cluster), read_node(conn, netdevs, time.monotonic())
+            except Exception:
+                conn.close()  # a dead session is reopened at the next refresh: a node that comes back recovers
+                raise
 
         results = fan_out([n.name for n in self.profile.nodes], one)
         containers: list[ContainerInfo] = []
