@@ -149,3 +149,35 @@ def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_pro
     assert rc == 0
     assert snap["ranks"][1]["state"] == "missing" and "exited" in snap["ranks"][1]["detail"]
     assert ("RankMissing", "rank 1 (spark2)") in [(w["code"], w["where"]) for w in snap["warnings"]]
+
+
+def test_top_warnings_from_the_engine(lab, metrics_profile, tmp_path):
+    """The stand-in reports a full KV cache, a collapsing draft and a queue that grows per scrape:
+    a live `top` (one Collector, several refreshes) warns about each, with its numbers."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.top.snapshot import Collector
+
+    _, state = metrics_profile
+    solo = {**SOLO, "env": {"STANDIN_METRICS": "token_usage=0.97,accept_rate=0.05,queue_step=2"}}
+    path = write_lab_profile(
+        lab, tmp_path / "warn.yaml", modes={"solo": solo, "tp2": dict(TP2)},
+        engine={"args": {"context-length": 4096, "enable-metrics": True}},
+    )  # fmt: skip
+    try:
+        up = cli(state, path, "up", "solo")
+        assert up.returncode == 0, up.stderr
+        prof = load_profile_file(path)
+        with NodePool(prof) as pool:
+            collector = Collector(prof, pool)
+            snaps = [collector.sample() for _ in range(4)]
+        queued = [s.engines[0].stats.queued for s in snaps]
+        assert all(b > a for a, b in zip(queued, queued[1:], strict=False)), queued
+        codes = {w.code: w.reason for w in snaps[-1].alerts}
+        assert set(codes) == {"QueueGrowing", "KvCacheFull", "AcceptanceCollapsed"}, codes
+        assert (
+            "KV cache 97% full" in codes["KvCacheFull"]
+            and "acceptance rate 5%" in codes["AcceptanceCollapsed"]
+        )
+        assert {w.code for w in snaps[0].alerts} == {"KvCacheFull", "AcceptanceCollapsed"}  # no history yet
+    finally:
+        cli(state, path, "down")
