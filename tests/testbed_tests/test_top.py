@@ -28,9 +28,11 @@ def metrics_profile(lab, tmp_path):
     seed_weights(lab)
     state = tmp_path / "state"
     path = write_lab_profile(
-        lab, tmp_path / "sparkctl.yaml", modes={"solo": dict(SOLO), "tp2": dict(TP2)},
+        lab,
+        tmp_path / "sparkctl.yaml",
+        modes={"solo": dict(SOLO), "tp2": dict(TP2)},
         engine={"args": {"context-length": 4096, "enable-metrics": True}},
-    )  # fmt: skip
+    )
     yield path, state
     lab.start_sshd("spark2")
     cli(state, path, "down")
@@ -95,8 +97,10 @@ def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_pro
     rc, snap = top_json(state, path)
     assert rc == 0, snap
     assert snap["mode"] == "tp2" and 0.9 <= snap["interval_s"] < 30
-    assert [(r["rank"], r["node"], r["state"]) for r in snap["ranks"]] == [(0, "spark1", "running"),
-                                                                          (1, "spark2", "running")]  # fmt: skip
+    assert [(r["rank"], r["node"], r["state"]) for r in snap["ranks"]] == [
+        (0, "spark1", "running"),
+        (1, "spark2", "running"),
+    ]
     (eng,) = snap["engines"]
     assert eng["error"] is None and eng["url"].endswith(":30000/metrics")
     # The stand-in's gauges (launch_server.METRIC_DEFAULTS) and its counters' rates
@@ -120,8 +124,13 @@ def test_top_once_json_screen_missing_rank_and_unreachable_node(lab, metrics_pro
 
     # The screen at 80 columns
     env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "80"}
-    res = subprocess.run([sys.executable, "-m", "sparkctl", "top", "--once", "--interval", "0.5", "-p", str(path)],
-                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "top", "--once", "--interval", "0.5", "-p", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80, res.stdout
@@ -160,9 +169,11 @@ def test_top_warnings_from_the_engine(lab, metrics_profile, tmp_path):
     _, state = metrics_profile
     solo = {**SOLO, "env": {"STANDIN_METRICS": "token_usage=0.97,accept_rate=0.05,queue_step=2"}}
     path = write_lab_profile(
-        lab, tmp_path / "warn.yaml", modes={"solo": solo, "tp2": dict(TP2)},
+        lab,
+        tmp_path / "warn.yaml",
+        modes={"solo": solo, "tp2": dict(TP2)},
         engine={"args": {"context-length": 4096, "enable-metrics": True}},
-    )  # fmt: skip
+    )
     try:
         up = cli(state, path, "up", "solo")
         assert up.returncode == 0, up.stderr

@@ -19,8 +19,13 @@ BUSY = EngineStats(running=8, queued=0, gen_tok_s=200.0, token_usage=0.5, accept
 
 
 def gb10(avail_mib: int) -> NodeView:
-    return NodeView("spark1", gpus=[GpuStat(0, "NVIDIA GB10")], mem_available_mib=avail_mib,
-                    mem_total_mib=124610, unified_memory=True)  # fmt: skip
+    return NodeView(
+        "spark1",
+        gpus=[GpuStat(0, "NVIDIA GB10")],
+        mem_available_mib=avail_mib,
+        mem_total_mib=124610,
+        unified_memory=True,
+    )
 
 
 def test_queue_growing():
@@ -52,8 +57,13 @@ def test_mem_available_low_on_unified_only():
     why = mem_available_low(gb10(3000))
     assert why is not None and "MemAvailable 2.9 GiB" in why
     assert mem_available_low(gb10(60000)) is None
-    discrete = NodeView("h200", gpus=[GpuStat(0, "NVIDIA H200", mem_total_mib=143771)], mem_available_mib=3000,
-                        mem_total_mib=124610, unified_memory=False)  # fmt: skip
+    discrete = NodeView(
+        "h200",
+        gpus=[GpuStat(0, "NVIDIA H200", mem_total_mib=143771)],
+        mem_available_mib=3000,
+        mem_total_mib=124610,
+        unified_memory=False,
+    )
     assert mem_available_low(discrete) is None
 
 
@@ -83,10 +93,22 @@ def test_evaluate_collects_all_with_where():
     snap.nodes = [gb10(1000), NodeView("spark2", error="ssh: connection refused")]
     snap.engines = [EngineRow("tp2", "http://x/metrics", EngineStats(running=2, token_usage=0.99))]
     codes = [(a.code, a.where) for a in evaluate(snap, [1, 2, 3, 4])]
-    assert codes == [("RankMissing", "rank 1 (spark2)"), ("MemAvailableLow", "spark1"),
-                     ("NodeDegraded", "spark2"), ("QueueGrowing", "engine tp2"), ("KvCacheFull", "engine tp2")]  # fmt: skip
+    assert codes == [
+        ("RankMissing", "rank 1 (spark2)"),
+        ("MemAvailableLow", "spark1"),
+        ("NodeDegraded", "spark2"),
+        ("QueueGrowing", "engine tp2"),
+        ("KvCacheFull", "engine tp2"),
+    ]
     snap.engines = [EngineRow("tp2", "http://x/metrics", error="/metrics: connection refused")]
     assert ("EngineMetricsDown", "engine tp2") in [(a.code, a.where) for a in evaluate(snap)]
-    quiet = Snapshot("c", "solo", "t", 2.0, ranks=[RankRow(0, "spark1", "c0", "running")], nodes=[gb10(60000)],
-                     engines=[EngineRow("solo", "u", BUSY)])  # fmt: skip
+    quiet = Snapshot(
+        "c",
+        "solo",
+        "t",
+        2.0,
+        ranks=[RankRow(0, "spark1", "c0", "running")],
+        nodes=[gb10(60000)],
+        engines=[EngineRow("solo", "u", BUSY)],
+    )
     assert evaluate(quiet, [0, 0, 0, 0]) == []

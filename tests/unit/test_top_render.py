@@ -24,8 +24,13 @@ def gb10_sample(node: str, t: float, rx: int, tx: int, avail_kb: int | None = No
     meminfo = parse_meminfo((FIX / "gpu" / "gb10" / "meminfo.txt").read_text())
     if avail_kb is not None:
         meminfo["MemAvailable"] = avail_kb
-    return NodeSample(node, t, gpus=parse_gpu_stats((FIX / "gpu" / "gb10" / "query-gpu-top.csv").read_text()),
-                      meminfo=meminfo, net=parse_net(f"{rx}\n{tx}\n", NET))  # fmt: skip
+    return NodeSample(
+        node,
+        t,
+        gpus=parse_gpu_stats((FIX / "gpu" / "gb10" / "query-gpu-top.csv").read_text()),
+        meminfo=meminfo,
+        net=parse_net(f"{rx}\n{tx}\n", NET),
+    )
 
 
 def fixture_snapshot(degraded: bool = False) -> Snapshot:
@@ -34,8 +39,12 @@ def fixture_snapshot(degraded: bool = False) -> Snapshot:
     b = parse_metrics((FIX / "sglang" / "metrics-0.5.23-b.txt").read_text(), 102.0)
     snap = Snapshot("dual-spark", "tp2", "2026-11-30T07:00:00+00:00", 2.0)
     snap.engines = [EngineRow("tp2", "http://192.168.100.10:30000/metrics", engine_stats(b, a))]
-    s1 = node_view(gb10_sample("spark1", 102.0, 9_000_000_000, 8_800_000_000),
-                   gb10_sample("spark1", 100.0, 6_600_000_000, 6_500_000_000), None, "spark1")  # fmt: skip
+    s1 = node_view(
+        gb10_sample("spark1", 102.0, 9_000_000_000, 8_800_000_000),
+        gb10_sample("spark1", 100.0, 6_600_000_000, 6_500_000_000),
+        None,
+        "spark1",
+    )
     snap.ranks = [RankRow(0, "spark1", "sparkctl-dual-spark-tp2-r0", "running", uptime_s=3600.0)]
     if degraded:
         snap.ranks.append(
@@ -47,8 +56,12 @@ def fixture_snapshot(degraded: bool = False) -> Snapshot:
         s1 = node_view(gb10_sample("spark1", 102.0, 1, 1, avail_kb=2_500_000), None, None, "spark1")
     else:
         snap.ranks.append(RankRow(1, "spark2", "sparkctl-dual-spark-tp2-r1", "running", uptime_s=3600.0))
-        s2 = node_view(gb10_sample("spark2", 102.0, 8_800_000_000, 9_000_000_000),
-                       gb10_sample("spark2", 100.0, 6_500_000_000, 6_600_000_000), None, "spark2")  # fmt: skip
+        s2 = node_view(
+            gb10_sample("spark2", 102.0, 8_800_000_000, 9_000_000_000),
+            gb10_sample("spark2", 100.0, 6_500_000_000, 6_600_000_000),
+            None,
+            "spark2",
+        )
     snap.nodes = [s1, s2]
     snap.alerts = evaluate(snap, [0, 1, 2, 3] if degraded else [3, 3, 2, 3])
     return snap

@@ -20,8 +20,12 @@ def once(collector: Collector, interval: float, sleep: Callable[[float], object]
     return collector.sample()
 
 
-def live(collector: Collector, interval: float, show: Callable[[Snapshot], object],
-         sleep: Callable[[float], object] = time.sleep) -> None:  # fmt: skip
+def live(
+    collector: Collector,
+    interval: float,
+    show: Callable[[Snapshot], object],
+    sleep: Callable[[float], object] = time.sleep,
+) -> None:
     """Refresh forever (Ctrl-C ends it); each refresh starts `interval` after the previous one started."""
     interval = max(interval, MIN_INTERVAL)
     while True:

@@ -46,8 +46,10 @@ def queue_growing(queued: Sequence[float | None], samples: int = QUEUE_SAMPLES) 
 def kv_cache_full(stats: EngineStats, limit: float = KV_FULL) -> str | None:
     if stats.token_usage is None or stats.token_usage <= limit:
         return None
-    return (f"KV cache {stats.token_usage:.0%} full (> {limit:.0%}): requests will queue or be retracted; "
-            "lower max-running-requests or raise mem-fraction-static")  # fmt: skip
+    return (
+        f"KV cache {stats.token_usage:.0%} full (> {limit:.0%}): requests will queue or be retracted; "
+        "lower max-running-requests or raise mem-fraction-static"
+    )
 
 
 def acceptance_collapsed(
@@ -60,11 +62,15 @@ def acceptance_collapsed(
     if not busy:
         return None
     if stats.accept_rate is not None and stats.accept_rate < rate_floor:
-        return (f"draft acceptance rate {stats.accept_rate:.0%} (< {rate_floor:.0%}): the draft model no longer "
-                "matches the target (wrong draft, revision or quantisation?)")  # fmt: skip
+        return (
+            f"draft acceptance rate {stats.accept_rate:.0%} (< {rate_floor:.0%}): the draft model no longer "
+            "matches the target (wrong draft, revision or quantisation?)"
+        )
     if stats.accept_length is not None and stats.accept_length < length_floor:
-        return (f"accept length {stats.accept_length:.2f} tokens/step (< {length_floor}): speculative decoding "
-                "costs more than it gains")  # fmt: skip
+        return (
+            f"accept length {stats.accept_length:.2f} tokens/step (< {length_floor}): speculative decoding "
+            "costs more than it gains"
+        )
     return None
 
 
@@ -75,8 +81,10 @@ def mem_available_low(node: NodeView, floor: float = MEM_AVAILABLE_FLOOR) -> str
         return None
     if avail >= floor * total:
         return None
-    return (f"MemAvailable {avail / 1024:.1f} GiB of {total / 1024:.0f} GiB (< {floor:.0%}) on unified memory: "
-            "the engine or the OOM killer is about to fail; lower mem-fraction-static")  # fmt: skip
+    return (
+        f"MemAvailable {avail / 1024:.1f} GiB of {total / 1024:.0f} GiB (< {floor:.0%}) on unified memory: "
+        "the engine or the OOM killer is about to fail; lower mem-fraction-static"
+    )
 
 
 def throttling(gpu: GpuStat) -> str | None:
@@ -117,8 +125,11 @@ def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> lis
             out.append(Alert("EngineMetricsDown", where, e.error))
             continue
         assert e.stats is not None
-        for code, why in (("QueueGrowing", queue_growing(queued_history)), ("KvCacheFull", kv_cache_full(e.stats)),
-                          ("AcceptanceCollapsed", acceptance_collapsed(e.stats))):  # fmt: skip
+        for code, why in (
+            ("QueueGrowing", queue_growing(queued_history)),
+            ("KvCacheFull", kv_cache_full(e.stats)),
+            ("AcceptanceCollapsed", acceptance_collapsed(e.stats)),
+        ):
             if why is not None:
                 out.append(Alert(code, where, why))
     return out

@@ -44,8 +44,16 @@ COUNTERS = (PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS, ABORTED)
 HISTOGRAMS = (TTFT, ITL, E2E)
 # How label sets of one gauge combine (dp ranks, priorities): counts add up, ratios take the worst
 # (usage) or the mean (acceptance).
-GAUGE_COMBINE = {RUNNING: "sum", QUEUED: "sum", GEN_THROUGHPUT: "sum", TOKEN_USAGE: "max",
-                 ACCEPT_LENGTH: "mean", ACCEPT_RATE: "mean", CACHE_HIT_RATE: "mean", MAX_TOKENS: "sum"}  # fmt: skip
+GAUGE_COMBINE = {
+    RUNNING: "sum",
+    QUEUED: "sum",
+    GEN_THROUGHPUT: "sum",
+    TOKEN_USAGE: "max",
+    ACCEPT_LENGTH: "mean",
+    ACCEPT_RATE: "mean",
+    CACHE_HIT_RATE: "mean",
+    MAX_TOKENS: "sum",
+}
 QUANTILES = (0.5, 0.9, 0.99)
 
 
@@ -131,7 +139,7 @@ def parse_metrics(text: str, t: float = 0.0) -> Scrape:
     hists = {
         name: Histogram(
             tuple(sorted(b.items())), sums.get(name, {}).get("count", 0.0), sums.get(name, {}).get("sum", 0.0)
-        )  # fmt: skip
+        )
         for name, b in buckets.items()
     }
     return Scrape(

@@ -80,8 +80,11 @@ def _float(text: str) -> float | None:
 def parse_gpu_stats(text: str) -> list[GpuStat]:
     """`GPU_ARGV`'s output (index/name/memory through gpu.probe's parser, the rest here)."""
     gpus = parse_query_gpu(text, TOP_FIELDS)
-    rows = [dict(zip(TOP_FIELDS, (c.strip() for c in line.split(",")), strict=True))
-            for line in text.splitlines() if line.strip()]  # fmt: skip
+    rows = [
+        dict(zip(TOP_FIELDS, (c.strip() for c in line.split(",")), strict=True))
+        for line in text.splitlines()
+        if line.strip()
+    ]
     out = []
     for gpu, row in zip(gpus, rows, strict=True):
         mask = row["clocks_event_reasons.active"]

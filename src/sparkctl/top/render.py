@@ -98,9 +98,18 @@ def _rank_gpus(rank: RankRow, ranks: list[RankRow], node: NodeView) -> list[GpuS
 
 def rank_table(snap: Snapshot) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
-    for col, justify in (("rank", "left"), ("node", "left"), ("state", "left"), ("util", "right"),
-                         ("gpu mem", "right"), ("temp", "right"), ("power", "right"), ("SM MHz", "right"),
-                         ("avail", "right"), ("rx/tx B/s", "right")):  # fmt: skip
+    for col, justify in (
+        ("rank", "left"),
+        ("node", "left"),
+        ("state", "left"),
+        ("util", "right"),
+        ("gpu mem", "right"),
+        ("temp", "right"),
+        ("power", "right"),
+        ("SM MHz", "right"),
+        ("avail", "right"),
+        ("rx/tx B/s", "right"),
+    ):
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     nodes = {n.node: n for n in snap.nodes}
     for r in snap.ranks:
@@ -141,8 +150,12 @@ def _notes(snap: Snapshot) -> list[str]:
 
 def screen(snap: Snapshot) -> Group:
     every = f" · every {snap.interval_s:.1f}s" if snap.interval_s else ""
-    parts: list = [Text.from_markup(f"[bold]sparkctl top[/] {escape(snap.cluster)} · mode "
-                                    f"{escape(snap.mode)} · {snap.taken_at}{every}")]  # fmt: skip
+    parts: list = [
+        Text.from_markup(
+            f"[bold]sparkctl top[/] {escape(snap.cluster)} · mode "
+            f"{escape(snap.mode)} · {snap.taken_at}{every}"
+        )
+    ]
     for e in snap.engines:
         parts += [Text.from_markup(line) for line in engine_lines(e)]
     parts += [Text(""), rank_table(snap)]

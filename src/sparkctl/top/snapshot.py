@@ -50,8 +50,12 @@ class EngineRow:
     error: str | None = None
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "url": self.url, "error": self.error,
-                **(self.stats.to_json() if self.stats else {})}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "url": self.url,
+            "error": self.error,
+            **(self.stats.to_json() if self.stats else {}),
+        }
 
 
 @dataclass
