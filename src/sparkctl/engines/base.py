@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.plan import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -64,6 +66,13 @@ class Engine(Protocol):
         """Stable finding names of `check` (valid in preflight --only/--ignore)."""
         ...
 
-    def check(self, plan: Plan, profile: Profile) -> list[Finding]:
-        """Launch safety offline: flag rules, GPU arch rules, the memory planner (no engine import)."""
+    def check(
+        self,
+        plan: Plan,
+        profile: Profile,
+        pool: NodePool | None = None,
+        gpu_reports: Mapping[str, GpuReport | None] | None = None,
+    ) -> list[Finding]:
+        """Launch safety for preflight: flags (the image's parser on rank 0 when `pool` is given),
+        rules and the memory planner, with the GPU reports preflight already probed."""
         ...

@@ -16,6 +16,7 @@ from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.probe import Probe
     from sparkctl.plan import Plan
     from sparkctl.profile.schema import ModelRef, Profile
@@ -66,6 +67,7 @@ class Ctx:
     selected: frozenset[str]
     sysfs_root: str
     checks: Mapping[str, Check]
+    pool: NodePool | None = None  # for checks that run something of their own (Launch: the image's parser)
 
     @property
     def multi(self) -> bool:

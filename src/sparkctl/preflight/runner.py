@@ -159,7 +159,7 @@ def run_preflight(
     start = time.monotonic()
     selected = validate_names(set(only), "--only") if only is not None else set(CHECKS)
     ignored = validate_names(set(ignore), "--ignore")
-    ctx = Ctx(profile, plan, frozenset(selected), sysfs_root, REGISTRY)
+    ctx = Ctx(profile, plan, frozenset(selected), sysfs_root, REGISTRY, pool)
     checks = _active(ctx)
     gathered = fan_out(plan.nodes, lambda n: _gather(ctx, checks, pool, n))
     facts = {n: o.value if o.ok else NodeFacts(n, connect_error=o.error) for n, o in gathered.items()}

@@ -8,6 +8,10 @@ from sparkctl.engines.base import RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.plan import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -73,11 +77,16 @@ class SGLang:
 
         return CHECK_NAMES
 
-    def check(self, plan: Plan, profile: Profile) -> list[Finding]:
-        # SGLang's own flag parser may import SGLang or start the image: left to `plan --check`.
-        from sparkctl.launch.check import check_plan
+    def check(
+        self,
+        plan: Plan,
+        profile: Profile,
+        pool: NodePool | None = None,
+        gpu_reports: Mapping[str, GpuReport | None] | None = None,
+    ) -> list[Finding]:
+        from sparkctl.launch.pipeline import preflight_findings  # the one launch pipeline
 
-        return check_plan(plan, profile, parse_flags=False).findings
+        return preflight_findings(plan, profile, pool, dict(gpu_reports or {}))
 
 
 ENGINE = SGLang()

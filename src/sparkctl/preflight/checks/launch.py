@@ -1,8 +1,6 @@
-"""Launch: the engine's launch-safety checks (rules, memory planner), run from preflight.
-
-Flag parsing with the engine's own parser is left to `sparkctl plan --check` (it may import the
-engine or start the image); preflight runs what the engine checks offline. The findings keep
-their own names (MemoryFit, ...): `--only MemoryFit` runs just that one."""
+"""Launch: the engine's launch-safety checks (flags with the image's parser, rules, memory
+planner), run from preflight with the GPU reports it probed. The findings keep their own names
+(MemoryFit, ...): `--only MemoryFit` runs just that one."""
 
 from __future__ import annotations
 
@@ -11,6 +9,7 @@ from collections.abc import Mapping
 
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import SKIP, Check, Ctx, NodeFacts
+from sparkctl.preflight.checks.gpus import gpu_report
 
 
 def launch_names() -> frozenset[str]:
@@ -38,7 +37,8 @@ class Launch(Check):
 
         everything = self.name in ctx.selected
         try:
-            found = get_engine(ctx.profile.engine.kind).check(ctx.plan, ctx.profile)
+            reports = {n: gpu_report(f) for n, f in facts.items()}  # what Gpus probed (free memory)
+            found = get_engine(ctx.profile.engine.kind).check(ctx.plan, ctx.profile, ctx.pool, reports)
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours
             return [Finding(self.name, SKIP, f"launch-safety checks failed to run: {exc}")]
         return [
