@@ -100,7 +100,13 @@ def verify(
     if not json_out:
         out.print(f"[bold]verify[/] {ep.url}  model [bold]{ep.model}[/]")
     findings = run_verify(
-        ep.url, ep.model, only=only, timeout_s=timeout, deadline_s=deadline, api_key=ep.api_key, on_result=live
+        ep.url,
+        ep.model,
+        only=only,
+        timeout_s=timeout,
+        deadline_s=deadline,
+        api_key=ep.api_key,
+        on_result=live,
     )
     bad = {Severity.ERROR, Severity.WARN} if strict else {Severity.ERROR}
     failed = [f for f in findings if f.severity in bad]
