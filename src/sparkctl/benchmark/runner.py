@@ -196,6 +196,7 @@ def run_bench(
     mode: str | None = None,
     config_hash: str | None = None,
     on_workload: Callable[[WorkloadResult], None] | None = None,
+    started: float | None = None,
 ) -> BenchResult:
     """Every workload gets `reps` repetitions unless the run passes `budget_s`; nothing runs past
     `deadline_s`. The prompts fit the server's context (max_model_len when reported, else `context`)."""
@@ -206,7 +207,7 @@ def run_bench(
     from sparkctl.verify.client import make_client, probe
     from sparkctl.verify.deadline import TimeUp, bounded
 
-    start = time.monotonic()
+    start = started or time.monotonic()  # `started`: when the command began
     until = start + (deadline_s if deadline_s is not None else budget_s + 10 * timeout_s)
     budget_until = start + budget_s
     try:

@@ -74,6 +74,9 @@ def bench(
 ) -> None:
     """Single-stream workloads (code, prose, thinking, cold prefill, repeated long prefix) and
     concurrent `code xN`. Token counts come from the server's usage, never from stream chunks."""
+    import time
+
+    started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.benchmark.runner import run_bench
     from sparkctl.benchmark.workloads import default_suite, parse_levels, select
     from sparkctl.errors import UsageError
@@ -102,6 +105,7 @@ def bench(
         mode=ep.mode,
         config_hash=ep.config_hash,
         on_workload=lambda w: con.print(f"  done {w.workload.name}"),
+        started=started,
         **bounds,
     )
     for note in result.notes:

@@ -87,6 +87,9 @@ def verify(
 ) -> None:
     """Check the endpoint against the OpenAI API (fail) and the optional features sparkctl uses
     (warn). Exit 1 on any failure (and on warnings with --strict)."""
+    import time
+
+    started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.errors import ExitCode, UsageError
     from sparkctl.findings import Severity
     from sparkctl.verify.checks import select
@@ -107,6 +110,7 @@ def verify(
         deadline_s=deadline,
         api_key=ep.api_key,
         on_result=live,
+        started=started,
     )
     bad = {Severity.ERROR, Severity.WARN} if strict else {Severity.ERROR}
     failed = [f for f in findings if f.severity in bad]

@@ -75,10 +75,11 @@ def verify(
     deadline_s: float = 600.0,
     api_key: str | None = None,
     on_result: Callable[[Finding], None] | None = None,
+    started: float | None = None,
 ) -> list[Finding]:
     """Run the selected checks in order. Raises ConnectError/UsageError (one line) when the endpoint
     is not an OpenAI server serving `model`, SparkctlError when generation stalls or time is up."""
-    until = time.monotonic() + deadline_s
+    until = (started or time.monotonic()) + deadline_s  # `started`: when the command began
     probe_s = max(0.1, min(timeout_s, until - time.monotonic()))
     try:
         bounded(lambda: probe(url, model, api_key, probe_s), until)
