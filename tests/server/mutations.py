@@ -49,7 +49,8 @@ def _chat_empty(req: Any, data: dict) -> dict:
 def _drop_text(req: Any, events: list) -> list:
     for e in events:
         for ch in e.get("choices", []) if isinstance(e, dict) else []:
-            ch.get("delta", {}).pop("content", None)
+            for key in ("content", "reasoning_content", "reasoning"):
+                ch.get("delta", {}).pop(key, None)
     return events
 
 

@@ -65,11 +65,12 @@ def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
 
 
 def _text_of(delta: Any) -> tuple[bool, bool]:
-    """(carries content or tool calls, carries reasoning)."""
+    """(carries generated text of any kind, carries real reasoning). Whitespace counts as a token
+    for TTFT but not as reasoning: some parsers emit the newlines of an empty think block."""
     extra = getattr(delta, "model_extra", None) or {}
-    reasoning = bool(extra.get("reasoning_content") or extra.get("reasoning"))
+    thought = extra.get("reasoning_content") or extra.get("reasoning") or ""
     content = delta.content or ""
-    return bool(content or delta.tool_calls), reasoning or "<think>" in content
+    return bool(content or thought or delta.tool_calls), bool(thought.strip()) or "<think>" in content
 
 
 def stream_once(
@@ -92,7 +93,7 @@ def stream_once(
             usage = chunk.usage or usage
             for ch in chunk.choices:
                 text, thought = _text_of(ch.delta)
-                if text or thought:
+                if text:
                     events += 1
                     reasoning += thought
                     max_gap = max(max_gap, now - last) if last is not None else max_gap

@@ -103,7 +103,7 @@ def thinking_switch(ctx: Context) -> Passed:
             extra_body={"chat_template_kwargs": {"enable_thinking": on}},
         )
         msg = r.choices[0].message
-        think = extra(msg, "reasoning_content") or ("<think>" in (msg.content or "") and "inline")
+        think = (extra(msg, "reasoning_content") or "").strip() or "<think>" in (msg.content or "")
         seen[on] = (get(r, "usage", "prompt_tokens"), bool(think))
     (p_on, r_on), (p_off, r_off) = seen[True], seen[False]
     if r_off:
