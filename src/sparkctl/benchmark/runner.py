@@ -196,6 +196,7 @@ def run_bench(
     mode: str | None = None,
     config_hash: str | None = None,
     on_workload: Callable[[WorkloadResult], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
     started: float | None = None,
 ) -> BenchResult:
     """Every workload gets `reps` repetitions unless the run passes `budget_s`; nothing runs past
@@ -223,6 +224,8 @@ def run_bench(
         if ctx_tokens:
             workloads, note = bounded(lambda: fit_prefix_words(client, model, workloads, ctx_tokens), until)
             result.notes += [note] if note else []
+            if note and on_note:
+                on_note(note)
         for current in workloads:
             res = run_workload(
                 client, model, current, reps, budget_until=budget_until, until=until, timeout_s=timeout_s

@@ -105,11 +105,10 @@ def bench(
         mode=ep.mode,
         config_hash=ep.config_hash,
         on_workload=lambda w: con.print(f"  done {w.workload.name}"),
+        on_note=lambda note: con.print(f"  [yellow]note:[/] {note}"),
         started=started,
         **bounds,
     )
-    for note in result.notes:
-        con.print(f"  [yellow]note:[/] {note}")
     _emit(result.to_json(), _tables(result), out, json_out, con)
     _chart([result], chart, len(levels) > 1, con)
 
