@@ -27,7 +27,7 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="Save the full result
 ChartOpt = Annotated[
     Path | None,
     typer.Option(
-        "--chart", help="PNG chart of throughput and latency (default bench.png for a sweep/--compare)."
+        "--chart", help="PNG chart of throughput and latency (default bench.png for a sweep or --compare without --json)."
     ),
 ]
 CompareOpt = Annotated[
@@ -110,7 +110,7 @@ def bench(
         **bounds,
     )
     _emit(result.to_json(), _tables(result), out, json_out, con)
-    _chart([result], chart, len(levels) > 1, con)
+    _chart([result], chart, len(levels) > 1 and not json_out, con)
 
 
 def _tables(result) -> list:  # noqa: ANN001 - BenchResult
@@ -163,7 +163,7 @@ def _compare(
 
         results = compare(modes, switch, run)
     _emit({"compare": [r.to_json() for r in results]}, [compare_table(results)], out, json_out, con)
-    _chart(results, chart, True, con)
+    _chart(results, chart, not json_out, con)
 
 
 def _emit(data: dict, tables: list, out: Path | None, json_out: bool, con) -> None:  # noqa: ANN001 - rich objects
