@@ -228,6 +228,35 @@ def _lose_tool_result(body: dict) -> dict:
     return body
 
 
+def _chat_fake_tools(args: str, anyway: bool = False) -> Callable[[Any, dict], dict]:
+    """Chat flavour of `_fake_tools`: tool_calls on the message, results as role "tool"."""
+
+    def fn(req: Any, data: dict) -> dict:
+        req = req or {}
+        results = [m for m in req.get("messages") or [] if m.get("role") == "tool"]
+        msg = data["choices"][0]["message"]
+        if results:
+            msg["content"] = (
+                f"The weather is {json.loads(results[-1]['content']).get('conditions', 'unknown')}."
+            )
+            return data
+        if not req.get("tools") or (req.get("tool_choice") == "none" and not anyway):
+            return data
+        call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+        msg.update(content=None, tool_calls=[call])
+        data["choices"][0]["finish_reason"] = "tool_calls"
+        return data
+
+    return fn
+
+
+def _chat_lose_tool_result(body: dict) -> dict:
+    for m in body.get("messages") or []:
+        if m.get("role") == "tool":
+            m["content"] = "{}"
+    return body
+
+
 C, R, K = "/chat/completions", "/responses", "/completions"
 MUTATIONS: dict[str, Mutation] = {
     "chat_empty": Mutation(response=_resp(_chat_empty, C)),
@@ -261,4 +290,10 @@ MUTATIONS: dict[str, Mutation] = {
     "wrong_tool": Mutation(response=_resp(_fake_tools(json.dumps({"city": "Paris"}), honour_name=False), R)),
     "call_anyway": Mutation(response=_resp(_call_anyway, R)),
     "lose_tool_result": Mutation(request=_req(_lose_tool_result, R)),
+    "chat_fake_tools": Mutation(response=_resp(_chat_fake_tools(json.dumps({"city": "Paris"})), C)),
+    "chat_bad_tool_args": Mutation(response=_resp(_chat_fake_tools(json.dumps({"city": ""})), C)),
+    "chat_call_anyway": Mutation(
+        response=_resp(_chat_fake_tools(json.dumps({"city": "Paris"}), anyway=True), C)
+    ),
+    "chat_lose_tool_result": Mutation(request=_req(_chat_lose_tool_result, C)),
 }

@@ -40,6 +40,9 @@ CASES = [
     ("ToolChoiceNamed", [ND, "fake_tools"], [ND, "wrong_tool"]),
     ("ToolRoundTrip", [ND, "fake_tools"], [ND, "lose_tool_result", "fake_tools"]),
     ("ToolRoundTrip", [ND, "fake_tools"], [ND, "bad_tool_args"]),
+    ("ChatToolChoiceNone", [], ["chat_call_anyway"]),
+    ("ChatToolRoundTrip", ["chat_fake_tools"], ["chat_bad_tool_args"]),  # "city": "" breaks minLength
+    ("ChatToolRoundTrip", ["chat_fake_tools"], ["chat_lose_tool_result", "chat_fake_tools"]),
     ("ThinkingSwitch", [], ["strip_thinking_kwargs"]),
     ("PrefixCacheResponses", [ND, "cache_report"], [ND, "cache_report", "cache_zero"]),
     ("PrefixCacheChat", ["cache_report"], ["cache_report", "cache_zero"]),

@@ -3,7 +3,7 @@ the verdicts that server really earns, each with its reason.
 
 It streams /v1/responses when `stream` is absent (so every Responses check fails on the SDK's
 default call), ignores max_completion_tokens, json_schema, reasoning.effort and tool_choice
-(random weights never call a tool), reports no cached tokens and rejects `return_token_ids`.
+(random weights never call a tool, on either API), reports no cached tokens and rejects `return_token_ids`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ EXPECTED = {
     "ToolChoiceRequired": ("error", f"{SDK}; with stream=False: tool_choice='required' ignored"),
     "ToolChoiceNamed": ("error", f"{SDK}; with stream=False: tool_choice naming get_time ignored"),
     "ToolRoundTrip": ("error", f"{SDK}; with stream=False: no function_call to answer"),
+    "ChatToolChoiceNone": ("ok", "no tool call"),
+    "ChatToolRoundTrip": ("error", "tool_choice='required' ignored: no tool_calls"),
     "ThinkingSwitch": ("ok", "thinking on: "),
     "PrefixCacheResponses": (
         "warn",

@@ -131,6 +131,20 @@ CHECKS: list[Check] = [
         t.tool_round_trip,
     ),
     Check(
+        "ChatToolChoiceNone",
+        "contract",
+        "chat tool_choice='none' with tools offered: no tool_calls",
+        _TOOLS,
+        t.chat_tool_choice_none,
+    ),
+    Check(
+        "ChatToolRoundTrip",
+        "contract",
+        "chat tool_choice='required': schema-valid tool_calls; a role 'tool' result shapes the answer",
+        _TOOLS,
+        t.chat_tool_round_trip,
+    ),
+    Check(
         "ThinkingSwitch",
         "optional",
         "chat_template_kwargs enable_thinking reaches the chat template",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 from sparkctl.verify.base import CheckFailed, Context, Passed, output_types, user, validate
@@ -120,3 +121,51 @@ def tool_round_trip(ctx: Context) -> Passed:
             f"the tool result ({word!r}) did not reach the answer: {(r2.output_text or '')[:80]!r}"
         )
     return Passed(f"{call.name}({call.arguments}) -> result used in the answer")
+
+
+# ----- the same on Chat Completions (tool_calls on the message, results as role "tool") -----
+
+CHAT_TOOL = {"type": "function", "function": {k: v for k, v in WEATHER_TOOL.items() if k != "type"}}
+
+
+def _chat_ask(ctx: Context, tool_choice: Any, messages: list | None = None) -> Any:
+    from sparkctl.verify.base import require_object
+
+    r = ctx.client.chat.completions.create(
+        model=ctx.model, messages=messages or ASK, tools=[CHAT_TOOL], tool_choice=tool_choice, max_tokens=64
+    )
+    return require_object(r, "chat.completion", f"tool_choice={tool_choice}").choices[0].message
+
+
+def _chat_valid_call(msg: Any) -> Any:
+    calls = msg.tool_calls or []
+    if not calls:
+        raise CheckFailed(f"tool_choice='required' ignored: no tool_calls (content {(msg.content or '')[:60]!r})")
+    fn = calls[0].function
+    _valid_call(SimpleNamespace(name=fn.name, arguments=fn.arguments))
+    return calls[0]
+
+
+def chat_tool_choice_none(ctx: Context) -> Passed:
+    msg = _chat_ask(ctx, "none")
+    if msg.tool_calls:
+        fn = msg.tool_calls[0].function
+        raise CheckFailed(f"tool_choice='none' ignored: the reply calls {fn.name}({fn.arguments})")
+    return Passed("no tool call")
+
+
+def chat_tool_round_trip(ctx: Context) -> Passed:
+    """tool_choice='required': a schema-valid call; its result (a fresh code word) must reach the answer."""
+    msg = _chat_ask(ctx, "required")
+    call = _chat_valid_call(msg)
+    word = f"zx{uuid.uuid4().hex[:6]}"
+    history = [
+        *ASK,
+        {"role": "assistant", "content": msg.content or "", "tool_calls": [call.model_dump(exclude_none=True)]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": "Paris", "conditions": word})},
+        user("Repeat the conditions the tool reported, verbatim."),
+    ]
+    answer = _chat_ask(ctx, "none", history).content or ""
+    if word not in answer:
+        raise CheckFailed(f"the tool result ({word!r}) did not reach the answer: {answer[:80]!r}")
+    return Passed(f"{call.function.name}({call.function.arguments}) -> result used in the answer")
