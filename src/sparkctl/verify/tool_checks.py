@@ -4,7 +4,6 @@ schema (a real JSON Schema validator), and the tool's result shaping the next an
 from __future__ import annotations
 
 import json
-import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -106,7 +105,7 @@ def tool_round_trip(ctx: Context) -> Passed:
         raise CheckFailed(f"no function_call to answer (items {output_types(r1)})")
     call = calls[0]
     _valid_call(call)
-    word = f"zx{uuid.uuid4().hex[:6]}"
+    word = f"zx{ctx.nonce[:6]}"  # fresh per run; fixed when a test fixes the nonce
     result = {
         "type": "function_call_output",
         "call_id": call.call_id,
@@ -158,7 +157,7 @@ def chat_tool_round_trip(ctx: Context) -> Passed:
     """tool_choice='required': a schema-valid call; its result (a fresh code word) must reach the answer."""
     msg = _chat_ask(ctx, "required")
     call = _chat_valid_call(msg)
-    word = f"zx{uuid.uuid4().hex[:6]}"
+    word = f"zx{ctx.nonce[:6]}"  # fresh per run; fixed when a test fixes the nonce
     history = [
         *ASK,
         {"role": "assistant", "content": msg.content or "", "tool_calls": [call.model_dump(exclude_none=True)]},
