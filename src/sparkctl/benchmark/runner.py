@@ -203,9 +203,7 @@ def run_bench(
     `deadline_s`. The prompts fit the server's context (max_model_len when reported, else `context`)."""
     import datetime
 
-    import openai
-
-    from sparkctl.verify.client import make_client, probe
+    from sparkctl.verify.client import make_client, probe, probe_deadline
     from sparkctl.verify.deadline import TimeUp, bounded
 
     start = started or time.monotonic()  # `started`: when the command began
@@ -214,7 +212,9 @@ def run_bench(
     try:
         info = bounded(lambda: probe(url, model, api_key, max(0.1, min(timeout_s, until - start))), until)
     except TimeUp:
-        raise SparkctlError(f"--deadline reached while probing {url}", fix="raise --deadline") from None
+        raise probe_deadline(url) from None
+    import openai  # after the probe: on a loaded machine this import alone takes seconds
+
     client = make_client(url, timeout_s, api_key)
     ctx_tokens = info.max_model_len or context
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -102,6 +102,13 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     return ServerInfo(models, lens[0] if lens and isinstance(lens[0], int) else None)
 
 
+def probe_deadline(url: str) -> ConnectError:
+    return ConnectError(
+        f"GET {api_base(url)}/models: no reply before --deadline",
+        fix="check what listens there and that it is not hung; raise --deadline if it is only slow",
+    )
+
+
 def _http_error(target: str, code: int, body: str) -> ConnectError:
     detail = " ".join(body.split())[:120]
     if code in (401, 403):

@@ -10,7 +10,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.findings import Finding, Severity
 from sparkctl.verify.base import SDK_DEFAULT_FIX, Check, CheckFailed, Context, Stalled
 from sparkctl.verify.checks import select
-from sparkctl.verify.client import describe_error, make_client, probe
+from sparkctl.verify.client import describe_error, make_client, probe, probe_deadline
 from sparkctl.verify.deadline import TimeUp, bounded
 
 
@@ -84,7 +84,7 @@ def verify(
     try:
         bounded(lambda: probe(url, model, api_key, probe_s), until)
     except TimeUp:
-        raise SparkctlError(f"--deadline reached while probing {url}", fix="raise --deadline") from None
+        raise probe_deadline(url) from None
     ctx = Context(client=make_client(url, timeout_s, api_key), model=model, timeout_s=timeout_s)
     findings = []
     for check in select(only):
