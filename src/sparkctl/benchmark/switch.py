@@ -4,7 +4,7 @@ first and waits until ready), run the same suite in mode B."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sparkctl.benchmark.runner import BenchResult
@@ -17,10 +17,11 @@ def compare_modes(
     modes: tuple[str, str],
     suite: list[Workload],
     *,
-    reps: int,
-    budget_s: float,
+    api_key: str | None = None,
     on_switch: Callable[[str], None] = lambda mode: None,
+    **bounds: Any,
 ) -> list[BenchResult]:
+    """`bounds`: run_bench's limits (reps, budget, deadline...), the same in both modes."""
     from sparkctl.benchmark.runner import compare, run_bench
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import up
@@ -39,10 +40,10 @@ def compare_modes(
                 ep.url,
                 ep.served_model_name,
                 suite,
-                reps=reps,
-                budget_s=budget_s,
+                api_key=api_key,
                 mode=mode,
                 config_hash=plan.settled_hash,
+                **bounds,
             )
 
         return compare(modes, switch, run)

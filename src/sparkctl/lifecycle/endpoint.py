@@ -1,9 +1,11 @@
 """Which endpoint a command talks to: --url/--model as given, or the profile's plan for MODE
-(default: the mode running now, else the profile's default mode). Shared by verify and bench."""
+(default: the mode running now, else the profile's default mode), with the bearer key to send.
+Shared by verify and bench (neither imports the other)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import UsageError
@@ -12,16 +14,33 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    model: str
+    config_hash: str | None
+    mode: str | None
+    api_key: str | None  # never printed
+
+
 def resolve_endpoint(
-    load_profile: Callable[[], Profile], mode: str | None, url: str | None, model: str | None
-) -> tuple[str, str, str | None, str | None]:
-    """(url, model, config_hash, mode); the profile is loaded only when --url is not given."""
+    load_profile: Callable[[], Profile],
+    mode: str | None,
+    url: str | None,
+    model: str | None,
+    api_key: str | None = None,
+    api_key_env: str | None = None,
+) -> Endpoint:
+    """The profile is loaded only when --url is not given. The key: --api-key, --api-key-env,
+    else the profile's."""
+    from sparkctl.verify.client import profile_api_key, resolve_api_key
+
     if url or model:
         if not (url and model):
             raise UsageError("--url and --model go together", fix="pass both, or neither and use -p PROFILE")
         if mode:
             raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
-        return url, model, None, None
+        return Endpoint(url, model, None, None, resolve_api_key(api_key, api_key_env, None))
     from sparkctl.plan import build_plan
 
     prof = load_profile()
@@ -32,4 +51,5 @@ def resolve_endpoint(
         with NodePool(prof) as pool:
             mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
     plan = build_plan(prof, mode)
-    return plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode
+    key = resolve_api_key(api_key, api_key_env, profile_api_key(prof))
+    return Endpoint(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)
