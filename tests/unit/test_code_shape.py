@@ -20,7 +20,6 @@ MAX_MODULE = 400
 KNOWN: set[str] = {
     "sparkctl/lifecycle/watch.py wait_ready()",
     "sparkctl/ship/__init__.py ship()",
-    "sparkctl/verify/checks.py",
 }
 
 
