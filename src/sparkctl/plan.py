@@ -14,18 +14,21 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sparkctl import hardening as sec
 from sparkctl.errors import UsageError
+from sparkctl.hardening import SECRETS_DIR, ContainerOptions, Mount
 from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
-from sparkctl.secrets import SecretRef, masked
+from sparkctl.secrets import SecretFile, SecretRef, masked
+
+__all__ = ["SECRETS_DIR", "ContainerOptions", "Mount"]  # re-exported: callers import them from here
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_TRITON = "/root/.triton"
-SECRETS_DIR = "/run/secrets"
 LABEL_PREFIX = "sparkctl."
 
 # The reference recipe's serving defaults (recipe.md): each one fixes a measured problem.
+# --trust-remote-code is not one of them: remote code is opt-in (engine.trust_remote_code).
 RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
-    "trust-remote-code": True,
     "stream-interval": 1,  # one token per SSE event: chunk-counting clients otherwise report ~4x low
     "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
 }
@@ -35,22 +38,6 @@ GB10_MEM_FRACTION = 0.90
 
 def _is_gb10(node: Node) -> bool:
     return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str  # path on the node
-    target: str  # path in the container
-    read_only: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerOptions:
-    network_mode: str = "host"
-    ipc_mode: str = "host"
-    shm_size: str = "32g"
-    privileged: bool = False
-    gpus: str | None = "all"  # "all", "0,1" (device ids) or None for no GPU request
 
 
 @dataclass(frozen=True)
@@ -65,6 +52,10 @@ class RankSpec:
     options: ContainerOptions
     labels: dict[str, str] = field(default_factory=dict)
     gpus: int = 1
+    secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
+
+    def secret_refs(self) -> list[SecretRef]:
+        return [f.ref for f in self.secrets]
 
     def env_masked(self) -> dict[str, str]:
         return {k: masked(v) for k, v in self.env.items()}
@@ -72,6 +63,7 @@ class RankSpec:
     def to_json(self) -> dict:
         out = asdict(self)
         out["env"] = self.env_masked()
+        out["secrets"] = [{"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets]
         return out
 
 
@@ -80,6 +72,7 @@ class Endpoint:
     host: str
     port: int
     served_model_name: str
+    api_key: SecretRef | None = None  # sent as a bearer token by readiness and status
 
     @property
     def url(self) -> str:
@@ -117,6 +110,7 @@ class Plan:
     config_hash: str
     image_source: str  # "ref" or "recipe:<name>"
     unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
+    warnings: list[str] = field(default_factory=list)  # security notes `plan` shows (docs/security.md)
 
     @property
     def settled_hash(self) -> str | None:
@@ -140,7 +134,14 @@ class Plan:
             "config_hash": self.config_hash,
             "image_source": self.image_source,
             "dist_init_addr": self.dist_init_addr,
-            "endpoint": {**asdict(self.endpoint), "url": self.endpoint.url},
+            "endpoint": {
+                "host": self.endpoint.host,
+                "port": self.endpoint.port,
+                "served_model_name": self.endpoint.served_model_name,
+                "url": self.endpoint.url,
+                "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
+            },
+            "warnings": self.warnings,
             "stop_first": [asdict(c) for c in self.stop_first],
             "unresolved": self.unresolved,
             "ranks": [r.to_json() for r in self.ranks],
@@ -181,9 +182,10 @@ def render_args(args: dict[str, ArgValue]) -> list[str]:
     return out
 
 
-
 def _mode_args(profile: Profile, mode: Mode) -> dict[str, ArgValue]:
     args: dict[str, ArgValue] = dict(RECIPE_DEFAULT_ARGS) if profile.engine.recipe_defaults else {}
+    if profile.engine.trust_remote_code:
+        args["trust-remote-code"] = True
     args.update(profile.engine.args)
     args.update(mode.args)
     if profile.engine.recipe_defaults and all(_is_gb10(profile.node(n)) for n in mode.nodes):
@@ -209,19 +211,6 @@ def _model_flags(profile: Profile) -> list[str]:
 
 def served_model_name(profile: Profile) -> str:
     return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
-
-
-def _secret_env_and_mounts(profile: Profile, node: Node) -> tuple[dict[str, str | SecretRef], list[Mount]]:
-    env: dict[str, str | SecretRef] = {}
-    mounts: list[Mount] = []
-    for name, secret in profile.engine.secrets.items():
-        if secret.env:
-            env[name] = SecretRef(name=name, env=secret.env)
-        else:
-            target = f"{SECRETS_DIR}/{name}"
-            mounts.append(Mount(node_path(secret.file or "", node, profile), target, read_only=True))
-            env[f"{name}_PATH"] = target
-    return env, mounts
 
 
 def _fabric_env(profile: Profile, node: Node, facts: PlanFacts, unresolved: list[str]) -> dict[str, str]:
@@ -262,6 +251,7 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "argv": r.argv,
             "env": {k: (repr(v) if isinstance(v, SecretRef) else v) for k, v in sorted(r.env.items())},
             "mounts": [asdict(m) for m in r.mounts],
+            "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
         }
         for r in ranks
@@ -308,7 +298,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     base_args = render_args(_mode_args(profile, mode))
     ranks: list[RankSpec] = []
     for rank, node in enumerate(nodes):
-        argv = list(profile.engine.command) + _model_flags(profile) + base_args
+        argv = list(profile.engine.command) + _model_flags(profile) + base_args + sec.auth_flags(profile)
         argv += ["--tp", str(mode.tp)]
         if nnodes > 1:
             argv += [
@@ -319,29 +309,30 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
                 "--dist-init-addr",
                 dist_init_addr or "",
             ]
-        argv += ["--host", profile.engine.host, "--port", str(profile.engine.port)]
+        argv += ["--host", sec.bind_host(profile, node, rank), "--port", str(profile.engine.port)]
 
         env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
         if mode.tp > 1:
             env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
         if nnodes > 1:
             env |= _fabric_env(profile, node, facts, unresolved)
+        if profile.engine.offline:
+            env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
         env |= profile.engine.env
         env |= mode.env
-        secret_env, secret_mounts = _secret_env_and_mounts(profile, node)
+        secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path)
         env |= secret_env
 
+        # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
+        hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
         mounts = [
-            Mount(node_path(node.hf_cache or profile.model.hf_cache, node, profile), CONTAINER_HF_HOME),
+            Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"),
             Mount(
                 node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON
             ),
             *secret_mounts,
         ]
-        opts = profile.engine.container
-        options = ContainerOptions(
-            shm_size=opts.shm_size, privileged=opts.privileged, gpus=_gpu_request(node, per_rank, profile)
-        )
+        options = sec.container_options(profile, mode, _gpu_request(node, per_rank, profile))
         ranks.append(
             RankSpec(
                 rank=rank,
@@ -353,6 +344,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
                 mounts=mounts,
                 options=options,
                 gpus=per_rank,
+                secrets=secret_files,
             )
         )
 
@@ -379,9 +371,13 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         if other != mode_name
         for i, n in enumerate(other_mode.nodes)
     ]
-    rank0 = nodes[0]
-    host = "127.0.0.1" if rank0.is_local else rank0.address
-    endpoint = Endpoint(host=host, port=profile.engine.port, served_model_name=served_model_name(profile))
+    key = profile.engine.api_key
+    endpoint = Endpoint(
+        host=sec.endpoint_host(profile, nodes[0]),
+        port=profile.engine.port,
+        served_model_name=served_model_name(profile),
+        api_key=sec.secret_ref("api-key", key, nodes[0], profile, node_path) if key else None,
+    )
     return Plan(
         cluster=profile.cluster,
         mode=mode_name,
@@ -394,4 +390,5 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         config_hash=config_hash,
         image_source=image_source,
         unresolved=unresolved,
+        warnings=sec.plan_warnings(profile, mode),
     )

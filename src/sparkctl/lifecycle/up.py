@@ -291,7 +291,7 @@ def _up_locked(
     deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
     plan = resolve_plan(profile, plan, pool)
     for spec in plan.ranks:  # a missing secret (unset HF_TOKEN) must stop us before anything is stopped
-        containers.revealed_env(spec)
+        containers.secrets_tar(spec, pool.get(spec.node))
     observed = observe(pool, plan.cluster, involved_nodes(plan))
     rec = reconcile(plan, observed)
     if rec.up_to_date:

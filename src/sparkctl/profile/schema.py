@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkctl.profile.security import ContainerOptions, ssh_word
+
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -34,6 +36,10 @@ MANAGED_FLAGS = {
     "nccl-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
     "speculative-draft-model-path": "model.draft.id",
     "speculative-draft-model-revision": "model.draft.revision",
+    "trust-remote-code": "engine.trust_remote_code",
+    "api-key": "engine.api_key (a secret: env: or file:)",
+    "admin-api-key": "engine.admin_api_key (a secret: env: or file:)",
+    "config": "engine.api_key (sparkctl passes the keys to SGLang in a --config file)",
 }
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
 
@@ -81,6 +87,16 @@ class Node(Strict):
     hf_cache: str | None = Field(None, description="Overrides model.hf_cache on this node.")
     triton_cache: str | None = Field(None, description="Overrides model.triton_cache on this node.")
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return ssh_word(v, "address") or v
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return ssh_word(v, "user")
+
     @property
     def is_local(self) -> bool:
         return self.address == "local"
@@ -98,6 +114,11 @@ class SshSettings(Strict):
     user: str | None = Field(None, description="Default SSH user for all nodes.")
     key: str | None = Field(None, description="Default SSH key for all nodes.")
     port: Port = Field(22, description="Default SSH port.")
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return ssh_word(v, "user")
 
 
 class Fabric(Strict):
@@ -157,14 +178,6 @@ class Secret(Strict):
         return self
 
 
-class ContainerOptions(Strict):
-    shm_size: Annotated[str, Field(pattern=r"^\d+[bkmg]?$")] = "32g"
-    privileged: bool = Field(False, description="The TP recipe used --privileged for RDMA device access.")
-    gpus: bool = Field(
-        True, description="Request the node's GPUs via the NVIDIA runtime (false on CPU-only rigs)."
-    )
-
-
 def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
     clean: dict[str, ArgValue] = {}
     for key, value in args.items():
@@ -189,7 +202,24 @@ class Engine(Strict):
     command: list[str] = Field(
         default_factory=lambda: ["python3", "-m", "sglang.launch_server"], min_length=1
     )
-    host: str = Field("0.0.0.0", description="--host of the API server.")
+    host: str | None = Field(
+        None,
+        description="--host of the API server (default: the address sparkctl reaches each rank's node at; "
+        "127.0.0.1 for a local node). 0.0.0.0 needs api_key or expose: public.",
+    )
+    expose: Literal["private", "public"] = Field(
+        "private", description="public: binding every interface without an API key is intended."
+    )
+    api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (SGLang --api-key).")
+    admin_api_key: Secret | None = Field(
+        None, description="Key for SGLang's admin routes (else they accept api_key, or nothing without it)."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Let the model repo run its own Python (--trust-remote-code); pin the revision."
+    )
+    offline: bool = Field(
+        True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
+    )
     port: Port = Field(30000, description="--port of the API server (rank 0).")
     served_model_name: str | None = Field(
         None, description="Name clients use (default: last part of the model id)."
