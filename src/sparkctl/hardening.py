@@ -112,7 +112,7 @@ def secret_delivery(
         else:
             source = node_path(secret.file or "", node, profile)
             mounts.append(Mount(source, target, read_only=True))
-            files.append(SecretFile(target, SecretRef(name=name, file=source), bind=True))
+            files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
     for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
         if secret is not None:
             files.append(SecretFile(SGLANG_AUTH_CONFIG, secret_ref(key, secret, node, profile, node_path), key))
@@ -123,7 +123,7 @@ def secret_ref(name: str, secret: object, node: Node, profile: Profile, node_pat
     env = getattr(secret, "env", None)
     if env:
         return SecretRef(name=name, env=env)
-    return SecretRef(name=name, file=node_path(getattr(secret, "file", "") or "", node, profile))
+    return SecretRef(name=name, file=node_path(getattr(secret, "file", "") or "", node, profile), node=node.name)
 
 
 def auth_flags(profile: Profile) -> list[str]:

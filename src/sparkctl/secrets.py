@@ -19,13 +19,15 @@ if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
 
 MASK = "***"
+_FILE_VALUES: dict[tuple[str, str], str] = {}  # (node, path) -> value read this run (never persisted)
 
 
 @dataclass(frozen=True)
 class SecretRef:
     name: str
     env: str | None = None  # the controller's environment variable holding the value
-    file: str | None = None  # or a file on the rank's node (absolute path there)
+    file: str | None = None  # or a file on a node (absolute path there)
+    node: str | None = None  # the node holding `file`
 
     def __str__(self) -> str:
         return MASK
@@ -46,6 +48,9 @@ class SecretRef:
             return self.reveal()
         if conn is None:
             raise UsageError(f"secret {self.name} is in {self.file} on the nodes; no node to read it from")
+        cached = _FILE_VALUES.get((conn.node, self.file or ""))
+        if cached:
+            return cached
         try:
             value = conn.get(self.file or "").decode(errors="replace").strip()
         except (OSError, FileNotFoundError) as exc:
@@ -56,7 +61,14 @@ class SecretRef:
             ) from None
         if not value:
             raise UsageError(f"secret file {self.file} is empty", node=conn.node)
+        _FILE_VALUES[(conn.node, self.file or "")] = value
         return value
+
+    def known_value(self) -> str | None:
+        """The value without any I/O: from this shell's env, or a file value read earlier in this run."""
+        if self.env:
+            return os.environ.get(self.env) or None
+        return _FILE_VALUES.get((self.node or "", self.file or ""))
 
     def reveal(self) -> str:
         if not self.env:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import errno
-import shlex
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,23 @@ if TYPE_CHECKING:
 
 # A constant script; the path arguments arrive as positional parameters, never interpolated.
 _PUT_SCRIPT = 'mkdir -p "$(dirname "$3")" && cat > "$1" && chmod "$2" "$1" && mv -f "$1" "$3"'
+
+
+# The login shell (bash, dash, fish, tcsh...) parses the command string sshd hands it; so the
+# string holds only /bin/sh, one constant script in single quotes (no backslash or quote inside:
+# literal in every shell) and one word per argument made of [A-Za-z0-9_./:=,+-] (r + the word) or
+# base64 (b + data). /bin/sh decodes each into "$@" and execs it: no shell ever parses an argument.
+_DECODE = (
+    'n=$#; for a; do case $a in r*) v=${a#r};; *) v=$(printf %s "${a#b}" | base64 -d; echo .); '
+    "v=${v%.};; esac; set -- \"$@\" \"$v\"; done; shift $n; exec \"$@\""
+)
+_PLAIN_RE = re.compile(r"^[A-Za-z0-9_./:=,+-]+$")
+
+
+def remote_command(argv: Sequence[str]) -> str:
+    """argv -> the one string an SSH exec request carries, independent of the login shell."""
+    words = [f"r{a}" if _PLAIN_RE.fullmatch(a) else "b" + base64.b64encode(a.encode()).decode() for a in argv]
+    return " ".join(["/bin/sh", "-c", f"'{_DECODE}'", "sparkctl", *words])
 
 
 @dataclass(frozen=True)
@@ -216,7 +234,7 @@ class SshConnector(Connector):
         self, argv: Sequence[str], timeout: float | None, input: bytes | None
     ) -> tuple[int, bytes, bytes]:
         chan = self._session()
-        chan.exec_command(shlex.join(argv))  # the only place argv becomes a string
+        chan.exec_command(remote_command(argv))  # the only place argv becomes a string
         if input:
             chan.sendall(input)
         chan.shutdown_write()
@@ -253,7 +271,7 @@ class SshConnector(Connector):
     def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
         chan = self._session()
         chan.set_combine_stderr(True)
-        chan.exec_command(shlex.join(argv))
+        chan.exec_command(remote_command(argv))
         if timeout:
             chan.settimeout(timeout)
         try:
@@ -264,7 +282,7 @@ class SshConnector(Connector):
 
     def popen(self, argv: Sequence[str]) -> SshProcess:
         chan = self._session()
-        chan.exec_command(shlex.join(argv))
+        chan.exec_command(remote_command(argv))
         return SshProcess(chan)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:

@@ -246,6 +246,8 @@ def prepare_node(conn: Connector, specs: list[RankSpec], extra_dirs: list[str]) 
     dirs = sorted({m.source for s in specs for m in s.mounts if not m.read_only} | set(extra_dirs))
     if dirs:
         conn.run(["mkdir", "-p", "--", *dirs]).check("creating cache and log directories")
+    if extra_dirs:  # the log directory: rank logs may hold what an engine prints
+        conn.run(["chmod", "700", "--", *extra_dirs]).check("restricting the log directory to its owner")
 
 
 def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:

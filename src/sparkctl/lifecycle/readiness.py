@@ -42,8 +42,11 @@ class EndpointHealth:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+def _get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, headers=headers)
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -61,12 +64,16 @@ def served_models(body: bytes) -> list[str]:
 
 
 def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
-    """One probe of rank 0's API; never raises (errors become `detail`)."""
+    """One probe of rank 0's API; never raises (errors become `detail`). Sends the profile's API
+    key (a file-held key must have been read this run, as `up` does when it starts the ranks)."""
+    key = endpoint.api_key.known_value() if endpoint.api_key else None
     try:
-        code, body = _get(f"{endpoint.api_base}/models", MODELS_TIMEOUT)
+        code, body = _get(f"{endpoint.api_base}/models", MODELS_TIMEOUT, key)
     except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", exc)
         return EndpointHealth(detail=f"/v1/models: {reason or type(exc).__name__}")
+    if code == 401 and not key:
+        return EndpointHealth(detail="/v1/models: HTTP 401 (the API wants a key: set engine.api_key)")
     if code != 200:
         return EndpointHealth(detail=f"/v1/models: HTTP {code}")
     served = served_models(body)
@@ -77,7 +84,7 @@ def probe(endpoint: Endpoint, health: bool = True) -> EndpointHealth:
     if not health:
         return EndpointHealth(True, served, False, "/health not probed")
     try:
-        code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT)
+        code, body = _get(f"{endpoint.url}/health", HEALTH_TIMEOUT, key)
     except (OSError, http.client.HTTPException) as exc:
         return EndpointHealth(
             True, served, False, f"/health: {getattr(exc, 'reason', exc) or type(exc).__name__}"

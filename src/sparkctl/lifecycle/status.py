@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
@@ -73,6 +74,9 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         ranks = [c for c in out.containers if c.mode == mode]
         plan = build_plan(profile, mode) if mode in profile.modes else None
         hashes = {c.config_hash for c in ranks if c.running}
+        if plan and plan.endpoint.api_key and plan.endpoint.api_key.file:  # read the key on rank 0's node
+            with contextlib.suppress(SparkctlError):
+                plan.endpoint.api_key.reveal_on(pool.get(plan.ranks[0].node))
         health = probe(plan.endpoint) if plan else EndpointHealth(detail="mode no longer in the profile")
         out.modes.append(ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None))
     return out

@@ -17,7 +17,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.readiness import EndpointHealth, Prober
 from sparkctl.plan import Plan, RankSpec
-from sparkctl.secrets import redact
+from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25
 SETTLE_S = 1.0  # after a rank dies: time for the others to be seen dead too, to find the first
@@ -76,9 +76,10 @@ class WaitResult:
 def _rank_logs(pool: NodePool, spec: RankSpec, lines: int) -> RankLog:
     try:
         text = tail_logs(pool.get(spec.node), spec.container_name, lines)
+        masks = secret_values(spec.secret_refs(), pool.get(spec.node))
     except Exception as exc:  # noqa: BLE001 - logs are best effort on the failure path
-        text = [f"(could not read the log: {exc})"]
-    return RankLog(spec.rank, spec.node, [redact(line, spec.env) for line in text])
+        text, masks = [f"(could not read the log: {exc})"], []
+    return RankLog(spec.rank, spec.node, [redact(line, masks) for line in text])
 
 
 def _first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
@@ -120,7 +121,7 @@ def wait_ready(
                 line = None
                 if fetch_lines and info is not None:
                     tail = tail_logs(conn, spec.container_name, 1)
-                    line = redact(tail[-1], spec.env) if tail else ""
+                    line = redact(tail[-1], secret_values(spec.secret_refs(), conn)) if tail else ""
                 return info, line
 
             results = fan_out([s.rank for s in plan.ranks], look)

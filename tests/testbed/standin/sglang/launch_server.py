@@ -11,6 +11,10 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
 
+Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
+`key: value` lines); with a key every route but /health*, /ready and /metrics answers 401
+without `Authorization: Bearer <key>`.
+
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
 `STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
 prints that variable raw, like an engine that logs its token.
@@ -56,7 +60,31 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
     p.add_argument("--enable-metrics", action="store_true")
-    return p.parse_known_args(argv)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--admin-api-key", default=None)
+    return p.parse_known_args(with_config(argv))
+
+
+def with_config(argv: list[str]) -> list[str]:
+    """SGLang's --config merge: the YAML file's options first, then the command line's."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    path, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
+    extra: list[str] = []
+    with open(path) as fh:
+        for line in fh:
+            key, sep, value = line.strip().partition(":")
+            if sep and key:
+                value = value.strip()
+                extra += [f"--{key.strip()}", json.loads(value) if value.startswith('"') else value]
+    return extra + rest
+
+
+def authorized(handler: BaseHTTPRequestHandler, path: str) -> bool:
+    if path.startswith(("/health", "/ready", "/metrics")) or not State.args.api_key:
+        return True
+    return handler.headers.get("Authorization", "") == f"Bearer {State.args.api_key}"
 
 
 def fail_spec(rank: int) -> set[str]:
@@ -197,7 +225,9 @@ class Rank0Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         args, path = State.args, self.path.split("?")[0]
-        if path in ("/health", "/health_generate", "/ready"):
+        if not authorized(self, path):
+            self.reply(401, {"error": "Unauthorized"})
+        elif path in ("/health", "/health_generate", "/ready"):
             self.reply(200 if State.ready else 503, "" if State.ready else "not ready", "text/plain")
         elif path == "/v1/models":
             name = served_name(args)
@@ -248,6 +278,8 @@ class Rank0Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self.reply(400, {"error": "bad json"})
         path = self.path.split("?")[0]
+        if not authorized(self, path):
+            return self.reply(401, {"error": "Unauthorized"})
         if path not in ("/v1/chat/completions", "/v1/completions", "/generate"):
             return self.reply(404, {"detail": "Not Found"})
         if not State.ready:
