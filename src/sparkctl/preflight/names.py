@@ -30,10 +30,13 @@ CHECKS: dict[str, str] = {
     "UnifiedMemory": "on unified-memory nodes (GB10), MemAvailable covers what the model needs",
     "HostIpReachable": "each rank's SGLANG_HOST_IP is assigned on its node and reachable from the peers",
     "Launch": "launch-safety rules of sparkctl.launch (flags, GPU arch, memory), when available",
+    "Security": "no keyless API on every interface, no --privileged, pinned revisions, secret files 0400",
 }
 
 # Findings some checks emit under a more precise name; --only/--ignore of the group covers them.
-ALIASES: dict[str, str] = {"DriverDrift": "Gpus", "CudaDrift": "Gpus", "GpuArchDrift": "Gpus"}
+ALIASES: dict[str, str] = {"DriverDrift": "Gpus", "CudaDrift": "Gpus", "GpuArchDrift": "Gpus",
+                           **{n: "Security" for n in ("ApiExposure", "Privileged", "RemoteCode",
+                                                      "UnpinnedRevision", "SecretFileMode")}}  # fmt: skip
 
 # The quick subset `up` runs before starting anything (all within about a second on a LAN).
 FAST_CHECKS: frozenset[str] = frozenset(
@@ -46,6 +49,7 @@ FAST_CHECKS: frozenset[str] = frozenset(
         "PortFree",
         "StrayContainers",
         "Mtu",
+        "Security",
     }
 )
 

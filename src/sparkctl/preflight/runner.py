@@ -28,6 +28,7 @@ from sparkctl.preflight.parsers import (
     resolve_revision,
 )
 from sparkctl.preflight.rdma import NoRdma, RdmaDevice, check_hcas
+from sparkctl.preflight.security import NAMES as SECURITY_NAMES
 from sparkctl.profile.schema import ModelRef, Profile
 from sparkctl.ship.manifest import hf_cache_for, repo_dir, snapshot_manifest
 
@@ -561,6 +562,11 @@ def run_preflight(
             ]
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours
             findings.append(Finding("Launch", SKIP, f"launch-safety checks failed to run: {exc}"))
+    if ctx.any("Security", *SECURITY_NAMES):
+        from sparkctl.preflight.security import security_findings
+
+        findings += [f for f in security_findings(profile, plan, pool)
+                     if "Security" in selected or f.check in selected]  # fmt: skip
     findings = _apply_ignore(findings, ignored)
     order = {c: i for i, c in enumerate(CHECKS)}
     ranks = {n: i for i, n in enumerate(plan.nodes)}
