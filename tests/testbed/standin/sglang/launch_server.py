@@ -17,7 +17,8 @@ without `Authorization: Bearer <key>`.
 
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
 `STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
-prints that variable raw, like an engine that logs its token.
+prints that variable raw, `STANDIN_LEAK_FILES=a,b` those files' content, like an engine that
+logs its token.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ def record(argv: list[str]) -> None:
     leak = os.environ.get("STANDIN_LEAK_ENV")
     if leak:
         log(f"STANDIN: {leak}={os.environ.get(leak, '')}")
+    for path in filter(None, os.environ.get("STANDIN_LEAK_FILES", "").split(",")):  # e.g. HF_TOKEN_PATH's file
+        with open(path) as fh:
+            log(f"STANDIN: {path}={fh.read().strip()}")
 
 
 # ------------------------------------------------------------------ rendezvous
