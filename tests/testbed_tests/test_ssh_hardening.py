@@ -22,7 +22,7 @@ def _evil(marker: Path) -> list[str]:
     """Payloads for POSIX shells, fish (`(cmd)`, `;`), csh-likes and option parsers."""
     return [
         f"$(touch {marker})", f"`touch {marker}`", f"(touch {marker})", f"main; touch {marker}",
-        f"main\ntouch {marker}", f"'; touch {marker}; '", f'"; touch {marker}; "', "\\", "-n", "", "{a,b}", "~",
+        f"main\ntouch {marker}", f"'; touch {marker}; '", f"\\'';touch {marker};#", f'"; touch {marker}; "', "\\", "-n", "", "{a,b}", "~",
         "a b", "%self", "!!", "ünï",
     ]  # fmt: skip
 
@@ -67,7 +67,7 @@ def test_arguments_survive_any_login_shell(lab, open_dir, shell):
 
 
 def test_crafted_revision_with_fish_login_shell_runs_nothing(lab, setup, open_dir):
-    """The issue's case: fish as a node's login shell and a crafted `revision` (preflight sends it)."""
+    """The issue's case: fish as a node's login shell and a crafted `revision` (preflight and ship send it)."""
     write_profile, state = setup
     marker = open_dir / "pwned-revision"
     path = write_profile()
@@ -75,10 +75,13 @@ def test_crafted_revision_with_fish_login_shell_runs_nothing(lab, setup, open_di
         doc = yaml.safe_load(path.read_text())
         for node in doc["nodes"]:
             node["user"] = user
-        doc["model"]["target"]["revision"] = f"main(touch {marker}); touch {marker}"
+        # POSIX single quotes (shlex.quote) are not fish's: there \\' escapes the quote.
+        doc["model"]["target"]["revision"] = f"main\\'';touch {marker};#"
         path.write_text(yaml.safe_dump(doc))
-        res = cli(state, path, "preflight", "solo", "--only", "SshReachable,Weights", "--json")
+        res = cli(state, path, "preflight", "tp2", "--only", "SshReachable,Weights", "--json")
         assert '"SshReachable"' in res.stdout and res.returncode in (0, 1), res.stderr
+        res = cli(state, path, "ship", "tp2", "--weights")  # sends the revision to both nodes' python3
+        assert "Traceback" not in res.stderr, res.stderr
     assert not marker.exists()
 
 
