@@ -28,7 +28,7 @@ def ssh_word(value: str | None, what: str) -> str | None:
     """Validate a user name or address that ends up as an SSH destination."""
     if value is None:
         return None
-    if not _SSH_WORD_RE.match(value):
+    if not _SSH_WORD_RE.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} is not a valid SSH {what}: it must not start with '-' "
             f"or contain spaces or control characters"
