@@ -119,7 +119,9 @@ def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric(
     assert n1.gpu is not None and n1.gpu.compute_capability == "12.1" and n1.gpu.unified_memory
     assert prof.model.target.revision == C1  # refs/main, the same commit on both nodes: pinned
     assert prof.model.draft is not None and prof.model.draft.revision == "5b0d4b5"
-    assert prof.engine.container.privileged and prof.engine.container.gpus
+    assert not prof.engine.container.privileged and prof.engine.container.gpus
+    assert prof.engine.container.preset == "rdma" and prof.engine.host == "127.0.0.1"
+    assert prof.engine.api_key is not None and prof.engine.api_key.env == "SPARKCTL_API_KEY"
     assert "# refs/main on every node when init ran" in text
     plan = build_plan(prof, "tp2")
     env1 = plan.ranks[1].env

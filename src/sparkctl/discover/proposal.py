@@ -77,7 +77,8 @@ class Draft:
     draft_revision: Revision | None
     hf_cache: str
     container_gpus: bool
-    privileged: bool
+    rdma_preset: bool  # RoCE fabric: the multi-node modes get the rdma preset (never --privileged)
+    api_host: str = "127.0.0.1"  # init proposes loopback; serving the LAN is a choice made in the profile
     known_hosts: str | None = None
     ssh_key: str | None = None
     ssh_user: str | None = None
@@ -329,7 +330,7 @@ def build_draft(
         draft_revision=draft_rev,
         hf_cache=hf_cache,
         container_gpus=any_gpu,
-        privileged=transport == "roce",
+        rdma_preset=transport == "roce",
         known_hosts=known_hosts,
         ssh_key=ssh_key,
         ssh_user=ssh_user,
