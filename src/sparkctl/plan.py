@@ -271,8 +271,7 @@ def recipe_tag(recipe: str) -> str:
     return f"sparkctl/{recipe}:latest"
 
 
-def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
-    mode_name = mode_name or profile.default_mode()
+def _check_mode(profile: Profile, mode_name: str) -> None:
     if mode_name not in profile.modes:
         import difflib
 
@@ -282,6 +281,42 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
             fix=(f"did you mean '{near[0]}'? " if near else "")
             + f"modes in this profile: {', '.join(profile.modes)}",
         )
+
+
+def _rank_argv(
+    profile: Profile, mode: Mode, node: Node, rank: int, base_args: list[str], dist: str | None
+) -> list[str]:
+    argv = list(profile.engine.command) + _model_flags(profile) + base_args + sec.auth_flags(profile)
+    argv += ["--tp", str(mode.tp)]
+    if len(mode.nodes) > 1:
+        argv += ["--nnodes", str(len(mode.nodes)), "--node-rank", str(rank), "--dist-init-addr", dist or ""]
+    return argv + ["--host", sec.bind_host(profile, node, rank), "--port", str(profile.engine.port)]
+
+
+def _rank_env_mounts(
+    profile: Profile, mode: Mode, node: Node, facts: PlanFacts, unresolved: list[str]
+) -> tuple[dict[str, str | SecretRef], list[Mount], list[SecretFile]]:
+    env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
+    if mode.tp > 1:
+        env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+    if len(mode.nodes) > 1:
+        env |= _fabric_env(profile, node, facts, unresolved)
+    if profile.engine.offline:
+        env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
+    env |= profile.engine.env
+    env |= mode.env
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path)
+    env |= secret_env
+    # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
+    hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
+    triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
+    mounts = [Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"), Mount(triton, CONTAINER_TRITON), *secret_mounts]
+    return env, mounts, secret_files
+
+
+def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
+    mode_name = mode_name or profile.default_mode()
+    _check_mode(profile, mode_name)
     facts = facts or PlanFacts()
     mode = profile.modes[mode_name]
     nodes = [profile.node(n) for n in mode.nodes]
@@ -298,55 +333,11 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     base_args = render_args(_mode_args(profile, mode))
     ranks: list[RankSpec] = []
     for rank, node in enumerate(nodes):
-        argv = list(profile.engine.command) + _model_flags(profile) + base_args + sec.auth_flags(profile)
-        argv += ["--tp", str(mode.tp)]
-        if nnodes > 1:
-            argv += [
-                "--nnodes",
-                str(nnodes),
-                "--node-rank",
-                str(rank),
-                "--dist-init-addr",
-                dist_init_addr or "",
-            ]
-        argv += ["--host", sec.bind_host(profile, node, rank), "--port", str(profile.engine.port)]
-
-        env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
-        if mode.tp > 1:
-            env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
-        if nnodes > 1:
-            env |= _fabric_env(profile, node, facts, unresolved)
-        if profile.engine.offline:
-            env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
-        env |= profile.engine.env
-        env |= mode.env
-        secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path)
-        env |= secret_env
-
-        # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
-        hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
-        mounts = [
-            Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"),
-            Mount(
-                node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON
-            ),
-            *secret_mounts,
-        ]
+        argv = _rank_argv(profile, mode, node, rank, base_args, dist_init_addr)
+        env, mounts, secret_files = _rank_env_mounts(profile, mode, node, facts, unresolved)
         options = sec.container_options(profile, mode, _gpu_request(node, per_rank, profile))
-        ranks.append(
-            RankSpec(
-                rank=rank,
-                node=node.name,
-                container_name=container_name(profile.cluster, mode_name, rank),
-                image=image,
-                argv=argv,
-                env=env,
-                mounts=mounts,
-                options=options,
-                gpus=per_rank,
-                secrets=secret_files,
-            )
-        )
+        name = container_name(profile.cluster, mode_name, rank)
+        ranks.append(RankSpec(rank, node.name, name, image, argv, env, mounts, options, gpus=per_rank, secrets=secret_files))
 
     config_hash = _config_hash(ranks)
     ranks = [
