@@ -42,7 +42,7 @@ def test_ssh_words_that_could_be_options_are_refused(field: str, value: str) -> 
     new = f"    address: {json.dumps(value)}" if field == "address" else old.replace("user: spark", f"user: {json.dumps(value)}")
     with pytest.raises(ProfileError) as err:
         load(DUAL.replace(old, new, 1))
-    assert f"nodes[" in err.value.message and f"].{field}" in err.value.message
+    assert "nodes[" in err.value.message and f"].{field}" in err.value.message
     assert "must not start with '-'" in err.value.message
 
 
@@ -163,3 +163,12 @@ def test_secret_file_modes_need_0400() -> None:
     assert [(f.severity, f.node) for f in found] == [(Severity.ERROR, "spark2")] * 2
     assert found[0].fix == "chmod 0400 /home/spark/tok  (on spark2)" and "missing" in found[1].message
     assert parse_modes("spark2", "400 /a\n600 /b\n") == []
+
+
+def test_curl_hint_names_the_key_source_never_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkctl.lifecycle.up import curl_example
+
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-never-printed")
+    hint = curl_example(build_plan(load(DUAL), "tp2"))
+    assert hint.endswith('-H "Authorization: Bearer $SPARKCTL_API_KEY"') and "sk-never-printed" not in hint
+    assert "Authorization" not in curl_example(build_plan(load(TWO_GPU), "tp2"))

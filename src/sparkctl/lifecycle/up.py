@@ -408,4 +408,9 @@ def curl_example(plan: Plan) -> str:
         "max_tokens": 64,
     }
     url = f"{ep.api_base}/chat/completions"
-    return shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+    cmd = shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+    key = ep.api_key
+    if key is not None:  # the variable's name or the file's path, never the value
+        value = f"${key.env}" if key.env else f"$(cat {shlex.quote(key.file or '')})"
+        cmd += f' -H "Authorization: Bearer {value}"'
+    return cmd
