@@ -118,6 +118,16 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir()
     )
     assert "STANDIN: /run/secrets/HF_TOKEN=***" in outputs[-1].stdout
+    # Nothing sparkctl wrote holds a canary: on the nodes only the engine's own prints of the
+    # files do; on this side no state or log file does.
+    canaries = (TOKEN, API_KEY, ADMIN_KEY)
+    for node in lab.nodes:
+        for p in Path(node.node_root, "logs").iterdir():
+            leaked = [ln for ln in p.read_text().splitlines() if any(c in ln for c in canaries)]
+            engine_prints = ("STANDIN: /run/secrets/", "api-key: ", "admin-api-key: ")  # after docker's timestamp
+            assert all(ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked), leaked
+    for p in state.rglob("*"):
+        assert not p.is_file() or not any(c.encode() in p.read_bytes() for c in canaries), p
     assert 'admin-api-key: "***"' in outputs[-1].stdout
     logs_dir = Path(lab.node("spark1").node_root, "logs")
     assert stat.S_IMODE(logs_dir.stat().st_mode) == 0o700
