@@ -172,3 +172,15 @@ def test_curl_hint_names_the_key_source_never_the_value(monkeypatch: pytest.Monk
     hint = curl_example(build_plan(load(DUAL), "tp2"))
     assert hint.endswith('-H "Authorization: Bearer $SPARKCTL_API_KEY"') and "sk-never-printed" not in hint
     assert "Authorization" not in curl_example(build_plan(load(TWO_GPU), "tp2"))
+
+
+def test_profile_secret_resolves_here_for_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkctl.verify.client import profile_api_key
+
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-here")
+    assert profile_api_key(load(DUAL)) == "sk-here"
+    key = tmp_path / "key"
+    key.write_text("sk-file\n")
+    prof = load(DUAL.replace("{env: SPARKCTL_API_KEY}", "{file: " + str(key) + "}"))
+    assert profile_api_key(prof) == "sk-file"
+    assert profile_api_key(load(DUAL.replace("{env: SPARKCTL_API_KEY}", "{file: /nonexistent}"))) is None
