@@ -12,6 +12,8 @@ import importlib
 import typer
 
 from sparkctl import __version__
+from sparkctl.commands import _common
+from sparkctl.commands._common import ProfileOpt
 
 # Order is the order in `--help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -49,8 +51,13 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    profile: ProfileOpt = None,
 ) -> None:
-    """sparkctl reads a YAML cluster profile (-p, $SPARKCTL_PROFILE or ./sparkctl.yaml)."""
+    """sparkctl reads a YAML cluster profile (-p, $SPARKCTL_PROFILE or ./sparkctl.yaml).
+
+    `-p` works before or after the subcommand; the subcommand's own `-p` wins.
+    """
+    _common.root_profile = profile
 
 
 for _name in COMMAND_MODULES:

@@ -95,7 +95,7 @@ def test_cli_fabric_test_gloo(torch_lab: Lab, tmp_path) -> None:
     from tests.testbed.profiles import write_lab_profile
 
     path = write_lab_profile(torch_lab, tmp_path / "lab.yaml", image=TORCH_TAG)
-    base = [sys.executable, "-m", "sparkctl", "fabric-test", "-p", str(path), "--mode", "tp2", "--backend", "gloo",
+    base = [sys.executable, "-m", "sparkctl", "fabric-test", "tp2", "-p", str(path), "--backend", "gloo",
             "--sizes", "64K", "--iters", "2", "--timeout", "60"]  # fmt: skip
     ok = subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr

@@ -16,9 +16,7 @@ ProfileOpt = Annotated[
     typer.Option(
         "--profile",
         "-p",
-        envvar="SPARKCTL_PROFILE",
-        show_envvar=True,
-        help="Cluster profile YAML (default: ./sparkctl.yaml).",
+        help="Cluster profile YAML (default: $SPARKCTL_PROFILE, else ./sparkctl.yaml).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
@@ -60,11 +58,15 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# `sparkctl -p X CMD`: the root callback records X here (None when not given) for every run.
+root_profile: Path | None = None
+
+
 def load_profile(path: Path | None):
     """Find and validate the profile (whole file, before any connection)."""
     from sparkctl.profile import find_profile, load_profile_file
 
-    return load_profile_file(find_profile(path))
+    return load_profile_file(find_profile(path or root_profile))
 
 
 def print_json(data: Any) -> None:

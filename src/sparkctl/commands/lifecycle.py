@@ -295,11 +295,13 @@ def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
 
 
 def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
     if not st.containers:
-        out.print(f"cluster {st.cluster}: nothing running")
+        asked = " on the nodes that answered" if st.unreachable else ""
+        out.print(f"cluster {st.cluster}: nothing running{asked}")
     else:
         from rich import box
 
@@ -323,7 +325,7 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
             out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
                       "`sparkctl up` would restart the ranks[/]")  # fmt: skip
     for node, why in st.unreachable.items():
-        out.print(f"[red]node {node} unreachable[/]: {why}")
+        out.print(f"[red]node {node}[/]: {escape(why)}")
 
 
 @handle_errors
@@ -345,8 +347,10 @@ def logs_cmd(
         bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
     ] = False,
     profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order."""
+    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order.
+    Exit 3 when no rank has a log file yet."""
     from rich.markup import escape
 
     from sparkctl.connectors import NodePool
@@ -371,16 +375,46 @@ def logs_cmd(
         width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
         if not follow:
             lines, missing = read_all(prof, pool, specs, tail, since_at)
-            for line in lines:
-                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-            for r, why in missing.items():
-                console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+            _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
             return
         try:
             for line in follow_all(prof, pool, specs, tail, since_at):
+                if json_out:  # one JSON object per line while following
+                    import json
+
+                    print(json.dumps(_log_json(line)), flush=True)
+                    continue
                 out.print(escape(line.render(width, timestamps)), soft_wrap=True)
         except KeyboardInterrupt:  # the normal way to stop following
             return
+
+
+def _log_json(line) -> dict:  # noqa: ANN001 - sparkctl.lifecycle.logs.LogLine
+    return {"rank": line.rank, "node": line.node, "time": line.ts.isoformat() if line.ts else None,
+            "text": line.text}  # fmt: skip
+
+
+def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str,
+                n_ranks: int) -> None:  # fmt: skip
+    """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
+    from rich.markup import escape
+
+    from sparkctl.errors import SparkctlError
+
+    if json_out:
+        print_json({"mode": mode, "lines": [_log_json(x) for x in lines],
+                    "missing": {str(r): why for r, why in missing.items()}})  # fmt: skip
+    else:
+        out = console()
+        for line in lines:
+            out.print(escape(line.render(width, timestamps)), soft_wrap=True)
+        for r, why in missing.items():
+            console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+    if len(missing) == n_ranks:
+        raise SparkctlError(
+            f"no log files for mode {mode}: it has not been started on these nodes",
+            fix=f"start it with `sparkctl up {mode}`, or pick another mode with --mode",
+        )
 
 
 def register(app: typer.Typer) -> None:
