@@ -23,6 +23,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Import name -> pip name, where they differ.
+PIP_NAMES = {"yaml": "pyyaml", "docker": "docker", "openai": "openai"}
+
 
 def console(stderr: bool = False):
     from rich.console import Console
@@ -54,6 +57,14 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             console(stderr=True).print("[yellow]interrupted[/]")
             raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except ModuleNotFoundError as exc:  # a broken install: say which package, not a traceback
+            if os.environ.get("SPARKCTL_DEBUG") or not exc.name:
+                raise
+            pkg = PIP_NAMES.get(exc.name.split(".")[0], exc.name.split(".")[0])
+            err = console(stderr=True)
+            err.print(f"[bold red]error[/] the Python package '{pkg}' is not installed (this command needs it)")
+            err.print(f"  [yellow]fix:[/] python3 -m pip install '{pkg}' (or reinstall: python3 -m pip install -e .)")
+            raise typer.Exit(ExitCode.USAGE) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -28,7 +28,7 @@ def make_client(url: str, timeout_s: float = 120.0) -> Any:
     except ImportError as exc:
         raise UsageError(
             "the 'openai' package is not installed",
-            fix="pip install 'sparkctl[verify]' (or: pip install openai)",
+            fix="python3 -m pip install openai (or reinstall: python3 -m pip install -e .)",
         ) from exc
     # SGLang ignores the key; honour a real one if the user runs behind an auth proxy.
     key = os.environ.get("OPENAI_API_KEY") or "sparkctl"
