@@ -85,6 +85,11 @@ def test_parse_caches_and_sglang_images() -> None:
     ])  # fmt: skip
     assert [(i.ref, i.sglang_version) for i in imgs] == [
         ("lmsysorg/sglang:v0.5.2-cu129", None), ("sparkctl-test/engine:latest", "0.5.23")]  # fmt: skip
+    # `init --image REF` names an image without 'sglang' in it: found on the node all the same.
+    items = [{"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"}, {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"}]
+    assert [i.ref for i in sglang_images_from_list(items)] == []
+    assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
+    assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
 
 
 def test_defaults_for_the_questions() -> None:

@@ -153,13 +153,14 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                 if not what:
                     raise
                 from sparkctl.plan import build_plan
-                from sparkctl.ship import RichProgress, ship
+                from sparkctl.ship import ship
+                from sparkctl.ship.progress import make_progress
 
                 plan = build_plan(prof, choose_mode(prof, mode, tp))
                 reporter.phase(
                     f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
                 )
-                with RichProgress(console(stderr=True)) as progress:
+                with make_progress(console(stderr=True)) as progress:
                     ship(
                         prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
                     )
