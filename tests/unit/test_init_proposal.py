@@ -145,7 +145,7 @@ def test_gpu_less_tcp_draft_warns_and_still_loads() -> None:
     for expected in (
         "no NVIDIA GPU found on any node",
         "transport tcp",
-        "org/m is not in the HF cache of n1, n2",
+        "org/m is in no node's HF cache: download it on n1 (`hf download org/m --revision main`)",
     ):
         assert expected in text
 
