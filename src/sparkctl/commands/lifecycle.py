@@ -43,10 +43,13 @@ class _Reporter:
         self.live = None
         self.states: dict[int, str] = {}
 
-    def _stamp(self) -> str:
+    def elapsed(self) -> float:
         import time
 
-        return f"[dim]{time.monotonic() - self.t0:6.1f}s[/]"
+        return time.monotonic() - self.t0
+
+    def _stamp(self) -> str:
+        return f"[dim]{self.elapsed():6.1f}s[/]"
 
     def phase(self, text: str) -> None:
         from rich.markup import escape
@@ -131,6 +134,17 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
     return what
 
 
+def _time_left(reporter: _Reporter, timeout: float | None, prof) -> float:  # noqa: ANN001 - Profile
+    """`up --ship`: one deadline from the command's start; shipping spends it, the retry gets the rest."""
+    from sparkctl.errors import SparkctlError
+
+    left = (timeout if timeout is not None else prof.engine.ready_timeout) - reporter.elapsed()
+    if left <= 0:
+        raise SparkctlError(f"the deadline passed while shipping ({reporter.elapsed():.0f}s)",
+                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")  # fmt: skip
+    return left
+
+
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
             profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
@@ -164,8 +178,8 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                     ship(
                         prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
                     )
-                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
-                            reporter=reporter)  # fmt: skip
+                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight,
+                            timeout=_time_left(reporter, timeout, prof), reporter=reporter)  # fmt: skip
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
         _print_rank_logs(exc)
@@ -181,8 +195,8 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     if result.action == "noop":
         out.print(f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
                   "nothing changed")  # fmt: skip
-    else:
-        out.print(f"[green]ready[/] in {result.elapsed:.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+    else:  # from the command's start, as the timeline shows (shipping included)
+        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
     out.print("try:")
     out.print(curl_example(plan), markup=False, soft_wrap=True)
