@@ -36,7 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # plain help: wraps by word at any width, never cuts a flag name
 )
 
 

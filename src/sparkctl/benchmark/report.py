@@ -25,18 +25,14 @@ def bench_table(result: BenchResult) -> Any:
         title += f"  mode {result.mode}"
     if result.config_hash:
         title += f"  config {result.config_hash}"
-    t = Table(title=title, caption=f"{result.reps} reps each; tokens from server usage; ± is stdev")
-    for col in (
-        "workload",
-        "streams",
-        "out tok",
-        "tok/s/stream",
-        "total tok/s",
-        "TTFT s",
-        "prefill tok/s",
-        "cached",
-    ):
-        t.add_column(col, justify="left" if col == "workload" else "right")
+    from rich import box
+
+    # Headers wrap onto two short lines rather than being cut at 80 columns.
+    t = Table(title=title, caption=f"{result.reps} reps each; tokens from server usage; ± is stdev",
+              box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    for col in ("workload", "streams", "out tok", "tok/s per stream", "total tok/s", "TTFT s", "prefill tok/s",
+                "cached tok"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=col == "workload")
     for w in result.workloads:
         st = w.stats()
         name = w.workload.name + (" [yellow](truncated)[/]" if w.truncated else "")

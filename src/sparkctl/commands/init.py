@@ -51,7 +51,10 @@ def init(
         str, typer.Option(help="known_hosts file SSH host keys are checked against.")
     ] = "~/.ssh/known_hosts",
     accept_new_host_keys: Annotated[
-        bool, typer.Option(help="Trust and record unknown SSH host keys (changed ones are refused).")
+        bool,
+        typer.Option(
+            "--accept-new-host-keys", help="Trust and record unknown SSH host keys (changed ones are refused)."
+        ),
     ] = False,
     ssh_setup: Annotated[
         bool,

@@ -87,9 +87,11 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN
     more = "" if verbose else "  (-v: every check)"
     out.print(f"{counts['ok']} passed, {counts['skip']} skipped{more}", soft_wrap=True)
     verdict = "[bold green]passed[/]" if report.ok else "[bold red]failed[/]"
-    tail = "" if report.ok else " (fix them, or --ignore CHECK to downgrade)"
-    out.print(f"preflight {verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s) "
-              f"in {report.elapsed_s:.2f}s{tail}")  # fmt: skip
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    out.print(f"preflight {verdict}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)} "
+              f"in {report.elapsed_s:.2f}s")  # fmt: skip
+    if not report.ok:
+        out.print("fix the errors, or `--ignore CHECK` to downgrade one")
 
 
 def _table(report):  # noqa: ANN001, ANN202 - rich Table from a preflight Report
