@@ -66,7 +66,9 @@ def no_cli_tracebacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(CliRunner, "invoke", invoke)
     yield found
     if found:
-        pytest.fail("sparkctl printed a traceback outside SPARKCTL_DEBUG=1:\n" + "\n".join(found), pytrace=False)
+        pytest.fail(
+            "sparkctl printed a traceback outside SPARKCTL_DEBUG=1:\n" + "\n".join(found), pytrace=False
+        )
 
 
 def _has_stderr(res: Any) -> bool:

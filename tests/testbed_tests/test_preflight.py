@@ -80,7 +80,7 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
     assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(report, "SshRank0ToPeer", severity="warn")
     # The human view of the same healthy run: no warning at all, passes counted.
     human = subprocess.run([sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
-                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
     assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout
     assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
 

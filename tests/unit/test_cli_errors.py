@@ -31,8 +31,9 @@ def sparkctl(*args: str, env: dict | None = None, pre: str = "") -> subprocess.C
     code = f"import sys\n{pre}\nfrom sparkctl.cli import main\nsys.argv = ['sparkctl', *sys.argv[1:]]\nmain()"
     full = {k: v for k, v in os.environ.items() if k != "SPARKCTL_DEBUG"}
     full.update({"COLUMNS": "80", "PYTHONPATH": str(ROOT / "src"), **(env or {})})
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=full,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=full, timeout=120
+    )
 
 
 def one_error(res: subprocess.CompletedProcess, code: int) -> str:
@@ -68,8 +69,15 @@ def test_verify_and_bench_without_openai_name_the_package(command: str) -> None:
 
 
 def test_debug_mode_shows_the_traceback_and_the_suite_catches_one(no_cli_tracebacks: list[str]) -> None:
-    res = sparkctl("verify", "--url", "http://127.0.0.1:9", "--model", "m",
-                   pre="sys.modules['openai'] = None", env={"SPARKCTL_DEBUG": "1"})  # fmt: skip
+    res = sparkctl(
+        "verify",
+        "--url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        pre="sys.modules['openai'] = None",
+        env={"SPARKCTL_DEBUG": "1"},
+    )
     assert "Traceback" in res.stderr and not no_cli_tracebacks  # debug runs are allowed one
     crash = sparkctl("status", pre="raise RuntimeError('a bug')")
     assert crash.returncode == 1 and len(no_cli_tracebacks) == 1  # the suite-wide scan saw it
@@ -126,12 +134,15 @@ def silent_port() -> Iterator[int]:
     srv.close()
 
 
-@pytest.mark.parametrize(("command", "code"), [("status", ExitCode.CONNECT), ("up", ExitCode.CONNECT),
-                                               ("preflight", ExitCode.CHECK_FAILED)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [("status", ExitCode.CONNECT), ("up", ExitCode.CONNECT), ("preflight", ExitCode.CHECK_FAILED)],
+)
 def test_peer_without_ssh_banner(tmp_path: Path, silent_port: int, command: str, code: int) -> None:
     node = {"name": "spark2", "address": "127.0.0.1", "port": silent_port}
-    prof = write_profile(tmp_path / "p.yaml", [node], ssh={"connect_timeout": 1,
-                         "known_hosts": str(tmp_path / "known_hosts")})  # fmt: skip
+    prof = write_profile(
+        tmp_path / "p.yaml", [node], ssh={"connect_timeout": 1, "known_hosts": str(tmp_path / "known_hosts")}
+    )
     only = ["--only", "SshReachable"] if command == "preflight" else []
     res = sparkctl(command, "-p", str(prof), *only, env={"XDG_STATE_HOME": str(tmp_path / "state")})
     assert res.returncode == code, (res.stdout, res.stderr)

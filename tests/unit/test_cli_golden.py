@@ -21,27 +21,46 @@ from sparkctl.findings import Finding, Severity
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "cli"
 E, W, OK, SKIP = Severity.ERROR, Severity.WARN, Severity.OK, Severity.SKIP
 WIDTHS = {"80": 80, "120": 120, "piped": None}
-LONG_FIX = ("`HF_HOME=/home/spark/.cache/huggingface huggingface-cli download Qwen/Qwen3.6-27B-NVFP4 "
-            "--revision main` on spark2, then rerun preflight")  # fmt: skip
+LONG_FIX = (
+    "`HF_HOME=/home/spark/.cache/huggingface huggingface-cli download Qwen/Qwen3.6-27B-NVFP4 "
+    "--revision main` on spark2, then rerun preflight"
+)
 
 
 def two_node_report():  # noqa: ANN201 - preflight Report
     """The shape of a real 2-node run (tests/testbed): passes, skips, a warning, two errors."""
     from sparkctl.preflight.runner import Report
 
-    findings = [Finding("SshReachable", OK, "root@10.231.2.2:22 (0.05s)", node=n) for n in ("spark1", "spark2")]
+    findings = [
+        Finding("SshReachable", OK, "root@10.231.2.2:22 (0.05s)", node=n) for n in ("spark1", "spark2")
+    ]
     findings += [
-        Finding("Mtu", E, "enp1s0f1np1 has MTU 1500, the profile says 9000", node="spark2",
-                fix="on spark2: `sudo ip link set dev enp1s0f1np1 mtu 9000` and persist it in netplan "
-                    "(`mtu: 9000` under the interface, then `sudo netplan apply`)"),
+        Finding(
+            "Mtu",
+            E,
+            "enp1s0f1np1 has MTU 1500, the profile says 9000",
+            node="spark2",
+            fix="on spark2: `sudo ip link set dev enp1s0f1np1 mtu 9000` and persist it in netplan "
+            "(`mtu: 9000` under the interface, then `sudo netplan apply`)",
+        ),
         Finding("PingDf", OK, "spark1 -> spark2 (10.232.2.2) 8972 B DF: 2/2 replies", node="spark1"),
-        Finding("Weights", E, "target Qwen/Qwen3.6-27B-NVFP4@main: not in the cache under "
-                "/home/spark/.cache/huggingface", node="spark2", fix="no node has it, download it: " + LONG_FIX),
-        Finding("DiskFree", W, "/home/spark/.cache/huggingface has 41.2 GiB free, the model needs 45.0 GiB",
-                node="spark2", fix="free space or point model.hf_cache at a larger disk"),
+        Finding(
+            "Weights",
+            E,
+            "target Qwen/Qwen3.6-27B-NVFP4@main: not in the cache under /home/spark/.cache/huggingface",
+            node="spark2",
+            fix="no node has it, download it: " + LONG_FIX,
+        ),
+        Finding(
+            "DiskFree",
+            W,
+            "/home/spark/.cache/huggingface has 41.2 GiB free, the model needs 45.0 GiB",
+            node="spark2",
+            fix="free space or point model.hf_cache at a larger disk",
+        ),
         Finding("MemoryFit", SKIP, "memory not planned: no GPU facts", fix="set nodes[].gpu in the profile"),
         Finding("DockerEngine", OK, "Docker 27.5.1, runtime nvidia", node="spark1"),
-    ]  # fmt: skip
+    ]
     return Report("sparkduo", "tp2", ["spark1", "spark2"], findings, elapsed_s=2.5)
 
 
@@ -52,11 +71,31 @@ def bench_result():  # noqa: ANN201 - BenchResult
 
     results = []
     for i, w in enumerate(default_suite()[:3]):
-        samples = [Sample(w.name, rep, 0, 900 + 10 * i, 256, 512 if i == 2 else None, 0.2 + 0.01 * rep,
-                          5.0 + 0.1 * rep, 250, "length") for rep in range(3)]  # fmt: skip
+        samples = [
+            Sample(
+                w.name,
+                rep,
+                0,
+                900 + 10 * i,
+                256,
+                512 if i == 2 else None,
+                0.2 + 0.01 * rep,
+                5.0 + 0.1 * rep,
+                250,
+                "length",
+            )
+            for rep in range(3)
+        ]
         results.append(WorkloadResult(w, samples, [5.0, 5.1, 5.2]))
-    return BenchResult("http://192.168.100.10:8888/v1", "qwen3.6-27b", "tp2", "fb56d0015eca", 3,
-                       "2026-01-01T00:00:00+00:00", results)  # fmt: skip
+    return BenchResult(
+        "http://192.168.100.10:8888/v1",
+        "qwen3.6-27b",
+        "tp2",
+        "fb56d0015eca",
+        3,
+        "2026-01-01T00:00:00+00:00",
+        results,
+    )
 
 
 def render_preflight(out: Console) -> None:
@@ -93,8 +132,15 @@ CASES: dict[str, Callable[[Console], None]] = {
 
 def render(case: str, width: int | None) -> str:
     buf = io.StringIO()
-    out = Console(file=buf, width=width or 80, force_terminal=False, color_system=None, highlight=False,
-                  soft_wrap=False, _environ={})  # fmt: skip
+    out = Console(
+        file=buf,
+        width=width or 80,
+        force_terminal=False,
+        color_system=None,
+        highlight=False,
+        soft_wrap=False,
+        _environ={},
+    )
     CASES[case](out)
     return buf.getvalue()
 

@@ -88,7 +88,7 @@ def test_without_a_terminal_init_names_non_interactive(tmp_path: Path, hf: Path)
 
 def test_model_in_no_cache_suggests_a_download(tmp_path: Path, hf: Path) -> None:
     res = run("--non-interactive", "--hf-cache", str(hf), "--model", "org/absent@abc", "--image", "x:1",
-              "-o", str(tmp_path / "p.yaml"))  # fmt: skip
+              "-o", str(tmp_path / "p.yaml"))
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "org/absent is in no node's HF cache" in text and "hf download org/absent --revision abc" in text

@@ -29,9 +29,9 @@ def bench_table(result: BenchResult) -> Any:
 
     # Headers wrap onto two short lines rather than being cut at 80 columns.
     t = Table(title=title, caption=f"{result.reps} reps each; tokens from server usage; ± is stdev",
-              box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+              box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("workload", "streams", "out tok", "tok/s per stream", "total tok/s", "TTFT s", "prefill tok/s",
-                "cached tok"):  # fmt: skip
+                "cached tok"):
         t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=col == "workload")
     for w in result.workloads:
         st = w.stats()

@@ -205,7 +205,7 @@ def _run_init(targets, *, non_interactive, output, force, model, draft, image, c
     with out.status("discovering " + ", ".join(t[0] for t in targets) + " ..."):
         nodes = _discover(targets, ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
                           accept_new=accept_new, timeout=timeout, sysfs_root=sysfs_root, hf_cache=hf_cache,
-                          image=image)  # fmt: skip
+                          image=image)
     names = prop.node_names([n.hostname or n.host for n in nodes])
     for n, name in zip(nodes, names, strict=True):
         n.name = name

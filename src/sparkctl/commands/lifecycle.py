@@ -141,7 +141,7 @@ def _time_left(reporter: _Reporter, timeout: float | None, prof) -> float:  # no
     left = (timeout if timeout is not None else prof.engine.ready_timeout) - reporter.elapsed()
     if left <= 0:
         raise SparkctlError(f"the deadline passed while shipping ({reporter.elapsed():.0f}s)",
-                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")  # fmt: skip
+                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")
     return left
 
 
@@ -179,7 +179,7 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                         prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
                     )
                 result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight,
-                            timeout=_time_left(reporter, timeout, prof), reporter=reporter)  # fmt: skip
+                            timeout=_time_left(reporter, timeout, prof), reporter=reporter)
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
         _print_rank_logs(exc)
@@ -406,11 +406,11 @@ def logs_cmd(
 
 def _log_json(line) -> dict:  # noqa: ANN001 - sparkctl.lifecycle.logs.LogLine
     return {"rank": line.rank, "node": line.node, "time": line.ts.isoformat() if line.ts else None,
-            "text": line.text}  # fmt: skip
+            "text": line.text}
 
 
 def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str,
-                n_ranks: int) -> None:  # fmt: skip
+                n_ranks: int) -> None:
     """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
     from rich.markup import escape
 
@@ -418,7 +418,7 @@ def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_o
 
     if json_out:
         print_json({"mode": mode, "lines": [_log_json(x) for x in lines],
-                    "missing": {str(r): why for r, why in missing.items()}})  # fmt: skip
+                    "missing": {str(r): why for r, why in missing.items()}})
     else:
         out = console()
         for line in lines:

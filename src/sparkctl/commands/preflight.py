@@ -78,7 +78,7 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN
 
     out = out or console()
     out.print(f"[bold]preflight[/] {escape(report.cluster)} / mode {escape(report.mode)} "
-              f"({escape(', '.join(report.nodes))})", soft_wrap=True)  # fmt: skip
+              f"({escape(', '.join(report.nodes))})", soft_wrap=True)
     if verbose:
         out.print(_table(report))
     else:
@@ -89,7 +89,7 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN
     verdict = "[bold green]passed[/]" if report.ok else "[bold red]failed[/]"
     n_err, n_warn = len(report.errors), len(report.warnings)
     out.print(f"preflight {verdict}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)} "
-              f"in {report.elapsed_s:.2f}s")  # fmt: skip
+              f"in {report.elapsed_s:.2f}s")
     if not report.ok:
         out.print("fix the errors, or `--ignore CHECK` to downgrade one")
 

@@ -268,7 +268,7 @@ def build_draft(
         rev = getattr(pinned, "value", None) or "main"
         if lacking and len(lacking) == len(nodes):  # nothing to ship from: download it
             warnings.append(f"{repo} is in no node's HF cache: download it on {lacking[0]} "
-                            f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`")  # fmt: skip
+                            f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`")
         elif lacking:
             warnings.append(
                 f"{repo} is not in the HF cache of {', '.join(lacking)}: `sparkctl ship --weights` it"

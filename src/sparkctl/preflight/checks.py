@@ -248,7 +248,7 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
             why = "not in the cache" if not listing.exists else f"revision {rev} not found ({seen})"
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: {why} under {cache_dirs[node]}",
                                f"`sparkctl ship --weights --to {node}` (another node has it), or {download}"
-                               if anywhere else f"no node has it, download it: {download}", node=node))  # fmt: skip
+                               if anywhere else f"no node has it, download it: {download}", node=node))
         elif listing.snapshots.get(commit, 0) == 0:
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: snapshot {commit[:12]} is empty",
                                f"re-download or `sparkctl ship --weights --to {node}`", node=node))  # fmt: skip

@@ -91,7 +91,7 @@ class PlainProgress:
         now = self._clock()
         with self._lock:
             self._items[key] = [description, total, 0, now, now]
-        self._say(f"{description}: {human_bytes(total) if total else 'size unknown'} to send")
+        self._say(f"{description}: {human_bytes(total)} to send" if total else f"{description}: started")
 
     def advance(self, key: str, n: int) -> None:
         from sparkctl.units import human_bytes
