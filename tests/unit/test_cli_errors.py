@@ -180,7 +180,7 @@ def test_fabric_test_takes_mode_positionally() -> None:
 def test_logs_without_files_fails_and_json_lists_lines(tmp_path: Path) -> None:
     prof = write_profile(tmp_path / "p.yaml", [{"name": "spark1", "address": "local"}])
     env = {"XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "200"}
-    res = CliRunner().invoke(app, ["logs", "--mode", "solo", "-p", str(prof)], env=env)
+    res = CliRunner().invoke(app, ["logs", "solo", "-p", str(prof)], env=env)
     assert res.exit_code == ExitCode.RUNTIME, res.output
     assert "no log files for mode solo" in res.output and "sparkctl up solo" in res.output
 
@@ -220,3 +220,12 @@ def test_exit_code_table_matches_errors_module() -> None:
     documented = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \| `(\w+)` \|", section, re.M)}
     actual = {v: k for k, v in vars(ExitCode).items() if not k.startswith("_") and isinstance(v, int)}
     assert documented == actual
+
+
+def test_mode_is_positional_everywhere() -> None:
+    from typer.main import get_command
+
+    group = get_command(app)
+    for name in ("plan", "fit", "preflight", "ship", "up", "switch", "verify", "bench", "fabric-test", "logs"):
+        args = [p for p in group.commands[name].params if p.param_type_name == "argument"]  # type: ignore[attr-defined]
+        assert args and args[0].name in ("mode", "mode_arg"), name

@@ -47,12 +47,14 @@ def handle_errors(fn: F) -> F:
                 raise
             from rich.markup import escape
 
+            from sparkctl.commands._findings import print_wrapped
+
             err = console(stderr=True)
-            where = exc.where()
-            prefix = f"[bold red]error[/] {escape('[' + where + ']')} " if where else "[bold red]error[/] "
-            err.print(prefix + escape(exc.message))
+            where = f"[{exc.where()}] " if exc.where() else ""
+            # Wrapped by word with a hanging indent; a `command` is never split across lines.
+            print_wrapped(err, f"[bold red]error[/] {escape(where)}", 6 + len(where), exc.message, 6)
             if exc.fix:
-                err.print(f"  [yellow]fix:[/] {escape(exc.fix)}")
+                print_wrapped(err, "  [yellow]fix:[/] ", 7, exc.fix, 7)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             console(stderr=True).print("[yellow]interrupted[/]")

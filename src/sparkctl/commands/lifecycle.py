@@ -345,6 +345,10 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
 
 @handle_errors
 def logs_cmd(
+    mode_arg: Annotated[
+        str | None,
+        typer.Argument(metavar="MODE", help="Mode whose logs to show (default: the running one)."),
+    ] = None,
     rank: Annotated[
         int | None, typer.Option("--rank", "-r", help="Only this rank (default: all ranks).")
     ] = None,
@@ -355,9 +359,7 @@ def logs_cmd(
         str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
     ] = None,
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
-    mode: Annotated[
-        str | None, typer.Option("--mode", help="Mode whose logs to show (default: the running one).")
-    ] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="Same as MODE.")] = None,
     timestamps: Annotated[
         bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
     ] = False,
@@ -375,6 +377,7 @@ def logs_cmd(
     from sparkctl.lifecycle.up import last_attempt
     from sparkctl.plan import build_plan
 
+    mode = mode_arg or mode
     prof = load_profile(profile)
     since_at = parse_since(since) if since else None
     out = console()
@@ -428,7 +431,7 @@ def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_o
     if len(missing) == n_ranks:
         raise SparkctlError(
             f"no log files for mode {mode}: it has not been started on these nodes",
-            fix=f"start it with `sparkctl up {mode}`, or pick another mode with --mode",
+            fix=f"start it with `sparkctl up {mode}`, or name another mode: `sparkctl logs MODE`",
         )
 
 
