@@ -90,6 +90,8 @@ def test_parse_caches_and_sglang_images() -> None:
     assert [i.ref for i in sglang_images_from_list(items)] == []
     assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
     assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
+    labelled = [{"RepoTags": ["org/engine:latest"], "Id": "sha256:6", "Labels": {"sglang.version": "0.5.23"}}]
+    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == ["org/engine", "org/engine:latest"]
 
 
 def test_defaults_for_the_questions() -> None:

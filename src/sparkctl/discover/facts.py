@@ -111,12 +111,11 @@ def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[
         version = next(
             (str(v) for k, v in labels.items() if "sglang" in k.lower() and "version" in k.lower()), None
         )
-        if version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels):
-            out += [
-                SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in tags
-            ]
-        elif also and want & set(tags):
-            out.append(SglangImage(also, str(item.get("Id", "")), int(item.get("Size") or 0), None))
+        sglang = version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels)
+        listed = tags if sglang else []
+        if also and want & set(tags) and also not in listed:  # e.g. `--image repo` for repo:latest
+            listed = [*listed, also]
+        out += [SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in listed]
     return sorted(out, key=lambda i: i.ref)
 
 
