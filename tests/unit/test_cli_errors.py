@@ -205,7 +205,18 @@ def test_every_read_command_has_json() -> None:
     from typer.main import get_command
 
     group = get_command(app)
-    read = ["plan", "fit", "preflight", "status", "logs", "verify", "bench", "fabric-test", "profile check"]
+    read = [
+        "plan",
+        "fit",
+        "preflight",
+        "status",
+        "logs",
+        "top",
+        "verify",
+        "bench",
+        "fabric-test",
+        "profile check",
+    ]
     for name in read:
         cmd = group
         for part in name.split():
@@ -226,6 +237,18 @@ def test_mode_is_positional_everywhere() -> None:
     from typer.main import get_command
 
     group = get_command(app)
-    for name in ("plan", "fit", "preflight", "ship", "up", "switch", "verify", "bench", "fabric-test", "logs"):
+    for name in (
+        "plan",
+        "fit",
+        "preflight",
+        "ship",
+        "up",
+        "switch",
+        "verify",
+        "bench",
+        "fabric-test",
+        "logs",
+        "top",
+    ):
         args = [p for p in group.commands[name].params if p.param_type_name == "argument"]  # type: ignore[attr-defined]
         assert args and args[0].name in ("mode", "mode_arg"), name
