@@ -61,18 +61,47 @@ def write_profile(path: Path, nodes: list[dict], **extra: object) -> Path:
 
 
 # ------------------------------------------------------------------------- missing package
+@pytest.fixture
+def models_server() -> Iterator[str]:
+    """A real loopback HTTP server answering GET /v1/models (what verify/bench probe first)."""
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
 @pytest.mark.parametrize("command", ["verify", "bench"])
-def test_verify_and_bench_without_openai_name_the_package(command: str) -> None:
-    res = sparkctl(command, "--url", "http://127.0.0.1:9", "--model", "m", pre="sys.modules['openai'] = None")
+def test_verify_and_bench_without_openai_name_the_package(command: str, models_server: str) -> None:
+    res = sparkctl(command, "--url", models_server, "--model", "m", pre="sys.modules['openai'] = None")
     text = one_error(res, ExitCode.USAGE)
     assert "openai" in text and "pip install" in text
 
 
-def test_debug_mode_shows_the_traceback_and_the_suite_catches_one(no_cli_tracebacks: list[str]) -> None:
+def test_debug_mode_shows_the_traceback_and_the_suite_catches_one(
+    no_cli_tracebacks: list[str], models_server: str
+) -> None:
     res = sparkctl(
         "verify",
         "--url",
-        "http://127.0.0.1:9",
+        models_server,
         "--model",
         "m",
         pre="sys.modules['openai'] = None",

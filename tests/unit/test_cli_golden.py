@@ -161,6 +161,7 @@ def test_golden(case: str, width: str) -> None:
     limit = WIDTHS[width] or 80
     long = [line for line in text.splitlines() if len(line) > limit and "`" not in line]
     assert not long, long  # only a command too long for any line may run past the width
+    assert "…" not in text  # nothing cut: cells wrap instead
 
 
 @pytest.mark.parametrize("width", ["80", "120"])
