@@ -324,6 +324,7 @@ class Lab:
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 list(pool.map(self._up_node, self.nodes))
             self._write_known_hosts()
+            self._node_ssh_homes()
             self._save_state()
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 list(pool.map(self._wait_node, self.nodes))
@@ -575,6 +576,21 @@ class Lab:
             "",
         ]
         Path(self.ssh_config).write_text("\n".join(text))
+
+    def _node_ssh_homes(self) -> None:
+        """Each node's root ~/.ssh, private to its mount namespace: the lab key and every node's
+        host keys, as `sparkctl init --ssh-setup` leaves real nodes, so rank 0 reaches its peers
+        over SSH (preflight's SshRank0ToPeer) exactly as on a healthy pair of Sparks."""
+        home = Path("~root").expanduser() / ".ssh"
+        home.mkdir(mode=0o700, exist_ok=True)  # the mount point; the host's own files stay untouched
+        for n in self.nodes:
+            d = Path(n.data_dir) / "dot-ssh"
+            d.mkdir(mode=0o700, exist_ok=True)
+            shutil.copy(self.ssh_key, d / "id_ed25519")
+            (d / "id_ed25519").chmod(0o600)
+            shutil.copy(f"{self.ssh_key}.pub", d / "id_ed25519.pub")
+            shutil.copy(self.known_hosts, d / "known_hosts")
+            self.exec(n, ["mount", "--bind", str(d), str(home)])
 
     # ---------------------------------------------------------------- driving nodes
     def exec(

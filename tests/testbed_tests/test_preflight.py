@@ -7,6 +7,7 @@ RoCE cannot run in a netns, so RoCE checks read fixture sysfs trees placed on ea
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,13 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
     assert {f["data"]["dst"] for f in find(report, "PingDf", severity="ok")} == {"spark1", "spark2"}
     assert len(find(report, "PortFree", "spark1", "ok")) == 2  # HTTP and dist-init on rank 0
     assert not find(report, "RoceHca")  # transport tcp
+    # Rank 0 logs in to its peer over the fabric (the lab's nodes trust each other's host keys).
+    assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(report, "SshRank0ToPeer", severity="warn")
+    # The human view of the same healthy run: no warning at all, passes counted.
+    human = subprocess.run([sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout
+    assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
 
 
 def test_healthy_lab_passes_roce_on_fixture_sysfs(ready: Lab, tmp_path: Path) -> None:
@@ -138,7 +146,10 @@ def test_sshd_stopped_on_node2(ready: Lab, tmp_path: Path) -> None:
 
 
 def _accepted_logins(lab: Lab, node: str) -> int:
-    return Path(lab.node(node).data_dir, "sshd.log").read_text(errors="replace").count("Accepted publickey")
+    """Logins from this controller (rank 0's own SSH to its peer comes from a fabric address)."""
+    fabric = tuple(f"from {n.fabric_ip} " for n in lab.nodes)
+    log = Path(lab.node(node).data_dir, "sshd.log").read_text(errors="replace").splitlines()
+    return sum("Accepted publickey" in ln and not any(f in ln for f in fabric) for ln in log)
 
 
 @pytest.mark.parametrize("case", ["unknown", "changed"])

@@ -272,6 +272,8 @@ def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
     (would,) = [r for r in json.loads(dry.stdout)["results"] if r["what"] == f"weights:{target}"]
     assert would["action"] == "would ship" and would["files_sent"] == 2 and would["bytes_sent"] == 100 + (1 << 20)
     assert not _repo(lab, "spark2", target).exists()  # the dry run sent nothing
+    human = subprocess.run(argv[:-1] + ["--dry-run"], capture_output=True, text=True, timeout=300)
+    assert human.returncode == 0 and f"{target}: would send 2 file(s), 1.0 MiB" in human.stdout, human.stdout
     first = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)

@@ -85,6 +85,13 @@ def test_parse_caches_and_sglang_images() -> None:
     ])  # fmt: skip
     assert [(i.ref, i.sglang_version) for i in imgs] == [
         ("lmsysorg/sglang:v0.5.2-cu129", None), ("sparkctl-test/engine:latest", "0.5.23")]  # fmt: skip
+    # `init --image REF` names an image without 'sglang' in it: found on the node all the same.
+    items = [{"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"}, {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"}]
+    assert [i.ref for i in sglang_images_from_list(items)] == []
+    assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
+    assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
+    labelled = [{"RepoTags": ["org/engine:latest"], "Id": "sha256:6", "Labels": {"sglang.version": "0.5.23"}}]
+    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == ["org/engine", "org/engine:latest"]
 
 
 def test_defaults_for_the_questions() -> None:
@@ -142,7 +149,7 @@ def test_gpu_less_tcp_draft_warns_and_still_loads() -> None:
     for expected in (
         "no NVIDIA GPU found on any node",
         "transport tcp",
-        "org/m is not in the HF cache of n1, n2",
+        "org/m is in no node's HF cache: download it on n1 (`hf download org/m --revision main`)",
     ):
         assert expected in text
 

@@ -51,7 +51,10 @@ def init(
         str, typer.Option(help="known_hosts file SSH host keys are checked against.")
     ] = "~/.ssh/known_hosts",
     accept_new_host_keys: Annotated[
-        bool, typer.Option(help="Trust and record unknown SSH host keys (changed ones are refused).")
+        bool,
+        typer.Option(
+            "--accept-new-host-keys", help="Trust and record unknown SSH host keys (changed ones are refused)."
+        ),
     ] = False,
     ssh_setup: Annotated[
         bool,
@@ -90,24 +93,33 @@ def init(
         )
         return
 
-    _run_init(
-        targets,
-        non_interactive=non_interactive,
-        output=output,
-        force=force,
-        model=model,
-        draft=draft,
-        image=image,
-        cluster=cluster,
-        hf_cache=hf_cache,
-        fabric=fabric,
-        ssh_user=ssh_user,
-        ssh_key=ssh_key,
-        known_hosts=known_hosts,
-        accept_new=accept_new_host_keys,
-        timeout=connect_timeout,
-        sysfs_root=sysfs_root,
-    )
+    try:
+        _run_init(
+            targets,
+            non_interactive=non_interactive,
+            output=output,
+            force=force,
+            model=model,
+            draft=draft,
+            image=image,
+            cluster=cluster,
+            hf_cache=hf_cache,
+            fabric=fabric,
+            ssh_user=ssh_user,
+            ssh_key=ssh_key,
+            known_hosts=known_hosts,
+            accept_new=accept_new_host_keys,
+            timeout=connect_timeout,
+            sysfs_root=sysfs_root,
+        )
+    except typer.Abort:  # a question met the end of stdin (no terminal) or Ctrl-D
+        from sparkctl.errors import UsageError
+
+        raise UsageError(
+            "init asks questions and got no answer (stdin is not a terminal or was closed)",
+            fix="run it in a terminal, or pass --non-interactive --model ORG/NAME --image REF "
+            "(and --draft ORG/NAME or none)",
+        ) from None
 
 
 def _parse_host(text: str) -> tuple[str, str | None, int | None]:
@@ -135,7 +147,7 @@ def _connect(host, user, port, *, ssh_user, ssh_key, known_hosts, accept_new, ti
     return SshConnector(target).connect()
 
 
-def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, sysfs_root, hf_cache):  # noqa: ANN001, ANN202
+def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, sysfs_root, hf_cache, image=None):  # noqa: ANN001, ANN202
     """Connect to and discover every node in parallel; one error naming every node that failed."""
     from sparkctl.connectors.pool import fan_out
     from sparkctl.discover.facts import gather
@@ -147,7 +159,7 @@ def _discover(targets, *, ssh_user, ssh_key, known_hosts, accept_new, timeout, s
         host, user, port = targets[i]
         conns[i] = _connect(host, user, port, ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
                             accept_new=accept_new, timeout=timeout)  # fmt: skip
-        return gather(conns[i], host, sysfs_root=sysfs_root, hf_cache=hf_cache)
+        return gather(conns[i], host, sysfs_root=sysfs_root, hf_cache=hf_cache, image=image)
 
     try:
         done = fan_out(range(len(targets)), one)
@@ -192,7 +204,8 @@ def _run_init(targets, *, non_interactive, output, force, model, draft, image, c
     out = console()
     with out.status("discovering " + ", ".join(t[0] for t in targets) + " ..."):
         nodes = _discover(targets, ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
-                          accept_new=accept_new, timeout=timeout, sysfs_root=sysfs_root, hf_cache=hf_cache)  # fmt: skip
+                          accept_new=accept_new, timeout=timeout, sysfs_root=sysfs_root, hf_cache=hf_cache,
+                          image=image)
     names = prop.node_names([n.hostname or n.host for n in nodes])
     for n, name in zip(nodes, names, strict=True):
         n.name = name

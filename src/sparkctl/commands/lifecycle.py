@@ -43,10 +43,13 @@ class _Reporter:
         self.live = None
         self.states: dict[int, str] = {}
 
-    def _stamp(self) -> str:
+    def elapsed(self) -> float:
         import time
 
-        return f"[dim]{time.monotonic() - self.t0:6.1f}s[/]"
+        return time.monotonic() - self.t0
+
+    def _stamp(self) -> str:
+        return f"[dim]{self.elapsed():6.1f}s[/]"
 
     def phase(self, text: str) -> None:
         from rich.markup import escape
@@ -131,6 +134,17 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
     return what
 
 
+def _time_left(reporter: _Reporter, timeout: float | None, prof) -> float:  # noqa: ANN001 - Profile
+    """`up --ship`: one deadline from the command's start; shipping spends it, the retry gets the rest."""
+    from sparkctl.errors import SparkctlError
+
+    left = (timeout if timeout is not None else prof.engine.ready_timeout) - reporter.elapsed()
+    if left <= 0:
+        raise SparkctlError(f"the deadline passed while shipping ({reporter.elapsed():.0f}s)",
+                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")
+    return left
+
+
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
             profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
@@ -153,18 +167,19 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
                 if not what:
                     raise
                 from sparkctl.plan import build_plan
-                from sparkctl.ship import RichProgress, ship
+                from sparkctl.ship import ship
+                from sparkctl.ship.progress import make_progress
 
                 plan = build_plan(prof, choose_mode(prof, mode, tp))
                 reporter.phase(
                     f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them"
                 )
-                with RichProgress(console(stderr=True)) as progress:
+                with make_progress(console(stderr=True)) as progress:
                     ship(
                         prof, plan, pool, image="image" in what, weights="weights" in what, progress=progress
                     )
-                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight, timeout=timeout,
-                            reporter=reporter)  # fmt: skip
+                result = up(prof, pool, mode=mode, tp=tp, skip_preflight=skip_preflight,
+                            timeout=_time_left(reporter, timeout, prof), reporter=reporter)
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
         _print_rank_logs(exc)
@@ -180,8 +195,8 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     if result.action == "noop":
         out.print(f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
                   "nothing changed")  # fmt: skip
-    else:
-        out.print(f"[green]ready[/] in {result.elapsed:.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+    else:  # from the command's start, as the timeline shows (shipping included)
+        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
     out.print("try:")
     out.print(curl_example(plan), markup=False, soft_wrap=True)
@@ -295,11 +310,13 @@ def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
 
 
 def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
     if not st.containers:
-        out.print(f"cluster {st.cluster}: nothing running")
+        asked = " on the nodes that answered" if st.unreachable else ""
+        out.print(f"cluster {st.cluster}: nothing running{asked}")
     else:
         from rich import box
 
@@ -323,11 +340,15 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
             out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
                       "`sparkctl up` would restart the ranks[/]")  # fmt: skip
     for node, why in st.unreachable.items():
-        out.print(f"[red]node {node} unreachable[/]: {why}")
+        out.print(f"[red]node {node}[/]: {escape(why)}")
 
 
 @handle_errors
 def logs_cmd(
+    mode_arg: Annotated[
+        str | None,
+        typer.Argument(metavar="MODE", help="Mode whose logs to show (default: the running one)."),
+    ] = None,
     rank: Annotated[
         int | None, typer.Option("--rank", "-r", help="Only this rank (default: all ranks).")
     ] = None,
@@ -338,15 +359,15 @@ def logs_cmd(
         str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
     ] = None,
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
-    mode: Annotated[
-        str | None, typer.Option("--mode", help="Mode whose logs to show (default: the running one).")
-    ] = None,
+    mode: Annotated[str | None, typer.Option("--mode", help="Same as MODE.")] = None,
     timestamps: Annotated[
         bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
     ] = False,
     profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order."""
+    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order.
+    Exit 3 when no rank has a log file yet."""
     from rich.markup import escape
 
     from sparkctl.connectors import NodePool
@@ -356,6 +377,7 @@ def logs_cmd(
     from sparkctl.lifecycle.up import last_attempt
     from sparkctl.plan import build_plan
 
+    mode = mode_arg or mode
     prof = load_profile(profile)
     since_at = parse_since(since) if since else None
     out = console()
@@ -371,16 +393,46 @@ def logs_cmd(
         width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
         if not follow:
             lines, missing = read_all(prof, pool, specs, tail, since_at)
-            for line in lines:
-                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-            for r, why in missing.items():
-                console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+            _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
             return
         try:
             for line in follow_all(prof, pool, specs, tail, since_at):
+                if json_out:  # one JSON object per line while following
+                    import json
+
+                    print(json.dumps(_log_json(line)), flush=True)
+                    continue
                 out.print(escape(line.render(width, timestamps)), soft_wrap=True)
         except KeyboardInterrupt:  # the normal way to stop following
             return
+
+
+def _log_json(line) -> dict:  # noqa: ANN001 - sparkctl.lifecycle.logs.LogLine
+    return {"rank": line.rank, "node": line.node, "time": line.ts.isoformat() if line.ts else None,
+            "text": line.text}
+
+
+def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str,
+                n_ranks: int) -> None:
+    """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
+    from rich.markup import escape
+
+    from sparkctl.errors import SparkctlError
+
+    if json_out:
+        print_json({"mode": mode, "lines": [_log_json(x) for x in lines],
+                    "missing": {str(r): why for r, why in missing.items()}})
+    else:
+        out = console()
+        for line in lines:
+            out.print(escape(line.render(width, timestamps)), soft_wrap=True)
+        for r, why in missing.items():
+            console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+    if len(missing) == n_ranks:
+        raise SparkctlError(
+            f"no log files for mode {mode}: it has not been started on these nodes",
+            fix=f"start it with `sparkctl up {mode}`, or name another mode: `sparkctl logs MODE`",
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -44,17 +44,18 @@ def ship(
     from sparkctl.connectors.pool import NodePool
     from sparkctl.errors import SparkctlError
     from sparkctl.plan import build_plan
-    from sparkctl.ship import NullProgress, RichProgress
+    from sparkctl.ship import NullProgress
     from sparkctl.ship import ship as do_ship
+    from sparkctl.ship.progress import make_progress
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
     both = not image and not weights
     err = console(stderr=True)
     with NodePool(prof) as pool:
-        display = NullProgress() if json_out or dry_run else RichProgress(console=err)
+        display = NullProgress() if json_out or dry_run else make_progress(err)
         try:
-            if isinstance(display, RichProgress):
+            if not isinstance(display, NullProgress):
                 with display:
                     report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
                                      to=to or None, source=from_node, progress=display, dry_run=dry_run)  # fmt: skip
@@ -85,7 +86,7 @@ def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.Shi
         elif r.action == "would ship":
             unit = f"{r.layers_sent} layer(s)" if what == "image" else f"{r.files_sent} file(s)"
             out.print(
-                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, about {r.bytes_sent / 1e6:.1f} MB"
+                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, {human_bytes(r.bytes_sent)}"
             )
         else:
             out.print(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import errno
+import logging
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +23,11 @@ if TYPE_CHECKING:
     import socket
 
     import docker
+
+# paramiko logs its transport thread's failures (a traceback for a missing banner) through the
+# logging module; without a handler Python prints them to stderr. We report them ourselves.
+if not os.environ.get("SPARKCTL_DEBUG"):
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # A constant script; the path arguments arrive as positional parameters, never interpolated.
 _PUT_SCRIPT = 'mkdir -p "$(dirname "$3")" && cat > "$1" && chmod "$2" "$1" && mv -f "$1" "$3"'
@@ -97,6 +104,23 @@ def _gcm_first_transport(sock: socket.socket, **kwargs: object) -> paramiko.Tran
     options = transport.get_security_options()
     options.ciphers = tuple(sorted(options.ciphers, key=lambda c: 0 if "-gcm@" in c else 1))
     return transport
+
+
+def handshake_error(t: SshTarget, where: str, exc: Exception) -> ConnectError:
+    """TCP connected but SSH did not start: most often the port is not sshd, or sshd is stuck."""
+    text = str(exc)
+    if "banner" in text.lower() or "no existing session" in text.lower():
+        return ConnectError(
+            f"{where} accepts TCP connections but sent no SSH banner within {t.connect_timeout:g}s",
+            node=t.node,
+            fix=f"check that port {t.port} on {t.host} is sshd (`ssh -v -p {t.port} {t.host}`) and "
+            "that sshd is not overloaded (MaxStartups); fix nodes[].port if it is another service",
+        )
+    return ConnectError(
+        f"SSH handshake with {where} failed: {text}",
+        node=t.node,
+        fix=f"run `ssh -v -p {t.port} {t.host}` to see where the handshake stops",
+    )
 
 
 class SshProcess:
@@ -200,7 +224,7 @@ class SshConnector(Connector):
             ) from None
         except paramiko.SSHException as exc:
             client.close()
-            raise ConnectError(f"SSH handshake with {self.description} failed: {exc}", node=t.node) from None
+            raise handshake_error(t, self.description, exc) from None
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(15)

@@ -265,7 +265,12 @@ def build_draft(
     )
     for repo in [answers.model, *([answers.draft] if answers.draft else [])]:
         lacking = [nm for n, nm in zip(nodes, names, strict=True) if repo not in n.models()]
-        if lacking:
+        pinned = model_rev if repo == answers.model else draft_rev
+        rev = getattr(pinned, "value", None) or "main"
+        if lacking and len(lacking) == len(nodes):  # nothing to ship from: download it
+            warnings.append(f"{repo} is in no node's HF cache: download it on {lacking[0]} "
+                            f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`")
+        elif lacking:
             warnings.append(
                 f"{repo} is not in the HF cache of {', '.join(lacking)}: `sparkctl ship --weights` it"
             )

@@ -68,7 +68,9 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
     out = ClusterStatus(profile.cluster)
     out.containers, failed = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
     for node, exc in failed.items():
-        out.unreachable[node] = exc.message if isinstance(exc, SparkctlError) else str(exc)
+        # The error says what failed (SSH, or Docker on a local node) and how to fix it.
+        why = exc.message + (f"; fix: {exc.fix}" if exc.fix else "") if isinstance(exc, SparkctlError) else str(exc)
+        out.unreachable[node] = why
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]

@@ -234,8 +234,11 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
     out: list[Finding] = []
     commits: dict[str, str] = {}
     rev = revision or "main"
+    # Shipping needs a node that has the model; when none has it, the fix is a download.
+    anywhere = any(resolve_revision(x, revision) for x in listings.values())
     for node, listing in listings.items():
         commit = resolve_revision(listing, revision)
+        download = f"`HF_HOME={cache_dirs[node]} hf download {repo_id} --revision {rev}` on {node}"
         if commit is None:
             seen = (
                 "no snapshot"
@@ -244,8 +247,8 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
             )
             why = "not in the cache" if not listing.exists else f"revision {rev} not found ({seen})"
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: {why} under {cache_dirs[node]}",
-                               f"`sparkctl ship --weights --to {node}` from a node that has it, or "
-                               f"`huggingface-cli download {repo_id} --revision {rev}` there", node=node))  # fmt: skip
+                               f"`sparkctl ship --weights --to {node}` (another node has it), or {download}"
+                               if anywhere else f"no node has it, download it: {download}", node=node))
         elif listing.snapshots.get(commit, 0) == 0:
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: snapshot {commit[:12]} is empty",
                                f"re-download or `sparkctl ship --weights --to {node}`", node=node))  # fmt: skip
