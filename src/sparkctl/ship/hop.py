@@ -123,6 +123,7 @@ def hop_error(src: str, peer: str, host: str, rc: int, stderr: str) -> ShipError
         fix = f"on {src}: check {peer}'s fingerprint, then `ssh-keyscan -H {host} >> ~/.ssh/known_hosts`"
     elif "permission denied" in low:
         fix = f"on {src}: `ssh-copy-id {host}` (or `sparkctl init --ssh-setup` run on {src})"
-    else:
-        fix = f"check that {src} reaches {peer} at {host} (`sparkctl preflight` checks node-to-node SSH)"
+    else:  # unreachable, or the link broke mid-way: the peer's side
+        return ShipError(f"SSH from {src} to {peer} ({host}) failed or broke: {last}", node=peer,
+                         fix=f"check that {src} reaches {host} (`sparkctl preflight`), then {RERUN}")  # fmt: skip
     return ShipError(f"{src} cannot SSH to {peer} ({host}) to send the data: {last}", node=src, fix=fix)
