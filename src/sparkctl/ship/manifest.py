@@ -47,8 +47,8 @@ class Manifest:
     commit: str | None  # None: the revision is not in this cache
     files: dict[str, FileEntry] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)  # snapshot links whose blob is missing
-    outside: list[list[str]] = field(default_factory=list)  # [rel, where] links leading out of the cache
     marker: str | None = None  # digest recorded when sparkctl finished shipping this snapshot
+    outside: list[list[str]] = field(default_factory=list)  # [rel, where] links leading out of the cache
 
     @property
     def present(self) -> bool:
