@@ -18,7 +18,7 @@ from sparkctl.ship import ByteCounter, snapshot_manifest
 from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.manifest import node_argv, repo_dir
-from sparkctl.ship.weights import plan_streams, ship_weights
+from sparkctl.ship.weights import WeightsPeer, plan_streams, ship_weights
 
 MODEL = "org/model"
 REF = ModelRef(id=MODEL, revision="main")
@@ -43,9 +43,11 @@ def _ship(src: Path, dst: Path, streams: int = 1, deep: bool = False):  # noqa: 
     conn1, conn2 = LocalConnector("n1"), LocalConnector("n2")
     source = snapshot_manifest(conn1, str(src), REF, lazy=not deep, deep=deep)
     counter = ByteCounter()
-    res = ship_weights(source, conn1, conn2, str(dst), counter, hop=[], transfers=Transfers(),
+    out = ship_weights(source, conn1, [WeightsPeer(conn2, str(dst), [])], counter, transfers=Transfers(),
                        streams=streams, deep=deep)  # fmt: skip
-    return res, counter
+    if isinstance(out["n2"], Exception):
+        raise out["n2"]
+    return out["n2"], counter
 
 
 def test_manifest_hashes_content_and_caches_it(nodes: tuple[Path, Path]) -> None:
@@ -118,6 +120,22 @@ def test_large_files_go_in_ranges_over_several_streams(
     b = snapshot_manifest(LocalConnector("n2"), str(dst), REF, deep=True)
     assert a.files == b.files and b.complete
     assert not list(dst.rglob("*.sparkctl-part"))
+
+
+def test_several_peers_get_one_pipelined_stream(nodes: tuple[Path, Path], tmp_path: Path) -> None:
+    src, dst = nodes
+    peers = [LocalConnector(f"p{i}") for i in range(3)]
+    dirs = [dst, tmp_path / "p1-hf", tmp_path / "p2-hf"]
+    source = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)
+    counter = ByteCounter()
+    out = ship_weights(source, LocalConnector("n1"), [WeightsPeer(c, str(d), []) for c, d in zip(peers, dirs, strict=True)],
+                       counter, transfers=Transfers(), streams=2)  # fmt: skip
+    assert {r.action for r in out.values()} == {"shipped"}, out
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    for d in dirs:
+        b = snapshot_manifest(LocalConnector("x"), str(d), REF, deep=True)
+        assert b.files == a.files and b.complete
+    assert counter.sent["p0:" + MODEL] == counter.sent["p2:" + MODEL] >= 505_000
 
 
 def test_plan_streams_balances_and_cuts_large_files(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shlex
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from sparkctl.ship._node import (  # node: strip
     op_manifest,
     weights_op,
 )
+from sparkctl.ship._relay import Sink, first_hop, flatten, op_relay  # node: strip
 from sparkctl.ship.tarfilter import LayerFilter, chain_ids  # node: strip
 
 CHILDREN = []
@@ -175,49 +175,55 @@ def _rchar(pid):
 
 
 def op_push_image(req):
-    hop = req["hop"] + [shlex.join(["docker", "load", "-q"])] if req["hop"] else ["docker", "load", "-q"]
+    """`docker save`, minus the layers every peer of the chain has, into the chain."""
+    argv, line = first_hop(req["chain"], req.get("prog"))
     save = spawn(["docker", "save", req["ref"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     meter, filt = Meter(), None
-    if not req["skip"]:  # nothing to drop: the kernel moves the bytes, like the recipe's pipe
-        load = spawn(hop, stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if not req["skip"] and not line:  # one peer, nothing to drop: the kernel moves the bytes, like the recipe
+        sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.stdout}))
         save.stdout.close()
-        meter.report_until(lambda: load.poll() is not None, lambda: _rchar(load.pid))
+        meter.report_until(lambda: sink.proc.poll() is not None, lambda: _rchar(sink.proc.pid))
         sent = None
     else:
-        load = spawn(hop, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
         filt = LayerFilter(req["diff_ids"], set(req["skip"]))
-        state = {"done": False, "error": None}
+        done = threading.Event()
 
         def pump():
             try:
                 for chunk in filt.filter(iter(lambda: save.stdout.read(CHUNK), b"")):
-                    load.stdin.write(chunk)
+                    sink.write(chunk)
                     meter.add(len(chunk))
-            except OSError as exc:  # the peer side stopped: its own error is reported below
-                state["error"] = str(exc)
+                    if not sink.alive:
+                        return
             finally:
-                with contextlib.suppress(OSError):
-                    load.stdin.close()
-                state["done"] = True
+                done.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        meter.report_until(lambda: state["done"])
+        meter.report_until(done.is_set)
         sent = meter.n
-    load_err = load.stderr.read()  # docker load -q prints one line: no pipe fills up meanwhile
-    load.stdout.read()
-    load.wait()
+    peers = flatten(sink.close()) if line or sent is not None else flatten(_closed(sink))
     save_rc = save.wait()
     return {
-        "sent": sent, "load_rc": load.returncode, "load_err": load_err.decode(errors="replace")[-2000:],
-        "save_rc": save_rc, "save_err": save.stderr.read().decode(errors="replace")[-2000:],
+        "sent": sent, "peers": peers, "save_rc": save_rc, "save_err": save.stderr.read().decode(errors="replace")[-2000:],
         "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
         "skipped_bytes": filt.skipped_bytes if filt else 0,
     }  # fmt: skip
 
 
-def _send_stream(repo, items, proc, meter, hashes, errors):
+def _closed(sink):
+    """A sink whose stdin is not ours (fed by `docker save` directly)."""
+    sink.proc.stdin = None
+    sink.proc.wait()
+    for t in sink.readers:
+        t.join()
+    return {"node": sink.node, "rc": sink.proc.returncode, "out": b"".join(sink.out).decode(errors="replace"),
+            "err": b"".join(sink.err).decode(errors="replace")[-2000:]}  # fmt: skip
+
+
+def _send_stream(repo, items, sink, meter, hashes, errors):
     """One stream: header + bytes per whole file (hashed on the way) or range, then the end line."""
-    out, view = proc.stdin, memoryview(bytearray(CHUNK))
+    view = memoryview(bytearray(CHUNK))
     try:
         for dest, offset, length in items:
             with open(os.path.realpath(dest_path(repo, dest)), "rb", buffering=0) as fh:
@@ -227,36 +233,33 @@ def _send_stream(repo, items, proc, meter, hashes, errors):
                 if not whole:
                     head["offset"] = offset
                     fh.seek(offset)
-                out.write(frame(head))
+                sink.write(frame(head))
                 h, left = hashlib.sha256() if whole else None, head["size"]
-                while left:
+                while left and sink.alive:
                     n = fh.readinto(view[: min(CHUNK, left)])
                     if not n:
                         raise EOFError(dest + " shrank while being sent")
                     if h is not None:
                         h.update(view[:n])
-                    out.write(view[:n])
+                    sink.write(view[:n])
                     meter.add(n)
                     left -= n
-                if h is not None:
+                if h is not None and not left:
                     hashes[dest] = (st, h.hexdigest())
-        out.write(frame({"end": True}))
-        out.close()
+        sink.write(frame({"end": True}))
     except (OSError, EOFError, ValueError) as exc:
         errors.append(str(exc))
-        with contextlib.suppress(OSError):
-            out.close()
 
 
 def op_push_weights(req):
     repo, meter, hashes, errors = req["repo"], Meter(), {}, []
-    procs, threads = [], []
+    sinks, threads = [], []
     for items in req["streams"]:
-        argv = req["hop"] + [shlex.join(req["recv"])] if req["hop"] else req["recv"]
-        proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        t = threading.Thread(target=_send_stream, args=(repo, items, proc, meter, hashes, errors), daemon=True)
+        argv, line = first_hop(req["chain"], req["prog"])
+        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
+        t = threading.Thread(target=_send_stream, args=(repo, items, sink, meter, hashes, errors), daemon=True)
         t.start()
-        procs.append(proc)
+        sinks.append(sink)
         threads.append(t)
     ranged = dict(req.get("ranged", {}))
     todo = [d for d, sha in ranged.items() if not sha]
@@ -272,12 +275,7 @@ def op_push_weights(req):
         t.start()
         threads.append(t)
     meter.report_until(lambda: not any(t.is_alive() for t in threads))
-    streams = []
-    for proc in procs:
-        out, err = proc.stdout.read(), proc.stderr.read()  # recv prints one line (or an error line)
-        proc.wait()
-        streams.append({"rc": proc.returncode, "out": out.decode(errors="replace")[-4000:],
-                        "err": err.decode(errors="replace")[-2000:]})  # fmt: skip
+    streams = [flatten(sink.close()) for sink in sinks]
     cache = HashCache(repo)
     for dest, (st, digest) in hashes.items():
         cache.record(dest, st, digest)
@@ -300,6 +298,11 @@ def main(argv):
         sys.stdout.write(json.dumps({"result": result}) + "\n")
         sys.stdout.flush()
         os._exit(0)  # the stdin watcher is still reading
+    if op == "relay":  # started by BOOT, which read the header line
+        result = op_relay(globals()["HEAD"], spawn)
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
     result = op_state(json.load(sys.stdin)) if op == "state" else weights_op(op, args)
     if result is None:
         raise SystemExit("unknown op " + op)

@@ -12,8 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkctl.errors import SparkctlError
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
 from sparkctl.ship.hop import hop_error, peer_address, run_push
+from sparkctl.ship.manifest import node_script
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.tarfilter import chain_ids
 from sparkctl.units import human_bytes
@@ -84,66 +86,115 @@ def peer_image_id(conn: Connector, ref: str) -> str | None:
     return res.stdout.strip() if res.ok else None
 
 
-def ship_image(
-    src: SourceImage,
-    src_conn: Connector,
-    peer: Connector,
-    peer_state: dict,
-    hop: list[str],
-    transfers: Transfers,
-    progress: Progress,
-    *,
-    check_space: bool = True,
-    dry_run: bool = False,
-) -> ImageResult:
-    key = f"{peer.node}:image"
-    if peer_state.get("id") == src.id:
-        progress.start(key, f"{peer.node} image", 0)
-        progress.finish(key, "same image ID, skipped")
-        return ImageResult(peer.node, "skipped", src.id, src.node, layers_skipped=len(src.layers))
-    k = peer_prefix(peer_state.get("chains") or [], src.layers)
+@dataclass
+class Peer:
+    """A peer of one item: its connector, its `state` (image part or a model's manifest doc) and the
+    ssh argv that reaches it from another node."""
+
+    conn: Connector
+    state: dict
+    hop: list[str]
+
+
+def _space_error(peer: str, need: int, free: int) -> DiskFullError:
+    return DiskFullError(
+        f"not enough disk for the image: loading {human_bytes(need)} of layers needs about "
+        f"{human_bytes(need * LOAD_SPACE_FACTOR + SPACE_MARGIN)} free in the Docker data root, {human_bytes(free)} free",
+        node=peer,
+        fix="free disk on the node (`docker system prune`, old images), then rerun `sparkctl ship`",
+    )
+
+
+def ship_image(src: SourceImage, src_conn: Connector, peers: list[Peer], transfers: Transfers, progress: Progress,
+               *, check_space: bool = True, dry_run: bool = False) -> dict[str, ImageResult | SparkctlError]:  # fmt: skip
+    """One `docker save` on the source, piped through every peer that lacks the image (a pipeline
+    when there are several), minus the bottom layers all of them already have."""
+    out: dict[str, ImageResult | SparkctlError] = {}
+    todo: list[tuple[Peer, int]] = []
+    for p in peers:
+        key = f"{p.conn.node}:image"
+        if p.state.get("id") == src.id:
+            progress.start(key, f"{p.conn.node} image", 0)
+            progress.finish(key, "same image ID, skipped")
+            out[p.conn.node] = ImageResult(p.conn.node, "skipped", src.id, src.node, layers_skipped=len(src.layers))
+            continue
+        k = peer_prefix(p.state.get("chains") or [], src.layers)
+        need, free = sum(src.layer_sizes[k:]), p.state.get("free")
+        if check_space and free is not None and free < need * LOAD_SPACE_FACTOR + SPACE_MARGIN:
+            out[p.conn.node] = _space_error(p.conn.node, need, free)
+        elif dry_run:
+            out[p.conn.node] = ImageResult(p.conn.node, "would ship", src.id, src.node, bytes_sent=need,
+                                           bytes_skipped=sum(src.layer_sizes[:k]),
+                                           layers_sent=len(src.layers) - k, layers_skipped=k)  # fmt: skip
+        else:
+            todo.append((p, k))
+    if todo:
+        out.update(_load_all(src, src_conn, todo, transfers, progress))
+    return out
+
+
+def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]], transfers: Transfers,
+              progress: Progress) -> dict[str, ImageResult | SparkctlError]:  # fmt: skip
+    k = min(k for _p, k in todo)
     need = sum(src.layer_sizes[k:])
-    free = peer_state.get("free")
-    if check_space and free is not None and free < need * LOAD_SPACE_FACTOR + SPACE_MARGIN:
-        raise DiskFullError(
-            f"not enough disk for the image: loading {human_bytes(need)} of layers needs about "
-            f"{human_bytes(need * LOAD_SPACE_FACTOR + SPACE_MARGIN)} free in the Docker data root, {human_bytes(free)} free",
-            node=peer.node,
-            fix="free disk on the node (`docker system prune`, old images), then rerun `sparkctl ship`",
-        )
-    if dry_run:
-        return ImageResult(peer.node, "would ship", src.id, src.node, bytes_sent=need, bytes_skipped=sum(src.layer_sizes[:k]),
-                           layers_sent=len(src.layers) - k, layers_skipped=k)  # fmt: skip
-    progress.start(key, f"{peer.node} image (from {src.node})", need or None)
+    key = ",".join(p.conn.node for p, _k in todo) + ":image"
+    for p, _k in todo:
+        progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
-    req = {"ref": src.ref, "diff_ids": src.layers, "skip": list(range(k)), "hop": hop}
-    res = run_push(src_conn, "push-image", req, transfers, progress, key)
-    if res["load_rc"] != 0 and k:
+    chain = [{"node": p.conn.node, "hop": p.hop, "cmd": ["docker", "load", "-q"]} for p, _k in todo]
+    req = {"ref": src.ref, "diff_ids": src.layers, "skip": list(range(k)), "chain": chain, "prog": node_script()}
+    fan = _Fan(progress, [p.conn.node for p, _k in todo], "image")
+    res = run_push(src_conn, "push-image", req, transfers, fan, key)
+    refused = [r for r in res["peers"].values() if r["rc"] not in (0, 255) and "no space" not in r["err"].lower()]
+    if k and refused and res["save_rc"] == 0:
         # An engine that wants every layer file (e.g. a containerd image store) refused the filtered
-        # stream: send it whole. A broken link or a failed `docker save` is not retried this way.
-        _check(res, src, peer.node, hop, retryable=True)
-        progress.start(key, f"{peer.node} image (whole, from {src.node})", sum(src.layer_sizes) or None)
-        res = run_push(src_conn, "push-image", {**req, "skip": []}, transfers, progress, key)
-    _check(res, src, peer.node, hop, retryable=False)
-    got = peer_image_id(peer, src.ref)
-    if got != src.id:
-        raise ShipError(
-            f"after loading, {src.ref} on the peer is {got and got[:19]}, expected {src.id[:19]}",
-            node=peer.node,
-            fix=RERUN,
-        )
-    skipped = res["skipped_layers"]
-    sent = res["sent"] if res["sent"] is not None else need
-    result = ImageResult(peer.node, "shipped", src.id, src.node, bytes_sent=sent, bytes_skipped=res["skipped_bytes"],
-                         layers_sent=len(src.layers) - len(skipped), layers_skipped=len(skipped),
-                         seconds=time.monotonic() - t0)  # fmt: skip
-    progress.finish(key, f"loaded, {len(skipped)} layer(s) already there")
-    return result
+        # stream: send it whole once. A broken link or a failed `docker save` is not retried this way.
+        res = run_push(src_conn, "push-image", {**req, "skip": []}, transfers, fan, key)
+    out: dict[str, ImageResult | SparkctlError] = {}
+    for p, _k in todo:
+        try:
+            _check(res, src, p, retryable=False)
+            got = peer_image_id(p.conn, src.ref)
+            if got != src.id:
+                raise ShipError(f"after loading, {src.ref} on the peer is {got and got[:19]}, expected {src.id[:19]}",
+                                node=p.conn.node, fix=RERUN)  # fmt: skip
+        except SparkctlError as exc:
+            out[p.conn.node] = exc
+            continue
+        skipped = res["skipped_layers"]
+        out[p.conn.node] = ImageResult(p.conn.node, "shipped", src.id, src.node,
+                                       bytes_sent=res["sent"] if res["sent"] is not None else need,
+                                       bytes_skipped=res["skipped_bytes"], layers_sent=len(src.layers) - len(skipped),
+                                       layers_skipped=len(skipped), seconds=time.monotonic() - t0)  # fmt: skip
+        progress.finish(f"{p.conn.node}:image", f"loaded, {len(skipped)} layer(s) already there")
+    return out
 
 
-def _check(res: dict, src: SourceImage, peer: str, hop: list[str], *, retryable: bool) -> None:
-    host = hop[-2].rpartition("@")[2] if hop else peer
-    err = hop_error(src.node, peer, host, res["load_rc"], res["load_err"])
+class _Fan:
+    """One byte stream feeding several peers: each peer's bar advances with it."""
+
+    def __init__(self, progress: Progress, nodes: list[str], what: str) -> None:
+        self.progress, self.keys = progress, [f"{n}:{what}" for n in nodes]
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        pass
+
+    def advance(self, key: str, n: int) -> None:
+        for k in self.keys:
+            self.progress.advance(k, n)
+
+    def finish(self, key: str, note: str) -> None:
+        pass
+
+
+def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
+    node = peer.conn.node
+    got = res["peers"].get(node)
+    if got is None:
+        raise ShipError("the image never reached this node: a node before it in the pipeline failed",
+                        node=node, fix=RERUN)  # fmt: skip
+    host = peer.hop[-2].rpartition("@")[2] if peer.hop else node
+    err = hop_error(src.node, node, host, got["rc"], got["err"])
     if err is not None:
         raise err
     if res["save_rc"] != 0:
@@ -152,22 +203,20 @@ def _check(res: dict, src: SourceImage, peer: str, hop: list[str], *, retryable:
             node=src.node,
             fix=RERUN,
         )
-    if res["load_rc"] == 0:
+    if got["rc"] == 0:
         return
-    text = res["load_err"].strip()
+    text = got["err"].strip()
     if "no space left" in text.lower():
         raise DiskFullError(
             f"docker load ran out of disk on the node: {text.splitlines()[-1]}",
-            node=peer,
+            node=node,
             fix="free disk on the node (`docker system prune`), then rerun `sparkctl ship`",
         )
-    if retryable:
-        return
     raise LoadRefusedError(
-        f"docker load failed (exit {res['load_rc']}): {text.splitlines()[-1] if text else 'no output'}",
-        node=peer,
+        f"docker load failed (exit {got['rc']}): {text.splitlines()[-1] if text else 'no output'}",
+        node=node,
         fix=RERUN,
     )
 
 
-__all__ = ["ImageResult", "SourceImage", "SourceMissingError", "peer_address", "ship_image", "source_image"]
+__all__ = ["ImageResult", "Peer", "SourceImage", "SourceMissingError", "peer_address", "ship_image", "source_image"]

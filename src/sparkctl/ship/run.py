@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.manifest import hf_cache_for
@@ -52,53 +51,52 @@ def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: li
         report.targets = []
         return report
 
-    def one_peer(peer_name: str) -> None:
-        if states[peer_name].error is not None:
-            raise states[peer_name].error
-        peer = pool.get(peer_name)
-        for what, src, obj in items:
-            if src == peer_name:
-                continue
-            _record(report, peer_name, what, lambda what=what, src=src, obj=obj: _one(
-                profile, pool, states, peer, what, src, obj, progress, opts, transfers, default_streams))  # fmt: skip
-
-    for outcome in fan_out(targets, one_peer, cancel=transfers.cancel).values():
-        if not outcome.ok:
-            if not isinstance(outcome.error, SparkctlError):
-                raise outcome.error
-            report.errors.append((str(outcome.key), "connect", outcome.error))
+    for what, src, obj in items:
+        peers = [n for n in targets if n != src and states[n].error is None]
+        for n in targets:
+            err = states[n].error
+            if n != src and err is not None and not any(e[0] == n for e in report.errors):
+                report.errors.append((n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n)))
+        if peers:
+            _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams)
     if report.errors and raise_on_error:
         raise_first(report)
     return report
 
 
-def _one(profile, pool, states, peer, what, src, obj, progress, opts, transfers, default_streams):  # noqa: ANN001, ANN202, PLR0913
-    src_conn = pool.get(src)
-    hop = hop_argv(profile, peer.node)
-    if what == "image":
-        from sparkctl.ship.image import ship_image
-
-        return ship_image(obj, src_conn, peer, states[peer.node].image or {}, hop, transfers, progress,
-                          check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
-    from sparkctl.ship.weights import ship_weights
-
-    ref, manifest = obj
-    streams = opts["streams"] or default_streams(states[src].cores)
-    return ship_weights(manifest, src_conn, peer, hf_cache_for(profile, peer.node), progress, hop=hop,
-                        transfers=transfers, peer_doc=states[peer.node].models.get(ref.id), streams=streams,
-                        deep=opts["deep"], check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
-
-
-def _record(report: ShipReport, node: str, what: str, fn) -> None:  # noqa: ANN001
+def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: ANN001, ANN202, PLR0913
+    """One item (the image, or one model) from its source to every peer that lacks it."""
     from sparkctl.fanout import Cancelled
 
     try:
-        report.results.append(fn())
+        src_conn = pool.get(src)
+        conns = {n: pool.get(n) for n in peers}
+        if what == "image":
+            from sparkctl.ship.image import Peer, ship_image
+
+            group = [Peer(conns[n], states[n].image or {}, hop_argv(profile, n)) for n in peers]
+            out = ship_image(obj, src_conn, group, transfers, progress,
+                             check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
+        else:
+            from sparkctl.ship.weights import WeightsPeer, ship_weights
+
+            ref, manifest = obj
+            group = [WeightsPeer(conns[n], hf_cache_for(profile, n), hop_argv(profile, n), states[n].models.get(ref.id))
+                     for n in peers]  # fmt: skip
+            out = ship_weights(manifest, src_conn, group, progress, transfers=transfers,
+                               streams=opts["streams"] or default_streams(states[src].cores), deep=opts["deep"],
+                               check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
     except Cancelled:
         raise
     except SparkctlError as exc:
-        if exc.node is None:
-            exc.node = node
-        report.errors.append((node, what, exc))
-    except (OSError, ValueError, KeyError) as exc:  # a node answered something unexpected: that peer's failure
-        report.errors.append((node, what, ShipError(f"{what}: {exc}", node=node)))
+        out = {n: exc for n in peers}
+    except (OSError, ValueError, KeyError) as exc:  # a node answered something unexpected
+        out = {n: ShipError(f"{what}: {exc}", node=n) for n in peers}
+    for node in peers:
+        res = out.get(node)
+        if isinstance(res, SparkctlError):
+            if res.node is None:
+                res.node = node
+            report.errors.append((node, what, res))
+        elif res is not None:
+            report.results.append(res)

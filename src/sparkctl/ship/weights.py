@@ -16,13 +16,18 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkctl.errors import SparkctlError
+from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
 from sparkctl.ship.hop import hop_error, run_push
+from sparkctl.ship.image import _Fan
 from sparkctl.ship.manifest import (
     Manifest,
+    WeightsDiff,
     dest_paths,
     diff_files,
     node_argv,
+    node_script,
     parse_op_result,
     repo_dir,
     run_op,
@@ -92,108 +97,194 @@ def identical(source: Manifest, peer_doc: dict | None) -> bool:
     return files == theirs and not peer_doc.get("broken") and peer_doc.get("marker") == source.digest
 
 
-def ship_weights(
-    source: Manifest,
-    src: Connector,
-    peer: Connector,
-    peer_hf_cache: str,
-    progress: Progress,
-    *,
-    hop: list[str],
-    transfers: Transfers,
-    peer_doc: dict | None = None,
-    streams: int = 1,
-    deep: bool = False,
-    check_space: bool = True,
-    dry_run: bool = False,
-) -> WeightsResult:
-    """`source` may be lazy (some sha256 None): files the peer lacks are hashed while being sent."""
-    assert source.commit is not None
-    key = f"{peer.node}:{source.model_id}"
-    check = "deep" if deep else "quick"
-    result = WeightsResult(peer.node, source.model_id, source.commit, "skipped", "", src.node, check)
-    skip_note = "identical, every byte rehashed" if deep else "identical by quick check (size+mtime+inode)"
-    if identical(source, peer_doc):
-        result.digest, result.files_kept = source.digest, len(source.files)
-        progress.start(key, f"{peer.node} {source.model_id}", 0)
-        progress.finish(key, skip_note)
-        return result
-    repo = repo_dir(peer_hf_cache, source.model_id)
-    mode = ["deep"] if deep else []
-    probe = run_op(peer, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)})
-    diff = diff_files(source, probe["hashes"])
-    if diff.unknown:  # the peer has these: hash them on the source to compare
-        hashed = run_op(src, "probe", source.repo_dir, *mode, payload={"paths": diff.unknown})["hashes"]
+@dataclass
+class WeightsPeer:
+    """A peer of one model: its connector, HF cache path, the ssh argv that reaches it from another
+    node, and its own manifest doc from the `state` round trip (None: not gathered)."""
+
+    conn: Connector
+    hf_cache: str
+    hop: list[str]
+    doc: dict | None = None
+
+
+@dataclass
+class _Need:
+    peer: WeightsPeer
+    repo: str
+    diff: WeightsDiff
+    result: WeightsResult
+    probe: dict  # the peer's probe: hashes by destination, marker, free space
+
+
+def ship_weights(source: Manifest, src: Connector, peers: list[WeightsPeer], progress: Progress, *,
+                 transfers: Transfers, streams: int = 1, deep: bool = False, check_space: bool = True,
+                 dry_run: bool = False) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """Every peer that lacks files of the snapshot gets them in one pass from the source (several
+    peers: a pipeline through them, each byte leaving the source once). `source` may be lazy (some
+    sha256 None): files the peers lack are hashed while being sent."""
+    out: dict[str, WeightsResult | SparkctlError] = {}
+    needs: list[_Need] = []
+    for peer, outcome in fan_out([p.conn.node for p in peers], lambda n: _compare(
+            source, next(p for p in peers if p.conn.node == n), deep), cancel=transfers.cancel).items():  # fmt: skip
+        if not outcome.ok:
+            out[peer] = outcome.error if isinstance(outcome.error, SparkctlError) else ShipError(str(outcome.error), node=peer)
+        elif isinstance(outcome.value, WeightsResult):
+            out[peer] = outcome.value
+        else:
+            needs.append(outcome.value)
+    unknown = sorted({d for n in needs for d in n.diff.unknown})
+    if unknown:  # peers have these: hash them on the source to compare
+        mode = ["deep"] if deep else []
+        hashed = run_op(src, "probe", source.repo_dir, *mode, payload={"paths": unknown})["hashes"]
         source = source.with_hashes({d: v[0] for d, v in hashed.items() if v})
-        diff = diff_files(source, probe["hashes"])
-    result.files_kept = diff.have
-    if not diff.send and source.hashed and probe.get("marker") == source.digest:
-        result.digest = source.digest
-        progress.start(key, f"{peer.node} {source.model_id}", 0)
-        progress.finish(key, skip_note)
+    for need in needs:
+        out.update(_settle_need(source, need, check_space, dry_run, progress))
+    todo = [n for n in needs if n.peer.conn.node not in out]
+    if todo:
+        out.update(_copy(source, src, todo, progress, transfers, streams))
+    return out
+
+
+def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult | _Need:
+    """Skip when the peer's own manifest already equals the source's (no extra round trip); else
+    probe the peer's files by destination (hashing what it has) and diff."""
+    assert source.commit is not None
+    node = peer.conn.node
+    result = WeightsResult(node, source.model_id, source.commit, "skipped", "", source.node, "deep" if deep else "quick")
+    if identical(source, peer.doc):
+        result.digest, result.files_kept = source.digest, len(source.files)
         return result
+    repo = repo_dir(peer.hf_cache, source.model_id)
+    mode = ["deep"] if deep else []
+    probe = run_op(peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)})
+    return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
+
+
+def _settle_need(source: Manifest, need: _Need, check_space: bool, dry_run: bool,
+                 progress: Progress) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """Final diff of one peer; a result when nothing moves (identical, dry run) or an error (disk)."""
+    node, probe = need.peer.conn.node, need.probe
+    diff = need.diff = diff_files(source, probe["hashes"])  # again: the source may have hashed more
+    need.result.files_kept = diff.have
+    key = f"{node}:{source.model_id}"
+    if not diff.send and source.hashed and probe.get("marker") == source.digest:
+        need.result.digest = source.digest
+        progress.start(key, f"{node} {source.model_id}", 0)
+        progress.finish(key, _skip_note(need.result.check))
+        return {node: need.result}
     free = int(probe["free"])
     if check_space and diff.bytes + SPACE_MARGIN > free:
-        raise DiskFullError(
+        return {node: DiskFullError(
             f"not enough disk for {source.model_id}: {human_bytes(diff.bytes)} to copy, {human_bytes(free)} free "
-            f"under {peer_hf_cache}",
-            node=peer.node,
-            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
-        )
+            f"under {need.peer.hf_cache}", node=node,
+            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`")}  # fmt: skip
     if dry_run:
-        result.action = "would ship"
-        result.bytes_sent, result.files_sent = diff.bytes, len(diff.send)
-        return result
+        need.result.action = "would ship"
+        need.result.bytes_sent, need.result.files_sent = diff.bytes, len(diff.send)
+        return {node: need.result}
+    return {}
+
+
+def _skip_note(check: str) -> str:
+    return "identical, every byte rehashed" if check == "deep" else "identical by quick check (size+mtime+inode)"
+
+
+def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progress, transfers: Transfers,
+          streams: int) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """begin on every peer, one push through all that need bytes, finish on every peer."""
     t0 = time.monotonic()
-    progress.start(key, f"{peer.node} {source.model_id} (from {src.node})", diff.bytes)
-    run_op(peer, "begin", repo, source.commit)
-    written, ranged = {}, {}
-    if diff.send:
-        plan, ranged_dests = plan_streams(diff.send, streams)
-        result.streams = len(plan)
-        sent = _push(src, peer.node, source, repo, plan, ranged_dests, hop, transfers, progress, key)
+    for n in todo:
+        progress.start(f"{n.peer.conn.node}:{source.model_id}",
+                       f"{n.peer.conn.node} {source.model_id} (from {src.node})", n.diff.bytes)  # fmt: skip
+    out: dict[str, WeightsResult | SparkctlError] = {}
+    by_node = {n.peer.conn.node: n for n in todo}
+    begun = fan_out(list(by_node), lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
+                    cancel=transfers.cancel)  # fmt: skip
+    for o in begun.failed:
+        out[o.key] = o.as_error()
+    todo = [n for n in todo if n.peer.conn.node not in out]
+    senders = [n for n in todo if n.diff.send]
+    arrived: dict[str, dict] = {n.peer.conn.node: {"written": {}, "ranged": {}} for n in todo}
+    if senders:
+        send = {d: s for n in senders for d, s in n.diff.send.items()}
+        plan, ranged_dests = plan_streams(send, streams)
+        sent = _push(src, source, senders, plan, ranged_dests, transfers, progress)
         source = source.with_hashes({**sent["hashes"], **sent["ranged"]})
-        written, ranged = sent["written"], sent["ranged"]
-        result.bytes_sent, result.files_sent = sent["bytes"], len(diff.send)
+        for n in senders:
+            node = n.peer.conn.node
+            if isinstance(sent["peers"][node], SparkctlError):
+                out[node] = sent["peers"][node]
+            else:
+                arrived[node] = {"written": sent["peers"][node], "ranged": sent["ranged"]}
+                n.result.bytes_sent, n.result.files_sent, n.result.streams = sent["bytes"], len(n.diff.send), len(plan)
+    todo = [n for n in todo if n.peer.conn.node not in out]
+    done = fan_out([n.peer.conn.node for n in todo], lambda k: _finish(source, by_node[k], arrived[k], progress, t0),
+                   cancel=transfers.cancel)  # fmt: skip
+    for o in done.values():
+        out[o.key] = o.value if o.ok else o.as_error()
+    return out
+
+
+def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
+    node = need.peer.conn.node
     plan_doc = {
         "commit": source.commit,
         "revision": source.revision,
         "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
     }
-    done = run_op(peer, "finish", repo, payload={"plan": plan_doc, "written": written, "ranged": ranged})
+    done = run_op(need.peer.conn, "finish", need.repo, payload={"plan": plan_doc, **arrived})
     if not done["ok"]:
         raise ShipError(
-            f"{source.model_id} on the node does not match the source after the copy: "
-            + ", ".join(done["mismatch"][:3]),
-            node=peer.node,
+            f"{source.model_id} on the node does not match the source after the copy: " + ", ".join(done["mismatch"][:3]),
+            node=node,
             fix=RERUN,
         )
-    result.action = "shipped" if diff.send else "repaired"
+    result = need.result
+    result.action = "shipped" if need.diff.send else "repaired"
     result.digest = done["digest"]
     result.seconds = time.monotonic() - t0
-    progress.finish(key, f"verified ({diff.have} file(s) already there)")
+    progress.finish(f"{node}:{source.model_id}", f"verified ({need.diff.have} file(s) already there)")
     return result
 
 
-def _push(src: Connector, peer: str, source: Manifest, repo: str, plan: list, ranged: list[str],
-          hop: list[str], transfers: Transfers, progress: Progress, key: str) -> dict:  # fmt: skip
-    """The source sends; returns {hashes, ranged, written, bytes}, raising the peer's own error."""
+def _push(src: Connector, source: Manifest, senders: list[_Need], plan: list, ranged: list[str],
+          transfers: Transfers, progress: Progress) -> dict:  # fmt: skip
+    """The source sends through the chain of peers; per peer the files written or its error."""
     known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
-    req = {"repo": source.repo_dir, "streams": plan, "hop": hop, "recv": node_argv("recv", repo),
+    chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
+    req = {"repo": source.repo_dir, "streams": plan, "chain": chain, "prog": node_script(),
            "ranged": {d: known.get(d) for d in ranged}}  # fmt: skip
-    res = run_push(src, "push-weights", req, transfers, progress, key)
-    written: dict[str, str] = {}
-    host = hop[-2].rpartition("@")[2] if hop else peer
-    for stream in res["streams"]:
-        err = hop_error(src.node, peer, host, stream["rc"], stream["err"])
-        if err is not None:
-            raise err
-        if stream["rc"] != 0:
-            _raise_receiver_error(_error_doc(stream["err"]), source, peer, res["errors"], src.node)
-        written.update(_error_doc(stream["out"]).get("written", {}))
-    if res["errors"]:
+    fan = _Fan(progress, [n.peer.conn.node for n in senders], source.model_id)
+    res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
+    peers: dict[str, dict | SparkctlError] = {}
+    for n in senders:
+        node, written = n.peer.conn.node, {}
+        try:
+            for stream in res["streams"]:
+                written.update(_stream_result(stream, n, source, src.node, res["errors"]))
+        except SparkctlError as exc:
+            peers[node] = exc
+            continue
+        peers[node] = written
+    if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
         raise ShipError(f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN)
-    return {**res, "written": written}
+    return {**res, "peers": peers}
+
+
+def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
+    node = need.peer.conn.node
+    got = stream.get(node)
+    if got is None:
+        raise ShipError(f"{source.model_id} never reached this node: a node before it in the pipeline failed",
+                        node=node, fix=RERUN)  # fmt: skip
+    host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
+    err = hop_error(src, node, host, got["rc"], got["err"])
+    if err is not None:
+        raise err
+    if got["rc"] != 0:
+        _raise_receiver_error(_error_doc(got["err"]), source, node, send_errors, src)
+    return _error_doc(got["out"]).get("written", {})
 
 
 def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: list[str], src: str) -> None:
@@ -226,4 +317,4 @@ def _error_doc(text: str) -> dict:
     return {"raw": text.strip().splitlines()[-1] if text.strip() else ""}
 
 
-__all__ = ["WeightsResult", "identical", "parse_op_result", "plan_streams", "ship_weights"]
+__all__ = ["WeightsPeer", "WeightsResult", "identical", "parse_op_result", "plan_streams", "ship_weights"]
