@@ -28,8 +28,8 @@ from sparkctl.ship._node import (  # node: strip
     frame,
     free_bytes,
     op_manifest,
-    weights_op,
 )
+from sparkctl.ship._recv import weights_op  # node: strip
 from sparkctl.ship._relay import Sink, first_hop, flatten, op_relay  # node: strip
 from sparkctl.ship.tarfilter import LayerFilter, chain_ids  # node: strip
 

@@ -113,11 +113,11 @@ def revision_of(ref: ModelRef) -> str:
 
 @cache
 def node_script() -> str:
-    """The node program: tarfilter.py, _node.py, _relay.py and _push.py as one stdlib-only script (their
+    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py and _push.py as one stdlib-only script (their
     in-package imports, marked `# node: strip`, dropped; one `from __future__` line first)."""
     here = Path(__file__).parent
     parts = ["from __future__ import annotations"]
-    for name in ("tarfilter.py", "_node.py", "_relay.py", "_push.py"):
+    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_push.py"):
         skipping = False
         for line in (here / name).read_text().splitlines():
             if line.endswith("# node: strip"):
