@@ -461,6 +461,7 @@ class Lab:
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{node.name}-host", "-f", str(key)])
         node.host_key_pub = " ".join(Path(f"{key}.pub").read_text().split()[:2])
         shutil.copy(f"{self.ssh_key}.pub", data_dir / "authorized_keys")
+        (data_dir / "home").mkdir(mode=0o700, exist_ok=True)
         (data_dir / "sshd_config").write_text(
             "\n".join(
                 [
@@ -480,8 +481,9 @@ class Lab:
                     "PrintMotd no",
                     "MaxStartups 100:30:200",
                     "MaxSessions 100",
-                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine.
-                    f"SetEnv DOCKER_HOST={node.docker_host}",
+                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; the
+                    # node's own HOME (its hash cache, a plain shell without this host's rc files).
+                    f"SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'}",
                     "Subsystem sftp internal-sftp",
                     "",
                 ]
