@@ -16,7 +16,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
 from sparkctl.ship.hop import hop_error, peer_address, run_push
 from sparkctl.ship.manifest import node_script
-from sparkctl.ship.progress import Progress
+from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.ship.tarfilter import chain_ids
 from sparkctl.units import human_bytes
 
@@ -143,7 +143,7 @@ def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]
     t0 = time.monotonic()
     chain = [{"node": p.conn.node, "hop": p.hop, "cmd": ["docker", "load", "-q"]} for p, _k in todo]
     req = {"ref": src.ref, "diff_ids": src.layers, "skip": list(range(k)), "chain": chain, "prog": node_script()}
-    fan = _Fan(progress, [p.conn.node for p, _k in todo], "image")
+    fan = FanOut(progress, [p.conn.node for p, _k in todo], "image")
     res = run_push(src_conn, "push-image", req, transfers, fan, key)
     refused = [r for r in res["peers"].values() if r["rc"] not in (0, 255) and "no space" not in r["err"].lower()]
     if k and refused and res["save_rc"] == 0:
@@ -168,23 +168,6 @@ def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]
                                        layers_skipped=len(skipped), seconds=time.monotonic() - t0)  # fmt: skip
         progress.finish(f"{p.conn.node}:image", f"loaded, {len(skipped)} layer(s) already there")
     return out
-
-
-class _Fan:
-    """One byte stream feeding several peers: each peer's bar advances with it."""
-
-    def __init__(self, progress: Progress, nodes: list[str], what: str) -> None:
-        self.progress, self.keys = progress, [f"{n}:{what}" for n in nodes]
-
-    def start(self, key: str, description: str, total: int | None) -> None:
-        pass
-
-    def advance(self, key: str, n: int) -> None:
-        for k in self.keys:
-            self.progress.advance(k, n)
-
-    def finish(self, key: str, note: str) -> None:
-        pass
 
 
 def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:

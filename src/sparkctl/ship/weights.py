@@ -20,7 +20,6 @@ from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
 from sparkctl.ship.hop import hop_error, run_push
-from sparkctl.ship.image import _Fan
 from sparkctl.ship.manifest import (
     Manifest,
     WeightsDiff,
@@ -32,7 +31,7 @@ from sparkctl.ship.manifest import (
     repo_dir,
     run_op,
 )
-from sparkctl.ship.progress import Progress
+from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
@@ -255,7 +254,7 @@ def _push(src: Connector, source: Manifest, senders: list[_Need], plan: list, ra
     chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
     req = {"repo": source.repo_dir, "streams": plan, "chain": chain, "prog": node_script(),
            "ranged": {d: known.get(d) for d in ranged}}  # fmt: skip
-    fan = _Fan(progress, [n.peer.conn.node for n in senders], source.model_id)
+    fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
     res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
     peers: dict[str, dict | SparkctlError] = {}
     for n in senders:
