@@ -208,3 +208,56 @@ def test_ctrl_c_stops_every_transfer_at_once_and_a_rerun_resumes(lab: Lab, tmp_p
     assert res["files_kept"] == len(kept) and res["files_sent"] == len(files) - len(kept)
     profile = _profile_for(lab, target=target, draft=None)
     assert _manifests(lab, profile, profile.model.target)["spark2"].complete
+
+
+def test_several_peers_get_one_pipelined_copy_from_the_source() -> None:
+    """spark1 -> spark2 -> spark3: both peers get the image and the weights, and about ONE copy of
+    the bytes leaves spark1 (spark2 relays to spark3), not one per peer."""
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.plan import build_plan
+    from sparkctl.ship import ship
+    from tests.testbed.images import build_engine_image
+
+    with Lab(nodes=3) as lab3:
+        tag = "sparkctl-test/pipe:1"
+        image_id = build_engine_image(lab3.docker("spark1"), tag=tag, pad_mb=24)
+        target = "pipe/target"
+        make_fake_snapshot(_hf(lab3, "spark1"), target, {"a.safetensors": 24 << 20, "config.json": 300})
+        doc = lab_profile(
+            lab3,
+            image=tag,
+            modes={"all": {"nodes": ["spark1", "spark2", "spark3"], "tp": 3, "default": True}},
+        )
+        doc["model"].update({"target": {"id": target, "revision": "main"}, "draft": None})
+        profile = Profile.model_validate(doc)
+        one_copy = sum(len(c) for c in lab3.docker("spark1").api.get_image(tag, chunk_size=1 << 20)) + (
+            24 << 20
+        )
+        n1 = lab3.node("spark1")
+        stats = [
+            "cat",
+            "/sys/class/net/eth0/statistics/tx_bytes",
+            f"/sys/class/net/{n1.fabric_netdev}/statistics/tx_bytes",
+        ]
+
+        def tx() -> int:
+            return sum(int(x) for x in lab3.exec("spark1", stats).stdout.split())
+
+        before = tx()
+        with NodePool(profile) as pool:
+            report = ship(profile, build_plan(profile, "all"), pool)
+        left_source = tx() - before
+        assert report.ok and {r.node for r in report.results} == {"spark2", "spark3"}
+        for node in ("spark2", "spark3"):
+            assert lab3.docker(node).images.get(tag).id == image_id
+        ms = {n: _manifest(lab3, profile, n) for n in ("spark1", "spark2", "spark3")}
+        assert ms["spark2"].complete and ms["spark3"].complete and ms["spark3"].digest == ms["spark1"].digest
+        assert one_copy < left_source < 1.3 * one_copy, (left_source, one_copy)
+
+
+def _manifest(lab: Lab, profile: Profile, node: str):  # noqa: ANN202
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.ship import hf_cache_for, snapshot_manifest
+
+    with NodePool(profile) as pool:
+        return snapshot_manifest(pool.get(node), hf_cache_for(profile, node), profile.model.target)

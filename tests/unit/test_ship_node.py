@@ -175,6 +175,7 @@ def test_ship_copies_verifies_marks_and_then_skips(nodes: tuple[Path, Path]) -> 
     repo2 = Path(repo_dir(str(dst), MODEL))
     assert (repo2 / "snapshots" / a.commit / "sub" / "tokenizer.json").is_symlink()
     assert (repo2 / "refs" / "main").read_text() == a.commit
+    assert {p.stat().st_mode & 0o777 for p in (repo2 / "blobs").iterdir()} == {0o644}  # 0600 until complete
     assert counter.sent["n2:" + MODEL] >= 505_000
 
     again, counter2 = _ship(src, dst)

@@ -32,6 +32,8 @@ from sparkctl.ship._node import (  # node: strip
     op_probe,
 )
 
+FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
+
 
 def op_begin(repo, commit):
     """Whatever happens next, this snapshot no longer looks complete; old part files go."""
@@ -62,7 +64,7 @@ def _open_part(path, ranged):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         flags |= os.O_TRUNC | os.O_EXCL
-    return os.open(path, flags, 0o644)
+    return os.open(path, flags, 0o600)  # readable by others only once complete (see FINAL_MODE)
 
 
 def _recv_one(inp, repo, head, view):
@@ -92,6 +94,7 @@ def _recv_one(inp, repo, head, view):
         raise
     finally:
         os.close(fd)
+    os.chmod(dest + PART, FINAL_MODE)
     os.replace(dest + PART, dest)
     return h.hexdigest()
 
@@ -138,6 +141,7 @@ def _settle_ranged(repo, ranged, cache):
                 os.unlink(path + PART)
             bad.append(dest)
             continue
+        os.chmod(path + PART, FINAL_MODE)
         os.replace(path + PART, path)
         cache.record(dest, os.stat(path), sha)
     return bad
