@@ -23,8 +23,8 @@ def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: li
              transfers: Transfers, raise_on_error: bool) -> ShipReport:  # fmt: skip
     from sparkctl.ship import ShipReport, default_streams, raise_first
 
-    order = [source] if source else preference(profile, mode_nodes)
     wanted = to or mode_nodes
+    order = [source] if source else preference(profile, mode_nodes, wanted)
     ref = None
     if image:
         from sparkctl.plan import image_ref

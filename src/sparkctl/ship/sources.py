@@ -2,7 +2,7 @@
 
 Any node of the run can be the source: the one that holds the complete image (the pinned ID when
 the profile pins one) or the complete snapshot. Preference: `--from`, else the node sparkctl runs
-on, else rank 0, else the other nodes in profile order.
+on, else the mode's nodes in rank order, else the `--to` nodes.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def gather(profile: Profile, pool: NodePool, nodes: list[str], image_ref: str | 
     return states
 
 
-def preference(profile: Profile, mode_nodes: list[str]) -> list[str]:
+def preference(profile: Profile, mode_nodes: list[str], targets: list[str]) -> list[str]:
+    """Candidate sources in order: the node sparkctl runs on, the mode's nodes by rank, the targets."""
     local = [n.name for n in profile.nodes if n.is_local]
-    order = [*local, *mode_nodes, *(n.name for n in profile.nodes)]
-    return list(dict.fromkeys(order))
+    return list(dict.fromkeys([*local, *mode_nodes, *targets]))
 
 
 def image_source(states: dict[str, NodeState], order: list[str], ref: str, want_id: str | None) -> str:
