@@ -267,3 +267,10 @@ def test_paths_outside_the_repo_are_refused(tmp_path: Path) -> None:
         input=json.dumps({"paths": ["blobs/../../etc/passwd"]}).encode(), capture_output=True,
     )  # fmt: skip
     assert proc.returncode != 0 and b"unsafe name" in proc.stderr
+
+
+def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hf = tmp_path / "home" / ".cache"  # hf_cache set to ~/.cache: ~/.cache/sparkctl would be inside it
+    make_fake_snapshot(hf, MODEL, {"w.safetensors": 1000})
+    m = snapshot_manifest(LocalConnector("n1"), str(hf), REF)
+    assert m.hashed and not (hf / "sparkctl").exists()  # hashed every time, nothing written there

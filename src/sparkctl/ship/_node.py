@@ -79,12 +79,15 @@ def cache_file(repo):
 class HashCache:
     def __init__(self, repo, deep=False):
         self.path = cache_file(repo)
+        hf_root = os.path.dirname(os.path.dirname(os.path.realpath(repo))) + "/"
+        if os.path.realpath(self.path).startswith(hf_root):
+            self.path = None  # inside the cache the container mounts: never trusted, never written
         self.deep = deep
         self.dirty = False
         try:
             with open(self.path) as fh:
                 self.data = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             self.data = {}
 
     @staticmethod
@@ -115,7 +118,7 @@ class HashCache:
         return h.hexdigest(), st.st_size
 
     def save(self):
-        if not self.dirty:
+        if not self.dirty or self.path is None:
             return
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         tmp = "%s.%d%s" % (self.path, os.getpid(), PART)  # noqa: UP031 - concurrent runs on one node
