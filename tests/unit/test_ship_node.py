@@ -72,7 +72,9 @@ def test_manifest_hashes_content_and_caches_it(nodes: tuple[Path, Path]) -> None
     with open(blob, "r+b") as fh:
         fh.write(b"X")
     os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert snapshot_manifest(LocalConnector("n1"), str(src), REF).files["config.json"] == m.files["config.json"]
+    assert (
+        snapshot_manifest(LocalConnector("n1"), str(src), REF).files["config.json"] == m.files["config.json"]
+    )
     deep = snapshot_manifest(LocalConnector("n1"), str(src), REF, deep=True)
     assert deep.files["config.json"].sha256 == hashlib.sha256(blob.read_bytes()).hexdigest()
     assert deep.files["config.json"].sha256 != m.files["config.json"].sha256
@@ -269,7 +271,9 @@ def test_paths_outside_the_repo_are_refused(tmp_path: Path) -> None:
     assert proc.returncode != 0 and b"unsafe name" in proc.stderr
 
 
-def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hf = tmp_path / "home" / ".cache"  # hf_cache set to ~/.cache: ~/.cache/sparkctl would be inside it
     make_fake_snapshot(hf, MODEL, {"w.safetensors": 1000})
     m = snapshot_manifest(LocalConnector("n1"), str(hf), REF)

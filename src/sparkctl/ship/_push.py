@@ -111,7 +111,11 @@ def _image_state_api(ref):
         return None
     status, doc = first
     if status == 200:
-        out["id"], out["layers"], out["size"] = doc["Id"], doc["RootFS"].get("Layers") or [], int(doc.get("Size") or 0)
+        out["id"], out["layers"], out["size"] = (
+            doc["Id"],
+            doc["RootFS"].get("Layers") or [],
+            int(doc.get("Size") or 0),
+        )
         status, hist = _api("/images/%s/history" % doc["Id"])  # noqa: UP031
         out["history"] = [int(h.get("Size") or 0) for h in reversed(hist)] if status == 200 else []
     elif status != 404:
@@ -138,7 +142,11 @@ def image_state(ref):
     rc, text, err = _docker(["image", "inspect", ref])
     if rc == 0:
         doc = json.loads(text)[0]
-        out["id"], out["layers"], out["size"] = doc["Id"], doc["RootFS"].get("Layers") or [], int(doc.get("Size") or 0)
+        out["id"], out["layers"], out["size"] = (
+            doc["Id"],
+            doc["RootFS"].get("Layers") or [],
+            int(doc.get("Size") or 0),
+        )
         rc, text, _err = _docker(["image", "history", "--human=false", "--format", "{{.Size}}", doc["Id"]])
         out["history"] = [int(x) for x in text.split() if x.isdigit()][::-1] if rc == 0 else []
     elif "no such image" not in err.lower():
@@ -146,7 +154,9 @@ def image_state(ref):
     rc, text, _err = _docker(["image", "ls", "-aq", "--no-trunc"])
     ids = sorted(set(text.split()))
     rc, text, _err = _docker(["image", "inspect", *ids]) if ids and rc == 0 else (1, "", "")
-    out["chains"] = [chain_ids(d["RootFS"].get("Layers") or []) for d in (json.loads(text) if rc == 0 else [])]
+    out["chains"] = [
+        chain_ids(d["RootFS"].get("Layers") or []) for d in (json.loads(text) if rc == 0 else [])
+    ]
     rc, text, _err = _docker(["info", "-f", "{{.DockerRootDir}}"])
     if rc == 0 and text.strip():
         with contextlib.suppress(OSError):
@@ -212,7 +222,9 @@ def op_push_image(req):
     save = spawn(["docker", "save", req["ref"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     meter, filt = Meter(), None
     if not req["skip"] and not line:  # one peer, nothing to drop: the kernel moves the bytes, like the recipe
-        sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.stdout}))
+        sink = Sink(
+            req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.stdout})
+        )
         save.stdout.close()
         meter.report_until(lambda: sink.proc.poll() is not None, lambda: _rchar(sink.proc.pid))
         sent = None
@@ -289,7 +301,9 @@ def op_push_weights(req):
     for items in req["streams"]:
         argv, line = first_hop(req["chain"], req["prog"])
         sink = Sink(req["chain"][0]["node"], argv, line, spawn)
-        t = threading.Thread(target=_send_stream, args=(repo, items, sink, meter, hashes, errors), daemon=True)
+        t = threading.Thread(
+            target=_send_stream, args=(repo, items, sink, meter, hashes, errors), daemon=True
+        )
         t.start()
         sinks.append(sink)
         threads.append(t)

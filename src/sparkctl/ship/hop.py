@@ -73,9 +73,7 @@ class Transfers:
                 proc.kill()
 
 
-def run_push(
-    src: Connector, op: str, req: dict, transfers: Transfers, progress: Progress, key: str
-) -> dict:
+def run_push(src: Connector, op: str, req: dict, transfers: Transfers, progress: Progress, key: str) -> dict:
     """Start `op` on the source, relay its progress lines, return its result document."""
     transfers.cancel.check()
     proc = src.popen(node_argv(op))
@@ -91,7 +89,11 @@ def run_push(
                 last = doc["progress"]
             elif "result" in doc:
                 if "crash" in doc["result"]:
-                    raise ShipError(f"the transfer on the source failed: {doc['result']['crash']}", node=src.node, fix=RERUN)
+                    raise ShipError(
+                        f"the transfer on the source failed: {doc['result']['crash']}",
+                        node=src.node,
+                        fix=RERUN,
+                    )
                 return doc["result"]
     except (ValueError, OSError, EOFError) as exc:
         if transfers.cancel.cancelled:

@@ -116,7 +116,9 @@ def ship_image(src: SourceImage, src_conn: Connector, peers: list[Peer], transfe
         if p.state.get("id") == src.id:
             progress.start(key, f"{p.conn.node} image", 0)
             progress.finish(key, "same image ID, skipped")
-            out[p.conn.node] = ImageResult(p.conn.node, "skipped", src.id, src.node, layers_skipped=len(src.layers))
+            out[p.conn.node] = ImageResult(
+                p.conn.node, "skipped", src.id, src.node, layers_skipped=len(src.layers)
+            )
             continue
         k = peer_prefix(p.state.get("chains") or [], src.layers)
         need, free = sum(src.layer_sizes[k:]), p.state.get("free")
@@ -142,10 +144,18 @@ def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]
         progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
     chain = [{"node": p.conn.node, "hop": p.hop, "cmd": ["docker", "load", "-q"]} for p, _k in todo]
-    req = {"ref": src.ref, "diff_ids": src.layers, "skip": list(range(k)), "chain": chain, "prog": node_script()}
+    req = {
+        "ref": src.ref,
+        "diff_ids": src.layers,
+        "skip": list(range(k)),
+        "chain": chain,
+        "prog": node_script(),
+    }
     fan = FanOut(progress, [p.conn.node for p, _k in todo], "image")
     res = run_push(src_conn, "push-image", req, transfers, fan, key)
-    refused = [r for r in res["peers"].values() if r["rc"] not in (0, 255) and "no space" not in r["err"].lower()]
+    refused = [
+        r for r in res["peers"].values() if r["rc"] not in (0, 255) and "no space" not in r["err"].lower()
+    ]
     if k and refused and res["save_rc"] == 0:
         # An engine that wants every layer file (e.g. a containerd image store) refused the filtered
         # stream: send it whole once. A broken link or a failed `docker save` is not retried this way.
@@ -202,4 +212,12 @@ def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
     )
 
 
-__all__ = ["ImageResult", "Peer", "SourceImage", "SourceMissingError", "peer_address", "ship_image", "source_image"]
+__all__ = [
+    "ImageResult",
+    "Peer",
+    "SourceImage",
+    "SourceMissingError",
+    "peer_address",
+    "ship_image",
+    "source_image",
+]

@@ -30,7 +30,9 @@ def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: li
         from sparkctl.plan import image_ref
 
         ref = plan.ranks[0].image if plan is not None else image_ref(profile)[0]
-    models = [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
+    models = (
+        [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
+    )
     nodes = list(dict.fromkeys([*order, *wanted]))
     states = gather(profile, pool, nodes, ref, models, deep=opts["deep"], cancel=transfers.cancel)
     if source and states[source].error is not None:
@@ -56,9 +58,24 @@ def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: li
         for n in targets:
             err = states[n].error
             if n != src and err is not None and not any(e[0] == n for e in report.errors):
-                report.errors.append((n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n)))
+                report.errors.append(
+                    (n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n))
+                )
         if peers:
-            _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams)
+            _item(
+                profile,
+                pool,
+                states,
+                report,
+                what,
+                src,
+                obj,
+                peers,
+                progress,
+                opts,
+                transfers,
+                default_streams,
+            )
     if report.errors and raise_on_error:
         raise_first(report)
     return report

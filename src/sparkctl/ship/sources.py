@@ -58,7 +58,9 @@ def image_source(states: dict[str, NodeState], order: list[str], ref: str, want_
         img = states[node].image if node in states else None
         if img and img.get("id") and (not want_id or img["id"] == want_id):
             return node
-    looked = ", ".join(_looked(states, n, (states[n].image or {}).get("id", "absent")[:19]) for n in order if n in states)
+    looked = ", ".join(
+        _looked(states, n, (states[n].image or {}).get("id", "absent")[:19]) for n in order if n in states
+    )
     pinned = f" with the pinned ID {want_id[:19]}" if want_id else ""
     raise SourceMissingError(
         f"image {ref}{pinned} is on no node (looked on: {looked})",

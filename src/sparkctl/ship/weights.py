@@ -127,7 +127,11 @@ def ship_weights(source: Manifest, src: Connector, peers: list[WeightsPeer], pro
     for peer, outcome in fan_out([p.conn.node for p in peers], lambda n: _compare(
             source, next(p for p in peers if p.conn.node == n), deep), cancel=transfers.cancel).items():  # fmt: skip
         if not outcome.ok:
-            out[peer] = outcome.error if isinstance(outcome.error, SparkctlError) else ShipError(str(outcome.error), node=peer)
+            out[peer] = (
+                outcome.error
+                if isinstance(outcome.error, SparkctlError)
+                else ShipError(str(outcome.error), node=peer)
+            )
         elif isinstance(outcome.value, WeightsResult):
             out[peer] = outcome.value
         else:
@@ -150,13 +154,17 @@ def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult |
     probe the peer's files by destination (hashing what it has) and diff."""
     assert source.commit is not None
     node = peer.conn.node
-    result = WeightsResult(node, source.model_id, source.commit, "skipped", "", source.node, "deep" if deep else "quick")
+    result = WeightsResult(
+        node, source.model_id, source.commit, "skipped", "", source.node, "deep" if deep else "quick"
+    )
     if identical(source, peer.doc):
         result.digest, result.files_kept = source.digest, len(source.files)
         return result
     repo = repo_dir(peer.hf_cache, source.model_id)
     mode = ["deep"] if deep else []
-    probe = run_op(peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)})
+    probe = run_op(
+        peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
+    )
     return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
 
 
@@ -186,7 +194,9 @@ def _settle_need(source: Manifest, need: _Need, check_space: bool, dry_run: bool
 
 
 def _skip_note(check: str) -> str:
-    return "identical, every byte rehashed" if check == "deep" else "identical by quick check (size+mtime+inode)"
+    return (
+        "identical, every byte rehashed" if check == "deep" else "identical by quick check (size+mtime+inode)"
+    )
 
 
 def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progress, transfers: Transfers,
@@ -216,7 +226,11 @@ def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progres
                 out[node] = sent["peers"][node]
             else:
                 arrived[node] = {"written": sent["peers"][node], "ranged": sent["ranged"]}
-                n.result.bytes_sent, n.result.files_sent, n.result.streams = sent["bytes"], len(n.diff.send), len(plan)
+                n.result.bytes_sent, n.result.files_sent, n.result.streams = (
+                    sent["bytes"],
+                    len(n.diff.send),
+                    len(plan),
+                )
     todo = [n for n in todo if n.peer.conn.node not in out]
     done = fan_out([n.peer.conn.node for n in todo], lambda k: _finish(source, by_node[k], arrived[k], progress, t0),
                    cancel=transfers.cancel)  # fmt: skip
@@ -235,7 +249,8 @@ def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0
     done = run_op(need.peer.conn, "finish", need.repo, payload={"plan": plan_doc, **arrived})
     if not done["ok"]:
         raise ShipError(
-            f"{source.model_id} on the node does not match the source after the copy: " + ", ".join(done["mismatch"][:3]),
+            f"{source.model_id} on the node does not match the source after the copy: "
+            + ", ".join(done["mismatch"][:3]),
             node=node,
             fix=RERUN,
         )
@@ -267,7 +282,9 @@ def _push(src: Connector, source: Manifest, senders: list[_Need], plan: list, ra
             continue
         peers[node] = written
     if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
-        raise ShipError(f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN)
+        raise ShipError(
+            f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
+        )
     return {**res, "peers": peers}
 
 
@@ -297,7 +314,9 @@ def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: l
         raise ShipError(f"refused to write {source.model_id}: {err.get('message')}", node=peer,
                         fix="the source's snapshot has a name outside the HF cache layout: re-download it there")  # fmt: skip
     if err.get("error") == "truncated" and send_errors:
-        raise ShipError(f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN)
+        raise ShipError(
+            f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN
+        )
     raise ShipError(
         f"receiving {source.model_id} failed: {err.get('message') or err.get('raw') or 'no report'}",
         node=peer,
