@@ -278,3 +278,14 @@ def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(
     make_fake_snapshot(hf, MODEL, {"w.safetensors": 1000})
     m = snapshot_manifest(LocalConnector("n1"), str(hf), REF)
     assert m.hashed and not (hf / "sparkctl").exists()  # hashed every time, nothing written there
+
+
+def test_node_program_is_stdlib_only_and_fits_one_remote_argument() -> None:
+    import shlex
+
+    from sparkctl.ship.manifest import node_script
+
+    prog = node_script()
+    assert "from sparkctl" not in prog and "import sparkctl" not in prog
+    # ssh hands the peer one command line; Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
+    assert len(shlex.join(node_argv("recv", "/x"))) < 120_000
