@@ -25,7 +25,7 @@ def ship(
         typer.Option("--to", help="Only to this node (repeatable; default: the mode's nodes)."),
     ] = None,
     from_node: Annotated[
-        str | None, typer.Option("--from", help="Source node (default: the local node, else rank 0).")
+        str | None, typer.Option("--from", help="Source node (default: the first that holds it: the local node, then rank order).")
     ] = None,
     dry_run: Annotated[
         bool,
@@ -51,8 +51,8 @@ def ship(
     """Ship what a node lacks: same image ID (only missing layers move), same weights (sha256 per file).
 
     The bytes go from the node that holds them straight to each peer (SSH between the nodes, over
-    the fabric address when there is one), never through this machine. Transfers run to all peers
-    in parallel and can be rerun after any interruption: what already arrived intact is not sent again.
+    the fabric address when there is one), never through this machine; several peers get one stream
+    that each relays to the next. A rerun after any interruption resends only what did not arrive intact.
     """
     from sparkctl.connectors.pool import NodePool
     from sparkctl.errors import SparkctlError
