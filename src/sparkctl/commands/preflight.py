@@ -38,6 +38,11 @@ def preflight(
     accept_new_host_keys: AcceptOpt = False,
     sysfs_root: SysfsOpt = "/sys",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every check in a table.")] = False,
+    deep: Annotated[
+        bool,
+        typer.Option("--deep", help="WeightsContent rehashes every byte on every node instead of "
+                     "trusting the quick check (size+mtime+inode, like rsync)."),
+    ] = False,
 ) -> None:
     """Check every node of MODE (SSH, fabric MTU/ping/RoCE, Docker, GPUs, image, weights, disk,
     ports, stray containers, memory). Exit 0 only without errors; --ignore CHECK downgrades."""
@@ -61,6 +66,7 @@ def preflight(
             only=set(only) if only else None,
             ignore=set(ignore or []),
             sysfs_root=sysfs_root,
+            deep=deep,
         )
     if json_out:
         print_json(report.to_json())

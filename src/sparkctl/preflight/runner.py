@@ -115,6 +115,7 @@ class _Ctx:
     plan: Plan
     selected: frozenset[str]
     sysfs_root: str
+    deep: bool = False  # WeightsContent rehashes every byte instead of the quick check
 
     @property
     def multi(self) -> bool:
@@ -239,7 +240,7 @@ def _gather(ctx: _Ctx, pool: NodePool, node: str) -> NodeFacts:
         # Hashed on the node (cached there), concurrently with the other probes of this node.
         for _, ref in ctx.model_refs():
             tasks[f"manifest:{ref.id}"] = lambda ref=ref: snapshot_manifest(
-                conn, hf_cache_for(ctx.profile, node), ref
+                conn, hf_cache_for(ctx.profile, node), ref, deep=ctx.deep
             )
     done = fan_out(list(tasks), lambda k: tasks[k]())
     facts.manifests = {k.partition(":")[2]: v for k, v in done.items() if k.startswith("manifest:")}
@@ -521,7 +522,10 @@ def _weights_content(ctx: _Ctx, facts: dict[str, NodeFacts]) -> list[Finding]:
             continue  # presence/commit findings already say what is wrong
         manifests = {n: f.manifests[ref.id] for n, f in live.items() if ref.id in f.manifests}
         out += C.check_weights_content(role, ref.id, manifests, rank0)
-    return out
+    # Say how content was compared: the cached hashes are rsync's quick check (size+mtime+inode).
+    how = "every byte rehashed" if ctx.deep else "quick check: size+mtime+inode, --deep rehashes"
+    return [dataclasses.replace(f, message=f"{f.message[:-1]}; {how})") if f.check == "WeightsContent"
+            and f.severity == OK and f.message.endswith(")") else f for f in out]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -533,13 +537,14 @@ def run_preflight(
     only: set[str] | frozenset[str] | None = None,
     ignore: set[str] | frozenset[str] = frozenset(),
     sysfs_root: str = "/sys",
+    deep: bool = False,
 ) -> Report:
     """Run the selected checks on the plan's nodes; never raises for what it finds (see Report)."""
     start = time.monotonic()
     launch, launch_names = _launch_check()
     selected = validate_names(set(only), "--only", launch_names) if only is not None else set(CHECKS)
     ignored = validate_names(set(ignore), "--ignore", launch_names)
-    ctx = _Ctx(profile, plan, frozenset(selected), sysfs_root)
+    ctx = _Ctx(profile, plan, frozenset(selected), sysfs_root, deep)
     facts = fan_out(plan.nodes, lambda n: _gather(ctx, pool, n))
     node_facts: dict[str, NodeFacts] = {}
     for node, res in facts.items():

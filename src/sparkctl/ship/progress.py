@@ -125,6 +125,23 @@ def make_progress(console):  # noqa: ANN001, ANN201 - rich Console -> RichProgre
     return RichProgress(console) if console is not None and console.is_terminal else PlainProgress(console)
 
 
+class FanOut:
+    """One byte stream feeding several peers: each peer's bar advances with it."""
+
+    def __init__(self, progress: Progress, nodes: list[str], what: str) -> None:
+        self.progress, self.keys = progress, [f"{n}:{what}" for n in nodes]
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        pass
+
+    def advance(self, key: str, n: int) -> None:
+        for k in self.keys:
+            self.progress.advance(k, n)
+
+    def finish(self, key: str, note: str) -> None:
+        pass
+
+
 class RichProgress:
     """A rich live display: one bar per (peer, item) with bytes, rate and ETA."""
 
