@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from sparkctl.connectors.pool import NodePool
 
 CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
-STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on stop
+STOP_GRACE = 5  # seconds between SIGTERM and SIGKILL on stop (profile: engine.stop_grace)
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,8 @@ def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for a rank (env given already revealed).
 
     The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.
+    `init`: Docker's init is PID 1 and forwards signals, so an engine that installs no SIGTERM
+    handler still stops on SIGTERM (a PID 1 ignores it).
     """
     from docker.types import DeviceRequest, Mount
 
@@ -146,6 +148,7 @@ def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
         ],
         "detach": True,
+        "init": True,
     }
     if opts.gpus == "all":
         params["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
@@ -237,8 +240,9 @@ def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
     return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=spec.rank)
 
 
-def remove(conn: Connector, name: str, timeout: int = STOP_TIMEOUT) -> bool:
-    """Stop (SIGTERM, then SIGKILL after `timeout`) and remove; False when it did not exist."""
+def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
+    """Stop (SIGTERM, then SIGKILL after `grace` s) and remove; `grace=None` kills at once
+    (a failed start: there is nothing to save). False when it did not exist."""
     import docker.errors
 
     client = conn.docker()
@@ -247,9 +251,9 @@ def remove(conn: Connector, name: str, timeout: int = STOP_TIMEOUT) -> bool:
     except docker.errors.NotFound:
         return False
     with contextlib.suppress(docker.errors.NotFound):
-        if container.status in ("running", "restarting", "paused"):
-            container.stop(timeout=timeout)
-        container.remove(force=True)
+        if grace is not None and container.status in ("running", "restarting", "paused"):
+            container.stop(timeout=grace)
+        container.remove(force=True)  # force: SIGKILL if still running
     return True
 
 

@@ -10,6 +10,10 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+  STANDIN_SIGTERM=exit|default|ignore     exit: a handler exits at once (default); default: no
+                                          handler, like a plain Python engine (as PID 1 without
+                                          an init it then ignores SIGTERM); ignore: SIG_IGN, an
+                                          engine that never stops on SIGTERM, init or not
 
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
 `STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
@@ -331,8 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parse(argv)
     State.args = args
     rank = args.node_rank
-    # PID 1 ignores SIGTERM unless handled: `docker stop` must not wait for the kill timeout.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    on_term = os.environ.get("STANDIN_SIGTERM", "exit")
+    if on_term == "exit":
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    elif on_term == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record(argv)
     log(
         f"server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp}, nnodes={args.nnodes}, "
