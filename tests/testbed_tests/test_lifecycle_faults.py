@@ -77,9 +77,10 @@ def test_stop_path_sigterm_then_sigkill_and_rollback_kills_at_once(lab, setup, t
     down = cli(state, deaf, "down", "--json")
     assert down.returncode == 0, down.stderr
     assert len(json.loads(down.stdout)["removed"]) == 2
-    rank0 = build_plan(load_profile_file(deaf), "tp2").rank(0).container_name
-    seen = signals_seen(lab, "spark1", cluster, t0)[rank0]
-    assert seen[:2] == ["sig15", "sig9"] and "exit137" in seen, seen
+    seen = {**signals_seen(lab, "spark1", cluster, t0), **signals_seen(lab, "spark2", cluster, t0)}
+    # SIGTERM stopped nobody; SIGKILL after the grace did (the peer may exit first, exit 3).
+    assert any(s[:3] == ["sig15", "sig9", "exit137"] for s in seen.values()), seen
+    assert not any(x in ("exit0", "exit143") for s in seen.values() for x in s), seen
     assert not any(cluster_containers(lab, cluster).values())
 
     # A failed start is rolled back with SIGKILL at once, even with a long grace.

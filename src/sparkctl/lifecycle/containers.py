@@ -246,12 +246,18 @@ def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
     import docker.errors
 
     client = conn.docker()
+    if grace is None:  # one round trip: a rollback is on the clock
+        try:
+            client.api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            return False
+        return True
     try:
         container = client.containers.get(name)
     except docker.errors.NotFound:
         return False
     with contextlib.suppress(docker.errors.NotFound):
-        if grace is not None and container.status in ("running", "restarting", "paused"):
+        if container.status in ("running", "restarting", "paused"):
             container.stop(timeout=grace)
         container.remove(force=True)  # force: SIGKILL if still running
     return True

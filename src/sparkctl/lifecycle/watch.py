@@ -23,6 +23,7 @@ from sparkctl.secrets import redact
 
 POLL_S = 0.25
 LAST_LINE_EVERY_S = 1.0
+KILL_SETTLE_S = 5.0  # at most, for a killed rank's engine to record its exit
 FAIL_LOG_LINES = 40
 
 
@@ -124,12 +125,6 @@ def wait_ready(
             if fetch_lines:
                 next_lines = time.monotonic() + LAST_LINE_EVERY_S
             if any(i is None or not i.running for i in infos.values()):
-                # One rank's death takes its peers down within moments, and their engines may be
-                # seen in any order: look once more at the ones still running, then blame the
-                # first to finish (no fixed wait: FinishedAt says who went first).
-                alive = [r for r, i in infos.items() if i is not None and i.running]
-                if alive:
-                    infos.update(_look(pool, plan, alive, views, False))
                 raise _rank_failed(pool, plan, infos, start, log_hint)
             now = time.monotonic()
             if prober.ready_at is not None:
@@ -172,6 +167,34 @@ def _look(
     return infos
 
 
+def _end_group(pool: NodePool, plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict[int, tuple]:
+    """Per rank, in parallel: SIGKILL it if it still runs (the group is rolled back anyway), wait
+    until its engine records the exit, read its log tail. -> {rank: (info, killed, log)}.
+
+    Killing first is what makes the blame right without a fixed wait: an engine may record a
+    death late (the rank that died first can still look running), but it records every exit
+    with its true time, and a rank killed now finishes after any rank that died on its own."""
+    import docker.errors
+
+    def end(rank: int) -> tuple[ContainerInfo | None, bool, RankLog]:
+        spec, info = plan.rank(rank), infos[rank]
+        killed = False
+        if info is not None and info.running:
+            conn = pool.get(spec.node)
+            try:
+                conn.docker().api.kill(spec.container_name)
+                killed = True
+            except docker.errors.APIError:
+                pass  # it stopped (or went) meanwhile: what inspect says next is the truth
+            deadline = time.monotonic() + KILL_SETTLE_S
+            while info is not None and info.running and time.monotonic() < deadline:
+                time.sleep(0.02)
+                info = inspect(conn, spec.container_name)
+        return info, killed, _rank_logs(pool, spec, FAIL_LOG_LINES)
+
+    return fan_out(list(infos), end, where=lambda r: (plan.rank(r).node, r)).values_or_raise()
+
+
 def _rank_failed(
     pool: NodePool,
     plan: Plan,
@@ -179,18 +202,20 @@ def _rank_failed(
     start: float,
     log_hint: Callable[[RankSpec], str] | None,
 ) -> RankFailedError:
-    dead = _first_dead(infos)
+    ended = _end_group(pool, plan, infos)
+    dead = _first_dead({r: info for r, (info, _k, _log) in ended.items()})
     assert dead is not None
-    spec = plan.rank(dead)
-    info = infos[dead]
+    spec, (info, _killed, log) = plan.rank(dead), ended[dead]
     how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
-    others = [r for r, i in infos.items() if r != dead and (i is None or not i.running)]
+    # Ranks that died on their own too (not by the SIGKILL sent just now).
+    others = [r for r, (i, killed, _log) in ended.items()
+              if r != dead and (i is None or (not i.running and not (killed and i.exit_code == 137)))]  # fmt: skip
     also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
     return RankFailedError(
         f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
         node=spec.node,
         rank=dead,
-        logs=[_rank_logs(pool, spec, FAIL_LOG_LINES)],
+        logs=[log],
         fix=log_hint(spec) if log_hint else None,
     )
 
