@@ -11,7 +11,9 @@ same run:
       target <= 3 s; the output must name rank 1 and show its log tail, and nothing may be left;
   (2) `down` of the TP=2 group (CLI wall time); target <= grace + 2 s; baseline: the recipe's
       `docker stop` of the same two containers created the recipe's way (`docker run`: no init,
-      Docker's default 10 s stop timeout), both nodes in parallel;
+      Docker's default 10 s stop timeout), both nodes in parallel; (2') the same minus the
+      floor of `down` with nothing to stop (CLI start, SSH to both nodes, listing), which on a
+      loaded machine is most of it;
   (3) `switch solo` from tp2 (CLI wall time); target <= `down` + `up solo` measured in this run;
   (4) supervised group restart: rank 1 killed after ready -> a generation succeeds again;
       target <= the group's start time (`up tp2`, this run) + 3 s.
@@ -190,6 +192,9 @@ def main() -> int:
                 took, proc = cli(state, ok, "down")
                 must(proc, "down")
                 res.setdefault(f"down_{engine}", []).append(took)
+                took, proc = cli(state, ok, "down")  # nothing left: the floor (CLI start, SSH, listing)
+                must(proc, "down (nothing running)")
+                res.setdefault(f"floor_{engine}", []).append(took)
                 res.setdefault(f"recipe_down_{engine}", []).append(recipe_down(lab, ok))
                 took, proc = cli(state, ok, "up", "solo", "--skip-preflight")
                 must(proc, "up solo")
@@ -212,11 +217,15 @@ def main() -> int:
         rows += [
             (f"(1) rank 1 dies while loading -> up exits [{e}]", med[f"fail_{e}"], 3.0, "-", None),
             (f"(2) down, TP=2 [{e}]", med[f"down_{e}"], g + 2.0, "recipe docker stop", med[f"recipe_down_{e}"]),
+            (f"(2') down minus its floor [{e}]", med[f"down_{e}"] - med[f"floor_{e}"], g + 2.0,
+             "floor: down of none", med[f"floor_{e}"]),
             (f"(3) switch solo from tp2 [{e}]", med[f"switch_{e}"], down_up, "down + up solo", down_up),
             (f"(4) rank 1 killed -> serving again [{e}]", med[f"heal_{e}"], med[f"start_{e}"] + 3.0,
              "start time", med[f"start_{e}"]),
         ]  # fmt: skip
-    print(f"\nmedians of {args.rounds} round(s), engine.stop_grace = {g}s (supervised restart: 1 round)")
+    load = os.getloadavg()[0]
+    print(f"\nmedians of {args.rounds} round(s), engine.stop_grace = {g}s (supervised restart: 1 round); "
+          f"load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'measure':48} {'s':>6} {'target':>7} {'/target':>8}  {'baseline':>18} {'s':>6} {'ratio':>6}")
     ok_all = True
     for name, value, target, base_name, base in rows:

@@ -183,6 +183,14 @@ def test_json_error_object_on_failure(lab, setup):
     assert err["code"] == 5 and err["node"] == "spark2" and err["fix"]
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped by its new parent counts as exited)."""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return True
+
+
 def _generates(plan) -> bool:  # noqa: ANN001
     body = json.dumps({"model": plan.endpoint.served_model_name, "max_tokens": 1,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
@@ -231,8 +239,15 @@ def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
     assert any(line.startswith("supervisor") and "rank 1 on spark2 exited" in line
                for line in logs.stdout.splitlines()), logs.stdout  # fmt: skip
 
+    # A switch replaces the group: the old supervisor goes first (or it would restart tp2).
+    sw = cli(state, path, "switch", "solo", "--skip-preflight", "--supervise", "--json")
+    assert sw.returncode == 0, sw.stderr
+    assert f"stopped the supervisor (pid {pid}, mode tp2)" in sw.stderr
+    pid2 = json.loads(sw.stdout)["supervisor"]["pid"]
+    assert pid2 != pid and gone(pid)
+    assert cluster_containers(lab, prof.cluster)["spark2"] == []
+
     down = cli(state, path, "down")
-    assert down.returncode == 0 and f"stopped the supervisor (pid {pid}" in down.stdout
-    wait_for("the supervisor gone", lambda: not Path(f"/proc/{pid}").exists() or
-             "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), timeout=10)  # fmt: skip
+    assert down.returncode == 0 and f"stopped the supervisor (pid {pid2}, mode solo)" in down.stdout
+    assert gone(pid2)
     assert not any(cluster_containers(lab, prof.cluster).values())

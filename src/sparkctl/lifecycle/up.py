@@ -256,9 +256,11 @@ def _up_locked(
     plan = resolve_plan(profile, plan, pool)
     for spec in plan.ranks:  # a missing secret (unset HF_TOKEN) must stop us before anything is stopped
         containers.revealed_env(spec)
-    settled, _ = orphans.settle_pending(pool, plan.cluster)  # a node still lost keeps its record
+    settled, still_lost = orphans.settle_pending(pool, plan.cluster)  # a node still lost keeps its record
     for line in settled:
         rep.phase(line)
+    for node in still_lost:
+        rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
     observed = observe(pool, plan.cluster, involved_nodes(plan))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
