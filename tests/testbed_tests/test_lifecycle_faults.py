@@ -251,3 +251,25 @@ def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
     assert down.returncode == 0 and f"stopped the supervisor (pid {pid2}, mode solo)" in down.stdout
     assert gone(pid2)
     assert not any(cluster_containers(lab, prof.cluster).values())
+
+
+def test_supervisor_restarts_on_failed_canaries_then_gives_up_at_the_limit(lab, setup):
+    write_profile, state = setup
+    path = write_profile(solo={"STANDIN_STALL_AFTER": "2"})
+    assert cli(state, path, "up", "solo", "--skip-preflight").returncode == 0
+    sup = cli(state, path, "supervise", "--detach", "--canary-every", "0.5", "--canary-failures", "2",
+              "--max-restarts", "1", "--backoff", "0")  # fmt: skip
+    assert sup.returncode == 0 and "supervising mode solo in the background" in sup.stdout, sup.stderr
+
+    def events() -> list[dict]:
+        return json.loads(cli(state, path, "status", "--json").stdout)["events"]
+
+    # /v1/models and /health keep answering: only the generation canary sees the engine is stuck.
+    wait_for("the supervisor to give up", lambda: any(e["event"] == "gave_up" for e in events()), timeout=120,
+             every=0.5)  # fmt: skip
+    kinds = [e["event"] for e in events()]
+    assert kinds.count("restarted") == 1 and kinds.count("canary_failed") >= 4, kinds
+    restarted = next(e for e in events() if e["event"] == "restarted")
+    assert restarted["cause"].startswith("generation canary failed 2 times in a row: HTTPError")
+    text = " ".join(cli(state, path, "status").stdout.split())
+    assert "supervisor: not running" in text and "gave up restarting after 'generation canary failed" in text

@@ -3,6 +3,7 @@ failure, restart the whole group under the cluster lock, with backoff and a rest
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -23,14 +24,25 @@ CANARY_TIMEOUT = 20.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def canary(plan: Plan) -> str | None:
+def api_key(plan: Plan, pool: NodePool) -> str | None:
+    """The endpoint's API key when the profile sets one (a file-held key is read on rank 0's node)."""
+    ref = getattr(plan.endpoint, "api_key", None)
+    if ref is None:
+        return None
+    if getattr(ref, "file", None):
+        with contextlib.suppress(SparkctlError):
+            ref.reveal_on(pool.get(plan.ranks[0].node))
+    return ref.known_value()
+
+
+def canary(plan: Plan, key: str | None = None) -> str | None:
     """One real 1-token generation through rank 0's API; None when it worked, else why not."""
     ep = plan.endpoint
     body = {"model": ep.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     req = urllib.request.Request(
-        f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
-    )  # fmt: skip
+        f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
     try:
         with _OPENER.open(req, timeout=CANARY_TIMEOUT) as resp:
             data = json.loads(resp.read() or b"{}")
@@ -67,6 +79,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     cluster = profile.cluster
     fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
     plan = resolve_plan(profile, build_plan(profile, mode), pool)
+    key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
     restarts: list[float] = []
     canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
@@ -77,7 +90,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         unreachable = set(lost)
         cause = _cause(plan, {r: i for r, i in infos.items()}) if not lost else None
         if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
-            why = canary(plan)
+            why = canary(plan, key)
             next_canary = time.monotonic() + policy.canary_every
             canary_fails = canary_fails + 1 if why else 0
             if why:

@@ -10,6 +10,8 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+  STANDIN_STALL_AFTER=<s>                 s seconds after ready, generation fails (HTTP 500) while
+                                          /v1/models and /health still answer: a stuck engine
   STANDIN_SIGTERM=exit|default|ignore     exit: a handler exits at once (default); default: no
                                           handler, like a plain Python engine (as PID 1 without
                                           an init it then ignores SIGTERM); ignore: SIG_IGN, an
@@ -39,6 +41,7 @@ PHASES = ("start", "rendezvous", "load", "warmup", "serve")
 
 class State:
     ready = False
+    ready_at = 0.0
     args: argparse.Namespace
     peers: list[socket.socket] = []
 
@@ -256,6 +259,10 @@ class Rank0Handler(BaseHTTPRequestHandler):
             return self.reply(404, {"detail": "Not Found"})
         if not State.ready:
             return self.reply(503, {"error": "server not ready"})
+        stall = os.environ.get("STANDIN_STALL_AFTER")
+        if stall and time.monotonic() - State.ready_at > float(stall):
+            log("STANDIN: generation stalled (STANDIN_STALL_AFTER)")
+            return self.reply(500, {"error": "stand-in engine stalled"})
         text = "Hello from the sparkctl stand-in engine."
         usage = {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
         created, rid = int(time.time()), f"standin-{time.time_ns()}"
@@ -367,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
     log("Capture cuda graph end. Time elapsed: 0.01 s. mem usage=0.50 GB. avail mem=37.50 GB.", rank)
     if rank == 0:
+        State.ready_at = time.monotonic()
         State.ready = True
         log("The server is fired up and ready to roll!")
     else:
