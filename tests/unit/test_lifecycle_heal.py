@@ -20,7 +20,7 @@ from sparkctl.lifecycle import state, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.orphans import is_connection_loss
 from sparkctl.lifecycle.supervisor import Policy
-from sparkctl.lifecycle.watch import RankFailedError, RankLog, _first_dead
+from sparkctl.lifecycle.watch import RankFailedError, RankLog, first_dead
 
 
 @pytest.fixture(autouse=True)
@@ -77,10 +77,10 @@ def _info(rank: int, status: str, finished: datetime | None) -> ContainerInfo:
 def test_first_dead_is_the_first_to_finish_not_the_lowest_rank():
     t = datetime(2025, 1, 1, tzinfo=UTC)
     infos = {0: _info(0, "exited", t + timedelta(milliseconds=40)), 1: _info(1, "exited", t)}
-    assert _first_dead(infos) == 1
-    assert _first_dead({0: _info(0, "running", None), 1: _info(1, "exited", t)}) == 1
-    assert _first_dead({0: None, 1: _info(1, "exited", t)}) == 1  # vanished sorts after a known death
-    assert _first_dead({0: _info(0, "running", None)}) is None
+    assert first_dead(infos) == 1
+    assert first_dead({0: _info(0, "running", None), 1: _info(1, "exited", t)}) == 1
+    assert first_dead({0: None, 1: _info(1, "exited", t)}) == 1  # vanished sorts after a known death
+    assert first_dead({0: _info(0, "running", None)}) is None
 
 
 def test_connection_loss_is_told_from_other_failures():

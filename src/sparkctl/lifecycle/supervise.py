@@ -16,7 +16,7 @@ from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.supervisor import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.up import QuietReporter, remove_all, resolve_plan, start_group
-from sparkctl.lifecycle.watch import _first_dead
+from sparkctl.lifecycle.watch import first_dead
 from sparkctl.plan import Plan, build_plan
 from sparkctl.profile.schema import Profile
 
@@ -66,7 +66,7 @@ def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], 
 
 
 def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
-    dead = _first_dead(infos)
+    dead = first_dead(infos)
     if dead is None:
         return None
     info, spec = infos[dead], plan.rank(dead)
@@ -88,7 +88,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         for node in set(lost) - unreachable:
             state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
         unreachable = set(lost)
-        cause = _cause(plan, {r: i for r, i in infos.items()}) if not lost else None
+        cause = _cause(plan, infos) if not lost else None
         if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
             why = canary(plan, key)
             next_canary = time.monotonic() + policy.canary_every

@@ -89,7 +89,7 @@ def _rank_logs(pool: NodePool, spec: RankSpec, lines: int) -> RankLog:
     return RankLog(spec.rank, spec.node, [redact(line, spec.env) for line in text])
 
 
-def _first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
+def first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
     """The rank whose container finished first (Docker's FinishedAt, the nodes' clocks), so a
     peer that exited *because* a rank died is not blamed; a vanished container sorts last."""
     dead = [
@@ -203,7 +203,7 @@ def _rank_failed(
     log_hint: Callable[[RankSpec], str] | None,
 ) -> RankFailedError:
     ended = _end_group(pool, plan, infos)
-    dead = _first_dead({r: info for r, (info, _k, _log) in ended.items()})
+    dead = first_dead({r: info for r, (info, _k, _log) in ended.items()})
     assert dead is not None
     spec, (info, _killed, log) = plan.rank(dead), ended[dead]
     how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
