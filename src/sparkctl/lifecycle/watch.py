@@ -24,6 +24,7 @@ from sparkctl.secrets import redact
 POLL_S = 0.25
 LAST_LINE_EVERY_S = 1.0
 KILL_SETTLE_S = 5.0  # at most, for a killed rank's engine to record its exit
+CLOSE_S = 0.25  # deaths closer than this may be recorded out of order (scheduling on loaded nodes)
 FAIL_LOG_LINES = 40
 
 
@@ -211,13 +212,26 @@ def _rank_failed(
     others = [r for r, (i, killed, _log) in ended.items()
               if r != dead and (i is None or (not i.running and not (killed and i.exit_code == 137)))]  # fmt: skip
     also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
+    logs = [log]
+    close = [r for r in others if _gap(info, ended[r][0]) is not None and _gap(info, ended[r][0]) < CLOSE_S]
+    if close:  # exit times this close can be recorded out of order: say so, show both
+        also = "; " + ", ".join(f"rank {r} exited ({ended[r][0].describe_exit()}) "  # type: ignore[union-attr]
+                                f"{_gap(info, ended[r][0]):.2f}s later" for r in close)  # fmt: skip
+        also += " (which one failed first is not certain: both logs above)"
+        logs += [ended[r][2] for r in close]
     return RankFailedError(
         f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
         node=spec.node,
         rank=dead,
-        logs=[log],
+        logs=logs,
         fix=log_hint(spec) if log_hint else None,
     )
+
+
+def _gap(first: ContainerInfo | None, later: ContainerInfo | None) -> float | None:
+    if first is None or later is None or first.finished_at is None or later.finished_at is None:
+        return None
+    return (later.finished_at - first.finished_at).total_seconds()
 
 
 def _timed_out(

@@ -10,6 +10,7 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+  STANDIN_PEER_LOSS_EXIT_S=<s>            exit (code 3) this long after a peer went away (default 1)
   STANDIN_STALL_AFTER=<s>                 s seconds after ready, generation fails (HTTP 500) while
                                           /v1/models and /health still answer: a stuck engine
   STANDIN_SIGTERM=exit|default|ignore     exit: a handler exits at once (default); default: no
@@ -109,6 +110,8 @@ def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     except OSError:
         pass
     log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
+    # A real engine notices a dead peer later still (NCCL watchdog): the death it follows stays first.
+    time.sleep(float(os.environ.get("STANDIN_PEER_LOSS_EXIT_S", "1")))
     os._exit(3)
 
 
