@@ -137,5 +137,6 @@ def describe_event(e: dict) -> str:
         "gave_up": f"gave up restarting after '{cause}': {detail}",
         "canary_failed": f"generation canary failed ({e.get('count')} in a row): {detail}",
         "node_unreachable": f"node {e.get('node')} unreachable: {detail}",
+        "watch_failed": f"could not look at the ranks: {detail}",
     }.get(str(kind), f"{kind}: {cause} {detail}".strip())
     return f"{when} {text}"

@@ -84,7 +84,12 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     restarts: list[float] = []
     canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
     while not flag.set:
-        infos, lost = _look(pool, plan)
+        try:
+            infos, lost = _look(pool, plan)
+        except SparkctlError as exc:  # e.g. an engine answering 500: say so, look again
+            state.record_event(cluster, "watch_failed", detail=exc.message, node=exc.node, rank=exc.rank)
+            flag.wait(POLL_S * 4)
+            continue
         for node in set(lost) - unreachable:
             state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
         unreachable = set(lost)
@@ -112,14 +117,16 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
             break
         restarts.append(time.time())
         canary_fails = 0
-        _restart(profile, pool, plan, cause, flag)
+        if not _restart(profile, pool, plan, cause, flag):
+            restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
         next_canary = time.monotonic() + policy.canary_every
     state.record_event(cluster, "supervisor_stopped", mode=mode)
     return 0
 
 
-def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: StopFlag) -> None:
-    """Kill every rank (the group restarts together) and start the plan again, under the lock."""
+def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: StopFlag) -> bool:
+    """Kill every rank (the group restarts together) and start the plan again, under the lock.
+    False when it could not even try (the lock is held by another sparkctl)."""
     t0 = time.monotonic()
     try:
         with ClusterLock(plan.cluster, f"sparkctl supervise {plan.mode} (group restart)"):
@@ -134,12 +141,13 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
     except LockHeldError as exc:
         state.record_event(plan.cluster, "restart_deferred", **cause, detail=exc.message)
         flag.wait(POLL_S * 4)
-        return
+        return False
     except KeyboardInterrupt:
         state.record_event(plan.cluster, "restart_interrupted", **cause)
-        return
+        return True
     except SparkctlError as exc:
         state.record_event(plan.cluster, "restart_failed", **cause, detail=str(exc.message),
                            failed_rank=exc.rank, failed_node=exc.node)  # fmt: skip
-        return
+        return True
     state.record_event(plan.cluster, "restarted", **cause, ready_s=round(time.monotonic() - t0, 2))
+    return True
