@@ -28,11 +28,13 @@ class DownResult:
 def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool = False) -> DownResult:
     """Idempotent: nothing running is success. Reachable nodes are cleaned even if one is not.
     `dry_run` lists what would be removed and removes nothing."""
+    result = DownResult()
+    if not dry_run:
+        # The supervisor first (before the lock, which it holds while restarting the group): else
+        # it would see its ranks go and start them again.
+        result.supervisor = supervisor.stop(profile.cluster)
     with ClusterLock(profile.cluster) if lock and not dry_run else contextlib.nullcontext():
-        result = DownResult()
         if not dry_run:
-            # First the supervisor, or it would see its ranks go and start them again.
-            result.supervisor = supervisor.stop(profile.cluster)
             result.settled, _ = orphans.settle_pending(pool, profile.cluster)
         found, unreachable = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
         result.removed = found
