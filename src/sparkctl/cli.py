@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "preflight",
     "ship",
     "lifecycle",  # up, down, switch, status, logs
+    "top",
     "verify",
     "bench",
     "fabric",

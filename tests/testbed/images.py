@@ -223,3 +223,17 @@ def image_layers(client: docker.DockerClient, ref: str) -> list[str]:
     with contextlib.suppress(KeyError):
         return list(client.images.get(ref).attrs["RootFS"]["Layers"])
     return []
+
+
+def build_image_with_files(client: docker.DockerClient, base: str, tag: str, files: dict[str, bytes]) -> str:
+    """`FROM base` plus the given executable files (image path -> content). Returns the image id."""
+    with tempfile.TemporaryFile(dir=CACHE_DIR) as ctx:
+        with tarfile.open(fileobj=ctx, mode="w") as tar:
+            lines = [f"FROM {base}"]
+            for i, (path, content) in enumerate(files.items()):
+                _add_file(tar, f"f{i}", content, 0o755)
+                lines.append(f"COPY f{i} {path}")
+            _add_file(tar, "Dockerfile", ("\n".join(lines) + "\n").encode())
+        ctx.seek(0)
+        image, _ = client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True)
+    return image.id

@@ -16,6 +16,11 @@ DirOpt = Annotated[
 ]
 
 
+ParserTimeoutOpt = Annotated[
+    float, typer.Option(help="Seconds to wait for SGLang's parser inside the image before falling back.")
+]
+
+
 @handle_errors
 def fit(
     mode: ModeArg = None,
@@ -23,24 +28,42 @@ def fit(
     json_out: JsonOpt = False,
     target_dir: DirOpt = None,
     draft_dir: DirOpt = None,
-    parse_flags: Annotated[bool, typer.Option(help="Also check the flags with SGLang's parser.")] = False,
+    parse_flags: Annotated[bool, typer.Option(help="Check the flags with SGLang's parser (image, else local).")] = True,
+    probe: Annotated[bool, typer.Option(help="Probe free GPU memory (MemAvailable on unified memory) and "
+                                         "use the image's parser on nodes that are reachable.")] = True,
+    parser_timeout: ParserTimeoutOpt = 30.0,
+    allow_missing: Annotated[bool, typer.Option(help="Without the model on disk, check flags and rules only "
+                                                "instead of failing.")] = False,
+    min_requests: Annotated[int, typer.Option(min=1, help="Running requests a fix must leave room for when "
+                                              "--max-running-requests is not set.")] = 4,
+    headroom_gib: Annotated[float, typer.Option(min=0.0, help="A fix must still fit with this much less "
+                                                "free GPU memory than measured.")] = 1.0,
 ) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
-    error it would die with; print flags that fit."""
+    error it would die with; check the flags with SGLang's parser; print flags that fit."""
     from sparkctl.errors import ExitCode
     from sparkctl.findings import Severity
-    from sparkctl.launch.check import check_plan
+    from sparkctl.launch.fixes import Margin
+    from sparkctl.launch.pipeline import check_reachable, lookup_models, require_models
     from sparkctl.plan import build_plan
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
-    result = check_plan(plan, prof, target_dir=target_dir, draft_dir=draft_dir, parse_flags=parse_flags)
+    models = lookup_models(prof, target_dir, draft_dir)
+    if not allow_missing:
+        require_models(models, prof)
+    err = console(stderr=True)
+    result = check_reachable(
+        plan, prof, reach=probe, parser_timeout=parser_timeout, parse_flags=parse_flags, models=models,
+        margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
+        progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+    )
     if json_out:
         print_json({
             "mode": plan.mode,
             "memory": result.memory.to_json() if result.memory else None,
             "findings": [f.to_json() for f in result.findings],
-            "fixes": [{"flags": f.changes, "why": f.why, "kv_tokens": f.plan.kv_tokens,
+            "fixes": [{"flags": f.changes, "why": f.why, "tradeoff": f.tradeoff, "kv_tokens": f.plan.kv_tokens,
                        "max_running_requests": f.plan.max_running_requests} for f in result.memory_fixes],
             "fix": result.fix,
         })  # fmt: skip
@@ -63,11 +86,12 @@ def render(plan, result) -> None:  # noqa: ANN001 - Plan, LaunchCheck (lazy impo
         t.add_column("value", justify="right")
         rows = [
             ("mem fraction static", f"{m.mem_fraction_static:.3f} ({m.mem_fraction_source})"),
-            ("free before load", f"{m.free_before_load / gib:.2f} GiB"),
+            ("free before load", f"{m.free_before_load / gib:.2f} GiB ({m.free_source})"),
             ("target weights", f"{m.target_weights_per_rank / gib:.2f} GiB"),
             ("draft weights", f"{m.draft_weights_per_rank / gib:.2f} GiB"),
             ("free after load", f"{m.free_after_load / gib:.2f} GiB"),
             ("reserved (1 - fraction)", f"{m.static_slack / gib:.2f} GiB"),
+            ("multimodal reservation", f"{m.mm_reservation / gib:.2f} GiB"),
             ("left after load", f"{m.rest_after_load / gib:.2f} GiB"),
         ]
         if m.mamba is not None:
@@ -91,12 +115,15 @@ def render(plan, result) -> None:  # noqa: ANN001 - Plan, LaunchCheck (lazy impo
         out.print(t)
         for note in m.notes:
             out.print(f"[dim]note: {escape(note)}[/]")
+        out.print(f"[dim]SGLang terms used: {escape('; '.join(m.terms))}[/]")
     render_findings(result.findings)
     if result.fix:
         flags = " ".join(
             f"--{k}" + ("" if v is True else f" {v}") for k, v in result.fix.items() if v is not None
         )
         out.print(f"[bold]proposed flags:[/] {escape(flags)}")
+    for t in (f for f in result.memory_fixes if f.tradeoff):
+        out.print(f"[yellow]trade-off:[/] {escape(t.flags)} ({escape(t.why)})")
 
 
 def register(app: typer.Typer) -> None:

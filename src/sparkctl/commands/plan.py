@@ -18,14 +18,20 @@ CheckOpt = Annotated[
 ]
 
 
+ParserTimeoutOpt = Annotated[
+    float, typer.Option(help="With --check: seconds to wait for SGLang's parser inside the image.")
+]
+
+
 @handle_errors
-def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = False, json_out: JsonOpt = False) -> None:
+def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = False, json_out: JsonOpt = False,
+         parser_timeout: ParserTimeoutOpt = 30.0) -> None:
     """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
     from sparkctl.plan import build_plan
 
     prof = load_profile(profile)
     result = build_plan(prof, mode)
-    findings = launch_findings(prof, result) if check else []
+    findings = launch_findings(prof, result, parser_timeout, quiet=json_out) if check else []
     if json_out:
         print_json({**result.to_json(), **({"check": [f.to_json() for f in findings]} if check else {})})
     else:
@@ -38,19 +44,14 @@ def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = Fal
         raise typer.Exit(1)
 
 
-def launch_findings(prof, plan) -> list:  # noqa: ANN001 - Profile, Plan (lazy imports)
-    """Launch checks, parsing flags in the serving image on rank 0's node when it is reachable."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.errors import ConnectError
-    from sparkctl.launch.check import check_plan
-    from sparkctl.launch.in_image import image_runner
+def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = False) -> list:  # noqa: ANN001
+    """The launch-check pipeline (sparkctl.launch.pipeline): SGLang's parser in the image on rank 0's
+    node (a local SGLang when that fails), the rules, the memory plan with probed GPU memory."""
+    from sparkctl.launch.pipeline import check_reachable
 
-    with NodePool(prof) as pool:
-        try:
-            runner = image_runner(pool.get(plan.ranks[0].node), plan.ranks[0].image)
-        except ConnectError:
-            runner = None  # falls back to a local SGLang, else a SKIP finding that says so
-        return check_plan(plan, prof, run_in_image=runner).findings
+    err = console(stderr=True)
+    progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}...[/]"))
+    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress).findings
 
 
 def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported lazily

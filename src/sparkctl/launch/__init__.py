@@ -7,5 +7,5 @@ Entry point for callers: `sparkctl.launch.check.check_plan(plan, profile, run_in
 CHECK_NAMES: frozenset[str] = frozenset({
     "FlagsValid", "FlagRenamed", "MemoryFit", "AttentionBackendArch", "ContextLength", "DflashBlockSize",
     "DflashDraftPath", "DflashDraftWindow", "DflashPipeline", "MambaTrackInterval", "MemFractionGB10",
-    "SleepOnIdle", "StreamInterval", "TpVsGpus", "YarnWithDflash",
+    "SleepOnIdle", "StreamInterval", "TpVsGpus", "TpVsHeads", "YarnWithDflash",
 })  # fmt: skip

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkctl.findings import Finding, Severity
+from sparkctl.launch.inputs import parse_version
 
 RunInImage = Callable[[list[str]], tuple[int, str, str]]
 CHECK = "FlagsValid"
@@ -98,6 +99,12 @@ while i < len(argv):
         i += 1
         if action.nargs in (None, "?"):
             break
+    if callable(action.type):
+        for v in values:
+            try:
+                action.type(v)
+            except Exception as exc:
+                out["errors"].append({"kind": "value", "flag": flag, "value": v, "error": str(exc)})
     if action.choices is not None:
         for v in values:
             try:
@@ -174,36 +181,54 @@ def nearest_flag(flag: str, valid: list[str]) -> str | None:
     return max(close, key=score)
 
 
-def flag_findings(check: FlagCheck, node: str | None = None) -> list[Finding]:
+def version_mismatch(parser_version: str | None, expected: dict[str, str]) -> list[str]:
+    """The declared versions (`{"the profile": "0.5.12", "the image tag": ...}`) the parser differs from."""
+    got = parse_version(parser_version)
+    return [f"{where} declares {v}" for where, v in expected.items()
+            if got is not None and parse_version(v) not in (None, got)]
+
+
+def flag_findings(check: FlagCheck, node: str | None = None,
+                  expected: dict[str, str] | None = None) -> list[Finding]:
     if check.method == "skipped":
-        return [Finding(CHECK, Severity.SKIP, f"flags not checked with SGLang's parser: {check.problem}",
+        return [Finding(CHECK, Severity.WARN, "flag names and choices NOT checked with SGLang's parser "
+                        f"({check.problem}); only the value syntax sparkctl knows was checked",
                         fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
-                        node=node)]  # fmt: skip
+                        node=node, data={"checked": False})]
     version = check.sglang_version or "unknown version"
     where = "in the image" if check.method == "image" else "installed locally"
+    mismatch = version_mismatch(check.sglang_version, expected or {})
+    about = f"SGLang {version} ({where}" + (f"; but {', '.join(mismatch)}" if mismatch else "") + ")"
     out: list[Finding] = []
     for err in check.errors:
+        data = {"flag": err["flag"], "sglang_version": version, "mismatch": mismatch}
         if err["kind"] == "unknown":
             near = nearest_flag(err["flag"], check.valid_flags)
-            out.append(Finding(CHECK, Severity.ERROR,
-                               f"SGLang {version} ({where}) has no flag {err['flag']}",
-                               fix=f"use {near}" if near else "remove it",
-                               node=node, data={"flag": err["flag"], "suggestion": near, "sglang_version": version}))  # fmt: skip
+            out.append(Finding(CHECK, Severity.ERROR, f"{about} has no flag {err['flag']}",
+                               fix=f"use {near}" if near else "remove it", node=node,
+                               data={**data, "suggestion": near}))
+        elif err["kind"] == "value":
+            out.append(Finding(CHECK, Severity.ERROR, f"{about}: {err['flag']} {err['value']!r} is not a valid "
+                               f"value ({err.get('error', '')})", fix=f"give {err['flag']} a valid value", node=node,
+                               data={**data, "value": err["value"]}))
         elif err["kind"] == "choice":
             allowed = err.get("allowed", [])
-            out.append(Finding(CHECK, Severity.ERROR,
-                               f"SGLang {version} ({where}): {err['flag']} {err['value']!r} is not allowed",
+            out.append(Finding(CHECK, Severity.ERROR, f"{about}: {err['flag']} {err['value']!r} is not allowed",
                                fix=f"one of: {', '.join(allowed)}", node=node,
-                               data={"flag": err["flag"], "value": err["value"], "allowed": allowed,
-                                     "sglang_version": version}))  # fmt: skip
+                               data={**data, "value": err["value"], "allowed": allowed}))
     if check.parser_error and not out:
-        out.append(Finding(CHECK, Severity.ERROR, f"SGLang {version} ({where}) parser: {check.parser_error}",
-                           node=node, data={"sglang_version": version}))  # fmt: skip
+        out.append(Finding(CHECK, Severity.ERROR, f"{about} parser: {check.parser_error}", node=node,
+                           data={"sglang_version": version}))
     for flag in check.deprecated:
-        out.append(Finding(CHECK, Severity.WARN, f"SGLang {version}: {flag} is deprecated", node=node))
-    if not out:
-        out.append(Finding(CHECK, Severity.OK, f"flags accepted by SGLang {version}'s parser ({where})",
-                           node=node, data={"sglang_version": version}))  # fmt: skip
+        out.append(Finding(CHECK, Severity.WARN, f"{about}: {flag} is deprecated", node=node))
+    if mismatch:
+        out.append(Finding(CHECK, Severity.WARN, f"flags checked with SGLang {version}'s parser ({where}), but "
+                           f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
+                           fix="install the declared SGLang locally, run where the image is reachable, or fix "
+                           "engine.sglang_version", node=node, data={"sglang_version": version, "mismatch": mismatch}))
+    elif not out:
+        out.append(Finding(CHECK, Severity.OK, f"flags accepted by SGLang's parser: {about}", node=node,
+                           data={"sglang_version": version, "checked": True}))
     return out
 
 
@@ -218,9 +243,7 @@ def local_python() -> str | None:
 def check_flags_local(flags: list[str], python: str | None = None, timeout: float = 120.0) -> FlagCheck:
     python = python or local_python()
     if python is None:
-        return FlagCheck(
-            method="skipped", problem="no serving image reachable and SGLang is not installed here"
-        )
+        return FlagCheck(method="skipped", problem="SGLang is not installed here")
     try:
         proc = subprocess.run([python, "-c", PARSER_CHECK_SOURCE, *flags], capture_output=True, text=True,
                               timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
@@ -229,16 +252,23 @@ def check_flags_local(flags: list[str], python: str | None = None, timeout: floa
     return parse_check_output("local", proc.returncode, proc.stdout, proc.stderr)
 
 
-def check_flags(
-    flags: list[str], run_in_image: RunInImage | None = None, *, python: str = "python3"
-) -> FlagCheck:
-    """The image's parser if the caller can run it, else a local SGLang, else skipped."""
+def check_flags(flags: list[str], run_in_image: RunInImage | None = None, *, python: str = "python3",
+                progress: Callable[[str], None] | None = None) -> FlagCheck:
+    """The image's parser if the caller can run it, else a local SGLang, else skipped (the
+    problem names every way that was tried and why it failed)."""
+    say = progress or (lambda _msg: None)
+    image_problem = None
     if run_in_image is not None:
         try:
             rc, out, err = run_in_image([python, "-c", PARSER_CHECK_SOURCE, *flags])
+            result = parse_check_output("image", rc, out, err)
         except Exception as exc:  # noqa: BLE001 - any transport failure means: try the next way
-            rc, out, err = 1, "", f"{type(exc).__name__}: {exc}"
-        result = parse_check_output("image", rc, out, err)
+            result = FlagCheck(method="skipped", problem=str(exc) or type(exc).__name__)
         if result.method != "skipped":
             return result
-    return check_flags_local(flags)
+        image_problem = f"in the image: {result.problem}"
+        say(f"SGLang parser in the image failed ({result.problem}); trying a local SGLang")
+    local = check_flags_local(flags)
+    if local.method == "skipped" and image_problem:
+        local.problem = f"{image_problem}; locally: {local.problem}"
+    return local

@@ -26,6 +26,7 @@ class GpuFacts:
     capability: tuple[int, int]
     unified: bool = False
     available_mib: int | None = None  # probed free memory before load (unified: MemAvailable)
+    probed_on: str | None = None  # the node the figure was probed on
 
     @property
     def is_gb10(self) -> bool:
@@ -94,9 +95,57 @@ def with_flags(argv: list[str], changes: dict[str, FlagValue | None]) -> list[st
     return out
 
 
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+# Flags SGLang parses with human_readable_int (srt/arg_groups/fields/model.py:110,
+# fields/schedule.py:71); every other int flag is a plain int().
+HUMAN_INT_FLAGS = ("context-length", "max-prefill-tokens")
+
+
+def human_readable_int(value: str) -> int:
+    """srt/utils/common.py:3394 human_readable_int: '32k' -> 32000, '512Ki' -> 524288, '25.6k' ->
+    25600; suffixes are case-sensitive, IEC suffixes take integers only. ValueError otherwise."""
+    from decimal import Decimal, InvalidOperation
+
+    value = value.strip()
+    m = _HUMAN_INT.fullmatch(value)
+    if m:
+        number, suffix = m.groups()
+        if suffix in _IEC:
+            if "." in number:
+                raise ValueError(f"decimals are not allowed with IEC suffixes like {suffix!r}")
+            return int(number) * _IEC[suffix]
+        try:
+            return int(Decimal(number) * _SI[suffix])
+        except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+            raise ValueError(value) from None
+    return int(value)
+
+
+def bad_value(flags: dict[str, FlagValue], name: str, kind: type) -> str | None:
+    """The value of a flag SGLang would reject as not a number (None when it parses or is unset)."""
+    v = flags.get(name)
+    if not isinstance(v, str):
+        return None
+    try:
+        if name in HUMAN_INT_FLAGS:
+            human_readable_int(v)
+        else:
+            kind(v)
+    except ValueError:
+        return v
+    return None
+
+
 def _int(flags: dict[str, FlagValue], name: str) -> int | None:
     v = flags.get(name)
-    return int(float(v)) if isinstance(v, str) and _NUMBER.match(v) else None
+    if not isinstance(v, str):
+        return None
+    try:
+        return human_readable_int(v) if name in HUMAN_INT_FLAGS else int(v)
+    except ValueError:
+        return None
 
 
 def _float(flags: dict[str, FlagValue], name: str) -> float | None:

@@ -3,21 +3,16 @@
 Pure functions over explicit inputs; every step names the SGLang function it mirrors. Two rule
 sets exist because the formulas changed between releases:
 
-* "0.5.23": srt/mem_cache/kv_cache_configurator.py (_profile_available_bytes,
-  _handle_max_mamba_cache, _calculate_mamba_ratio, resolve_max_num_reqs),
-  srt/model_executor/pool_configurator.py (DefaultPoolConfigurator, MemoryPoolConfig),
-  srt/configs/mamba_utils.py (Mamba2StateShape, mamba_cache_per_req),
-  srt/speculative/dflash_utils.py + srt/mem_cache/draft_kv_budget.py (draft KV bytes/token),
-  srt/mem_cache/kv_cache_dtype.py (fa4 draft KV dtype), srt/arg_groups/memory_hook.py (default
-  mem_fraction_static).
+* "0.5.23": srt/mem_cache/kv_cache_configurator.py, srt/model_executor/pool_configurator.py,
+  srt/configs/mamba_utils.py, srt/mem_cache/draft_kv_budget.py + kv_cache_dtype.py,
+  srt/arg_groups/memory_hook.py (default mem_fraction_static, launch/mem_fraction.py).
 * "0.5.12" (used for 0.5.12 and older; read in the 0.5.9 and 0.5.12 wheels):
   srt/model_executor/model_runner_kv_cache_mixin.py (_profile_available_bytes,
   handle_max_mamba_cache, _calculate_mamba_ratio) and pool_configurator.py (DFLASH draft KV by
   layer-count scaling). The speculative mamba scratch is per_req * max_running_requests * draft
   tokens, which is what killed the two-RTX-3090 launch ("Not enough memory").
   0.5.13-0.5.22 are not modelled separately (0.5.16 is between the two); they get 0.5.23's.
-
-Memory quantities are bytes (SGLang works in GiB floats; the results are the same).
+Memory quantities are bytes (SGLang works in GiB floats). docs/launch-safety.md cites the lines.
 """
 
 from __future__ import annotations
@@ -25,8 +20,18 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings, parse_version
+from sparkctl.launch.inputs import GpuFacts, LaunchSettings, parse_version
+from sparkctl.launch.mem_fraction import (
+    default_mem_fraction,
+    is_multimodal,
+    is_vlm,
+    max_mem_fraction,
+    prefill_graph_sizes,
+    vlm_factor,
+)
 from sparkctl.launch.model_meta import ModelFacts
+
+__all__ = ["default_mem_fraction", "max_mem_fraction", "prefill_graph_sizes", "plan_memory", "MemoryInputs", "MemoryPlan"]
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -34,19 +39,15 @@ MIB = 1 << 20
 # discrete GPU, and what the OS keeps on a unified-memory box. Probed values replace both.
 CUDA_CONTEXT_MIB = 512
 UNIFIED_OS_RESERVE_MIB = 8192
-DISCRETE_MAX_MEM_FRACTION = 0.95
-MAMBA_EXTRA_BUFFER_ARCHS = {
-    "Qwen3NextForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM",
-    "KimiLinearForCausalLM",
-}  # fmt: skip  (srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS, the ones sparkctl models)
+MAMBA_EXTRA_BUFFER_ARCHS = {  # srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS (those modelled)
+    "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "KimiLinearForCausalLM",
+}
 KV_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "mxfp8": 1, "bf16": 2, "bfloat16": 2, "nvfp4": 0.5,
                   "fp4_mx_block16": 0.5}  # fmt: skip
 STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
+ERR_WEIGHTS_TOO_BIG = "WeightsExceedGpu"
 ERR_WEIGHTS = "LoadedWeightsNoKv"
 ERR_MAMBA = "MambaStateNoMemory"
 ERR_KV = "KvPoolEmpty"
@@ -73,6 +74,7 @@ class MemoryInputs:
     target: ModelFacts
     draft: ModelFacts | None = None
     sglang_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the container env (SGLANG_* knobs)
 
 
 @dataclass
@@ -93,10 +95,12 @@ class MemoryPlan:
     mem_fraction_static: float
     mem_fraction_source: str  # "flag" or "default"
     free_before_load: float  # P (per rank, smallest)
+    free_source: str  # which figure P is: probed free memory, MemAvailable, or an assumption
     target_weights_per_rank: float
     draft_weights_per_rank: float
     free_after_load: float  # A
     static_slack: float  # P * (1 - mem_fraction_static): activations, CUDA graphs
+    mm_reservation: float  # multimodal embedding cache (+ feature-transport pool)
     rest_after_load: float  # A - slack, before mamba state
     mamba: MambaPlan | None
     kv_budget: float  # what is left for the KV pool
@@ -110,6 +114,7 @@ class MemoryPlan:
     error: str | None = None  # the exact SGLang error text
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)  # which SGLang accounting terms were applied
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -186,80 +191,88 @@ def mamba_ratio(s: LaunchSettings, strategy: str, version: str | None) -> int:
     return 3 + (1 if s.disable_overlap_schedule else 2)
 
 
-def default_mem_fraction(s: LaunchSettings, gpu: GpuFacts, is_mla: bool = False) -> float:
-    """memory_hook.py: handle_gpu_memory_settings, pre-capture sizing (post-capture KV sizing is
-    off unless SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1)."""
-    mem = float(gpu.memory_mib)
-    table = [(20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
-             (160, 8192, 256, 512)]  # fmt: skip
-    chunked, max_bs = 16384, 512
-    for limit_gib, cp, bs_small_tp, bs_big_tp in table:
-        if mem < limit_gib * 1024:
-            chunked, max_bs = cp, (bs_small_tp if s.tp < 4 else bs_big_tp)
-            break
-    chunked = s.chunked_prefill_size or chunked
-    mrr = s.effective_max_running_requests
-    if mrr is not None and max_bs > mrr:
-        max_bs = mrr
-    reserved = 512 + max(chunked, 2048) * 1.5 + s.tp * s.pp / 8 * 1024
-    if not s.disable_cuda_graph:
-        reserved += max_bs * 2  # decode graph
-        if not s.disable_prefill_cuda_graph and s.pp == 1:
-            reserved += (1.5 * 1024) if is_mla else len(prefill_graph_sizes(chunked)) * 8
-    if mem > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    return round((mem - reserved) / mem, 3)
-
-
-def prefill_graph_sizes(max_bs: int) -> list[int]:
-    """cuda_graph_hook.py: generate_prefill_cuda_graph_batch_sizes."""
-    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))  # fmt: skip
-    return [x for x in sizes if x <= max_bs]
-
-
-def free_before_load(gpu: GpuFacts) -> tuple[float, str | None]:
-    """P: what SGLang measures before loading (get_available_gpu_memory; integrated GPUs report
-    psutil.virtual_memory().available)."""
+def free_before_load(gpu: GpuFacts) -> tuple[float, str]:
+    """P and which figure it is: what SGLang measures before loading (get_available_gpu_memory;
+    integrated GPUs report psutil.virtual_memory().available, i.e. MemAvailable)."""
+    where = f" on {gpu.probed_on}" if gpu.probed_on else ""
     if gpu.available_mib is not None:
-        return gpu.available_mib * MIB, None
+        what = "MemAvailable" if gpu.unified else "free GPU memory"
+        return gpu.available_mib * MIB, f"{what} probed{where}: {gpu.available_mib} MiB"
     if gpu.unified:
-        note = f"assumed MemAvailable = {gpu.memory_mib} - {UNIFIED_OS_RESERVE_MIB} MiB (probe for the real value)"
-        return (gpu.memory_mib - UNIFIED_OS_RESERVE_MIB) * MIB, note
-    note = f"assumed {CUDA_CONTEXT_MIB} MiB CUDA context before load (probe for the real value)"
-    return (gpu.memory_mib - CUDA_CONTEXT_MIB) * MIB, note
+        return (gpu.memory_mib - UNIFIED_OS_RESERVE_MIB) * MIB, (
+            f"assumed MemAvailable = {gpu.memory_mib} - {UNIFIED_OS_RESERVE_MIB} MiB (not probed: "
+            "run preflight or fit where the node is reachable)")
+    return (gpu.memory_mib - CUDA_CONTEXT_MIB) * MIB, (
+        f"assumed {gpu.memory_mib} - {CUDA_CONTEXT_MIB} MiB CUDA context before load (not probed: "
+        "run preflight or fit where the node is reachable)")
+
+
+def mm_reservation_mib(s: LaunchSettings, model: ModelFacts, env: dict[str, str]) -> int:
+    """kv_cache_configurator.py:202 mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100,
+    environ.py:1598) for a multimodal model, + SGLANG_MM_FEATURE_CACHE_MB (1024, environ.py:1622)
+    when the feature transport is cuda_ipc/cuda_vmm (serving_hook.py:800: cpu unless asked)."""
+    if not is_multimodal(s, model):
+        return 0
+    reserved = _env_int(env, "SGLANG_VLM_CACHE_SIZE_MB", 100)
+    transport = s.flags.get("mm-feature-transport")
+    if transport is None and env.get("SGLANG_USE_CUDA_IPC_TRANSPORT", "") not in ("", "0", "false", "False"):
+        transport = "cuda_ipc"
+    if transport in ("cuda_ipc", "cuda_vmm"):
+        reserved += _env_int(env, "SGLANG_MM_FEATURE_CACHE_MB", 1024)
+    return reserved
+
+
+def _env_int(env: dict[str, str], name: str, default: int) -> int:
+    value = env.get(name, "")
+    return int(value) if value.isdigit() else default
+
+
+def _start(inp: MemoryInputs) -> MemoryPlan:
+    """Weights, the static slack and the multimodal reservation: what is left before pools."""
+    s, gpu, target, draft = inp.settings, inp.gpu, inp.target, inp.draft
+    ruleset, note = ruleset_for(inp.sglang_version)
+    notes = [n for n in [note] if n]
+    terms: list[str] = []
+    mfs, mfs_source = s.mem_fraction_static, "flag"
+    if mfs is None:
+        mfs, mfs_source = default_mem_fraction(s, gpu, target.is_mla, target), "default"
+        terms.append("default mem fraction (memory_hook.py:280)")
+        if is_vlm(s, target) and target.vision_hidden is not None:
+            terms.append(f"vision model: default mem fraction x {vlm_factor(target):.3f} (memory_hook.py:330)")
+    P, p_source = free_before_load(gpu)
+    if target.weight_bytes is None:
+        notes.append(f"{target.name}: no safetensors headers found, weights counted as 0")
+    tw = (target.weight_bytes or 0) / s.tp
+    dw = ((draft.weight_bytes or 0) / s.tp) if (draft is not None and s.has_spec) else 0.0
+    terms.append("target weights / tp" + (" + draft weights / tp" if dw else ""))
+    A = P - tw - dw
+    slack = P * (1 - mfs)
+    terms.append("static slack P x (1 - mem fraction) (kv_cache_configurator.py:3007)")
+    mm = mm_reservation_mib(s, target, inp.env) * MIB if ruleset == "0.5.23" else 0
+    if mm:
+        terms.append(f"multimodal reservation {mm / MIB:.0f} MiB (kv_cache_configurator.py:3034)")
+    return MemoryPlan(
+        ruleset=ruleset, gpu=gpu.name, tp=s.tp, mem_fraction_static=mfs, mem_fraction_source=mfs_source,
+        free_before_load=P, free_source=p_source, target_weights_per_rank=tw, draft_weights_per_rank=dw,
+        free_after_load=A, static_slack=slack, mm_reservation=mm, rest_after_load=A - slack - mm, mamba=None,
+        kv_budget=0.0, kv_cell_bytes=0, kv_cell_draft_bytes=0, kv_tokens=0,
+        context_len=s.context_length or target.derived_context_len, max_running_requests=0, fits=False,
+        notes=notes, terms=terms,
+    )  # fmt: skip
 
 
 def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     """Mirror SGLang's pool sizing for one rank; the verdict names the error it would raise."""
-    s, gpu, target, draft = inp.settings, inp.gpu, inp.target, inp.draft
-    ruleset, note = ruleset_for(inp.sglang_version)
-    notes = [n for n in [note] if n]
-    tp = s.tp
-    mfs = s.mem_fraction_static
-    mfs_source = "flag"
-    if mfs is None:
-        mfs, mfs_source = default_mem_fraction(s, gpu, target.is_mla), "default"
-    P, p_note = free_before_load(gpu)
-    if p_note:
-        notes.append(p_note)
-    if target.weight_bytes is None:
-        notes.append(f"{target.name}: no safetensors headers found, weights counted as 0")
-    tw = (target.weight_bytes or 0) / tp
-    dw = ((draft.weight_bytes or 0) / tp) if (draft is not None and s.has_spec) else 0.0
-    A = P - tw - dw
-    slack = P * (1 - mfs)
-    rest = A - slack
-    plan = MemoryPlan(
-        ruleset=ruleset, gpu=gpu.name, tp=tp, mem_fraction_static=mfs, mem_fraction_source=mfs_source,
-        free_before_load=P, target_weights_per_rank=tw, draft_weights_per_rank=dw, free_after_load=A,
-        static_slack=slack, rest_after_load=rest, mamba=None, kv_budget=0.0, kv_cell_bytes=0,
-        kv_cell_draft_bytes=0, kv_tokens=0, context_len=s.context_length or target.derived_context_len,
-        max_running_requests=0, fits=False, notes=notes,
-    )  # fmt: skip
+    s, target, draft = inp.settings, inp.target, inp.draft
+    plan = _start(inp)
+    ruleset, tp, P, A, rest = plan.ruleset, s.tp, plan.free_before_load, plan.free_after_load, plan.rest_after_load
+    if A <= 0:  # the load itself runs out of memory, before any pool is sized
+        return _fail(plan, ERR_WEIGHTS_TOO_BIG, (
+            f"the weights do not fit: {(plan.target_weights_per_rank + plan.draft_weights_per_rank) / GIB:.2f} "
+            f"GiB per rank (tp={tp}) against {P / GIB:.2f} GiB free before load on {plan.gpu}; loading "
+            "runs out of memory"))
     mrr = s.effective_max_running_requests
     D = s.draft_tokens(draft.dflash_block_size if draft else None)
-
     if target.is_hybrid:
         rest, err = _mamba(plan, s, target, rest, mrr, D, ruleset, inp.sglang_version)
         if err:
@@ -268,7 +281,7 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
         minimum = 1 - A / P
         plan.kv_budget = rest
         return _fail(plan, ERR_WEIGHTS, (
-            f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. "
+            f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={plan.mem_fraction_static}. "
             f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} (minimum viable = "
             f"1 - available/pre = {minimum:.4f}). If using speculative decoding, draft weights are now counted."))  # fmt: skip
     plan.kv_budget = rest
@@ -284,6 +297,8 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     elif draft is not None and s.is_dflash:
         draft_cell = kv_cell_bytes(draft, tp, draft_kv_size(s, draft, target), draft.num_layers)
     plan.kv_cell_bytes, plan.kv_cell_draft_bytes = cell + draft_cell, draft_cell
+    plan.terms.append("KV bytes/token: target full-attention layers" + (" + DFLASH draft layers" if draft_cell else "")
+                      + " (pool_configurator.py)")
     page = s.page_size or 1
     tokens = (max(int(rest), 0) // (cell + draft_cell)) // page * page if rest > 0 else 0
     if s.max_total_tokens is not None:
@@ -347,6 +362,8 @@ def _mamba(plan: MemoryPlan, s: LaunchSettings, m: ModelFacts, rest: float, mrr:
                 K = int((budget - per_req) // per_req)
         rest -= inter
         state = (K + 1) * per_req
+    plan.terms.append(f"mamba state: {K} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
+                      + (", speculative scratch" if inter else "") + " (kv_cache_configurator.py:3229)")
     plan.mamba = MambaPlan(per_req_bytes=per_req, ratio=ratio, strategy=strategy, slots=K,
                            intermediate_bytes=inter, state_bytes=state)  # fmt: skip
     if ruleset == "0.5.23" and K <= 0:
@@ -379,6 +396,3 @@ def _max_running_requests(plan: MemoryPlan, s: LaunchSettings, mrr: int | None, 
                 "(2) increase --mem-fraction-static, or (3) use GPUs with more memory."))  # fmt: skip
     return reqs
 
-
-def max_mem_fraction(gpu: GpuFacts) -> float:
-    return GB10_MAX_MEM_FRACTION if gpu.is_gb10 else DISCRETE_MAX_MEM_FRACTION

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import UsageError
+from sparkctl.launch.sglang_archs import DEFAULT_VISION_CONFIG, MM_DISABLED_BY_DEFAULT, MULTIMODAL_ARCHS
 
 # Bytes per element of the safetensors dtypes (F4/F6 packs are stored as U8 in practice).
 SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
@@ -61,6 +62,10 @@ class ModelFacts:
     max_position_embeddings: int | None
     rope_scaling: dict[str, Any] | None
     linear: LinearAttention | None = None
+    num_attention_heads: int = 0
+    is_multimodal: bool = False  # SGLang's model_config.is_multimodal with default flags
+    vision_layers: int = 24  # vision_config.num_hidden_layers (SGLang's default 24 when absent)
+    vision_hidden: int | None = None  # vision_config.hidden_size; None: no vision_config
     mamba_ssm_dtype: str | None = None  # from config; SGLang's default is float32
     kv_cache_quant_fp8: bool = False  # checkpoint asks for an FP8 KV cache when kv dtype is auto
     is_mla: bool = False
@@ -85,9 +90,17 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     return text if isinstance(text, dict) else config
 
 
+def rope_config(text: dict[str, Any]) -> dict[str, Any] | None:
+    """rope_parameters before rope_scaling (srt/configs/model_config.py:667; qwen3_5.py:24
+    copies rope_parameters into rope_scaling when the latter is unset)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or None
+    return rope if isinstance(rope, dict) else None
+
+
 def derived_context_length(text: dict[str, Any]) -> int:
-    """SGLang's get_context_length: the first context key, times the rope scaling factor."""
-    rope = text.get("rope_scaling") or None
+    """srt/utils/hf_transformers/common.py:677 get_context_length: the first context key, times
+    the rope scaling factor (1 with original_max_position_embeddings or llama3 rope)."""
+    rope = rope_config(text)
     factor = 1.0
     if isinstance(rope, dict):
         factor = float(rope.get("factor", 1) or 1)
@@ -117,6 +130,16 @@ def _layer_split(text: dict[str, Any], num_layers: int) -> tuple[int, int]:
     return num_layers, 0
 
 
+def multimodal_default(config: dict[str, Any], archs: list[str]) -> bool:
+    """srt/configs/model_config.py:820 is_multimodal with SGLang's default flags: a multimodal
+    architecture (:2522), multimodal not disabled by default for it (:692), and the checkpoint
+    not declaring language_model_only (:674). --enable-multimodal / --language-model-only are
+    applied by the planner from the flags."""
+    if not archs or config.get("language_model_only"):
+        return False
+    return any(a in MULTIMODAL_ARCHS for a in archs) and archs[0] not in MM_DISABLED_BY_DEFAULT
+
+
 def facts_from_config(config: dict[str, Any], *, name: str = "", weight_bytes: int | None = None,
                       weight_files: int = 0, source: str = "") -> ModelFacts:  # fmt: skip
     """Pure: a config.json dict (+ weight bytes) -> ModelFacts."""
@@ -143,8 +166,11 @@ def facts_from_config(config: dict[str, Any], *, name: str = "", weight_bytes: i
     quant = config.get("quantization_config") or text.get("quantization_config") or {}
     dflash = config.get("dflash_config") or {}
     block = dflash.get("block_size", config.get("block_size"))
-    rope = text.get("rope_scaling") or text.get("rope_parameters") or None
+    rope = rope_config(text)
     notes = []
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        vision = next((DEFAULT_VISION_CONFIG[a] for a in archs if a in DEFAULT_VISION_CONFIG), None)
     if not linear and any(k in text for k in ("mamba_d_state", "ssm_state_size", "mamba_num_heads")):
         notes.append("hybrid mamba layout other than Gated DeltaNet: state size not modelled")
     return ModelFacts(
@@ -159,8 +185,12 @@ def facts_from_config(config: dict[str, Any], *, name: str = "", weight_bytes: i
         dtype=str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16"),
         derived_context_len=derived_context_length(text),
         max_position_embeddings=text.get("max_position_embeddings"),
-        rope_scaling=rope if isinstance(rope, dict) else None,
+        rope_scaling=rope,
         linear=linear,
+        num_attention_heads=heads,
+        is_multimodal=multimodal_default(config, archs),
+        vision_layers=int(vision.get("num_hidden_layers", 24)) if vision is not None else 24,
+        vision_hidden=int(vision.get("hidden_size", 1024)) if vision is not None else None,
         mamba_ssm_dtype=text.get("mamba_ssm_dtype"),
         kv_cache_quant_fp8=str(quant.get("kv_cache_quant_algo") or "").upper() == "FP8",
         is_mla="kv_lora_rank" in text,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings
+from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, HUMAN_INT_FLAGS, GpuFacts, LaunchSettings, bad_value
 from sparkctl.launch.memory import resolved_strategy
 from sparkctl.launch.model_meta import ModelFacts
 
@@ -260,11 +260,14 @@ def check_mem_fraction(s: LaunchSettings, gpus: list[GpuFacts]) -> list[Finding]
 
 
 def check_tp(s: LaunchSettings, gpus_per_node: dict[str, int]) -> list[Finding]:
-    """tp x pp ranks spread evenly over the mode's nodes, each node needing that many GPUs."""
+    """tp x pp ranks spread evenly over the mode's nodes (validation_hook.py:179), each node
+    needing that many GPUs."""
     nnodes = max(len(gpus_per_node), 1)
     world = s.tp * s.pp
     if world % nnodes:
-        return [_f("TpVsGpus", ERROR, f"tp={s.tp} x pp={s.pp} does not split evenly over {nnodes} node(s)")]
+        return [_f("TpVsGpus", ERROR, f"tp={s.tp} x pp={s.pp} does not split evenly over {nnodes} node(s): "
+                   "SGLang asserts 'tp_size must be divisible by number of nodes'",
+                   f"use a tp x pp that is a multiple of {nnodes}", source="srt/arg_groups/validation_hook.py:179")]
     per_node = world // nnodes
     short = {n: g for n, g in gpus_per_node.items() if g < per_node}
     if short:
@@ -296,4 +299,50 @@ def check_version(s: LaunchSettings, ruleset: str) -> list[Finding]:
         out.append(_f("FlagRenamed", ERROR, "--mamba-radix-cache-strategy does not exist before SGLang 0.5.16; "
                       "0.5.12 and older call it --mamba-scheduler-strategy", "--mamba-scheduler-strategy " + s.mamba_strategy,
                       fix_flags={"mamba-radix-cache-strategy": None, "mamba-scheduler-strategy": s.mamba_strategy}))  # fmt: skip
+    return out
+
+
+def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target") -> list[Finding]:
+    """Attention heads must split over tp (linear.py:1139 divide; qwen3_5.py:1293); KV heads must
+    split too, or, when fewer than tp, tp must be a multiple of them (each head is replicated,
+    linear.py:1140-1144, qwen3_5.py:1296-1299). Keyed on config.json; skipped with DP attention."""
+    if model is None or s.tp <= 1 or s.flags.get("enable-dp-attention") is True:
+        return []
+    tp, heads, kv = s.tp, model.num_attention_heads, model.num_kv_heads
+    src = "srt/layers/linear.py:1139-1144"
+    out: list[Finding] = []
+    ok_tps = [t for t in range(1, 65) if (not heads or heads % t == 0) and (kv % t == 0 if kv >= t else t % kv == 0)]
+    fix = f"a tp that divides the heads: one of {', '.join(map(str, ok_tps[:8]))}"
+    if heads and heads % tp:
+        out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: {heads} attention heads do not split over tp={tp} "
+                      f"(SGLang asserts '{heads} is not divisible by {tp}' while building the model)", fix,
+                      source=src))
+    if kv >= tp and kv % tp:
+        out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: {kv} KV heads do not split over tp={tp} "
+                      f"('{kv} is not divisible by {tp}')", fix, source=src))
+    elif kv < tp and tp % kv:
+        out.append(_f("TpVsHeads", ERROR, f"{role} {model.name}: tp={tp} is not a multiple of its {kv} KV heads, "
+                      f"so they cannot be replicated evenly ('{tp} is not divisible by {kv}')", fix, source=src))
+    return out
+
+
+# Numeric flags the checks read, with the type SGLang's parser converts them with.
+NUMERIC_FLAGS: dict[str, type] = {
+    "tp-size": int, "tp": int, "tensor-parallel-size": int, "pp-size": int, "pp": int, "nnodes": int,
+    "mem-fraction-static": float, "context-length": int, "max-prefill-tokens": int, "max-running-requests": int,
+    "max-total-tokens": int, "chunked-prefill-size": int, "page-size": int, "max-mamba-cache-size": int,
+    "mamba-full-memory-ratio": float, "mamba-track-interval": int, "speculative-num-draft-tokens": int,
+    "speculative-dflash-block-size": int, "speculative-draft-window-size": int, "stream-interval": int,
+}
+
+
+def check_values(s: LaunchSettings) -> list[Finding]:
+    """Values SGLang's parser would reject (run when the parser itself could not run)."""
+    out: list[Finding] = []
+    for name, kind in NUMERIC_FLAGS.items():
+        bad = bad_value(s.flags, name, kind)
+        if bad is not None:
+            what = "an integer (or 32k / 512Ki)" if name in HUMAN_INT_FLAGS else f"{'an integer' if kind is int else 'a number'}"
+            out.append(_f("FlagsValid", ERROR, f"--{name} {bad!r} is not {what}: SGLang's parser exits with "
+                          f"'invalid {kind.__name__} value'", f"give --{name} a number", flag=f"--{name}", value=bad))
     return out

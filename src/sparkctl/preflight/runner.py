@@ -151,18 +151,12 @@ class _Ctx:
         return repo_dir(self.hf_cache(node), repo_id)
 
 
-def _launch_check() -> tuple[Callable[[Plan, Profile], list[Finding]], set[str]]:
-    """The launch-safety rules and memory planner of sparkctl.launch (not re-implemented here).
-
-    Flag parsing with SGLang's own parser is left to `sparkctl plan --check` (it may import SGLang
-    or start the image); preflight runs the rules and the memory planner only."""
+def _launch_check() -> tuple[Callable[..., list[Finding]], set[str]]:
+    """The launch-check pipeline of sparkctl.launch (parser, rules, memory; not re-implemented here)."""
     from sparkctl.launch import CHECK_NAMES
-    from sparkctl.launch.check import check_plan
+    from sparkctl.launch.pipeline import preflight_findings
 
-    def run(plan: Plan, profile: Profile) -> list[Finding]:
-        return check_plan(plan, profile, parse_flags=False).findings
-
-    return run, set(CHECK_NAMES)
+    return preflight_findings, set(CHECK_NAMES)
 
 
 # ----------------------------------------------------------------------------- phase 1
@@ -556,7 +550,7 @@ def run_preflight(
         try:
             findings += [
                 dataclasses.replace(f, data={**f.data, "group": "Launch"})
-                for f in launch(plan, profile)
+                for f in launch(plan, profile, pool, {n: nf.gpus for n, nf in node_facts.items()})
                 if "Launch" in selected or f.check in selected  # --only MemoryFit runs just that one
             ]
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours

@@ -17,6 +17,7 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
                                           handler, like a plain Python engine (as PID 1 without
                                           an init it then ignores SIGTERM); ignore: SIG_IGN, an
                                           engine that never stops on SIGTERM, init or not
+  STANDIN_METRICS="running=4,queue_step=1,..."  /metrics gauges and rates (see METRIC_DEFAULTS)
 
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
 `STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
@@ -191,6 +192,97 @@ def served_name(args: argparse.Namespace) -> str:
     return args.served_model_name or args.model_path
 
 
+# ------------------------------------------------------------------ /metrics
+# SGLang 0.5.23's metric names, labels and histogram buckets (tests/fixtures/sglang/generate.py).
+# Counters advance with serving time at fixed rates, so two scrapes give known tokens/s; gauges
+# are fixed unless overridden: STANDIN_METRICS="running=4,queue=1,queue_step=1,token_usage=0.97,
+# accept_length=3.2,accept_rate=0.55,gen_tok_s=250,prompt_tok_s=1000,req_s=0.5" (queue_step: the
+# queue grows by that much at every scrape).
+METRIC_DEFAULTS = dict(running=4.0, queue=1.0, queue_step=0.0, token_usage=0.42, cache_hit_rate=0.3)
+METRIC_DEFAULTS.update(accept_length=3.2, accept_rate=0.55, gen_tok_s=250.0, prompt_tok_s=1000.0, req_s=0.5)
+# SGLang's default buckets, and the share of observations at or below each (1.0 past the listed
+# ones): a fixed shape, p50 ~0.3 s TTFT and ~12 ms inter-token latency.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+TTFT_SHARES = (0.05, 0.3, 0.7, 0.9, 0.95, 0.98)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060)
+ITL_BUCKETS += (0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000)
+ITL_SHARES = (0.0, 0.0, 0.01, 0.1, 0.3, 0.75, 0.9, 0.96, 0.98, 0.99)
+
+
+class Metrics:
+    started = time.monotonic() - 3600  # as if it had served for an hour: full histograms from the start
+    scrapes = 0
+    lock = threading.Lock()
+
+
+def metric_knobs() -> dict[str, float]:
+    knobs = dict(METRIC_DEFAULTS)
+    for item in os.environ.get("STANDIN_METRICS", "").split(","):
+        key, _, value = item.strip().partition("=")
+        if key in knobs and value:
+            knobs[key] = float(value)
+    return knobs
+
+
+def _histogram(name: str, labels: str, buckets: tuple, shares: tuple, count: float, mean: float) -> list[str]:
+    lines = [f"# HELP {name} Histogram.", f"# TYPE {name} histogram"]
+    for i, le in enumerate(buckets):
+        share = shares[i] if i < len(shares) else 1.0
+        lines.append(f'{name}_bucket{{{labels},le="{float(le)}"}} {float(int(count * share))}')
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(int(count))}')
+    lines += [f"{name}_count{{{labels}}} {float(int(count))}", f"{name}_sum{{{labels}}} {int(count) * mean}"]
+    return lines
+
+
+def metrics_text(model: str) -> str:
+    k = metric_knobs()
+    with Metrics.lock:
+        n = Metrics.scrapes
+        Metrics.scrapes += 1
+    t = time.monotonic() - Metrics.started
+    tok = f'engine_type="unified",model_name="{model}"'
+    sched = f'{tok},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+    gauges = {
+        "num_running_reqs": k["running"],
+        "num_queue_reqs": k["queue"] + n * k["queue_step"],
+        "gen_throughput": k["gen_tok_s"],
+        "token_usage": k["token_usage"],
+        "cache_hit_rate": k["cache_hit_rate"],
+        "spec_accept_length": k["accept_length"],
+        "spec_accept_rate": k["accept_rate"],
+        "max_total_num_tokens": 1000000.0,
+    }
+    lines: list[str] = []
+    for name, value in gauges.items():
+        lines += [
+            f"# HELP sglang:{name} Gauge.",
+            f"# TYPE sglang:{name} gauge",
+            f"sglang:{name}{{{sched}}} {value}",
+        ]
+    for name, rate in (
+        ("prompt_tokens", k["prompt_tok_s"]),
+        ("generation_tokens", k["gen_tok_s"]),
+        ("num_requests", k["req_s"]),
+    ):
+        lines += [
+            f"# HELP sglang:{name}_total Counter.",
+            f"# TYPE sglang:{name}_total counter",
+            f'sglang:{name}_total{{{tok},is_streaming="true"}} {rate * t}',
+        ]
+    lines += _histogram(
+        "sglang:time_to_first_token_seconds",
+        tok + ',is_streaming="true"',
+        TTFT_BUCKETS,
+        TTFT_SHARES,
+        k["req_s"] * t,
+        0.3,
+    )
+    lines += _histogram(
+        "sglang:inter_token_latency_seconds", tok, ITL_BUCKETS, ITL_SHARES, k["gen_tok_s"] * t, 0.012
+    )
+    return "\n".join(lines) + "\n"
+
+
 class Rank0Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -243,11 +335,7 @@ class Rank0Handler(BaseHTTPRequestHandler):
         elif path == "/get_model_info":
             self.reply(200, {"model_path": args.model_path, "is_generation": True})
         elif path == "/metrics" and args.enable_metrics:
-            self.reply(
-                200,
-                "sglang:num_running_reqs 0\nsglang:num_queue_reqs 0\nsglang:gen_throughput 0\n",
-                "text/plain; version=0.0.4",
-            )
+            self.reply(200, metrics_text(served_name(args)), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.reply(404, {"detail": "Not Found"})
 
