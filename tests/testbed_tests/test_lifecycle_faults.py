@@ -166,7 +166,7 @@ def test_down_reconciles_a_lost_nodes_leftover(lab, setup):
 
 def test_json_error_object_on_failure(lab, setup):
     write_profile, state = setup
-    path = write_profile(tp2={"STANDIN_FAIL_AT": "1:load"})
+    path = write_profile(tp2={"STANDIN_FAIL_AT": "1:load", "STANDIN_DELAY_LOAD": "2"})
     res = cli(state, path, "up", "tp2", "--skip-preflight", "--json")
     assert res.returncode == 3
     obj = json.loads(res.stdout)  # exactly one JSON object on stdout

@@ -129,6 +129,10 @@ def wait_ready(
                 raise _rank_failed(pool, plan, infos, start, log_hint)
             now = time.monotonic()
             if prober.ready_at is not None:
+                # Ready means every rank still runs now too (one may have died since the last look).
+                infos = _look(pool, plan, [s.rank for s in plan.ranks], views, False)
+                if any(i is None or not i.running for i in infos.values()):
+                    raise _rank_failed(pool, plan, infos, start, log_hint)
                 return WaitResult(now - start, prober.state, prober.ready_at, list(views.values()))
             if on_update is not None:
                 on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), prober.state))
