@@ -102,3 +102,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def proxy(server: Server) -> Iterator:
+    """One fault-injecting proxy in front of the session's server (tests/server/proxy.py)."""
+    from tests.server.proxy import start
+
+    p = start(server.url)
+    try:
+        yield p
+    finally:
+        p.close()

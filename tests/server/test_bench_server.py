@@ -96,6 +96,62 @@ def test_bench_cli_saves_json_with_samples(server, tmp_path) -> None:
     prose = data["workloads"][0]
     assert len(prose["samples"]) == 2
     assert prose["stats"]["completion_tokens"]["mean"] == 16
-    assert (
-        prose["stats"]["ttft_s"]["min"] <= prose["stats"]["ttft_s"]["mean"] <= prose["stats"]["ttft_s"]["max"]
+    for key in ("ttft_s", "itl_s", "decode_tps"):
+        st = prose["stats"][key]
+        assert st["min"] <= st["p50"] <= st["p90"] <= st["p99"] <= st["max"], (key, st)
+    assert all(r["itl_s"] > 0 and r["ttft_s"] > 0 for r in prose["samples"])  # raw per-request records
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", *args], capture_output=True, text=True, timeout=600
     )
+
+
+def test_bench_sweep_prints_table_and_writes_chart(server, tmp_path) -> None:
+    chart = tmp_path / "sweep.png"
+    url = ["--url", server.url, "--model", server.model]
+    proc = _bench(
+        *url,
+        "-w",
+        "code",
+        "--reps",
+        "2",
+        "--max-tokens",
+        "8",
+        "--concurrency",
+        "1,2,4",
+        "--chart",
+        str(chart),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    runs = [(w["name"], w["concurrency"], len(w["samples"])) for w in data["workloads"]]
+    assert runs == [("code", 1, 2), ("code x2", 2, 4), ("code x4", 4, 8)]
+    assert all(w["stats"]["aggregate_tps"]["p50"] > 0 for w in data["workloads"])
+    assert chart.read_bytes()[:4] == b"\x89PNG" and f"chart {chart}" in proc.stderr
+
+
+def test_bench_fits_long_prompts_to_the_context(server) -> None:
+    suite = [Workload("prefill", "prefill", 8, prefix_words=8000)]
+    result = run_bench(
+        server.url, server.model, suite, reps=1, context=1024
+    )  # server reports no max_model_len
+    (sample,) = result.workloads[0].samples
+    assert result.context == 1024 and "cut from 8000 to" in result.notes[0]
+    assert sample.prompt_tokens + 8 <= 1024
+
+
+def test_bench_no_text_is_an_error_not_a_ttft(server, proxy) -> None:
+    url = ["--url", proxy.base("stream_no_text"), "--model", server.model]
+    proc = _bench(*url, "-w", "code", "--reps", "1", "--max-tokens", "4")
+    assert proc.returncode == 3, proc.stderr
+    assert "a request returned no text (4 completion tokens" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_thinking_workload_checks_reasoning_happened(server) -> None:
+    # This template and parser produce no reasoning: the thinking figures would be plain decode.
+    proc = _bench("--url", server.url, "--model", server.model, "-w", "thinking", "--max-tokens", "4")
+    assert proc.returncode == 3, proc.stderr
+    assert "thinking was on but the reply carries no reasoning" in proc.stderr

@@ -15,12 +15,13 @@ pytestmark = pytest.mark.testbed
 def test_bench_compare_switches_modes_between_runs(lab, setup, tmp_path):
     write_profile, state = setup
     path = write_profile()
-    out = tmp_path / "compare.json"
+    out, chart = tmp_path / "compare.json", tmp_path / "compare.png"
     res = cli(state, path, "bench", "--compare", "solo", "tp2", "-w", "code", "--reps", "2",
-              "--max-tokens", "16", "--out", str(out), "--json", timeout=600)  # fmt: skip
+              "--max-tokens", "16", "--out", str(out), "--chart", str(chart), "--json", timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data == json.loads(out.read_text())
+    assert chart.read_bytes()[:4] == b"\x89PNG"  # both modes drawn on one chart
     a, b = data["compare"]
     assert (a["mode"], b["mode"]) == ("solo", "tp2")
     assert a["config_hash"] != b["config_hash"]

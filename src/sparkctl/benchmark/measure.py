@@ -8,6 +8,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkctl.benchmark.workloads import Workload
+from sparkctl.errors import SparkctlError
+
+
+class BenchRequestError(SparkctlError):
+    """A request answered, but not with something a rate can be computed from."""
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,8 @@ class Sample:
     e2e_s: float  # request sent -> stream finished
     text_events: int  # SSE events that carried text (for contrast with completion_tokens)
     finish_reason: str | None
+    reasoning_events: int = 0  # events that carried reasoning (the thinking workload needs some)
+    max_gap_s: float = 0.0  # longest silence between two text events
 
     @property
     def decode_tps(self) -> float | None:
@@ -30,13 +37,20 @@ class Sample:
         return (self.completion_tokens - 1) / gen if self.completion_tokens > 1 and gen > 0 else None
 
     @property
+    def itl_s(self) -> float | None:
+        """Mean inter-token latency of this request (time per output token after the first)."""
+        tps = self.decode_tps
+        return 1.0 / tps if tps else None
+
+    @property
     def prefill_tps(self) -> float | None:
         """Uncached prompt tokens per second of TTFT."""
         new = self.prompt_tokens - (self.cached_tokens or 0)
         return new / self.ttft_s if self.ttft_s > 0 and new > 0 else None
 
     def to_json(self) -> dict:
-        return {**asdict(self), "decode_tps": self.decode_tps, "prefill_tps": self.prefill_tps}
+        derived = {"decode_tps": self.decode_tps, "itl_s": self.itl_s, "prefill_tps": self.prefill_tps}
+        return {**asdict(self), **derived}
 
 
 def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
@@ -50,45 +64,66 @@ def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
     )
 
 
-def stream_once(client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0) -> Sample:
-    kwargs = request_kwargs(model, workload, rep)
+def _text_of(delta: Any) -> tuple[bool, bool]:
+    """(carries generated text of any kind, carries real reasoning). Whitespace counts as a token
+    for TTFT but not as reasoning: some parsers emit the newlines of an empty think block."""
+    extra = getattr(delta, "model_extra", None) or {}
+    thought = extra.get("reasoning_content") or extra.get("reasoning") or ""
+    content = delta.content or ""
+    return bool(content or thought or delta.tool_calls), bool(thought.strip()) or "<think>" in content
+
+
+def stream_once(
+    client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0, timeout_s: float = 60.0
+) -> Sample:
+    """Raises BenchRequestError when no text or no usage came back: no made-up TTFT."""
     start = time.perf_counter()
-    first: float | None = None
-    events = 0
-    usage = None
-    finish = None
-    stream = client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+    first = last = None
+    events = reasoning = 0
+    usage = finish = None
+    max_gap = 0.0
+    stream = client.chat.completions.create(
+        **request_kwargs(model, workload, rep), stream=True, stream_options={"include_usage": True}
+    )
     with stream:
         for chunk in stream:
-            if chunk.usage is not None:
-                usage = chunk.usage
+            now = time.perf_counter()
+            if now - start > timeout_s:
+                raise TimeoutError(f"request still streaming after --timeout {timeout_s:g}s")
+            usage = chunk.usage or usage
             for ch in chunk.choices:
-                delta = ch.delta
-                extra = getattr(delta, "model_extra", None) or {}
-                if delta.content or extra.get("reasoning_content") or delta.tool_calls:
+                text, thought = _text_of(ch.delta)
+                if text:
                     events += 1
-                    if first is None:
-                        first = time.perf_counter()
+                    reasoning += thought
+                    max_gap = max(max_gap, now - last) if last is not None else max_gap
+                    first, last = first or now, now
                 finish = ch.finish_reason or finish
     end = time.perf_counter()
+    where = f"workload {workload.name}"
     if usage is None:
-        from sparkctl.errors import SparkctlError
-
-        raise SparkctlError(
-            f"{workload.name}: the server sent no usage on the stream (stream_options.include_usage)",
-            fix="bench needs exact token counts; run `sparkctl verify` (check ChatStreamUsage)",
+        raise BenchRequestError(
+            f"{where}: the server sent no usage on the stream (stream_options.include_usage)",
+            fix="bench needs exact token counts; run `sparkctl verify --only ChatStream`",
+        )
+    if first is None:
+        raise BenchRequestError(
+            f"{where}: a request returned no text ({usage.completion_tokens} completion tokens, "
+            f"finish_reason={finish}): no TTFT to measure",
+            fix="run `sparkctl verify --only Chat` to see what the server answers",
         )
     details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
     return Sample(
         workload=workload.name,
         rep=rep,
         stream=stream_idx,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
-        cached_tokens=cached,
-        ttft_s=(first if first is not None else end) - start,
+        cached_tokens=getattr(details, "cached_tokens", None) if details is not None else None,
+        ttft_s=first - start,
         e2e_s=end - start,
         text_events=events,
         finish_reason=finish,
+        reasoning_events=reasoning,
+        max_gap_s=max_gap,
     )

@@ -1,41 +1,51 @@
-"""Render bench results: one table readable at a glance, and the side-by-side for `--compare`."""
+"""Render bench results: the per-workload table with percentiles, the concurrency sweep, and the
+side-by-side for `--compare`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.benchmark.runner import BenchResult
+from sparkctl.benchmark.runner import BenchResult, WorkloadResult
 from sparkctl.benchmark.stats import Spread
 
 
-def fmt(s: Spread | None, digits: int = 1, sd: bool = True) -> str:
+def pct(s: Spread | None, digits: int = 1, scale: float = 1.0) -> str:
+    """`p50 / p90 / p99`."""
     if s is None:
         return "-"
-    text = f"{s.mean:.{digits}f}"
-    if sd and s.n > 1:
-        text += f" ±{s.stdev:.{digits}f}"
-    return text
+    return " / ".join(f"{v * scale:.{digits}f}" for v in (s.p50, s.p90, s.p99))
 
 
-def bench_table(result: BenchResult) -> Any:
-    from rich.table import Table
+def one(s: Spread | None, digits: int = 1) -> str:
+    return "-" if s is None else f"{s.p50:.{digits}f}"
 
+
+def _title(result: BenchResult) -> str:
     title = f"{result.model} @ {result.url}"
     if result.mode:
         title += f"  mode {result.mode}"
     if result.config_hash:
         title += f"  config {result.config_hash}"
-    t = Table(title=title, caption=f"{result.reps} reps each; tokens from server usage; ± is stdev")
-    for col in (
+    return title
+
+
+def bench_table(result: BenchResult) -> Any:
+    from rich.table import Table
+
+    caption = f"{result.reps} reps each; p50 / p90 / p99 over requests; tokens from server usage"
+    t = Table(title=_title(result), caption=caption)
+    cols = (
         "workload",
         "streams",
         "out tok",
+        "TTFT s",
+        "ITL ms",
         "tok/s/stream",
         "total tok/s",
-        "TTFT s",
         "prefill tok/s",
         "cached",
-    ):
+    )
+    for col in cols:
         t.add_column(col, justify="left" if col == "workload" else "right")
     for w in result.workloads:
         st = w.stats()
@@ -43,22 +53,58 @@ def bench_table(result: BenchResult) -> Any:
         t.add_row(
             name,
             str(w.workload.concurrency),
-            fmt(st["completion_tokens"], 0, sd=False),
-            fmt(st["decode_tps"]),
-            fmt(st["aggregate_tps"]) if w.workload.concurrency > 1 else "",
-            fmt(st["ttft_s"], 3),
-            fmt(st["prefill_tps"], 0),
-            fmt(st["cached_tokens"], 0, sd=False),
+            one(st["completion_tokens"], 0),
+            pct(st["ttft_s"], 3),
+            pct(st["itl_s"], 1, 1000),
+            pct(st["decode_tps"]),
+            one(st["aggregate_tps"]),
+            one(st["prefill_tps"], 0),
+            one(st["cached_tokens"], 0),
         )
     return t
 
 
-# (label, stat key, digits, higher is better)
+def sweep_rows(result: BenchResult) -> list[WorkloadResult]:
+    """The `code` workloads by concurrency: the sweep (empty when fewer than two levels ran)."""
+    rows = sorted(
+        (w for w in result.workloads if w.workload.kind == "code"), key=lambda w: w.workload.concurrency
+    )
+    return rows if len(rows) > 1 else []
+
+
+def sweep_table(result: BenchResult) -> Any:
+    from rich.table import Table
+
+    t = Table(title="concurrency sweep (code)", caption="throughput = all streams' tokens / batch wall time")
+    for col in (
+        "streams",
+        "requests",
+        "throughput tok/s",
+        "tok/s/stream p50",
+        "TTFT s p50/p90/p99",
+        "ITL ms p50/p90/p99",
+    ):
+        t.add_column(col, justify="right")
+    for w in sweep_rows(result):
+        st = w.stats()
+        t.add_row(
+            str(w.workload.concurrency),
+            str(len(w.samples)),
+            one(st["aggregate_tps"]),
+            one(st["decode_tps"]),
+            pct(st["ttft_s"], 3),
+            pct(st["itl_s"], 1, 1000),
+        )
+    return t
+
+
+# (label, stat key, digits, scale)
 _COMPARE_ROWS = [
-    ("tok/s per stream", "decode_tps", 1, True),
-    ("total tok/s", "aggregate_tps", 1, True),
-    ("TTFT s", "ttft_s", 3, False),
-    ("prefill tok/s", "prefill_tps", 0, True),
+    ("tok/s per stream p50", "decode_tps", 1, 1.0),
+    ("throughput tok/s", "aggregate_tps", 1, 1.0),
+    ("TTFT s p50", "ttft_s", 3, 1.0),
+    ("ITL ms p50", "itl_s", 1, 1000.0),
+    ("prefill tok/s p50", "prefill_tps", 0, 1.0),
 ]
 
 
@@ -66,23 +112,29 @@ def compare_table(results: list[BenchResult]) -> Any:
     from rich.table import Table
 
     a, b = results
-    t = Table(title=f"{a.mode} vs {b.mode}", caption="mean ±stdev over reps; ratio = B / A")
-    t.add_column("workload")
-    t.add_column("metric")
-    t.add_column(f"A: {a.mode}", justify="right")
-    t.add_column(f"B: {b.mode}", justify="right")
-    t.add_column("B/A", justify="right")
+    t = Table(title=f"{a.mode} vs {b.mode}", caption="p50 over requests; ratio = B / A")
+    for col, right in (
+        ("workload", False),
+        ("metric", False),
+        (f"A: {a.mode}", True),
+        (f"B: {b.mode}", True),
+        ("B/A", True),
+    ):
+        t.add_column(col, justify="right" if right else "left")
     by_name = {w.workload.name: w for w in b.workloads}
     for wa in a.workloads:
         wb = by_name.get(wa.workload.name)
         if wb is None:
             continue
         sa, sb = wa.stats(), wb.stats()
-        for label, key, digits, _ in _COMPARE_ROWS:
+        for label, key, digits, scale in _COMPARE_ROWS:
             if key == "aggregate_tps" and wa.workload.concurrency == 1:
                 continue
             if sa[key] is None and sb[key] is None:
                 continue
-            ratio = f"{sb[key].mean / sa[key].mean:.2f}x" if sa[key] and sb[key] and sa[key].mean else "-"
-            t.add_row(wa.workload.name, label, fmt(sa[key], digits), fmt(sb[key], digits), ratio)
+            va = sa[key].p50 * scale if sa[key] else None
+            vb = sb[key].p50 * scale if sb[key] else None
+            ratio = f"{vb / va:.2f}x" if va and vb else "-"
+            cell = [f"{v:.{digits}f}" if v is not None else "-" for v in (va, vb)]
+            t.add_row(wa.workload.name, label, *cell, ratio)
     return t

@@ -82,7 +82,11 @@ class Workload:
         raise ValueError(f"unknown workload kind {self.kind}")
 
 
-def default_suite(max_tokens: int = 256, prefix_words: int = 8000, concurrency: int = 4) -> list[Workload]:
+def default_suite(
+    max_tokens: int = 256, prefix_words: int = 8000, concurrency: int | list[int] = 4
+) -> list[Workload]:
+    """The single-stream workloads, then `code xN` for every concurrency level N > 1 (the sweep)."""
+    levels = [concurrency] if isinstance(concurrency, int) else concurrency
     suite = [
         Workload("code", "code", max_tokens),
         Workload("prose", "prose", max_tokens),
@@ -90,9 +94,30 @@ def default_suite(max_tokens: int = 256, prefix_words: int = 8000, concurrency: 
         Workload("prefill", "prefill", 8, prefix_words=prefix_words),
         Workload("long-prefix", "long-prefix", 8, prefix_words=prefix_words),
     ]
-    if concurrency > 1:
-        suite.append(Workload(f"code x{concurrency}", "code", max_tokens, concurrency=concurrency))
+    suite += [Workload(f"code x{n}", "code", max_tokens, concurrency=n) for n in sorted(set(levels)) if n > 1]
     return suite
+
+
+def sized(suite: list[Workload], words: int) -> list[Workload]:
+    """The suite with its long prompts cut to `words` words (see runner.fit_prefix_words)."""
+    from dataclasses import replace
+
+    return [replace(w, prefix_words=min(w.prefix_words, words)) if w.prefix_words else w for w in suite]
+
+
+def parse_levels(text: str) -> list[int]:
+    """`--concurrency 1,2,4,8,16` -> [1, 2, 4, 8, 16]."""
+    from sparkctl.errors import UsageError
+
+    try:
+        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        levels = []
+    if not levels or levels[0] < 1 or levels[-1] > 256:
+        raise UsageError(
+            f"--concurrency {text!r}: want numbers 1-256, comma-separated", fix="e.g. --concurrency 1,2,4,8"
+        )
+    return levels
 
 
 def select(suite: list[Workload], names: list[str] | None) -> list[Workload]:

@@ -1,4 +1,5 @@
-"""`sparkctl bench [MODE]`: tokens/s, TTFT and prefill rate of the served endpoint."""
+"""`sparkctl bench [MODE]`: TTFT, inter-token latency, tokens/s and throughput of the served
+endpoint, as percentiles; a concurrency sweep with a chart."""
 
 from __future__ import annotations
 
@@ -8,15 +9,36 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-from sparkctl.commands.verify import ModeArg, ModelOpt, UrlOpt, resolve_endpoint
+from sparkctl.commands.verify import (
+    ApiKeyEnvOpt,
+    ApiKeyOpt,
+    ModeArg,
+    ModelOpt,
+    TimeoutOpt,
+    UrlOpt,
+    resolve_endpoint,
+)
 
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, max=50, help="Repetitions per workload.")]
 WorkloadOpt = Annotated[
     list[str] | None, typer.Option("--workload", "-w", help="Only these workloads (repeatable).")
 ]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Save the full results (every sample) as JSON.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Save the full results (every request) as JSON.")]
+ChartOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--chart", help="PNG chart of throughput and latency (default bench.png for a sweep or --compare without --json)."
+    ),
+]
 CompareOpt = Annotated[
     tuple[str, str] | None, typer.Option("--compare", help="Run in MODE_A, switch, run in MODE_B.")
+]
+ConcurrencyOpt = Annotated[
+    str, typer.Option("--concurrency", help="Concurrent streams for `code xN`; a list sweeps: 1,2,4,8,16.")
+]
+ContextOpt = Annotated[
+    int | None,
+    typer.Option("--context", min=256, help="Context length (tokens) when the server does not report one."),
 ]
 
 
@@ -30,51 +52,84 @@ def bench(
     workload: WorkloadOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Output tokens per request.")] = 256,
     prefix_words: Annotated[
-        int, typer.Option("--prefix-words", min=1, help="Length of the long prompts.")
+        int,
+        typer.Option("--prefix-words", min=1, help="Length of the long prompts (cut to fit the context)."),
     ] = 8000,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, max=64, help="Streams in the concurrent workload.")
-    ] = 4,
+    concurrency: ConcurrencyOpt = "4",
     budget: Annotated[
-        float, typer.Option("--budget", help="Stop starting requests after this many seconds.")
+        float, typer.Option("--budget", min=0.0, help="Start no repetition after this many seconds.")
     ] = 600.0,
+    timeout: TimeoutOpt = 60.0,
+    deadline: Annotated[
+        float | None,
+        typer.Option("--deadline", min=0.1, help="Hard end in seconds (default: budget + 10 x timeout)."),
+    ] = None,
+    context: ContextOpt = 8192,
+    chart: ChartOpt = None,
     out: OutOpt = None,
     compare: CompareOpt = None,
+    api_key: ApiKeyOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Single-stream and concurrent workloads (code, prose, thinking, cold prefill, repeated long
-    prefix). Token counts come from the server's usage, never from counting stream chunks."""
+    """Single-stream workloads (code, prose, thinking, cold prefill, repeated long prefix) and
+    concurrent `code xN`. Token counts come from the server's usage, never from stream chunks."""
+    import time
 
-    from sparkctl.benchmark.report import bench_table
+    started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.benchmark.runner import run_bench
-    from sparkctl.benchmark.workloads import default_suite, select
+    from sparkctl.benchmark.workloads import default_suite, parse_levels, select
     from sparkctl.errors import UsageError
 
-    suite = select(default_suite(max_tokens, prefix_words, concurrency), workload)
+    levels = parse_levels(concurrency)
+    full = default_suite(max_tokens, prefix_words, levels)
+    suite = select(full, workload)
+    if workload and len(levels) > 1:  # a sweep asked for runs whatever -w picked
+        suite += [w for w in full if w.kind == "code" and w.concurrency > 1 and w not in suite]
+    bounds = dict(reps=reps, budget_s=budget, timeout_s=timeout, deadline_s=deadline, context=context)
     if compare:
         if url:
             raise UsageError(
                 "--compare switches modes of a profile", fix="drop --url/--model, use -p PROFILE"
             )
-        _compare(profile, compare, suite, reps, budget, out, json_out)
+        _compare(profile, compare, suite, bounds, (api_key, api_key_env), out, chart, json_out)
         return
-    base, served, config_hash, mode = resolve_endpoint(profile, mode, url, model)
+    ep = resolve_endpoint(profile, mode, url, model, api_key, api_key_env)
     con = console(stderr=json_out)
-    con.print(f"[bold]bench[/] {base}  model [bold]{served}[/]  {reps} reps x {len(suite)} workloads")
+    con.print(f"[bold]bench[/] {ep.url}  model [bold]{ep.model}[/]  {reps} reps x {len(suite)} workloads")
     result = run_bench(
-        base,
-        served,
+        ep.url,
+        ep.model,
         suite,
-        reps=reps,
-        budget_s=budget,
-        mode=mode,
-        config_hash=config_hash,
+        api_key=ep.api_key,
+        mode=ep.mode,
+        config_hash=ep.config_hash,
         on_workload=lambda w: con.print(f"  done {w.workload.name}"),
+        on_note=lambda note: con.print(f"  [yellow]note:[/] {note}"),
+        started=started,
+        **bounds,
     )
-    _emit(result.to_json(), bench_table(result), out, json_out, con)
+    _emit(result.to_json(), _tables(result), out, json_out, con)
+    _chart([result], chart, len(levels) > 1 and not json_out, con)
 
 
-def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, out, json_out: bool) -> None:  # noqa: ANN001
+def _tables(result) -> list:  # noqa: ANN001 - BenchResult
+    from sparkctl.benchmark.report import bench_table, sweep_rows, sweep_table
+
+    return [bench_table(result)] + ([sweep_table(result)] if sweep_rows(result) else [])
+
+
+def _chart(results: list, path: Path | None, default_on: bool, con) -> None:  # noqa: ANN001
+    if path is None and not default_on:
+        return
+    from sparkctl.benchmark.chart import write_chart
+
+    con.print(f"chart {write_chart(results, path or Path('bench.png'))}")
+
+
+def _compare(
+    profile, modes: tuple[str, str], suite, bounds: dict, keys: tuple, out, chart, json_out: bool
+) -> None:  # noqa: ANN001
     """Run in MODE_A, switch (the lifecycle's `up`, which stops the other mode first), run in MODE_B."""
 
     from sparkctl.benchmark.report import compare_table
@@ -82,8 +137,10 @@ def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, o
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import up
     from sparkctl.plan import build_plan
+    from sparkctl.verify.client import profile_api_key, resolve_api_key
 
     prof = load_profile(profile)
+    key = resolve_api_key(*keys, profile_api_key(prof))
     con = console(stderr=json_out)
     with NodePool(prof) as pool:
 
@@ -93,15 +150,24 @@ def _compare(profile, modes: tuple[str, str], suite, reps: int, budget: float, o
 
         def run(mode: str):  # noqa: ANN202 - BenchResult
             plan = build_plan(prof, mode)
-            return run_bench(plan.endpoint.url, plan.endpoint.served_model_name, suite, reps=reps,
-                             budget_s=budget, mode=mode, config_hash=plan.settled_hash)  # fmt: skip
+            ep = plan.endpoint
+            return run_bench(
+                ep.url,
+                ep.served_model_name,
+                suite,
+                api_key=key,
+                mode=mode,
+                config_hash=plan.settled_hash,
+                **bounds,
+            )
 
         results = compare(modes, switch, run)
-    _emit({"compare": [r.to_json() for r in results]}, compare_table(results), out, json_out, con)
+    _emit({"compare": [r.to_json() for r in results]}, [compare_table(results)], out, json_out, con)
+    _chart(results, chart, not json_out, con)
 
 
-def _emit(data: dict, table, out: Path | None, json_out: bool, con) -> None:  # noqa: ANN001 - rich objects
-    """Save the full results (--out), then print JSON (--json) or the table."""
+def _emit(data: dict, tables: list, out: Path | None, json_out: bool, con) -> None:  # noqa: ANN001 - rich objects
+    """Save the full results (--out), then print JSON (--json) or the tables."""
     import json
 
     if out:
@@ -109,7 +175,8 @@ def _emit(data: dict, table, out: Path | None, json_out: bool, con) -> None:  # 
     if json_out:
         print_json(data)
         return
-    con.print(table)
+    for table in tables:
+        con.print(table)
     if out:
         con.print(f"saved {out}")
 

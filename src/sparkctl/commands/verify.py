@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -16,20 +17,46 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name
 OnlyOpt = Annotated[
     list[str] | None, typer.Option("--only", help="Run checks whose name starts with this (repeatable).")
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=0.1, help="Seconds per request, and the longest gap in a stream.")
+]
+DeadlineOpt = Annotated[float, typer.Option("--deadline", min=0.1, help="Seconds for the whole command.")]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option("--api-key", help="Bearer key to send (prefer --api-key-env: argv is visible).")
+]
+ApiKeyEnvOpt = Annotated[
+    str | None, typer.Option("--api-key-env", help="Send the key held in this environment variable.")
+]
 
 
-def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | None):  # noqa: ANN001, ANN201
-    """(url, model, config_hash, mode) from --url/--model, or from the profile's plan for MODE
-    (default: the mode running now, else the profile's default mode)."""
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    model: str
+    config_hash: str | None
+    mode: str | None
+    api_key: str | None  # never printed
+
+
+def resolve_endpoint(  # noqa: ANN001 - profile: a Path or None
+    profile,
+    mode: str | None,
+    url: str | None,
+    model: str | None,
+    api_key: str | None = None,
+    api_key_env: str | None = None,
+) -> Endpoint:
+    """From --url/--model, or from the profile's plan for MODE (default: the mode running now,
+    else the profile's default mode). The key: --api-key, --api-key-env, else the profile's."""
     from sparkctl.errors import UsageError
+    from sparkctl.verify.client import profile_api_key, resolve_api_key
 
     if url or model:
         if not (url and model):
             raise UsageError("--url and --model go together", fix="pass both, or neither and use -p PROFILE")
         if mode:
             raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
-        return url, model, None, None
+        return Endpoint(url, model, None, None, resolve_api_key(api_key, api_key_env, None))
     from sparkctl.plan import build_plan
 
     prof = load_profile(profile)
@@ -40,7 +67,8 @@ def resolve_endpoint(profile, mode: str | None, url: str | None, model: str | No
         with NodePool(prof) as pool:
             mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
     plan = build_plan(prof, mode)
-    return plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode
+    key = resolve_api_key(api_key, api_key_env, profile_api_key(prof))
+    return Endpoint(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)
 
 
 @handle_errors
@@ -50,32 +78,51 @@ def verify(
     url: UrlOpt = None,
     model: ModelOpt = None,
     only: OnlyOpt = None,
-    timeout: TimeoutOpt = 120.0,
+    timeout: TimeoutOpt = 60.0,
+    deadline: DeadlineOpt = 600.0,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings (optional features) fail too.")] = False,
+    api_key: ApiKeyOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check the endpoint: models, chat, streaming usage, Responses effort tiers, typed history,
-    tools, json_schema, sampling, prefix-cache reporting, streamed token ids. Exit 1 on any failure."""
+    """Check the endpoint against the OpenAI API (fail) and the optional features sparkctl uses
+    (warn). Exit 1 on any failure (and on warnings with --strict)."""
+    import time
+
+    started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.errors import ExitCode, UsageError
     from sparkctl.findings import Severity
     from sparkctl.verify.checks import select
     from sparkctl.verify.runner import verify as run_verify
 
-    base, served, config_hash, _ = resolve_endpoint(profile, mode, url, model)
+    ep = resolve_endpoint(profile, mode, url, model, api_key, api_key_env)
     if only and not select(only):
         raise UsageError(f"no check matches {only}", fix="see docs/verify-bench.md for the check names")
     out = console()
     live = None if json_out else (lambda f: out.print(_line(f)))
     if not json_out:
-        out.print(f"[bold]verify[/] {base}  model [bold]{served}[/]")
-    findings = run_verify(base, served, only=only, timeout_s=timeout, on_result=live)
-    failed = [f for f in findings if f.severity == Severity.ERROR]
+        out.print(f"[bold]verify[/] {ep.url}  model [bold]{ep.model}[/]")
+    findings = run_verify(
+        ep.url,
+        ep.model,
+        only=only,
+        timeout_s=timeout,
+        deadline_s=deadline,
+        api_key=ep.api_key,
+        on_result=live,
+        started=started,
+    )
+    bad = {Severity.ERROR, Severity.WARN} if strict else {Severity.ERROR}
+    failed = [f for f in findings if f.severity in bad]
     if json_out:
         print_json(
             {
-                "url": base,
-                "model": served,
-                "config_hash": config_hash,
+                "url": ep.url,
+                "model": ep.model,
+                "config_hash": ep.config_hash,
+                "strict": strict,
                 "passed": not failed,
+                "counts": {s: sum(f.severity.value == s for f in findings) for s in _COUNTED},
                 "checks": [f.to_json() for f in findings],
             }
         )
@@ -85,26 +132,28 @@ def verify(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
+_COUNTED = ("ok", "warn", "error")
+_TAGS = {"ok": "[green]pass[/]", "warn": "[yellow]warn[/]", "error": "[bold red]FAIL[/]"}
+
+
 def _line(f) -> str:  # noqa: ANN001 - sparkctl.findings.Finding
     from rich.markup import escape
 
     pad = " " * max(0, 26 - len(f.check))  # padded on the raw name: escaping adds backslashes
-    if f.severity.value == "ok":
-        return f"  [green]pass[/] {escape(f.check)}{pad} {escape(f.message)}"
-    return (
-        f"  [bold red]FAIL[/] {escape(f.check)}{pad} {escape(f.message)}\n"
-        f"       [yellow]usually:[/] {escape(f.fix or '')}"
-    )
+    line = f"  {_TAGS[f.severity.value]} {escape(f.check)}{pad} {escape(f.message)}"
+    if f.severity.value != "ok":
+        line += f"\n       [dim]usually:[/] {escape(f.fix or '')}"
+    return line
 
 
 def render_summary(findings) -> None:  # noqa: ANN001
-    failed = [f.check for f in findings if f.severity.value == "error"]
-    colour = "red" if failed else "green"
-    line = f"[bold {colour}]{len(findings) - len(failed)}/{len(findings)} checks passed[/]"
-    if failed:
-        from rich.markup import escape
+    from rich.markup import escape
 
-        line += " (failed: " + escape(", ".join(failed)) + ")"
+    by = {s: [f.check for f in findings if f.severity.value == s] for s in ("ok", "warn", "error")}
+    colour = "red" if by["error"] else "yellow" if by["warn"] else "green"
+    line = f"[bold {colour}]{len(by['ok'])} passed, {len(by['warn'])} warnings, {len(by['error'])} failed[/]"
+    if by["error"]:
+        line += " (failed: " + escape(", ".join(by["error"])) + ")"
     console().print(line)
 
 

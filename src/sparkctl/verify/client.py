@@ -1,14 +1,21 @@
-"""One way to build the official OpenAI client for a served endpoint, and to describe its errors.
+"""One way to reach a served endpoint for `verify` and `bench`: the API key, the first probe of
+`/v1/models` (one line with cause and fix for every way it can go wrong), and the SDK client.
 
-Shared by `verify` and `bench`. The SDK is imported here, never at CLI start-up.
+The SDK is imported here, never at CLI start-up.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from sparkctl.errors import ConnectError, UsageError
+
+DEFAULT_KEY = "sparkctl-no-key"  # the SDK insists on a key; this one carries no secret
 
 
 def api_base(url: str) -> str:
@@ -21,8 +28,101 @@ def api_base(url: str) -> str:
     return url if url.endswith("/v1") else f"{url}/v1"
 
 
-def make_client(url: str, timeout_s: float = 120.0) -> Any:
-    """An `openai.OpenAI` client with no retries: a retried failure would hide the first error."""
+def profile_api_key(profile: Any) -> str | None:
+    """The profile's `engine.api_key` secret, whatever shape it has (absent, a plain string, or a
+    secret object resolving `env:`/`file:`); None when the profile has no key."""
+    secret = getattr(getattr(profile, "engine", None), "api_key", None)
+    if secret is None:
+        return None
+    for name in ("resolve", "value", "get_secret_value", "read"):
+        fn = getattr(secret, name, None)
+        if callable(fn):
+            return fn() or None
+    return str(secret) or None
+
+
+def resolve_api_key(api_key: str | None, api_key_env: str | None, profile_key: str | None) -> str | None:
+    """--api-key, else --api-key-env NAME, else the profile's key; never OPENAI_API_KEY implicitly:
+    an ambient key would go as a bearer token to whatever endpoint is being tested."""
+    if api_key:
+        return api_key
+    if api_key_env:
+        value = os.environ.get(api_key_env)
+        if not value:
+            raise UsageError(
+                f"--api-key-env {api_key_env}: that variable is not set", fix=f"export {api_key_env}"
+            )
+        return value
+    return profile_key
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    models: list[str]
+    max_model_len: int | None  # SGLang and vLLM report it in /v1/models; None when not reported
+
+
+def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> ServerInfo:
+    """GET /v1/models once: the endpoint is an OpenAI-compatible server and it serves `model`."""
+    target = f"{api_base(url)}/models"
+    req = urllib.request.Request(target, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            body = resp.read(1 << 20)
+            ctype = resp.headers.get("content-type", "")
+    except urllib.error.HTTPError as exc:
+        raise _http_error(target, exc.code, exc.read(200).decode(errors="replace")) from None
+    except TimeoutError:
+        raise ConnectError(
+            f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
+            fix="check what listens there and that it is not hung; raise --timeout if it is only slow",
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConnectError(
+            f"GET {target}: cannot connect ({reason})",
+            fix="start the server (`sparkctl up`), or pass the right --url (host:port of rank 0)",
+        ) from None
+    try:
+        data = json.loads(body)
+        entries = data["data"]
+        models = [m["id"] for m in entries]
+    except (ValueError, KeyError, TypeError):
+        raise ConnectError(
+            f"GET {target}: HTTP 200 but not an OpenAI model list ({ctype or 'no content-type'}: "
+            f"{body[:60].decode(errors='replace')!r})",
+            fix="--url points at something that is not an OpenAI-compatible server",
+        ) from None
+    if model not in models:
+        raise UsageError(
+            f"model '{model}' is not served at {api_base(url)}; it serves: {', '.join(models) or 'nothing'}",
+            fix=f"pass --model {models[0]}" if models else "wait until the server has loaded its model",
+        )
+    lens = [m.get("max_model_len") for m in entries if m["id"] == model]
+    return ServerInfo(models, lens[0] if lens and isinstance(lens[0], int) else None)
+
+
+def probe_deadline(url: str) -> ConnectError:
+    return ConnectError(
+        f"GET {api_base(url)}/models: no reply before --deadline",
+        fix="check what listens there and that it is not hung; raise --deadline if it is only slow",
+    )
+
+
+def _http_error(target: str, code: int, body: str) -> ConnectError:
+    detail = " ".join(body.split())[:120]
+    if code in (401, 403):
+        fix = "the server wants an API key: pass --api-key-env NAME (or the profile's engine.api_key)"
+    elif code == 404:
+        fix = "--url is not an OpenAI-compatible endpoint: give http://host:port (with or without /v1)"
+    else:
+        fix = "the server is failing: read its log (sparkctl logs)"
+    return ConnectError(f"GET {target}: HTTP {code} ({detail or 'empty body'})", fix=fix)
+
+
+def make_client(url: str, timeout_s: float = 60.0, api_key: str | None = None) -> Any:
+    """An `openai.OpenAI` client with no retries (a retried failure would hide the first error).
+    `timeout_s` bounds connecting and every read, so a stream that stalls fails after that long."""
     try:
         import openai
     except ImportError as exc:
@@ -30,9 +130,12 @@ def make_client(url: str, timeout_s: float = 120.0) -> Any:
             "the 'openai' package is not installed",
             fix="pip install 'sparkctl[verify]' (or: pip install openai)",
         ) from exc
-    # SGLang ignores the key; honour a real one if the user runs behind an auth proxy.
-    key = os.environ.get("OPENAI_API_KEY") or "sparkctl"
-    return openai.OpenAI(base_url=api_base(url), api_key=key, max_retries=0, timeout=timeout_s)
+    return openai.OpenAI(
+        base_url=api_base(url),
+        api_key=api_key or DEFAULT_KEY,
+        max_retries=0,
+        timeout=openai.Timeout(timeout_s),
+    )
 
 
 def describe_error(exc: BaseException) -> str:
@@ -50,13 +153,5 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, openai.APITimeoutError):
         return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        return f"cannot connect: {cause or exc}"
+        return f"cannot connect: {exc.__cause__ or exc}"
     return f"{type(exc).__name__}: {exc}"
-
-
-def unreachable(url: str, exc: BaseException) -> ConnectError:
-    return ConnectError(
-        f"no OpenAI-compatible server answers at {api_base(url)} ({describe_error(exc)})",
-        fix="start it with `sparkctl up`, or pass the right --url (host:port of rank 0)",
-    )
