@@ -22,6 +22,14 @@ ShipOpt = Annotated[
         "and go on (--ship), or stop (--no-ship). Default: ask on a terminal, else stop.",
     ),
 ]
+SuperviseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--supervise",
+        help="After ready, keep a background supervisor that restarts the whole group when a rank "
+        "exits or generation keeps failing (`sparkctl supervise --help`; `down` stops it).",
+    ),
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -146,7 +154,8 @@ def _time_left(reporter: _Reporter, timeout: float | None, prof) -> float:  # no
 
 
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
-            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
+            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None,
+            supervise: bool = False) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import PreflightFailedError, choose_mode, curl_example, up
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
@@ -186,8 +195,14 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
         raise
     finally:
         reporter.close()
+    sup = None
+    if supervise:
+        from sparkctl.commands.lifecycle_view import start_detached
+        from sparkctl.lifecycle.supervisor import Policy
+
+        sup = start_detached(profile, prof, result.plan.mode, Policy())
     if json_out:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "supervisor": sup})
         return
     out = console()
     plan = result.plan
@@ -198,6 +213,9 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     else:  # from the command's start, as the timeline shows (shipping included)
         out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
+    if sup:
+        out.print(f"supervised: a background supervisor (pid {sup.get('pid')}) restarts the whole group if a "
+                  "rank exits; `sparkctl status` shows restarts, `sparkctl down` stops it")  # fmt: skip
     out.print("try:")
     out.print(curl_example(plan), markup=False, soft_wrap=True)
 
@@ -210,6 +228,7 @@ def up_cmd(
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
+    supervise: SuperviseOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -218,7 +237,7 @@ def up_cmd(
     if dry_run:
         _print_preview(profile, mode, tp, json_out)
         return
-    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship)
+    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship, supervise=supervise)
 
 
 @handle_errors
@@ -228,6 +247,7 @@ def switch_cmd(
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
+    supervise: SuperviseOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -235,7 +255,8 @@ def switch_cmd(
     if dry_run:
         _print_preview(profile, mode, None, json_out)
         return
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship)
+    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship,
+            supervise=supervise)  # fmt: skip
 
 
 @handle_errors
@@ -251,6 +272,8 @@ def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: J
         print_json({**result.to_json(), "dry_run": dry_run})
         return
     out = console()
+    for line in filter(None, [result.supervisor, *result.settled]):
+        out.print(line, markup=False)
     if not result.removed:
         out.print(f"nothing running for cluster {prof.cluster}")
     verb = "would remove" if dry_run else "removed"
@@ -262,7 +285,7 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
     from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import preview
+    from sparkctl.lifecycle.preview import preview
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
@@ -282,162 +305,12 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
         out.print(f"[yellow]dry run:[/] would start rank {spec.rank} on {spec.node} ({spec.container_name})")
 
 
-def _fmt_uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 \
-        else f"{s // 60}m{s % 60:02d}s"  # fmt: skip
-
-
-@handle_errors
-def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
-    """Per node and rank: container state, uptime, image, mode, config hash; endpoint health and model."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.status import status
-
-    prof = load_profile(profile)
-    with NodePool(prof) as pool:
-        st = status(prof, pool)
-    if json_out:
-        print_json(st.to_json())
-    else:
-        _render_status(st)
-    if st.unreachable:
-        from sparkctl.errors import ExitCode
-
-        raise typer.Exit(ExitCode.CONNECT)
-
-
-def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
-    from rich.markup import escape
-    from rich.table import Table
-
-    out = console()
-    if not st.containers:
-        asked = " on the nodes that answered" if st.unreachable else ""
-        out.print(f"cluster {st.cluster}: nothing running{asked}")
-    else:
-        from rich import box
-
-        table = Table(
-            title=f"cluster {st.cluster}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-        )
-        for col in ("rank", "node", "mode", "state", "uptime", "config", "image"):
-            table.add_column(col, no_wrap=col != "image", overflow="fold")
-        for c in st.containers:
-            state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
-            color = "green" if c.running else "red"
-            table.add_row(str(c.rank), c.node, c.mode or "?", f"[{color}]{state}[/]",
-                          _fmt_uptime(c.uptime_s()), c.config_hash or "?", c.image)  # fmt: skip
-        out.print(table)
-    for m in st.modes:
-        health = "[green]ready[/]" if m.health.ready else f"[red]not ready[/] ({m.health.detail})"
-        url = m.plan.endpoint.api_base if m.plan else "?"
-        served = ", ".join(m.health.served) or "-"
-        out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
-        if m.drift:
-            out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
-                      "`sparkctl up` would restart the ranks[/]")  # fmt: skip
-    for node, why in st.unreachable.items():
-        out.print(f"[red]node {node}[/]: {escape(why)}")
-
-
-@handle_errors
-def logs_cmd(
-    mode_arg: Annotated[
-        str | None,
-        typer.Argument(metavar="MODE", help="Mode whose logs to show (default: the running one)."),
-    ] = None,
-    rank: Annotated[
-        int | None, typer.Option("--rank", "-r", help="Only this rank (default: all ranks).")
-    ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C stops).")
-    ] = False,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
-    ] = None,
-    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
-    mode: Annotated[str | None, typer.Option("--mode", help="Same as MODE.")] = None,
-    timestamps: Annotated[
-        bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
-    ] = False,
-    profile: ProfileOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order.
-    Exit 3 when no rank has a log file yet."""
-    from rich.markup import escape
-
-    from sparkctl.connectors import NodePool
-    from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.logs import follow_all, parse_since, read_all
-    from sparkctl.lifecycle.status import running_mode
-    from sparkctl.lifecycle.up import last_attempt
-    from sparkctl.plan import build_plan
-
-    mode = mode_arg or mode
-    prof = load_profile(profile)
-    since_at = parse_since(since) if since else None
-    out = console()
-    with NodePool(prof) as pool:
-        if mode is None:
-            mode = running_mode(prof, pool) or last_attempt(prof.cluster).get("mode") or prof.default_mode()
-            if mode not in prof.modes:
-                mode = prof.default_mode()
-        plan = build_plan(prof, mode)
-        specs = plan.ranks if rank is None else [s for s in plan.ranks if s.rank == rank]
-        if not specs:
-            raise UsageError(f"mode {mode} has no rank {rank}", fix=f"ranks: 0..{len(plan.ranks) - 1}")
-        width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
-        if not follow:
-            lines, missing = read_all(prof, pool, specs, tail, since_at)
-            _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
-            return
-        try:
-            for line in follow_all(prof, pool, specs, tail, since_at):
-                if json_out:  # one JSON object per line while following
-                    import json
-
-                    print(json.dumps(_log_json(line)), flush=True)
-                    continue
-                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-        except KeyboardInterrupt:  # the normal way to stop following
-            return
-
-
-def _log_json(line) -> dict:  # noqa: ANN001 - sparkctl.lifecycle.logs.LogLine
-    return {"rank": line.rank, "node": line.node, "time": line.ts.isoformat() if line.ts else None,
-            "text": line.text}
-
-
-def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str,
-                n_ranks: int) -> None:
-    """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
-    from rich.markup import escape
-
-    from sparkctl.errors import SparkctlError
-
-    if json_out:
-        print_json({"mode": mode, "lines": [_log_json(x) for x in lines],
-                    "missing": {str(r): why for r, why in missing.items()}})
-    else:
-        out = console()
-        for line in lines:
-            out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-        for r, why in missing.items():
-            console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
-    if len(missing) == n_ranks:
-        raise SparkctlError(
-            f"no log files for mode {mode}: it has not been started on these nodes",
-            fix=f"start it with `sparkctl up {mode}`, or name another mode: `sparkctl logs MODE`",
-        )
-
-
 def register(app: typer.Typer) -> None:
+    from sparkctl.commands.lifecycle_view import logs_cmd, status_cmd, supervise_cmd
+
     app.command("up")(up_cmd)
     app.command("down")(down_cmd)
     app.command("switch")(switch_cmd)
     app.command("status")(status_cmd)
     app.command("logs")(logs_cmd)
+    app.command("supervise")(supervise_cmd)

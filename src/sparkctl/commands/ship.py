@@ -79,7 +79,10 @@ def ship(
                                  verify=verify, streams=streams)  # fmt: skip
         except SparkctlError as exc:
             if getattr(exc, "report", None) is not None:
-                _render(exc.report, json_out)
+                if json_out:  # one JSON object on failure: the report goes inside the error
+                    exc.json_extra = {"report": exc.report.to_json()}  # type: ignore[attr-defined]
+                else:
+                    _render(exc.report, json_out)
             raise
     _render(report, json_out)
 

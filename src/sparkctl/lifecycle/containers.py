@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from sparkctl.connectors.pool import NodePool
 
 CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
-STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on stop
+STOP_GRACE = 5  # seconds between SIGTERM and SIGKILL on stop (profile: engine.stop_grace)
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,8 @@ def create_params(spec: RankSpec, env: dict[str, str], rdma_devices: list[str] |
 
     The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.
     `rdma_devices`: the device nodes the rdma preset found on the node (`node_rdma_devices`).
+    `init`: Docker's init is PID 1 and forwards signals, so an engine that installs no SIGTERM
+    handler still stops on SIGTERM (a PID 1 ignores it).
     """
     from docker.types import DeviceRequest, Mount, Ulimit
 
@@ -150,6 +152,7 @@ def create_params(spec: RankSpec, env: dict[str, str], rdma_devices: list[str] |
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
         ],
         "detach": True,
+        "init": True,
     }
     if opts.shm_size and opts.ipc_mode != "host":  # Docker ignores it under --ipc host
         params["shm_size"] = opts.shm_size
@@ -292,19 +295,18 @@ def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
     return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=spec.rank)
 
 
-def remove(conn: Connector, name: str, timeout: int = STOP_TIMEOUT) -> bool:
-    """Stop (SIGTERM, then SIGKILL after `timeout`) and remove; False when it did not exist."""
+def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
+    """Stop (SIGTERM, then SIGKILL after `grace` s) and remove; `grace=None` kills at once
+    (a failed start: there is nothing to save). False when it did not exist."""
     import docker.errors
 
-    client = conn.docker()
+    api = conn.docker().api  # as few round trips as possible: `down` and rollback are on the clock
     try:
-        container = client.containers.get(name)
+        if grace is not None:
+            api.stop(name, timeout=grace)  # a stopped container answers 304: fine
+        api.remove_container(name, force=True)  # force: SIGKILL if still running
     except docker.errors.NotFound:
         return False
-    with contextlib.suppress(docker.errors.NotFound):
-        if container.status in ("running", "restarting", "paused"):
-            container.stop(timeout=timeout)
-        container.remove(force=True)
     return True
 
 

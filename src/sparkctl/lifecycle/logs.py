@@ -67,9 +67,14 @@ class LogLine:
     node: str
     ts: datetime | None
     text: str
+    label: str | None = None  # instead of rank@node (the supervisor's events)
+
+    @property
+    def prefix(self) -> str:
+        return self.label or f"rank{self.rank}@{self.node}"
 
     def render(self, width: int, timestamps: bool = False) -> str:
-        prefix = f"rank{self.rank}@{self.node}".ljust(width)
+        prefix = self.prefix.ljust(width)
         stamp = f"{self.ts.isoformat(timespec='milliseconds')} " if timestamps and self.ts else ""
         return f"{prefix} | {stamp}{self.text}"
 
@@ -126,6 +131,18 @@ def read_argv(path: str, tail: int, since: datetime | None) -> list[str]:
 def follow_argv(path: str, tail: int) -> list[str]:
     # -F: keep following across the rotation a new `up` does (file renamed, a new one created).
     return ["tail", "-n", str(tail), "-F", "--", path]
+
+
+def event_lines(events: list[dict], since: datetime | None) -> list[LogLine]:
+    """The supervisor's events as log lines (label `supervisor`), to merge with the ranks'."""
+    from sparkctl.lifecycle.state import describe_event
+
+    out = []
+    for e in events:
+        ts = datetime.fromtimestamp(float(e.get("at", 0)), UTC)
+        if since is None or ts >= since:
+            out.append(LogLine(-1, "", ts, describe_event(e).split(" ", 1)[1], label="supervisor"))
+    return out
 
 
 def merge(lines: Iterable[LogLine]) -> list[LogLine]:

@@ -249,6 +249,9 @@ class Engine(Strict):
     sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
+    stop_grace: int = Field(
+        5, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL when `down`/`switch` stop a rank."
+    )
 
     @field_validator("args")
     @classmethod

@@ -10,6 +10,13 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+  STANDIN_PEER_LOSS_EXIT_S=<s>            exit (code 3) this long after a peer went away (default 1)
+  STANDIN_STALL_AFTER=<s>                 s seconds after ready, generation fails (HTTP 500) while
+                                          /v1/models and /health still answer: a stuck engine
+  STANDIN_SIGTERM=exit|default|ignore     exit: a handler exits at once (default); default: no
+                                          handler, like a plain Python engine (as PID 1 without
+                                          an init it then ignores SIGTERM); ignore: SIG_IGN, an
+                                          engine that never stops on SIGTERM, init or not
   STANDIN_METRICS="running=4,queue_step=1,..."  /metrics gauges and rates (see METRIC_DEFAULTS)
 
 Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
@@ -41,6 +48,7 @@ PHASES = ("start", "rendezvous", "load", "warmup", "serve")
 
 class State:
     ready = False
+    ready_at = 0.0
     args: argparse.Namespace
     peers: list[socket.socket] = []
 
@@ -135,6 +143,8 @@ def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     except OSError:
         pass
     log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
+    # A real engine notices a dead peer later still (NCCL watchdog): the death it follows stays first.
+    time.sleep(float(os.environ.get("STANDIN_PEER_LOSS_EXIT_S", "1")))
     os._exit(3)
 
 
@@ -376,6 +386,10 @@ class Rank0Handler(BaseHTTPRequestHandler):
             return self.reply(404, {"detail": "Not Found"})
         if not State.ready:
             return self.reply(503, {"error": "server not ready"})
+        stall = os.environ.get("STANDIN_STALL_AFTER")
+        if stall and time.monotonic() - State.ready_at > float(stall):
+            log("STANDIN: generation stalled (STANDIN_STALL_AFTER)")
+            return self.reply(500, {"error": "stand-in engine stalled"})
         text = "Hello from the sparkctl stand-in engine."
         usage = {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
         created, rid = int(time.time()), f"standin-{time.time_ns()}"
@@ -455,8 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parse(argv)
     State.args = args
     rank = args.node_rank
-    # PID 1 ignores SIGTERM unless handled: `docker stop` must not wait for the kill timeout.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    on_term = os.environ.get("STANDIN_SIGTERM", "exit")
+    if on_term == "exit":
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    elif on_term == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record(argv)
     log(
         f"server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp}, nnodes={args.nnodes}, "
@@ -484,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
     log("Capture cuda graph end. Time elapsed: 0.01 s. mem usage=0.50 GB. avail mem=37.50 GB.", rank)
     if rank == 0:
+        State.ready_at = time.monotonic()
         State.ready = True
         log("The server is fired up and ready to roll!")
     else:
