@@ -43,7 +43,7 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
     out = console()
     for line in st.settled:
         out.print(f"[yellow]cleanup:[/] {escape(line)}")
-    unknown = ", ".join(f"{n} (unreachable)" for n in st.unreachable)
+    unknown = ", ".join(f"{n} ({st.unknown_why.get(n, 'unreachable')})" for n in st.unreachable)
     if not st.containers:
         if not st.unreachable:
             out.print(f"cluster {st.cluster}: nothing running")

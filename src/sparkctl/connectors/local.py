@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkctl.connectors.base import DEFAULT_TIMEOUT, Connector, RunResult
-from sparkctl.errors import ConnectError
+from sparkctl.errors import EngineDownError
 
 if TYPE_CHECKING:
     import docker
@@ -98,7 +98,7 @@ class LocalConnector(Connector):
             raise docker_down_error(self.node, self.docker_host or os.environ.get("DOCKER_HOST"), exc) from None
 
 
-def docker_down_error(node: str, host: str | None, exc: BaseException) -> ConnectError:
+def docker_down_error(node: str, host: str | None, exc: BaseException) -> EngineDownError:
     """Docker missing or stopped on the node sparkctl runs on: the same exit code as over SSH."""
     import shutil
 
@@ -111,7 +111,7 @@ def docker_down_error(node: str, host: str | None, exc: BaseException) -> Connec
     else:
         what = f"Docker is not running (no engine answers at {where})"
         fix = "start it: `sudo systemctl start docker` (check with `docker info`)"
-    return ConnectError(f"{what} on this node", node=node, fix=fix)
+    return EngineDownError(f"{what} on this node", node=node, fix=fix)
 
 
 def _text(data: bytes | str | None) -> str:

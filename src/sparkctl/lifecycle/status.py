@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import LockHeldError, SparkctlError
+from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
 from sparkctl.lifecycle import containers, orphans, state, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
@@ -54,6 +54,7 @@ class ClusterStatus:
     nodes: list[str] = field(default_factory=list)  # the profile's nodes, all asked
     containers: list[ContainerInfo] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)  # what runs there is unknown
+    unknown_why: dict[str, str] = field(default_factory=dict)  # short: "unreachable", "Docker not answering"
     modes: list[ModeStatus] = field(default_factory=list)
     settled: list[str] = field(default_factory=list)  # leftovers of lost nodes removed by this call
     pending: list[state.Pending] = field(default_factory=list)  # still owed (node not reachable yet)
@@ -104,6 +105,7 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         # The error says what failed (SSH, or Docker on a local node) and how to fix it.
         why = exc.message + (f"; fix: {exc.fix}" if exc.fix else "") if isinstance(exc, SparkctlError) else str(exc)
         out.unreachable[node] = why
+        out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
