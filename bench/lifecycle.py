@@ -1,30 +1,36 @@
-"""Benchmark how fast `sparkctl up` notices readiness and failure, against the reference recipe's loop.
+"""Benchmark fail-fast, stop-fast and heal on a real 2-node lab, with both stand-in engines.
 
-    python bench/lifecycle.py [--rounds 3] [--ref-interval 5]   (root, repo root)
+    python bench/lifecycle.py [--rounds 3] [--grace 5]   (root, repo root)
 
-Brings up its own 2-node lab with the stand-in engine and measures, in the same run:
-  (a) time from the engine becoming ready (Docker's timestamp of rank 0's "fired up and ready"
-      log line) to `up` returning;                                                 target <= 1 s
-  (b) time from a rank dying (Docker's FinishedAt of rank 1) to `up` exiting, rollback included;
-                                                                                   target <= 5 s
-next to the reference recipe's approach: a shell loop on rank 0's node that polls rank 0's
-`/v1/models` with curl every --ref-interval seconds and stops when rank 0's container is gone
-(it never looks at rank 1). Both start the very same containers (the same plan, the same Docker
-create request); only the waiting differs. Failure cases:
-  b1: rank 1 dies while loading (after rendezvous): the stand-in's rank 0 then exits as well;
-  b2: rank 1 dies at start-up (before rendezvous): rank 0 keeps waiting for its peer until the
-      rendezvous timeout (set to --rendezvous-timeout here; real torch/NCCL waits far longer).
-Times are medians of --rounds runs (the machine is shared).
+Engines: `handler` (the stand-in exits on SIGTERM) and `deaf` (it ignores SIGTERM: SIG_IGN, as an
+engine that never stops on it). Measured through the real CLI (`python -m sparkctl ...`), medians
+of --rounds runs (the machine is shared), each against its target and a baseline measured in the
+same run:
+
+  (1) rank 1 dies while loading -> `up` exits (Docker's `die` time of rank 1 -> CLI exit);
+      target <= 3 s; the output must name rank 1 and show its log tail, and nothing may be left;
+  (2) `down` of the TP=2 group (CLI wall time); target <= grace + 2 s; baseline: the recipe's
+      `docker stop` of the same two containers created the recipe's way (`docker run`: no init,
+      Docker's default 10 s stop timeout), both nodes in parallel; (2') the same minus the
+      floor of `down` with nothing to stop (CLI start, SSH to both nodes, listing), which on a
+      loaded machine is most of it;
+  (3) `switch solo` from tp2 (CLI wall time); target <= `down` + `up solo` measured in this run;
+  (4) supervised group restart: rank 1 killed after ready -> a generation succeeds again;
+      target <= the group's start time (`up tp2`, this run) + 3 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,158 +41,200 @@ from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
 
 from sparkctl.connectors import NodePool  # noqa: E402
-from sparkctl.lifecycle import containers  # noqa: E402
-from sparkctl.lifecycle.containers import parse_docker_time  # noqa: E402
-from sparkctl.lifecycle.down import down  # noqa: E402
-from sparkctl.lifecycle.up import up  # noqa: E402
-from sparkctl.lifecycle.watch import RankFailedError  # noqa: E402
+from sparkctl.lifecycle.containers import create_params, revealed_env  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 
-READY_LINE = "The server is fired up and ready to roll!"
-
-# The recipe's wait, as its shell script does it: rank 0's /v1/models only, and rank 0's container.
-REFERENCE_LOOP = r"""
-while :; do
-  if curl -sf -o /dev/null "http://127.0.0.1:$PORT/v1/models"; then exit 0; fi
-  if [ -z "$(docker ps -q -f "name=^$NAME\$")" ]; then docker logs --tail 40 "$NAME" >/dev/null 2>&1; exit 1; fi
-  sleep "$INTERVAL"
-done
-"""
+ENGINES = {"handler": "exit", "deaf": "ignore"}
 
 
-def ready_time(lab: Lab, node: str, name: str) -> float:
-    raw = lab.docker(node).api.logs(name, timestamps=True).decode(errors="replace")
-    for line in raw.splitlines():
-        if READY_LINE in line:
-            return parse_docker_time(line.split(" ", 1)[0]).timestamp()
-    raise SystemExit(f"{name}: no ready line in its log")
+def cli(state: str, profile: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    return time.monotonic() - t0, proc
 
 
-def finished_time(lab: Lab, node: str, name: str) -> float:
-    attrs = lab.docker(node).api.inspect_container(name)
-    return parse_docker_time(attrs["State"]["FinishedAt"]).timestamp()
+def must(proc: subprocess.CompletedProcess, what: str) -> None:
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
-def clear(lab: Lab, cluster: str) -> None:
-    for n in lab.nodes:
-        for c in lab.docker(n).containers.list(all=True, filters={"label": f"sparkctl.cluster={cluster}"}):
-            c.remove(force=True)
+def leftovers(lab: Lab, cluster: str) -> int:
+    return sum(
+        len(
+            lab.docker(n).containers.list(
+                all=True, sparse=True, filters={"label": f"sparkctl.cluster={cluster}"}
+            )
+        )
+        for n in lab.nodes
+    )
 
 
-def sparkctl_ready(profile, pool, lab) -> float:
-    up(profile, pool, mode="tp2", skip_preflight=True)
-    returned = time.time()
-    return returned - ready_time(lab, "spark1", build_plan(profile, "tp2").rank(0).container_name)
+class Deaths:
+    """Docker `die` times (wall clock) of the cluster's containers on spark2, from its event stream."""
 
-
-def sparkctl_failure(profile, pool, lab) -> float:
-    try:
-        up(profile, pool, mode="tp2", skip_preflight=True)
-    except RankFailedError:
-        exited = time.time()
-    else:
-        raise SystemExit("up succeeded although rank 1 was told to fail")
-    # The containers are rolled back; rank 1's death time comes from the event stream's record.
-    return exited - _last_death[0]
-
-
-_last_death: list[float] = [0.0]
-
-
-def reference(profile, pool, lab, interval: float, expect_ready: bool) -> tuple[float, bool]:
-    """Start the plan's containers (rank 1, then rank 0) and wait the recipe's way; returns (wait end, ok)."""
-    plan = build_plan(profile, "tp2")
-    for spec in [*plan.ranks[1:], plan.ranks[0]]:
-        containers.start_rank(pool.get(spec.node), spec)
-    env = [f"PORT={plan.endpoint.port}", f"NAME={plan.rank(0).container_name}", f"INTERVAL={interval}",
-           f"DOCKER_HOST={lab.node('spark1').docker_host}"]  # fmt: skip
-    proc = lab.exec("spark1", ["env", *env, "sh", "-c", REFERENCE_LOOP], check=False, timeout=900)
-    return time.time(), proc.returncode == 0
-
-
-def watch_deaths(lab: Lab, cluster: str) -> None:
-    """Record rank 1's FinishedAt from Docker events (the container is removed by the rollback)."""
-    import threading
-
-    def run() -> None:
-        for ev in lab.docker("spark2").events(
+    def __init__(self, lab: Lab, cluster: str) -> None:
+        self.times: list[float] = []
+        events = lab.docker("spark2").events(
             decode=True, filters={"event": "die", "label": f"sparkctl.cluster={cluster}"}
-        ):
-            _last_death[0] = ev["timeNano"] / 1e9
+        )
+        threading.Thread(
+            target=lambda: [self.times.append(ev["timeNano"] / 1e9) for ev in events], daemon=True
+        ).start()
 
-    threading.Thread(target=run, daemon=True).start()
+
+def fail_fast(state: str, lab: Lab, profile: Path, deaths: Deaths, cluster: str) -> float:
+    seen = len(deaths.times)
+    env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(profile)],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    exited = time.time()
+    flat = " ".join(proc.stderr.split())
+    if proc.returncode != 3 or "rank 1 exited" not in flat or "--- rank 1 on spark2" not in proc.stderr:
+        raise SystemExit(f"up did not fail naming rank 1 with its log:\n{proc.stderr}")
+    if "injected failure at phase load" not in proc.stderr or leftovers(lab, cluster):
+        raise SystemExit(f"no log tail, or containers left behind:\n{proc.stderr}")
+    for _ in range(50):  # the event may arrive a moment after the CLI returned
+        if len(deaths.times) > seen:
+            break
+        time.sleep(0.05)
+    return exited - deaths.times[seen]
+
+
+def recipe_down(lab: Lab, profile: Path) -> float:
+    """The recipe's way: `docker run` (no init) both ranks, then `docker stop` both (default 10 s)."""
+    prof = load_profile_file(profile)
+    plan = build_plan(prof, "tp2")
+    with NodePool(prof) as pool:
+        for spec in [*plan.ranks[1:], plan.ranks[0]]:
+            params = {**create_params(spec, revealed_env(spec)), "init": False}
+            pool.get(spec.node).docker().containers.create(**params).start()
+    time.sleep(2)  # both engines up (the rendezvous done); not part of the measure
+    t0 = time.monotonic()
+    threads = [
+        threading.Thread(target=lab.exec, args=(s.node, ["docker", "-H", lab.node(s.node).docker_host, "stop", s.container_name]))
+        for s in plan.ranks
+    ]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - t0
+    for s in plan.ranks:
+        lab.docker(s.node).containers.get(s.container_name).remove(force=True)
+    return took
+
+
+def generates(api_base: str, model: str) -> bool:
+    body = json.dumps(
+        {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    req = urllib.request.Request(
+        f"{api_base}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return bool(json.loads(resp.read()).get("choices"))
+    except OSError:
+        return False
+
+
+def supervised_restart(state: str, lab: Lab, profile: Path) -> tuple[float, float]:
+    """(start time of the group, kill -> generating again) with `up --supervise`."""
+    took, proc = cli(state, profile, "up", "tp2", "--skip-preflight", "--supervise", "--json")
+    must(proc, "up --supervise")
+    start_s = json.loads(proc.stdout)["elapsed_s"]
+    plan = build_plan(load_profile_file(profile), "tp2")
+    old = lab.docker("spark2").containers.get(plan.rank(1).container_name).id
+    t0 = time.monotonic()
+    lab.kill_container("spark2", plan.rank(1).container_name)
+    deadline = t0 + 300
+    while time.monotonic() < deadline:
+        try:
+            new = lab.docker("spark2").containers.get(plan.rank(1).container_name).id
+        except Exception:  # noqa: BLE001 - removed and not yet created again
+            new = old
+        if new != old and generates(plan.endpoint.api_base, plan.endpoint.served_model_name):
+            return start_s, time.monotonic() - t0
+        time.sleep(0.05)
+    raise SystemExit("the supervised group did not serve again within 300 s")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ref-interval", type=float, default=5.0, help="the reference loop's sleep (s)")
-    ap.add_argument("--delay-load", type=float, default=3.0, help="stand-in load time (s)")
-    ap.add_argument("--rendezvous-timeout", type=float, default=30.0)
+    ap.add_argument("--grace", type=int, default=5, help="engine.stop_grace (s)")
+    ap.add_argument("--delay-load", type=float, default=2.0, help="stand-in load time (s)")
     args = ap.parse_args()
 
     state = tempfile.mkdtemp(prefix="sparkctl-bench-")
-    os.environ["XDG_STATE_HOME"] = state
+    med: dict[str, float] = {}
     with Lab(nodes=2) as lab:
         lab.install_engine_image()
         seed_weights(lab)
-        base = {"STANDIN_DELAY_LOAD": str(args.delay_load)}
-        modes = {
-            "ok": {"solo": {"nodes": ["spark1"], "tp": 1, "default": True},
-                   "tp2": {"nodes": ["spark1", "spark2"], "tp": 2, "env": base}},
-            "b1": {"solo": {"nodes": ["spark1"], "tp": 1, "default": True},
-                   "tp2": {"nodes": ["spark1", "spark2"], "tp": 2, "env": {**base, "STANDIN_FAIL_AT": "1:load"}}},
-            "b2": {"solo": {"nodes": ["spark1"], "tp": 1, "default": True},
-                   "tp2": {"nodes": ["spark1", "spark2"], "tp": 2,
-                           "env": {**base, "STANDIN_FAIL_AT": "1:start",
-                                   "STANDIN_RENDEZVOUS_TIMEOUT": str(args.rendezvous_timeout)}}},
-        }  # fmt: skip
-        profiles = {}
-        for key, m in modes.items():
-            path = write_lab_profile(lab, Path(state) / f"{key}.yaml", modes=m, engine={"ready_timeout": 300})
-            profiles[key] = load_profile_file(path)
-        cluster = profiles["ok"].cluster
-        watch_deaths(lab, cluster)
-        results: dict[str, list[float]] = {k: [] for k in ("a", "a_ref", "b1", "b1_ref", "b2", "b2_ref")}
-        with NodePool(profiles["ok"]) as pool:
+        res: dict[str, list[float]] = {}
+        for engine, sigterm in ENGINES.items():
+            env = {"STANDIN_DELAY_LOAD": str(args.delay_load), "STANDIN_SIGTERM": sigterm}
+            modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True, "env": env},
+                     "tp2": {"nodes": ["spark1", "spark2"], "tp": 2, "env": env}}  # fmt: skip
+            fail = {**modes, "tp2": {**modes["tp2"], "env": {**env, "STANDIN_FAIL_AT": "1:load"}}}
+            eng = {"ready_timeout": 300, "stop_grace": args.grace}
+            ok = write_lab_profile(lab, Path(state) / f"{engine}.yaml", modes=modes, engine=eng)
+            bad = write_lab_profile(lab, Path(state) / f"{engine}-fail.yaml", modes=fail, engine=eng)
+            cluster = load_profile_file(ok).cluster
+            deaths = Deaths(lab, cluster)
             for i in range(args.rounds):
-                print(f"round {i + 1}/{args.rounds}", flush=True)
-                results["a"].append(sparkctl_ready(profiles["ok"], pool, lab))
-                down(profiles["ok"], pool)
-                end, ok = reference(profiles["ok"], pool, lab, args.ref_interval, True)
-                plan = build_plan(profiles["ok"], "tp2")
-                results["a_ref"].append(end - ready_time(lab, "spark1", plan.rank(0).container_name))
-                clear(lab, cluster)
+                print(f"{engine}: round {i + 1}/{args.rounds}", flush=True)
+                res.setdefault(f"fail_{engine}", []).append(fail_fast(state, lab, bad, deaths, cluster))
+                must(cli(state, ok, "up", "tp2", "--skip-preflight")[1], "up tp2")
+                took, proc = cli(state, ok, "down")
+                must(proc, "down")
+                res.setdefault(f"down_{engine}", []).append(took)
+                took, proc = cli(state, ok, "down")  # nothing left: the floor (CLI start, SSH, listing)
+                must(proc, "down (nothing running)")
+                res.setdefault(f"floor_{engine}", []).append(took)
+                res.setdefault(f"recipe_down_{engine}", []).append(recipe_down(lab, ok))
+                took, proc = cli(state, ok, "up", "solo", "--skip-preflight")
+                must(proc, "up solo")
+                res.setdefault(f"up_solo_{engine}", []).append(took)
+                must(cli(state, ok, "up", "tp2", "--skip-preflight")[1], "up tp2")
+                took, proc = cli(state, ok, "switch", "solo", "--skip-preflight")
+                must(proc, "switch solo")
+                res.setdefault(f"switch_{engine}", []).append(took)
+                must(cli(state, ok, "down")[1], "down")
+            start_s, back = supervised_restart(state, lab, ok)
+            res.setdefault(f"start_{engine}", []).append(start_s)
+            res.setdefault(f"heal_{engine}", []).append(back)
+            must(cli(state, ok, "down")[1], "down")
+        med = {k: statistics.median(v) for k, v in res.items()}
 
-                results["b1"].append(sparkctl_failure(profiles["b1"], pool, lab))
-                end, ok = reference(profiles["b1"], pool, lab, args.ref_interval, False)
-                results["b1_ref"].append(end - finished_time(lab, "spark2", plan.rank(1).container_name))
-                clear(lab, cluster)
-
-                if i == 0:  # b2's reference waits out the rendezvous timeout: once is enough
-                    results["b2"].append(sparkctl_failure(profiles["b2"], pool, lab))
-                    end, ok = reference(profiles["b2"], pool, lab, args.ref_interval, False)
-                    results["b2_ref"].append(end - finished_time(lab, "spark2", plan.rank(1).container_name))
-                    clear(lab, cluster)
-
-    med = {k: statistics.median(v) for k, v in results.items() if v}
-    print()
-    print(f"reference = poll rank 0's /v1/models every {args.ref_interval:g}s, watch rank 0's container only")
-    print(f"{'measure':58} {'sparkctl':>9} {'reference':>10}  target")
-    print(f"{'(a) engine ready -> up returns (s)':58} {med['a']:9.2f} {med['a_ref']:10.2f}  <= 1 s")
-    print(
-        f"{'(b1) rank 1 dies while loading -> up exits (s)':58} {med['b1']:9.2f} {med['b1_ref']:10.2f}  <= 5 s"
-    )
-    print(
-        f"{'(b2) rank 1 dies before rendezvous -> up exits (s)':58} {med['b2']:9.2f} {med['b2_ref']:10.2f}  <= 5 s"
-    )
-    if med["a_ref"] < 0:
-        print(f"note: the reference declared 'ready' {-med['a_ref']:.2f}s BEFORE the engine was "
-              "(/v1/models answers during warm-up; sparkctl also requires /health)")  # fmt: skip
-    ok = med["a"] <= 1.0 and med["b1"] <= 5.0 and med["b2"] <= 5.0
-    print("targets met" if ok else "TARGETS MISSED")
-    return 0 if ok else 1
+    g = args.grace
+    rows = []
+    for e in ENGINES:
+        down_up = med[f"down_{e}"] + med[f"up_solo_{e}"]
+        rows += [
+            (f"(1) rank 1 dies while loading -> up exits [{e}]", med[f"fail_{e}"], 3.0, "-", None),
+            (f"(2) down, TP=2 [{e}]", med[f"down_{e}"], g + 2.0, "recipe docker stop", med[f"recipe_down_{e}"]),
+            (f"(2') down minus its floor [{e}]", med[f"down_{e}"] - med[f"floor_{e}"], g + 2.0,
+             "floor: down of none", med[f"floor_{e}"]),
+            (f"(3) switch solo from tp2 [{e}]", med[f"switch_{e}"], down_up, "down + up solo", down_up),
+            (f"(4) rank 1 killed -> serving again [{e}]", med[f"heal_{e}"], med[f"start_{e}"] + 3.0,
+             "start time", med[f"start_{e}"]),
+        ]  # fmt: skip
+    load = os.getloadavg()[0]
+    print(f"\nmedians of {args.rounds} round(s), engine.stop_grace = {g}s (supervised restart: 1 round); "
+          f"load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'measure':48} {'s':>6} {'target':>7} {'/target':>8}  {'baseline':>18} {'s':>6} {'ratio':>6}")
+    ok_all = True
+    for name, value, target, base_name, base in rows:
+        ok_all &= value <= target
+        ratio = f"{value / base:6.2f}" if base else "     -"
+        base_s = f"{base:6.2f}" if base else "     -"
+        print(f"{name:48} {value:6.2f} {target:7.2f} {value / target:8.2f}  {base_name:>18} {base_s} {ratio}")
+    print("targets met" if ok_all else "TARGETS MISSED")
+    return 0 if ok_all else 1
 
 
 if __name__ == "__main__":

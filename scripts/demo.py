@@ -11,9 +11,12 @@ the end, also on failure. Run as root: `sudo scripts/demo`.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -41,7 +44,9 @@ def main() -> None:
         print(f"testbed up: {', '.join(f'{n.name} {n.mgmt_ip} (fabric {n.fabric_ip})' for n in lab.nodes)}")
         build_engine_image(lab.docker(lab.nodes[0]), tag=ENGINE_TAG)  # only spark1 has the image...
         seed_weights(lab, nodes=["spark1"])  # ...and the weights (a tiny HF-cache snapshot)
-        profile = write_lab_profile(lab, Path(tmp) / "sparkctl.yaml")
+        # The API wants a key (docs/security.md): from this shell's env, never written to the profile.
+        os.environ["SPARKCTL_API_KEY"] = key = secrets.token_hex(16)
+        profile = write_lab_profile(lab, Path(tmp) / "sparkctl.yaml", engine={"api_key": {"env": "SPARKCTL_API_KEY"}})
         print(f"profile: {profile}")
         sparkctl(profile, "plan", "tp2")
         sparkctl(profile, "preflight", "tp2", check=False)  # expected: image and weights missing on spark2
@@ -50,10 +55,16 @@ def main() -> None:
         sparkctl(profile, "preflight", "tp2")
         sparkctl(profile, "up", "tp2")
         sparkctl(profile, "status")
+        sparkctl(profile, "verify", "tp2", "--only", "ModelsList", "--only", "Chat")  # what the stand-in serves
         url = f"http://{lab.nodes[0].mgmt_ip}:30000/v1/chat/completions"
         body = json.dumps({"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}]}).encode()
-        req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-        print(f"\n$ POST {url}\n{urllib.request.urlopen(req, timeout=10).read().decode()}")
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=10)
+        except urllib.error.HTTPError as exc:
+            print(f"\n$ POST {url} without the API key -> HTTP {exc.code}")
+        auth = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        req = urllib.request.Request(url, body, auth)
+        print(f"\n$ POST {url} with the key\n{urllib.request.urlopen(req, timeout=10).read().decode()}")
         sparkctl(profile, "logs", "--tail", "3")
         sparkctl(profile, "switch", "solo")
         sparkctl(profile, "down")

@@ -13,6 +13,9 @@ import pytest
 
 from tests.testbed.lab import Lab, LabError, missing_prerequisites
 
+# Every sparkctl run in the suite is checked for a traceback on stderr (tests/cli_stderr.py).
+pytest_plugins = ["tests.cli_stderr"]
+
 
 def _in_ci() -> bool:
     return bool(os.environ.get("CI"))

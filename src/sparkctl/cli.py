@@ -12,6 +12,8 @@ import importlib
 import typer
 
 from sparkctl import __version__
+from sparkctl.commands import _common
+from sparkctl.commands._common import ProfileOpt
 
 # Order is the order in `--help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -35,7 +37,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # plain help: wraps by word at any width, never cuts a flag name
 )
 
 
@@ -50,8 +52,13 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    profile: ProfileOpt = None,
 ) -> None:
-    """sparkctl reads a YAML cluster profile (-p, $SPARKCTL_PROFILE or ./sparkctl.yaml)."""
+    """sparkctl reads a YAML cluster profile (-p, $SPARKCTL_PROFILE or ./sparkctl.yaml).
+
+    `-p` works before or after the subcommand; the subcommand's own `-p` wins.
+    """
+    _common.root_profile = profile
 
 
 for _name in COMMAND_MODULES:

@@ -56,6 +56,10 @@ class ConnectError(SparkctlError):
     exit_code = ExitCode.CONNECT
 
 
+class EngineDownError(ConnectError):
+    """The node answers but its Docker engine does not (missing, stopped, or no permission)."""
+
+
 class AuthError(ConnectError):
     """The node answered but refused our key (passwordless SSH not set up)."""
 

@@ -7,7 +7,6 @@ a container (image, argv, env, mounts, options), so `up` can tell "already runni
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import hashlib
 import json
@@ -15,33 +14,19 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from sparkctl import hardening as sec
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
-from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
-from sparkctl.secrets import SecretRef, masked
+from sparkctl.hardening import SECRETS_DIR, Mount, RunOptions
+from sparkctl.profile.schema import Mode, Node, Profile
+from sparkctl.secrets import SecretFile, SecretRef, masked
+
+__all__ = ["SECRETS_DIR", "Mount", "RunOptions"]  # re-exported: callers import them from here
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_TRITON = "/root/.triton"
-SECRETS_DIR = "/run/secrets"
 LABEL_PREFIX = "sparkctl."
-
-@dataclass(frozen=True)
-class Mount:
-    source: str  # path on the node
-    target: str  # path in the container
-    read_only: bool = False
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """`docker run` options of one rank: the profile's engine.container resolved (GPU ids, host net)."""
-
-    network_mode: str = "host"
-    ipc_mode: str = "host"
-    shm_size: str = "32g"
-    privileged: bool = False
-    gpus: str | None = "all"  # "all", "0,1" (device ids) or None for no GPU request
 
 
 @dataclass(frozen=True)
@@ -56,6 +41,10 @@ class RankSpec:
     options: RunOptions
     labels: dict[str, str] = field(default_factory=dict)
     gpus: int = 1
+    secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
+
+    def secret_refs(self) -> list[SecretRef]:
+        return [f.ref for f in self.secrets]
 
     def env_masked(self) -> dict[str, str]:
         return {k: masked(v) for k, v in self.env.items()}
@@ -63,6 +52,7 @@ class RankSpec:
     def to_json(self) -> dict:
         out = asdict(self)
         out["env"] = self.env_masked()
+        out["secrets"] = [{"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets]
         return out
 
 
@@ -71,6 +61,7 @@ class Endpoint:
     host: str
     port: int
     served_model_name: str
+    api_key: SecretRef | None = None  # sent as a bearer token by readiness and status
 
     @property
     def url(self) -> str:
@@ -108,6 +99,7 @@ class Plan:
     config_hash: str
     image_source: str  # "ref" or "recipe:<name>"
     unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
+    warnings: list[str] = field(default_factory=list)  # security notes `plan` shows (docs/security.md)
 
     @property
     def settled_hash(self) -> str | None:
@@ -131,7 +123,14 @@ class Plan:
             "config_hash": self.config_hash,
             "image_source": self.image_source,
             "dist_init_addr": self.dist_init_addr,
-            "endpoint": {**asdict(self.endpoint), "url": self.endpoint.url},
+            "endpoint": {
+                "host": self.endpoint.host,
+                "port": self.endpoint.port,
+                "served_model_name": self.endpoint.served_model_name,
+                "url": self.endpoint.url,
+                "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
+            },
+            "warnings": self.warnings,
             "stop_first": [asdict(c) for c in self.stop_first],
             "unresolved": self.unresolved,
             "ranks": [r.to_json() for r in self.ranks],
@@ -166,19 +165,6 @@ def node_path(path: str, node: Node, profile: Profile) -> str:
 
 def served_model_name(profile: Profile) -> str:
     return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
-
-
-def _secret_env_and_mounts(profile: Profile, node: Node) -> tuple[dict[str, str | SecretRef], list[Mount]]:
-    env: dict[str, str | SecretRef] = {}
-    mounts: list[Mount] = []
-    for name, secret in profile.engine.secrets.items():
-        if secret.env:
-            env[name] = SecretRef(name=name, env=secret.env)
-        else:
-            target = f"{SECRETS_DIR}/{name}"
-            mounts.append(Mount(node_path(secret.file or "", node, profile), target, read_only=True))
-            env[f"{name}_PATH"] = target
-    return env, mounts
 
 
 def _fabric_env(
@@ -216,6 +202,7 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "argv": r.argv,
             "env": {k: (repr(v) if isinstance(v, SecretRef) else v) for k, v in sorted(r.env.items())},
             "mounts": [asdict(m) for m in r.mounts],
+            "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
         }
         for r in ranks
@@ -235,52 +222,7 @@ def recipe_tag(recipe: str) -> str:
     return f"sparkctl/{recipe}:latest"
 
 
-def _rank_spec(
-    profile: Profile,
-    mode: Mode,
-    node: Node,
-    layout: RankLayout,
-    engine: Engine,
-    args: dict[str, ArgValue],
-    facts: PlanFacts,
-    unresolved: list[str],
-) -> RankSpec:
-    """One rank's command, env, mounts and docker options (name and image are filled by the caller)."""
-    argv = engine.rank_argv(profile, args, layout)
-    env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
-    if mode.tp > 1:
-        env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
-    if layout.nnodes > 1:
-        env |= _fabric_env(profile, node, facts, unresolved, engine.rank_env(profile, node, layout))
-    env |= profile.engine.env
-    env |= mode.env
-    secret_env, secret_mounts = _secret_env_and_mounts(profile, node)
-    env |= secret_env
-    mounts = [
-        Mount(hf_cache_for(profile, node.name), CONTAINER_HF_HOME),
-        Mount(node_path(node.triton_cache or profile.model.triton_cache, node, profile), CONTAINER_TRITON),
-        *secret_mounts,
-    ]
-    per_rank = mode.tp // layout.nnodes
-    opts = profile.engine.container
-    options = RunOptions(
-        shm_size=opts.shm_size, privileged=opts.privileged, gpus=_gpu_request(node, per_rank, profile)
-    )
-    return RankSpec(
-        rank=layout.rank,
-        node=node.name,
-        container_name="",
-        image="",
-        argv=argv,
-        env=env,
-        mounts=mounts,
-        options=options,
-        gpus=per_rank,
-    )
-
-
-def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
-    mode_name = mode_name or profile.default_mode()
+def _check_mode(profile: Profile, mode_name: str) -> None:
     if mode_name not in profile.modes:
         import difflib
 
@@ -290,10 +232,38 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
             fix=(f"did you mean '{near[0]}'? " if near else "")
             + f"modes in this profile: {', '.join(profile.modes)}",
         )
+
+
+def _rank_env_mounts(
+    profile: Profile, mode: Mode, node: Node, layout: RankLayout, engine: Engine, facts: PlanFacts,
+    unresolved: list[str],
+) -> tuple[dict[str, str | SecretRef], list[Mount], list[SecretFile]]:
+    env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
+    if mode.tp > 1:
+        env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+    if layout.nnodes > 1:
+        env |= _fabric_env(profile, node, facts, unresolved, engine.rank_env(profile, node, layout))
+    if profile.engine.offline:
+        env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
+    env |= profile.engine.env
+    env |= mode.env
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path)
+    env |= secret_env
+    # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
+    hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
+    triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
+    mounts = [Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"), Mount(triton, CONTAINER_TRITON), *secret_mounts]
+    return env, mounts, secret_files
+
+
+def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
+    mode_name = mode_name or profile.default_mode()
+    _check_mode(profile, mode_name)
     facts = facts or PlanFacts()
     mode = profile.modes[mode_name]
     nodes = [profile.node(n) for n in mode.nodes]
     nnodes = len(nodes)
+    per_rank = mode.tp // nnodes
     image, image_source = image_ref(profile)
     unresolved: list[str] = []
 
@@ -306,10 +276,12 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     args = engine.serving_args(profile, mode)
     ranks: list[RankSpec] = []
     for rank, node in enumerate(nodes):
-        layout = RankLayout(rank=rank, nnodes=nnodes, tp=mode.tp, dist_init_addr=dist_init_addr)
-        spec = _rank_spec(profile, mode, node, layout, engine, args, facts, unresolved)
+        layout = RankLayout(rank, nnodes, mode.tp, dist_init_addr, host=sec.bind_host(profile, node, rank))
+        argv = engine.rank_argv(profile, args, layout)
+        env, mounts, secret_files = _rank_env_mounts(profile, mode, node, layout, engine, facts, unresolved)
+        options = sec.container_options(profile, mode, _gpu_request(node, per_rank, profile))
         name = container_name(profile.cluster, mode_name, rank)
-        ranks.append(dataclasses.replace(spec, container_name=name, image=image))
+        ranks.append(RankSpec(rank, node.name, name, image, argv, env, mounts, options, gpus=per_rank, secrets=secret_files))
 
     config_hash = _config_hash(ranks)
     ranks = [
@@ -334,9 +306,13 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         if other != mode_name
         for i, n in enumerate(other_mode.nodes)
     ]
-    rank0 = nodes[0]
-    host = "127.0.0.1" if rank0.is_local else rank0.address
-    endpoint = Endpoint(host=host, port=profile.engine.port, served_model_name=served_model_name(profile))
+    key = profile.engine.api_key
+    endpoint = Endpoint(
+        host=sec.endpoint_host(profile, nodes[0]),
+        port=profile.engine.port,
+        served_model_name=served_model_name(profile),
+        api_key=sec.secret_ref("api-key", key, nodes[0], profile, node_path) if key else None,
+    )
     return Plan(
         cluster=profile.cluster,
         mode=mode_name,
@@ -349,4 +325,5 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         config_hash=config_hash,
         image_source=image_source,
         unresolved=unresolved,
+        warnings=sec.plan_warnings(profile, mode),
     )

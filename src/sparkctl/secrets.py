@@ -1,35 +1,78 @@
-"""Secret values (HF_TOKEN...): referenced in plans, masked everywhere, resolved only at the transport.
+"""Secret values (HF_TOKEN, API keys): referenced in plans, masked everywhere, resolved only at the transport.
 
 A `SecretRef` is what a plan holds: it renders as `***` (str/repr/JSON) and its value is only
-read by `reveal()`, which the container-start code calls when it builds the Docker API request
-(never a command line).
+read by `reveal()`/`reveal_on()`, which the container-start code calls when it writes the secret
+files into the created container (Docker API request body, never a command line or env var).
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparkctl.errors import UsageError
 
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector
+
 MASK = "***"
+_FILE_VALUES: dict[tuple[str, str], str] = {}  # (node, path) -> value read this run (never persisted)
 
 
 @dataclass(frozen=True)
 class SecretRef:
     name: str
-    env: str  # the controller's environment variable holding the value
+    env: str | None = None  # the controller's environment variable holding the value
+    file: str | None = None  # or a file on a node (absolute path there)
+    node: str | None = None  # the node holding `file`
 
     def __str__(self) -> str:
         return MASK
 
     def __repr__(self) -> str:
-        return f"SecretRef({self.name}, from ${self.env})"
+        return f"SecretRef({self.name}, from {self.source})"
+
+    @property
+    def source(self) -> str:
+        return f"${self.env}" if self.env else f"file {self.file}"
 
     def describe(self) -> str:
-        return f"{MASK} (from ${self.env})"
+        return f"{MASK} (from {self.source})"
+
+    def reveal_on(self, conn: Connector | None) -> str:
+        """The value: from this shell's env, or read from the file on the node behind `conn`."""
+        if self.env:
+            return self.reveal()
+        if conn is None:
+            raise UsageError(f"secret {self.name} is in {self.file} on the nodes; no node to read it from")
+        cached = _FILE_VALUES.get((conn.node, self.file or ""))
+        if cached:
+            return cached
+        try:
+            value = conn.get(self.file or "").decode(errors="replace").strip()
+        except (OSError, FileNotFoundError) as exc:
+            raise UsageError(
+                f"cannot read secret {self.name} from {self.file}: {exc}",
+                node=conn.node,
+                fix="create the file (mode 0400) on every node, or use env: in the profile",
+            ) from None
+        if not value:
+            raise UsageError(f"secret file {self.file} is empty", node=conn.node)
+        _FILE_VALUES[(conn.node, self.file or "")] = value
+        return value
+
+    def known_value(self) -> str | None:
+        """The value without any I/O: from this shell's env, or a file value read earlier in this run."""
+        if self.env:
+            return os.environ.get(self.env) or None
+        return _FILE_VALUES.get((self.node or "", self.file or ""))
 
     def reveal(self) -> str:
+        if not self.env:
+            raise UsageError(f"secret {self.name} lives in a file on the nodes; it is read there")
         value = os.environ.get(self.env)
         if not value:
             raise UsageError(
@@ -47,11 +90,46 @@ def reveal(value: str | SecretRef) -> str:
     return value.reveal() if isinstance(value, SecretRef) else value
 
 
-def redact(text: str, env: dict[str, str | SecretRef]) -> str:
-    """Replace any revealed secret value found in `text` (logs, errors) by the mask."""
-    for value in env.values():
-        if isinstance(value, SecretRef):
-            secret = os.environ.get(value.env)
-            if secret and len(secret) >= 4:
-                text = text.replace(secret, MASK)
+@dataclass(frozen=True)
+class SecretFile:
+    """A secret the container reads from a file: written into the created container before it
+    starts (`bind=False`; never on the node's disk, argv or env) or bind-mounted read-only from the
+    node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file (SGLang --config)."""
+
+    target: str
+    ref: SecretRef
+    yaml_key: str | None = None
+    bind: bool = False
+
+
+def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[str, bytes]:
+    """{container path: content} of the files to write into a container (values revealed here)."""
+    out: dict[str, list[str]] = {}
+    for f in files:
+        if f.bind:
+            continue
+        value = f.ref.reveal_on(conn)
+        # JSON strings are valid YAML double-quoted scalars: any character survives.
+        line = f"{f.yaml_key}: {json.dumps(value)}\n" if f.yaml_key else value
+        out.setdefault(f.target, []).append(line)
+    return {target: "".join(parts).encode() for target, parts in out.items()}
+
+
+def secret_values(refs: Iterable[SecretRef], conn: Connector | None) -> list[str]:
+    """The values the profile's sources hold now (for masking), skipping any that cannot be read."""
+    values: list[str] = []
+    for ref in refs:
+        try:
+            value = ref.reveal_on(conn) if ref.file else os.environ.get(ref.env or "", "")
+        except UsageError:
+            continue
+        if value and len(value) >= 4:
+            values.append(value)
+    return values
+
+
+def redact(text: str, values: Iterable[str]) -> str:
+    """Replace any secret value found in `text` (logs, errors) by the mask."""
+    for secret in values:
+        text = text.replace(secret, MASK)
     return text

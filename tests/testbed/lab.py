@@ -324,6 +324,7 @@ class Lab:
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 list(pool.map(self._up_node, self.nodes))
             self._write_known_hosts()
+            self._authorize_nodes()
             self._save_state()
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 list(pool.map(self._wait_node, self.nodes))
@@ -430,10 +431,29 @@ class Lab:
             ]
         )
 
+        self._node_ssh_dir(node)
         self._write_sshd_config(node)
         self._start_sshd(node)
         self._start_dockerd(node)
         self._save_state()
+
+    def _node_ssh_dir(self, node: LabNode) -> None:
+        """The node's own ~/.ssh (a key pair; known_hosts and authorization come in up()), bind-mounted
+        over /root/.ssh in its mount namespace: node-to-node SSH as `init --ssh-setup` leaves it."""
+        dot = Path(node.data_dir) / "dotssh"
+        dot.mkdir(mode=0o700, exist_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(dot / "id_ed25519")])
+        Path("/root/.ssh").mkdir(mode=0o700, exist_ok=True)  # the mount point (stays empty here)
+        _run([*node.nsenter(), "mount", "--bind", str(dot), "/root/.ssh"])
+
+    def _authorize_nodes(self) -> None:
+        """Every node trusts every node's key and knows every node's host key (mgmt and fabric IPs)."""
+        keys = [Path(n.data_dir, "dotssh", "id_ed25519.pub").read_text().strip() for n in self.nodes]
+        known = Path(self.known_hosts).read_text()
+        for n in self.nodes:
+            with open(Path(n.data_dir) / "authorized_keys", "a") as fh:
+                fh.write("\n".join(keys) + "\n")
+            Path(n.data_dir, "dotssh", "known_hosts").write_text(known)
 
     def _write_sshd_config(self, node: LabNode) -> None:
         data_dir = Path(node.data_dir)
@@ -441,6 +461,7 @@ class Lab:
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{node.name}-host", "-f", str(key)])
         node.host_key_pub = " ".join(Path(f"{key}.pub").read_text().split()[:2])
         shutil.copy(f"{self.ssh_key}.pub", data_dir / "authorized_keys")
+        (data_dir / "home").mkdir(mode=0o700, exist_ok=True)
         (data_dir / "sshd_config").write_text(
             "\n".join(
                 [
@@ -460,8 +481,9 @@ class Lab:
                     "PrintMotd no",
                     "MaxStartups 100:30:200",
                     "MaxSessions 100",
-                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine.
-                    f"SetEnv DOCKER_HOST={node.docker_host}",
+                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; the
+                    # node's own HOME (its hash cache, a plain shell without this host's rc files).
+                    f"SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'}",
                     "Subsystem sftp internal-sftp",
                     "",
                 ]
@@ -576,7 +598,6 @@ class Lab:
         ]
         Path(self.ssh_config).write_text("\n".join(text))
 
-    # ---------------------------------------------------------------- driving nodes
     def exec(
         self,
         node: str | LabNode,

@@ -95,7 +95,7 @@ def test_cli_fabric_test_gloo(torch_lab: Lab, tmp_path) -> None:
     from tests.testbed.profiles import write_lab_profile
 
     path = write_lab_profile(torch_lab, tmp_path / "lab.yaml", image=TORCH_TAG)
-    base = [sys.executable, "-m", "sparkctl", "fabric-test", "-p", str(path), "--mode", "tp2", "--backend", "gloo",
+    base = [sys.executable, "-m", "sparkctl", "fabric-test", "tp2", "-p", str(path), "--backend", "gloo",
             "--sizes", "64K", "--iters", "2", "--timeout", "60"]  # fmt: skip
     ok = subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
@@ -105,7 +105,7 @@ def test_cli_fabric_test_gloo(torch_lab: Lab, tmp_path) -> None:
 
     bad = write_lab_profile(torch_lab, tmp_path / "bad.yaml", image=TORCH_TAG,
                             engine={"env": {"GLOO_SOCKET_IFNAME": "eth9"}})  # fmt: skip
-    failed = subprocess.run([*base[:5], str(bad), *base[6:]], capture_output=True, text=True, timeout=300)
+    failed = subprocess.run([*base[:6], str(bad), *base[7:]], capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1
     assert "FabricRank" in failed.stdout and "interface 'eth9'" in failed.stdout
     assert "Traceback" not in failed.stdout + failed.stderr

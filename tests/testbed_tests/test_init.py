@@ -216,3 +216,13 @@ def test_ssh_setup_records_host_key_creates_and_installs_a_key(password_sshd, tm
     # Running it again asks nothing: host key known, key login works.
     again = CliRunner().invoke(app, args, input="", env={"COLUMNS": "250"})
     assert again.exit_code == 0 and "key login already works" in again.output
+
+
+def test_image_named_with_init_image_is_found_on_both_nodes(seeded: Lab, tmp_path: Path) -> None:
+    """`--image REF` as people type it (no tag: Docker's `:latest`) is found on the nodes that have it."""
+    out = tmp_path / "sparkctl.yaml"
+    res = init(seeded, out, "--image", ENGINE_IMAGE.removesuffix(":latest"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = out.read_text()
+    assert "present on spark1, spark2 (same id)" in text, text
+    assert "not found on any node" not in text

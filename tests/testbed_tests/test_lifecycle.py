@@ -67,7 +67,7 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
         rec = standin_record(lab, spec.node, spec.container_name)
         assert rec["argv"] == spec.argv[len(prof.engine.command) :]
         assert {k: rec["env"].get(k) for k in spec.env} == spec.env
-        assert c.attrs["HostConfig"]["NetworkMode"] == "host" and c.attrs["HostConfig"]["IpcMode"] == "host"
+        assert c.attrs["HostConfig"]["NetworkMode"] == "host" and c.attrs["HostConfig"]["IpcMode"] == "private"
     models = json.loads(urllib.request.urlopen(f"{plan.endpoint.api_base}/models", timeout=5).read())
     assert [m["id"] for m in models["data"]] == ["tiny-test"]
 

@@ -7,6 +7,7 @@ RoCE cannot run in a netns, so RoCE checks read fixture sysfs trees placed on ea
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,13 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
     assert {f["data"]["dst"] for f in find(report, "PingDf", severity="ok")} == {"spark1", "spark2"}
     assert len(find(report, "PortFree", "spark1", "ok")) == 2  # HTTP and dist-init on rank 0
     assert not find(report, "RoceHca")  # transport tcp
+    # Rank 0 logs in to its peer over the fabric (the lab's nodes trust each other's host keys).
+    assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(report, "SshRank0ToPeer", severity="warn")
+    # The human view of the same healthy run: no warning at all, passes counted.
+    human = subprocess.run([sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout
+    assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
 
 
 def test_healthy_lab_passes_roce_on_fixture_sysfs(ready: Lab, tmp_path: Path) -> None:
@@ -159,7 +167,9 @@ def test_sshd_stopped_on_node2(ready: Lab, tmp_path: Path) -> None:
 
 
 def _accepted_logins(lab: Lab, node: str) -> int:
-    return Path(lab.node(node).data_dir, "sshd.log").read_text(errors="replace").count("Accepted publickey")
+    """Logins from the controller (the lab's nodes also log in to each other: SshRank0ToPeer)."""
+    log = Path(lab.node(node).data_dir, "sshd.log").read_text(errors="replace")
+    return log.count(f"Accepted publickey for root from {lab.mgmt_host_ip} ")
 
 
 @pytest.mark.parametrize("case", ["unknown", "changed"])

@@ -236,11 +236,13 @@ def test_source_lacking_image_or_weights_is_a_clear_error(lab: Lab, tmp_path: Pa
 
     from sparkctl.ship import SourceMissingError
 
-    with pytest.raises(SourceMissingError, match="not on the source node"):
+    with pytest.raises(SourceMissingError, match="is on no node") as err:
         _ship(_profile_for(lab, image="sparkctl-test/nope:1"), weights=False)
-    with pytest.raises(SourceMissingError, match="not in the HF cache") as err:
+    assert "spark1" in err.value.message and "spark2" in err.value.message  # where it looked
+    with pytest.raises(SourceMissingError, match="complete on no node") as err:
         _ship(_profile_for(lab, target="nobody/absent", draft=None), image=False)
-    assert err.value.node == "spark1"
+    assert "spark1:/srv/sparknode/hf/hub/models--nobody--absent" in err.value.message
+    assert "spark2:/srv/sparknode/hf/hub/models--nobody--absent" in err.value.message
 
     doc = lab_profile(lab, image="sparkctl-test/nope:1")
     path = tmp_path / "p.yaml"
@@ -250,7 +252,7 @@ def test_source_lacking_image_or_weights_is_a_clear_error(lab: Lab, tmp_path: Pa
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
-    assert "not on the source node" in proc.stderr and "Traceback" not in proc.stderr
+    assert "is on no node" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
@@ -273,6 +275,8 @@ def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
     (would,) = [r for r in json.loads(dry.stdout)["results"] if r["what"] == f"weights:{target}"]
     assert would["action"] == "would ship" and would["files_sent"] == 2 and would["bytes_sent"] == 100 + (1 << 20)
     assert not _repo(lab, "spark2", target).exists()  # the dry run sent nothing
+    human = subprocess.run(argv[:-1] + ["--dry-run"], capture_output=True, text=True, timeout=300)
+    assert human.returncode == 0 and f"{target}: would send 2 file(s), 1.0 MiB" in human.stdout, human.stdout
     first = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)

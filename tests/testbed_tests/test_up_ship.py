@@ -34,3 +34,18 @@ def test_up_offers_ship_for_missing_weights(lab, setup):
     assert len(shards) == 2
     for shard in shards:
         assert (hub2 / shard.relative_to(hub1)).read_bytes() == shard.read_bytes()
+
+
+def test_up_ship_ready_in_counts_from_the_start(lab, setup):
+    """One deadline and one clock: `ready in` is read from the command's start, shipping included."""
+    import re
+
+    write_profile, state = setup
+    path = write_profile()
+    shutil.rmtree(Path(lab.node("spark2").node_root, "hf", "hub"))
+    res = cli(state, path, "up", "tp2", "--ship")
+    assert res.returncode == 0, res.stdout + res.stderr
+    stamps = [float(x) for x in re.findall(r"^\s*(\d+\.\d)s ", res.stdout, re.M)]
+    assert any("shipping" in line for line in res.stdout.splitlines())
+    ready = float(re.search(r"ready in (\d+\.\d)s", res.stdout).group(1))
+    assert stamps and ready >= max(stamps), res.stdout  # not the retry's own clock

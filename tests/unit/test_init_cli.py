@@ -78,3 +78,17 @@ def test_existing_profile_is_diffed_not_overwritten_without_force(tmp_path: Path
 def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     res = run("--non-interactive", "-o", str(tmp_path / "p.yaml"), *args)
     assert res.exit_code == 2 and message in res.output
+
+
+def test_without_a_terminal_init_names_non_interactive(tmp_path: Path, hf: Path) -> None:
+    res = run("--hf-cache", str(hf), "-o", str(tmp_path / "p.yaml"), input="")
+    assert res.exit_code == 2, res.output
+    assert "Aborted" not in res.output and "--non-interactive" in res.output
+
+
+def test_model_in_no_cache_suggests_a_download(tmp_path: Path, hf: Path) -> None:
+    res = run("--non-interactive", "--hf-cache", str(hf), "--model", "org/absent@abc", "--image", "x:1",
+              "-o", str(tmp_path / "p.yaml"))
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "org/absent is in no node's HF cache" in text and "hf download org/absent --revision abc" in text

@@ -85,6 +85,13 @@ def test_parse_caches_and_sglang_images() -> None:
     ])  # fmt: skip
     assert [(i.ref, i.sglang_version) for i in imgs] == [
         ("lmsysorg/sglang:v0.5.2-cu129", None), ("sparkctl-test/engine:latest", "0.5.23")]  # fmt: skip
+    # `init --image REF` names an image without 'sglang' in it: found on the node all the same.
+    items = [{"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"}, {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"}]
+    assert [i.ref for i in sglang_images_from_list(items)] == []
+    assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
+    assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
+    labelled = [{"RepoTags": ["org/engine:latest"], "Id": "sha256:6", "Labels": {"sglang.version": "0.5.23"}}]
+    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == ["org/engine", "org/engine:latest"]
 
 
 def test_defaults_for_the_questions() -> None:
@@ -119,7 +126,9 @@ def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric(
     assert n1.gpu is not None and n1.gpu.compute_capability == "12.1" and n1.gpu.unified_memory
     assert prof.model.target.revision == C1  # refs/main, the same commit on both nodes: pinned
     assert prof.model.draft is not None and prof.model.draft.revision == "5b0d4b5"
-    assert prof.engine.container.privileged and prof.engine.container.gpus
+    assert not prof.engine.container.privileged and prof.engine.container.gpus
+    assert prof.engine.container.preset == "rdma" and prof.engine.host == "127.0.0.1"
+    assert prof.engine.api_key is not None and prof.engine.api_key.env == "SPARKCTL_API_KEY"
     assert "# refs/main on every node when init ran" in text
     plan = build_plan(prof, "tp2")
     env1 = plan.ranks[1].env
@@ -140,7 +149,7 @@ def test_gpu_less_tcp_draft_warns_and_still_loads() -> None:
     for expected in (
         "no NVIDIA GPU found on any node",
         "transport tcp",
-        "org/m is not in the HF cache of n1, n2",
+        "org/m is in no node's HF cache: download it on n1 (`hf download org/m --revision main`)",
     ):
         assert expected in text
 

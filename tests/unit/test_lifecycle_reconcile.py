@@ -99,10 +99,19 @@ def test_create_params_carry_the_plan_unchanged(dual, monkeypatch):
     plan = build_plan(dual, _tp_mode(dual), _facts(dual))
     spec = plan.rank(1)
     env = {k: str(v) for k, v in spec.env.items()}
-    params = create_params(spec, env)
+    params = create_params(spec, env, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"])
     assert params["command"] == spec.argv and params["name"] == spec.container_name
     assert params["environment"] == env and params["labels"] == spec.labels
-    assert params["network_mode"] == "host" and params["ipc_mode"] == "host"
+    # Least privilege: the rdma preset's devices, IPC_LOCK and memlock, a private IPC namespace with
+    # its /dev/shm size, and never --privileged.
+    assert params["network_mode"] == "host" and params["ipc_mode"] == "private" and not params["privileged"]
+    assert params["shm_size"] == spec.options.shm_size == "32g"
+    assert params["devices"] == ["/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm",
+                                 "/dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rwm"]
+    assert params["cap_add"] == ["IPC_LOCK"]
+    assert [(u["Name"], u["Soft"], u["Hard"]) for u in params["ulimits"]] == [("memlock", -1, -1)]
+    host_ipc = create_params(replace(spec, options=replace(spec.options, ipc_mode="host", shm_size=None)), env)
+    assert host_ipc["ipc_mode"] == "host" and "shm_size" not in host_ipc
     assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in params["mounts"]] == [
         (m.source, m.target, m.read_only) for m in spec.mounts
     ]

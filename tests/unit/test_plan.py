@@ -19,7 +19,7 @@ GOLDEN = ROOT / "tests" / "golden"
 
 # The reference recipe's launch (recipe.md, "Solo"), flag by flag, for the 27B hybrid model.
 RECIPE_FLAGS = {
-    "--trust-remote-code": None, "--attention-backend": "flashinfer", "--chunked-prefill-size": "8192",
+    "--attention-backend": "flashinfer", "--chunked-prefill-size": "8192",
     "--disable-prefill-cuda-graph": None, "--kv-cache-dtype": "fp8_e4m3", "--mamba-ssm-dtype": "bfloat16",
     "--mamba-full-memory-ratio": "4.21", "--mamba-radix-cache-strategy": "extra_buffer",
     "--max-mamba-cache-size": "64", "--max-running-requests": "16", "--context-length": "262144",
@@ -28,6 +28,7 @@ RECIPE_FLAGS = {
     "--reasoning-parser": "qwen3", "--tool-call-parser": "qwen3_coder", "--sampling-defaults": "model",
     "--enable-metrics": None, "--enable-cache-report": None, "--stream-interval": "1", "--sleep-on-idle": None,
     "--mem-fraction-static": "0.9", "--host": "0.0.0.0", "--port": "8888",
+    "--config": "/run/secrets/sparkctl-sglang.yaml",
     "--model-path": "Qwen/Qwen3.6-27B-NVFP4", "--served-model-name": "qwen3.6-27b",
 }
 
@@ -68,6 +69,7 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
         got = flags(spec.argv)
         expected = {**RECIPE_FLAGS, "--revision": "main", "--tp": "2", "--nnodes": "2",
                     "--node-rank": str(rank), "--dist-init-addr": "192.168.100.10:50051"}
+        assert "--trust-remote-code" not in got and "--api-key" not in got  # opt-in; key only in the file
         assert got == expected
         env = spec.env_masked()
         assert {k: env[k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_CUMEM_ENABLE",
@@ -77,9 +79,16 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
             "SGLANG_HOST_IP": ip, "HF_HOME": "/root/.cache/huggingface", "TRITON_CACHE_DIR": "/root/.triton",
         }
         assert "NCCL_IB_DISABLE" not in env
-        assert isinstance(spec.env["HF_TOKEN"], SecretRef) and env["HF_TOKEN"].startswith("***")
-        assert spec.options.network_mode == "host" and spec.options.ipc_mode == "host"
-        assert spec.options.shm_size == "32g" and spec.options.privileged and spec.options.gpus == "all"
+        # Every secret is a file: the env holds only its path, never a value or a SecretRef.
+        assert "HF_TOKEN" not in env and env["HF_TOKEN_PATH"] == "/run/secrets/HF_TOKEN"
+        assert env["HF_HUB_OFFLINE"] == "1"
+        files = {(f.target, f.yaml_key): f.ref for f in spec.secrets}
+        assert files[("/run/secrets/HF_TOKEN", None)] == SecretRef("HF_TOKEN", env="HF_TOKEN")
+        assert files[("/run/secrets/sparkctl-sglang.yaml", "api-key")].env == "SPARKCTL_API_KEY"
+        opts = spec.options
+        assert opts.network_mode == "host" and opts.ipc_mode == "private" and opts.shm_size == "32g"
+        assert not opts.privileged and opts.gpus == "all" and opts.rdma_devices_dir == "/dev/infiniband"
+        assert opts.cap_add == ["IPC_LOCK"] and opts.ulimits == {"memlock": -1}
         assert spec.labels["sparkctl.rank"] == str(rank) and spec.labels["sparkctl.mode"] == "tp2"
         assert spec.labels["sparkctl.config_hash"] == plan.config_hash
     assert plan.endpoint.url == "http://127.0.0.1:8888"
@@ -90,8 +99,12 @@ def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
     plan = build_plan(load("dual-spark.yaml"), "solo")
     (spec,) = plan.ranks
     assert flags(spec.argv) == {**RECIPE_FLAGS, "--revision": "main", "--tp": "1"}
-    assert set(spec.env_masked()) == {"HF_HOME", "TRITON_CACHE_DIR", "HF_TOKEN"}
-    assert spec.mounts[0].source == "/home/spark/.cache/huggingface"
+    assert set(spec.env_masked()) == {"HF_HOME", "TRITON_CACHE_DIR", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"}
+    # Only the hub cache is mounted: $HF_HOME/token (the node's login token) stays outside.
+    assert (spec.mounts[0].source, spec.mounts[0].target) == (
+        "/home/spark/.cache/huggingface/hub", "/root/.cache/huggingface/hub")
+    # Solo modes never get the RDMA devices or capabilities.
+    assert spec.options.rdma_devices_dir is None and spec.options.cap_add == [] and spec.options.ulimits == {}
     assert {c.name for c in plan.stop_first} == {"sparkctl-sparkduo-tp2-r0", "sparkctl-sparkduo-tp2-r1"}
 
 
@@ -123,7 +136,7 @@ def test_secret_values_never_reach_the_plan(home: str, monkeypatch: pytest.Monke
     plan = build_plan(load("dual-spark.yaml"), "tp2")
     text = json.dumps(plan.to_json()) + repr(plan) + str(plan)
     assert "hf_supersecretvalue" not in text
-    assert plan.rank(0).env["HF_TOKEN"].reveal() == "hf_supersecretvalue"
+    assert plan.rank(0).secret_refs()[0].reveal() == "hf_supersecretvalue"
 
 
 def test_secret_file_is_mounted_read_only_with_path_env(home: str) -> None:

@@ -201,3 +201,11 @@ def test_every_launch_finding_has_a_registered_name(name: str) -> None:
         result = check_plan(build_plan(prof, mode), prof, parse_flags=False, target_dir=target,
                             draft_dir=models / "qwen3.6-27b-dflash")  # fmt: skip
         assert result.findings and {f.check for f in result.findings} <= CHECK_NAMES
+
+
+def test_weights_on_no_node_suggest_a_download_not_ship() -> None:
+    listings = {"spark1": RepoListing(False), "spark2": RepoListing(False)}
+    found, commits = check_weights("target", "org/m", "abc123", listings, {"spark1": "/hf", "spark2": "/h2"})
+    assert sev(found) == [E, E] and not commits
+    assert all("ship" not in f.fix for f in found)
+    assert "`HF_HOME=/h2 hf download org/m --revision abc123` on spark2" in found[1].fix

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -115,7 +116,8 @@ def test_profile_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/spark", "COLUMNS": "200"})
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/spark", "COLUMNS": "200",
+                               **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
 
 
 @pytest.mark.parametrize("change", [

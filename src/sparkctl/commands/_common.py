@@ -16,14 +16,15 @@ ProfileOpt = Annotated[
     typer.Option(
         "--profile",
         "-p",
-        envvar="SPARKCTL_PROFILE",
-        show_envvar=True,
-        help="Cluster profile YAML (default: ./sparkctl.yaml).",
+        help="Cluster profile YAML (default: $SPARKCTL_PROFILE, else ./sparkctl.yaml).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Import name -> pip name, where they differ.
+PIP_NAMES = {"yaml": "pyyaml", "docker": "docker", "openai": "openai"}
 
 
 def console(stderr: bool = False):
@@ -32,8 +33,22 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
+def error_json(exc: BaseException, code: int) -> dict[str, Any]:
+    """The one `--json` failure object: {"ok": false, "error": {code, message, fix, node, rank}}
+    (+ what the error adds in `json_extra`, e.g. a failed rank's log tail)."""
+    error = {
+        "code": code,
+        "message": getattr(exc, "message", None) or str(exc) or type(exc).__name__,
+        "fix": getattr(exc, "fix", None),
+        "node": getattr(exc, "node", None),
+        "rank": getattr(exc, "rank", None),
+    }
+    return {"ok": False, "error": {**error, **(getattr(exc, "json_extra", None) or {})}}
+
+
 def handle_errors(fn: F) -> F:
-    """Expected errors print one red line (+ fix) and exit with their code; bugs raise."""
+    """Expected errors print one red line (+ fix) and exit with their code; bugs raise.
+    With `--json`, a failure also prints `error_json` on stdout (and nothing else there)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -41,30 +56,54 @@ def handle_errors(fn: F) -> F:
 
         try:
             return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise  # the command chose its exit (and printed its own output)
         except SparkctlError as exc:
+            if kwargs.get("json_out"):
+                print_json(error_json(exc, exc.exit_code))
             if os.environ.get("SPARKCTL_DEBUG"):
                 raise
             from rich.markup import escape
 
+            from sparkctl.commands._findings import print_wrapped
+
             err = console(stderr=True)
-            where = exc.where()
-            prefix = f"[bold red]error[/] {escape('[' + where + ']')} " if where else "[bold red]error[/] "
-            err.print(prefix + escape(exc.message))
+            where = f"[{exc.where()}] " if exc.where() else ""
+            # Wrapped by word with a hanging indent; a `command` is never split across lines.
+            print_wrapped(err, f"[bold red]error[/] {escape(where)}", 6 + len(where), exc.message, 6)
             if exc.fix:
-                err.print(f"  [yellow]fix:[/] {escape(exc.fix)}")
+                print_wrapped(err, "  [yellow]fix:[/] ", 7, exc.fix, 7)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
+            if kwargs.get("json_out"):
+                print_json(error_json(SparkctlError("interrupted"), ExitCode.INTERRUPTED))
             console(stderr=True).print("[yellow]interrupted[/]")
             raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except ModuleNotFoundError as exc:  # a broken install: say which package, not a traceback
+            if os.environ.get("SPARKCTL_DEBUG") or not exc.name:
+                raise
+            pkg = PIP_NAMES.get(exc.name.split(".")[0], exc.name.split(".")[0])
+            err = console(stderr=True)
+            err.print(f"[bold red]error[/] the Python package '{pkg}' is not installed (this command needs it)")
+            err.print(f"  [yellow]fix:[/] python3 -m pip install '{pkg}' (or reinstall: python3 -m pip install -e .)")
+            raise typer.Exit(ExitCode.USAGE) from None
+        except Exception as exc:
+            if kwargs.get("json_out"):  # a bug: still one object on stdout; the traceback follows
+                print_json(error_json(SparkctlError(f"internal error: {type(exc).__name__}: {exc}"), 1))
+            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+# `sparkctl -p X CMD`: the root callback records X here (None when not given) for every run.
+root_profile: Path | None = None
 
 
 def load_profile(path: Path | None):
     """Find and validate the profile (whole file, before any connection)."""
     from sparkctl.profile import find_profile, load_profile_file
 
-    return load_profile_file(find_profile(path))
+    return load_profile_file(find_profile(path or root_profile))
 
 
 def print_json(data: Any) -> None:

@@ -49,8 +49,11 @@ def register(app: typer.Typer) -> None:
     @app.command("fabric-test")
     @handle_errors
     def fabric_test(
+        mode: Annotated[
+            str | None, typer.Argument(help="Mode whose ranks to test (default: the profile's default mode).")
+        ] = None,
         profile: ProfileOpt = None,
-        mode: Annotated[str | None, typer.Option("--mode", "-m", help="Mode whose ranks to test.")] = None,
+        mode_opt: Annotated[str | None, typer.Option("--mode", "-m", hidden=True)] = None,
         backend: Annotated[
             str, typer.Option(help="nccl (GPUs) or gloo (CPU; reported, not judged).")
         ] = "nccl",
@@ -74,7 +77,7 @@ def register(app: typer.Typer) -> None:
         from sparkctl.plan import build_plan
 
         prof = load_profile(profile)
-        plan = build_plan(prof, mode)
+        plan = build_plan(prof, mode or mode_opt)  # --mode kept for old scripts; MODE is positional
         if threshold is None:
             threshold = prof.fabric.min_busbw_gbps
         with NodePool(prof) as pool:

@@ -56,7 +56,10 @@ def init(
         str, typer.Option(help="known_hosts file SSH host keys are checked against.")
     ] = "~/.ssh/known_hosts",
     accept_new_host_keys: Annotated[
-        bool, typer.Option(help="Trust and record unknown SSH host keys (changed ones are refused).")
+        bool,
+        typer.Option(
+            "--accept-new-host-keys", help="Trust and record unknown SSH host keys (changed ones are refused)."
+        ),
     ] = False,
     ssh_setup: Annotated[
         bool,
@@ -106,7 +109,14 @@ def init(
         timeout=connect_timeout,
         sysfs_root=sysfs_root,
     )
-    text = run_init(req, _CliUi(), output)
+    try:
+        text = run_init(req, _CliUi(), output)
+    except typer.Abort:  # a question met the end of stdin (no terminal) or Ctrl-D
+        raise UsageError(
+            "init asks questions and got no answer (stdin is not a terminal or was closed)",
+            fix="run it in a terminal, or pass --non-interactive --model ORG/NAME --image REF "
+            "(and --draft ORG/NAME or none)",
+        ) from None
     _write(output, text, force, non_interactive)
 
 

@@ -9,7 +9,7 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 
 if TYPE_CHECKING:
-    from sparkctl.ship.progress import RichProgress
+    pass
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
@@ -23,6 +23,14 @@ ShipOpt = Annotated[
         "--ship/--no-ship",
         help="When preflight finds the image or weights missing on a node: ship them "
         "and go on (--ship), or stop (--no-ship). Default: ask on a terminal, else stop.",
+    ),
+]
+SuperviseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--supervise",
+        help="After ready, keep a background supervisor that restarts the whole group when a rank "
+        "exits or generation keeps failing (`sparkctl supervise --help`; `down` stops it).",
     ),
 ]
 TimeoutOpt = Annotated[
@@ -46,10 +54,13 @@ class _Reporter:
         self.live = None
         self.states: dict[int, str] = {}
 
-    def _stamp(self) -> str:
+    def elapsed(self) -> float:
         import time
 
-        return f"[dim]{time.monotonic() - self.t0:6.1f}s[/]"
+        return time.monotonic() - self.t0
+
+    def _stamp(self) -> str:
+        return f"[dim]{self.elapsed():6.1f}s[/]"
 
     def phase(self, text: str) -> None:
         from rich.markup import escape
@@ -135,7 +146,8 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
 
 
 def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
-            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None) -> None:  # fmt: skip  # noqa: ANN001
+            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None,
+            supervise: bool = False) -> None:  # fmt: skip  # noqa: ANN001
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import PreflightFailedError, curl_example
     from sparkctl.lifecycle.upship import up_or_ship
@@ -151,10 +163,10 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
         reporter.close()  # the live display stops before a question
         return _offer_ship(exc, ship_opt, json_out)
 
-    def progress() -> RichProgress:
-        from sparkctl.ship import RichProgress
+    def progress():  # noqa: ANN202 - a context manager giving ship's Progress
+        from sparkctl.ship.progress import make_progress
 
-        return RichProgress(console(stderr=True))
+        return make_progress(console(stderr=True))
 
     try:
         with NodePool(prof) as pool:
@@ -175,8 +187,14 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
         raise
     finally:
         reporter.close()
+    sup = None
+    if supervise:
+        from sparkctl.commands.lifecycle_view import start_detached
+        from sparkctl.lifecycle.supervisor import Policy
+
+        sup = start_detached(profile, prof, result.plan.mode, Policy())
     if json_out:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "supervisor": sup})
         return
     out = console()
     plan = result.plan
@@ -184,9 +202,12 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     if result.action == "noop":
         out.print(f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
                   "nothing changed")  # fmt: skip
-    else:
-        out.print(f"[green]ready[/] in {result.elapsed:.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+    else:  # from the command's start, as the timeline shows (shipping included)
+        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
+    if sup:
+        out.print(f"supervised: a background supervisor (pid {sup.get('pid')}) restarts the whole group if a "
+                  "rank exits; `sparkctl status` shows restarts, `sparkctl down` stops it")  # fmt: skip
     out.print("try:")
     out.print(curl_example(plan), markup=False, soft_wrap=True)
 
@@ -199,6 +220,7 @@ def up_cmd(
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
+    supervise: SuperviseOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -207,7 +229,7 @@ def up_cmd(
     if dry_run:
         _print_preview(profile, mode, tp, json_out)
         return
-    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship)
+    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship, supervise=supervise)
 
 
 @handle_errors
@@ -217,6 +239,7 @@ def switch_cmd(
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
+    supervise: SuperviseOpt = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -224,7 +247,8 @@ def switch_cmd(
     if dry_run:
         _print_preview(profile, mode, None, json_out)
         return
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship)
+    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship,
+            supervise=supervise)  # fmt: skip
 
 
 @handle_errors
@@ -240,6 +264,8 @@ def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: J
         print_json({**result.to_json(), "dry_run": dry_run})
         return
     out = console()
+    for line in filter(None, [result.supervisor, *result.settled]):
+        out.print(line, markup=False)
     if not result.removed:
         out.print(f"nothing running for cluster {prof.cluster}")
     verb = "would remove" if dry_run else "removed"
@@ -251,7 +277,7 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
     from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import preview
+    from sparkctl.lifecycle.preview import preview
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
@@ -271,125 +297,12 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
         out.print(f"[yellow]dry run:[/] would start rank {spec.rank} on {spec.node} ({spec.container_name})")
 
 
-def _fmt_uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 \
-        else f"{s // 60}m{s % 60:02d}s"  # fmt: skip
-
-
-@handle_errors
-def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
-    """Per node and rank: container state, uptime, image, mode, config hash; endpoint health and model."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.status import status
-
-    prof = load_profile(profile)
-    with NodePool(prof) as pool:
-        st = status(prof, pool)
-    if json_out:
-        print_json(st.to_json())
-    else:
-        _render_status(st)
-    if st.unreachable:
-        from sparkctl.errors import ExitCode
-
-        raise typer.Exit(ExitCode.CONNECT)
-
-
-def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
-    from rich.table import Table
-
-    out = console()
-    if not st.containers:
-        out.print(f"cluster {st.cluster}: nothing running")
-    else:
-        from rich import box
-
-        table = Table(
-            title=f"cluster {st.cluster}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-        )
-        for col in ("rank", "node", "mode", "state", "uptime", "config", "image"):
-            table.add_column(col, no_wrap=col != "image", overflow="fold")
-        for c in st.containers:
-            state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
-            color = "green" if c.running else "red"
-            table.add_row(str(c.rank), c.node, c.mode or "?", f"[{color}]{state}[/]",
-                          _fmt_uptime(c.uptime_s()), c.config_hash or "?", c.image)  # fmt: skip
-        out.print(table)
-    for m in st.modes:
-        health = "[green]ready[/]" if m.health.ready else f"[red]not ready[/] ({m.health.detail})"
-        url = m.plan.endpoint.api_base if m.plan else "?"
-        served = ", ".join(m.health.served) or "-"
-        out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
-        if m.drift:
-            out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
-                      "`sparkctl up` would restart the ranks[/]")  # fmt: skip
-    for node, why in st.unreachable.items():
-        out.print(f"[red]node {node} unreachable[/]: {why}")
-
-
-@handle_errors
-def logs_cmd(
-    rank: Annotated[
-        int | None, typer.Option("--rank", "-r", help="Only this rank (default: all ranks).")
-    ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C stops).")
-    ] = False,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
-    ] = None,
-    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
-    mode: Annotated[
-        str | None, typer.Option("--mode", help="Mode whose logs to show (default: the running one).")
-    ] = None,
-    timestamps: Annotated[
-        bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
-    ] = False,
-    profile: ProfileOpt = None,
-) -> None:
-    """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order."""
-    from rich.markup import escape
-
-    from sparkctl.connectors import NodePool
-    from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.logs import follow_all, parse_since, read_all
-    from sparkctl.lifecycle.status import running_mode
-    from sparkctl.lifecycle.up import last_attempt
-    from sparkctl.plan import build_plan
-
-    prof = load_profile(profile)
-    since_at = parse_since(since) if since else None
-    out = console()
-    with NodePool(prof) as pool:
-        if mode is None:
-            mode = running_mode(prof, pool) or last_attempt(prof.cluster).get("mode") or prof.default_mode()
-            if mode not in prof.modes:
-                mode = prof.default_mode()
-        plan = build_plan(prof, mode)
-        specs = plan.ranks if rank is None else [s for s in plan.ranks if s.rank == rank]
-        if not specs:
-            raise UsageError(f"mode {mode} has no rank {rank}", fix=f"ranks: 0..{len(plan.ranks) - 1}")
-        width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
-        if not follow:
-            lines, missing = read_all(prof, pool, specs, tail, since_at)
-            for line in lines:
-                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-            for r, why in missing.items():
-                console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
-            return
-        try:
-            for line in follow_all(prof, pool, specs, tail, since_at):
-                out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-        except KeyboardInterrupt:  # the normal way to stop following
-            return
-
-
 def register(app: typer.Typer) -> None:
+    from sparkctl.commands.lifecycle_view import logs_cmd, status_cmd, supervise_cmd
+
     app.command("up")(up_cmd)
     app.command("down")(down_cmd)
     app.command("switch")(switch_cmd)
     app.command("status")(status_cmd)
     app.command("logs")(logs_cmd)
+    app.command("supervise")(supervise_cmd)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+if TYPE_CHECKING:
+    from sparkctl.secrets import SecretFile
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to plan (default: the profile's default mode).")]
 
@@ -72,15 +75,10 @@ def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported la
         table = Table.grid(padding=(0, 1))
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column(overflow="fold")
-        opts = spec.options
-        table.add_row(
-            "container",
-            f"{spec.container_name} ({opts.network_mode} net, {opts.ipc_mode} ipc, "
-            f"shm {opts.shm_size}, gpus {opts.gpus or 'none'}"
-            + (", privileged" if opts.privileged else "")
-            + ")",
-        )
+        table.add_row("container", f"{spec.container_name} ({spec.options.describe()})")
         table.add_row("env", "\n".join(f"{k}={shlex.quote(v)}" for k, v in spec.env_masked().items()))
+        if spec.secrets:
+            table.add_row("secrets", "\n".join(_secret_line(f) for f in spec.secrets))
         table.add_row(
             "mounts",
             "\n".join(f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts),
@@ -88,9 +86,19 @@ def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported la
         table.add_row("argv", " \\\n  ".join(_argv_lines(spec.argv)))
         title = f"rank {spec.rank} on {spec.node}" + (" (serves HTTP)" if spec.rank == 0 else " (headless)")
         out.print(Panel(table, title=title, title_align="left"))
-    out.print(f"[bold]endpoint[/] {plan.endpoint.api_base}  model [bold]{plan.endpoint.served_model_name}[/]")
+    key = plan.endpoint.api_key
+    auth = f"  key {key.describe()}" if key else "  [yellow]no API key[/]"
+    out.print(f"[bold]endpoint[/] {plan.endpoint.api_base}  model [bold]{plan.endpoint.served_model_name}[/]{auth}")
+    for item in plan.warnings:
+        out.print(f"[yellow]security:[/] {item}")
     for item in plan.unresolved:
         out.print(f"[yellow]resolved at up:[/] {item}")
+
+
+def _secret_line(f: SecretFile) -> str:
+    how = "bind-mounted read-only" if f.bind else "written into the container, 0400"
+    what = f"{f.target} [{f.yaml_key}]" if f.yaml_key else f.target
+    return f"{what} = {f.ref.describe()} ({how})"
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

@@ -37,6 +37,12 @@ def preflight(
     json_out: JsonOpt = False,
     accept_new_host_keys: AcceptOpt = False,
     sysfs_root: SysfsOpt = "/sys",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every check in a table.")] = False,
+    deep: Annotated[
+        bool,
+        typer.Option("--deep", help="WeightsContent rehashes every byte on every node instead of "
+                     "trusting the quick check (size+mtime+inode, like rsync)."),
+    ] = False,
 ) -> None:
     """Check every node of MODE (SSH, fabric MTU/ping/RoCE, Docker, GPUs, image, weights, disk,
     ports, stray containers, memory). Exit 0 only without errors; --ignore CHECK downgrades."""
@@ -60,40 +66,57 @@ def preflight(
             only=set(only) if only else None,
             ignore=set(ignore or []),
             sysfs_root=sysfs_root,
+            deep=deep,
         )
     if json_out:
         print_json(report.to_json())
     else:
-        render_report(report)
+        render_report(report, verbose)
     if not report.ok:
         raise typer.Exit(1)
 
 
-def render_report(report) -> None:  # noqa: ANN001 - sparkctl.preflight.Report, imported lazily
+def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN001 - preflight.Report, Console
+    """Compact: one entry per error/warning (+ fix), then counts; `verbose`: every check in a table."""
+    from rich.markup import escape
+
+    from sparkctl.commands._findings import render_findings
+
+    out = out or console()
+    out.print(f"[bold]preflight[/] {escape(report.cluster)} / mode {escape(report.mode)} "
+              f"({escape(', '.join(report.nodes))})", soft_wrap=True)
+    if verbose:
+        out.print(_table(report))
+    else:
+        render_findings([f for f in report.findings if f.severity.value in ("error", "warn")], out=out)
+    counts = {sev: sum(f.severity.value == sev for f in report.findings) for sev in ("ok", "skip")}
+    more = "" if verbose else "  (-v: every check)"
+    out.print(f"{counts['ok']} passed, {counts['skip']} skipped{more}", soft_wrap=True)
+    verdict = "[bold green]passed[/]" if report.ok else "[bold red]failed[/]"
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    out.print(f"preflight {verdict}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)} "
+              f"in {report.elapsed_s:.2f}s")
+    if not report.ok:
+        out.print("fix the errors, or `--ignore CHECK` to downgrade one")
+
+
+def _table(report):  # noqa: ANN001, ANN202 - rich Table from a preflight Report
+    """Every finding; the fix goes under the detail in the same cell, wrapped by word."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    out = console()
-    table = Table(title=f"preflight {report.cluster} / mode {report.mode} ({', '.join(report.nodes)})")
-    for col, kw in (("node", {"no_wrap": True}), ("check", {"no_wrap": True}), ("status", {"no_wrap": True}),
-                    ("detail", {"overflow": "fold"}), ("fix", {"overflow": "fold"})):  # fmt: skip
-        table.add_column(col, **kw)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("node", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("detail / fix", overflow="fold", ratio=1)
     for f in report.findings:
         sev = f.severity.value
-        where = f.node or "-"
-        if f.rank is not None:
-            where += f" r{f.rank}"
-        table.add_row(
-            where, f.check, f"[{COLORS[sev]}]{sev.upper()}[/]", escape(f.message), escape(f.fix or "")
-        )
-    out.print(table)
-    for f in report.errors:
-        out.print(f"[bold red]\\[ERROR {escape(f.key)}][/] {escape(f.message)}")
-    verdict = "[bold green]passed[/]" if report.ok else "[bold red]failed[/]"
-    out.print(
-        f"preflight {verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s) "
-        f"in {report.elapsed_s:.2f}s" + ("" if report.ok else "  (fix them, or --ignore CHECK to downgrade)")
-    )
+        place = (f.node or "-") + ("" if f.rank is None else f" r{f.rank}")
+        detail = escape(f.message) + (f"\n[yellow]fix:[/] {escape(f.fix)}" if f.fix and sev != "ok" else "")
+        table.add_row(place, f.check, f"[{COLORS[sev]}]{sev.upper()}[/]", detail)
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,7 @@ def ship(
         typer.Option("--to", help="Only to this node (repeatable; default: the mode's nodes)."),
     ] = None,
     from_node: Annotated[
-        str | None, typer.Option("--from", help="Source node (default: the local node, else rank 0).")
+        str | None, typer.Option("--from", help="Source node (default: the first that holds it: the local node, then rank order).")
     ] = None,
     dry_run: Annotated[
         bool,
@@ -33,37 +33,56 @@ def ship(
             "--dry-run", help="Compare and say what would be sent (bytes, layers, files); send nothing."
         ),
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Rehash every byte on every node instead of trusting the quick check "
+            "(size+mtime+inode, like rsync): catches a file changed in place with its mtime restored.",
+        ),
+    ] = False,
+    streams: Annotated[
+        int | None,
+        typer.Option("--streams", min=1, max=64, help="Parallel streams per peer for weights (default: from the source's cores)."),
+    ] = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Ship what a node lacks: same image ID (only missing layers move), same weights (sha256 per file).
 
-    Transfers run to all peers in parallel, write nothing temporary on this machine, and can be
-    rerun after any interruption: what already arrived intact is not sent again.
+    The bytes go from the node that holds them straight to each peer (SSH between the nodes, over
+    the fabric address when there is one), never through this machine; several peers get one stream
+    that each relays to the next. A rerun after any interruption resends only what did not arrive intact.
     """
     from sparkctl.connectors.pool import NodePool
     from sparkctl.errors import SparkctlError
     from sparkctl.plan import build_plan
-    from sparkctl.ship import NullProgress, RichProgress
+    from sparkctl.ship import NullProgress
     from sparkctl.ship import ship as do_ship
+    from sparkctl.ship.progress import make_progress
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
     both = not image and not weights
     err = console(stderr=True)
     with NodePool(prof) as pool:
-        display = NullProgress() if json_out or dry_run else RichProgress(console=err)
+        display = NullProgress() if json_out or dry_run else make_progress(err)
         try:
-            if isinstance(display, RichProgress):
+            if not isinstance(display, NullProgress):
                 with display:
                     report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                     to=to or None, source=from_node, progress=display, dry_run=dry_run)  # fmt: skip
+                                     to=to or None, source=from_node, progress=display, dry_run=dry_run,
+                                     verify=verify, streams=streams)  # fmt: skip
             else:
                 report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                 to=to or None, source=from_node, progress=display, dry_run=dry_run)  # fmt: skip
+                                 to=to or None, source=from_node, progress=display, dry_run=dry_run,
+                                 verify=verify, streams=streams)  # fmt: skip
         except SparkctlError as exc:
             if getattr(exc, "report", None) is not None:
-                _render(exc.report, json_out)
+                if json_out:  # one JSON object on failure: the report goes inside the error
+                    exc.json_extra = {"report": exc.report.to_json()}  # type: ignore[attr-defined]
+                else:
+                    _render(exc.report, json_out)
             raise
     _render(report, json_out)
 
@@ -80,16 +99,19 @@ def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.Shi
         return
     for r in report.results:
         what = "image" if r.to_json()["what"] == "image" else r.model
+        how = ""
+        if what != "image":
+            how = " (every byte rehashed)" if r.check == "deep" else " (quick check: size+mtime+inode, like rsync)"
         if r.action == "skipped":
-            out.print(f"[green]ok[/] {r.node} {what}: already identical, nothing sent")
+            out.print(f"[green]ok[/] {r.node} {what}: already identical{how}, nothing sent")
         elif r.action == "would ship":
             unit = f"{r.layers_sent} layer(s)" if what == "image" else f"{r.files_sent} file(s)"
             out.print(
-                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, about {r.bytes_sent / 1e6:.1f} MB"
+                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, {human_bytes(r.bytes_sent)}"
             )
         else:
             out.print(
-                f"[green]ok[/] {r.node} {what}: {r.action}, {human_bytes(r.bytes_sent)} sent "
+                f"[green]ok[/] {r.node} {what}: {r.action} from {r.source}, {human_bytes(r.bytes_sent)} sent "
                 f"in {r.seconds:.1f}s, verified"
             )
     for node, what, exc in report.errors:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkctl.connectors.base import DEFAULT_TIMEOUT, Connector, RunResult
+from sparkctl.errors import EngineDownError
 
 if TYPE_CHECKING:
     import docker
@@ -89,9 +90,28 @@ class LocalConnector(Connector):
     def _make_docker(self) -> docker.DockerClient:
         import docker
 
-        if self.docker_host:
-            return docker.DockerClient(base_url=self.docker_host)
-        return docker.from_env()
+        try:
+            if self.docker_host:
+                return docker.DockerClient(base_url=self.docker_host)
+            return docker.from_env()
+        except docker.errors.DockerException as exc:  # version negotiation: no engine answers
+            raise docker_down_error(self.node, self.docker_host or os.environ.get("DOCKER_HOST"), exc) from None
+
+
+def docker_down_error(node: str, host: str | None, exc: BaseException) -> EngineDownError:
+    """Docker missing or stopped on the node sparkctl runs on: the same exit code as over SSH."""
+    import shutil
+
+    where = host or "unix:///var/run/docker.sock"
+    if shutil.which("dockerd") is None and shutil.which("docker") is None:
+        what, fix = "Docker is not installed", "install Docker Engine (docs/quickstart.md), then rerun"
+    elif "Permission denied" in str(exc):
+        what = f"no permission to use the Docker engine at {where}"
+        fix = "add yourself to the docker group (`sudo usermod -aG docker $USER`, then log in again)"
+    else:
+        what = f"Docker is not running (no engine answers at {where})"
+        fix = "start it: `sudo systemctl start docker` (check with `docker info`)"
+    return EngineDownError(f"{what} on this node", node=node, fix=fix)
 
 
 def _text(data: bytes | str | None) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import errno
-import shlex
+import logging
+import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,8 +24,30 @@ if TYPE_CHECKING:
 
     import docker
 
+# paramiko logs its transport thread's failures (a traceback for a missing banner) through the
+# logging module; without a handler Python prints them to stderr. We report them ourselves.
+if not os.environ.get("SPARKCTL_DEBUG"):
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 # A constant script; the path arguments arrive as positional parameters, never interpolated.
 _PUT_SCRIPT = 'mkdir -p "$(dirname "$3")" && cat > "$1" && chmod "$2" "$1" && mv -f "$1" "$3"'
+
+
+# The login shell (bash, dash, fish, tcsh...) parses the command string sshd hands it; so the
+# string holds only /bin/sh, one constant script in single quotes (no backslash or quote inside:
+# literal in every shell) and one word per argument made of [A-Za-z0-9_./:=,+-] (r + the word) or
+# base64 (b + data). /bin/sh decodes each into "$@" and execs it: no shell ever parses an argument.
+_DECODE = (
+    'n=$#; for a; do case $a in r*) v=${a#r};; *) v=$(printf %s "${a#b}" | base64 -d; echo .); '
+    "v=${v%.};; esac; set -- \"$@\" \"$v\"; done; shift $n; exec \"$@\""
+)
+_PLAIN_RE = re.compile(r"^[A-Za-z0-9_./:=,+-]+$")
+
+
+def remote_command(argv: Sequence[str]) -> str:
+    """argv -> the one string an SSH exec request carries, independent of the login shell."""
+    words = [f"r{a}" if _PLAIN_RE.fullmatch(a) else "b" + base64.b64encode(a.encode()).decode() for a in argv]
+    return " ".join(["/bin/sh", "-c", f"'{_DECODE}'", "sparkctl", *words])
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,23 @@ def _gcm_first_transport(sock: socket.socket, **kwargs: object) -> paramiko.Tran
     options = transport.get_security_options()
     options.ciphers = tuple(sorted(options.ciphers, key=lambda c: 0 if "-gcm@" in c else 1))
     return transport
+
+
+def handshake_error(t: SshTarget, where: str, exc: Exception) -> ConnectError:
+    """TCP connected but SSH did not start: most often the port is not sshd, or sshd is stuck."""
+    text = str(exc)
+    if "banner" in text.lower() or "no existing session" in text.lower():
+        return ConnectError(
+            f"{where} accepts TCP connections but sent no SSH banner within {t.connect_timeout:g}s",
+            node=t.node,
+            fix=f"check that port {t.port} on {t.host} is sshd (`ssh -v -p {t.port} {t.host}`) and "
+            "that sshd is not overloaded (MaxStartups); fix nodes[].port if it is another service",
+        )
+    return ConnectError(
+        f"SSH handshake with {where} failed: {text}",
+        node=t.node,
+        fix=f"run `ssh -v -p {t.port} {t.host}` to see where the handshake stops",
+    )
 
 
 class SshProcess:
@@ -182,7 +224,7 @@ class SshConnector(Connector):
             ) from None
         except paramiko.SSHException as exc:
             client.close()
-            raise ConnectError(f"SSH handshake with {self.description} failed: {exc}", node=t.node) from None
+            raise handshake_error(t, self.description, exc) from None
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(15)
@@ -216,7 +258,7 @@ class SshConnector(Connector):
         self, argv: Sequence[str], timeout: float | None, input: bytes | None
     ) -> tuple[int, bytes, bytes]:
         chan = self._session()
-        chan.exec_command(shlex.join(argv))  # the only place argv becomes a string
+        chan.exec_command(remote_command(argv))  # the only place argv becomes a string
         if input:
             chan.sendall(input)
         chan.shutdown_write()
@@ -253,7 +295,7 @@ class SshConnector(Connector):
     def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
         chan = self._session()
         chan.set_combine_stderr(True)
-        chan.exec_command(shlex.join(argv))
+        chan.exec_command(remote_command(argv))
         if timeout:
             chan.settimeout(timeout)
         try:
@@ -264,7 +306,7 @@ class SshConnector(Connector):
 
     def popen(self, argv: Sequence[str]) -> SshProcess:
         chan = self._session()
-        chan.exec_command(shlex.join(argv))
+        chan.exec_command(remote_command(argv))
         return SshProcess(chan)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:

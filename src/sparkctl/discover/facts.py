@@ -102,8 +102,10 @@ def parse_caches(text: str) -> list[tuple[str, str, list[str]]]:
     return [(src, path, repos[path]) for src, path in order]
 
 
-def sglang_images_from_list(items: list[dict]) -> list[SglangImage]:
-    """Local images that carry SGLang: 'sglang' in a tag or a label (versions from such a label)."""
+def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[SglangImage]:
+    """Local images that carry SGLang: 'sglang' in a tag or a label (versions from such a label);
+    `also`: the image the user named (`init --image REF`), listed whatever its name."""
+    want = {also, f"{also}:latest"} if also and ":" not in also.rsplit("/", 1)[-1] else {also}
     out = []
     for item in items:
         tags = [t for t in item.get("RepoTags") or [] if t and t != "<none>:<none>"]
@@ -111,10 +113,11 @@ def sglang_images_from_list(items: list[dict]) -> list[SglangImage]:
         version = next(
             (str(v) for k, v in labels.items() if "sglang" in k.lower() and "version" in k.lower()), None
         )
-        if version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels):
-            out += [
-                SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in tags
-            ]
+        sglang = version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels)
+        listed = tags if sglang else []
+        if also and want & set(tags) and also not in listed:  # e.g. `--image repo` for repo:latest
+            listed = [*listed, also]
+        out += [SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in listed]
     return sorted(out, key=lambda i: i.ref)
 
 
@@ -131,8 +134,8 @@ def caches_probe(hf_cache: str | None) -> Probe:
     )
 
 
-def probe_sglang_images(conn: Connector) -> list[SglangImage]:
-    return sglang_images_from_list(conn.docker().api.images())
+def probe_sglang_images(conn: Connector, also: str | None = None) -> list[SglangImage]:
+    return sglang_images_from_list(conn.docker().api.images(), also)
 
 
 def _ssh_ip(conn: Connector) -> str | None:
@@ -177,7 +180,8 @@ def _caches(conn: Connector, listing: Any, problems: list[str]) -> list[HfCache]
 
 
 def gather(
-    conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None
+    conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None,
+    image: str | None = None,
 ) -> NodeDiscovery:
     """Discover one node. Raises SparkctlError only when its netdevs cannot be listed."""
     from sparkctl.fanout import fan_out
@@ -194,7 +198,7 @@ def gather(
 
     def docker() -> tuple[DockerFacts, list[SglangImage]]:
         facts = probe_docker(conn)
-        return facts, probe_sglang_images(conn)
+        return facts, probe_sglang_images(conn, image)
 
     tasks = {"shell": lambda: run_batch(conn, shell), "docker": docker}
     done = fan_out(list(tasks), lambda k: tasks[k](), where=lambda _: (host, None))

@@ -77,7 +77,8 @@ class Draft:
     draft_revision: Revision | None
     hf_cache: str
     container_gpus: bool
-    privileged: bool
+    rdma_preset: bool  # RoCE fabric: the multi-node modes get the rdma preset (never --privileged)
+    api_host: str = "127.0.0.1"  # init proposes loopback; serving the LAN is a choice made in the profile
     known_hosts: str | None = None
     ssh_key: str | None = None
     ssh_user: str | None = None
@@ -313,7 +314,12 @@ def build_draft(
     )
     for repo in [answers.model, *([answers.draft] if answers.draft else [])]:
         lacking = [nm for n, nm in zip(nodes, names, strict=True) if repo not in n.models()]
-        if lacking:
+        pinned = model_rev if repo == answers.model else draft_rev
+        rev = getattr(pinned, "value", None) or "main"
+        if lacking and len(lacking) == len(nodes):  # nothing to ship from: download it
+            warnings.append(f"{repo} is in no node's HF cache: download it on {lacking[0]} "
+                            f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`")
+        elif lacking:
             warnings.append(
                 f"{repo} is not in the HF cache of {', '.join(lacking)}: `sparkctl ship --weights` it"
             )
@@ -345,7 +351,7 @@ def build_draft(
         draft_revision=draft_rev,
         hf_cache=hf_cache,
         container_gpus=any(gpus),
-        privileged=transport == "roce",
+        rdma_preset=transport == "roce",
         known_hosts=known_hosts,
         ssh_key=ssh_key,
         ssh_user=ssh_user,

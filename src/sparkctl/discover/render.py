@@ -98,15 +98,18 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out("engine:")
     if d.sglang_version:
         out(f"  sglang_version: {_y(d.sglang_version)}", "from the image's label")
+    out(f"  host: {_y(d.api_host)}", "the API listens here only; for your LAN set this node's address or 0.0.0.0")
+    out("  api_key: {env: SPARKCTL_API_KEY}", "clients send it as a bearer token; export it before `up`")
     out("  container:")
     if not d.container_gpus:
         out("    gpus: false", "no NVIDIA GPU found on any node")
-    if d.privileged:
-        out("    privileged: true", "the RoCE recipe used --privileged for the RDMA devices")
+    if d.rdma_preset:
+        out("    preset: rdma", "multi-node modes: /dev/infiniband/*, cap IPC_LOCK, memlock unlimited")
     else:
-        out("    privileged: false")
-    out("  # secrets:", "for gated models; read from your shell, never stored")
-    out("  #   HF_TOKEN: {env: HF_TOKEN}")
+        out("    preset: none", "no RoCE fabric: no RDMA devices in the containers")
+    out("    shm_size: 32g", "/dev/shm of each container's private IPC namespace")
+    out("  # secrets:", "for gated models; written into the container as a file, never stored")
+    out("  #   HF_TOKEN: {env: HF_TOKEN}", "or {file: PATH} of a 0400 file on every node")
     out("  # args: {}", "model-specific SGLang flags (see profiles/dual-spark.yaml)")
     out()
     out("modes:")

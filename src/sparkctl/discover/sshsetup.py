@@ -9,13 +9,13 @@ append the public key to ~/.ssh/authorized_keys; finally prove key login works.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
 
 from sparkctl.connectors.hostkeys import AcceptNew, fingerprint, known_hosts_name
+from sparkctl.connectors.ssh import remote_command
 from sparkctl.errors import AuthError, ConnectError, SparkctlError, UsageError
 
 DEFAULT_KEY = "~/.ssh/id_ed25519"
@@ -102,7 +102,7 @@ def install_key(host: str, port: int, user: str, password: str, known_hosts: Pat
         raise ConnectError(f"SSH to {user}@{host}:{port} failed: {exc}", node=host) from None
     try:
         # The transport is the one place an argv becomes a string.
-        _, stdout, stderr = client.exec_command(shlex.join(["sh", "-c", INSTALL_SCRIPT, "sparkctl", pubkey]))
+        _, stdout, stderr = client.exec_command(remote_command(["sh", "-c", INSTALL_SCRIPT, "sparkctl", pubkey]))
         rc = stdout.channel.recv_exit_status()
         if rc:
             err = stderr.read().decode(errors="replace").strip()

@@ -153,7 +153,7 @@ def ssh_probe(host: str, *, port: int = 22, user: str | None = None, timeout: in
     """`ssh host true` run ON the node, non-interactively, strict about host keys (returns RunResult)."""
     target = f"{user}@{host}" if user else host
     argv = ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", "-o", "StrictHostKeyChecking=yes",
-            "-p", str(port), target, "true")  # fmt: skip
+            "-p", str(port), "--", target, "true")  # fmt: skip  ("--": target is never an option)
     return Probe(argv, lambda r: r, timeout=timeout + 5)
 
 

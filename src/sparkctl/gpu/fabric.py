@@ -158,15 +158,15 @@ def _remove_stale(client, name: str) -> None:
 
 
 def _start(conn: Connector, r: FabricRank, argv: list[str], env: dict[str, str], backend: str):
-    """The rank's serving container, as `up` creates it (same image, env, host net/IPC, shm,
-    privileged for RDMA), but running the worker on one GPU and mounting nothing."""
+    """The rank's serving container, as `up` creates it (same image, env, IPC, shm, rdma preset
+    devices/caps/ulimits), but running the worker on one GPU and mounting nothing."""
     import docker
 
-    from sparkctl.lifecycle.containers import create_params
+    from sparkctl.lifecycle.containers import create_params, node_rdma_devices
 
     client = conn.docker()
     _remove_stale(client, r.container_name)
-    params = create_params(r.spec, env)
+    params = create_params(r.spec, env, node_rdma_devices(conn, r.spec))  # the same rdma preset as `up`
     params.update(
         command=argv,
         name=r.container_name,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from sparkctl.connectors.pool import NodePool
 
 CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
-STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on stop
+STOP_GRACE = 5  # seconds between SIGTERM and SIGKILL on stop (profile: engine.stop_grace)
 
 
 @dataclass(frozen=True)
@@ -124,14 +124,18 @@ def info_from_attrs(node: str, attrs: dict[str, Any]) -> ContainerInfo:
     )
 
 
-def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
+def create_params(spec: RankSpec, env: dict[str, str], rdma_devices: list[str] | None = None) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for a rank (env given already revealed).
 
     The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.
+    `rdma_devices`: the device nodes the rdma preset found on the node (`node_rdma_devices`).
+    `init`: Docker's init is PID 1 and forwards signals, so an engine that installs no SIGTERM
+    handler still stops on SIGTERM (a PID 1 ignores it).
     """
-    from docker.types import DeviceRequest, Mount
+    from docker.types import DeviceRequest, Mount, Ulimit
 
     opts = spec.options
+    devices = [f"{d}:{d}:rwm" for d in rdma_devices or []] + list(opts.devices)
     params: dict[str, Any] = {
         "image": spec.image,
         "command": list(spec.argv),
@@ -140,13 +144,18 @@ def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
         "labels": dict(spec.labels),
         "network_mode": opts.network_mode,
         "ipc_mode": opts.ipc_mode,
-        "shm_size": opts.shm_size,
         "privileged": opts.privileged,
+        "devices": devices,
+        "cap_add": list(opts.cap_add),
+        "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in opts.ulimits.items()],
         "mounts": [
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
         ],
         "detach": True,
+        "init": True,
     }
+    if opts.shm_size and opts.ipc_mode != "host":  # Docker ignores it under --ipc host
+        params["shm_size"] = opts.shm_size
     if opts.gpus == "all":
         params["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     elif opts.gpus:
@@ -156,6 +165,49 @@ def create_params(spec: RankSpec, env: dict[str, str]) -> dict[str, Any]:
 
 def revealed_env(spec: RankSpec) -> dict[str, str]:
     return {k: reveal(v) for k, v in spec.env.items()}
+
+
+def node_rdma_devices(conn: Connector, spec: RankSpec) -> list[str]:
+    """The character devices in the preset's directory on the node (/dev/infiniband/uverbs0, rdma_cm...)."""
+    where = spec.options.rdma_devices_dir
+    if not where:
+        return []
+    script = 'for d in "$1"/*; do [ -c "$d" ] && printf "%s\\n" "$d"; done; exit 0'
+    res = conn.run(["sh", "-c", script, "sparkctl-rdma", where])
+    found = sorted(line for line in res.stdout.splitlines() if line.startswith("/"))
+    if res.rc or not found:
+        raise SparkctlError(
+            f"no RDMA device nodes in {where} (the rdma preset needs them for NCCL over RoCE)",
+            fix="load the RDMA drivers (mlx5_ib, rdma_ucm) on the node, or set fabric.transport: tcp "
+            "or engine.container.preset: none",
+            node=spec.node,
+            rank=spec.rank,
+        )
+    return found
+
+
+def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
+    """The rank's secret files (values revealed here) as a tar for `put_archive`: 0400, root-owned."""
+    import io
+    import tarfile
+
+    from sparkctl.secrets import render_files
+
+    files = render_files(spec.secrets, conn)
+    if not files:
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = sorted({p.rsplit("/", 1)[0].lstrip("/") for p in files})
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(info)
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), 0o400
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:
@@ -191,6 +243,8 @@ def prepare_node(conn: Connector, specs: list[RankSpec], extra_dirs: list[str]) 
     dirs = sorted({m.source for s in specs for m in s.mounts if not m.read_only} | set(extra_dirs))
     if dirs:
         conn.run(["mkdir", "-p", "--", *dirs]).check("creating cache and log directories")
+    if extra_dirs:  # the log directory: rank logs may hold what an engine prints
+        conn.run(["chmod", "700", "--", *extra_dirs]).check("restricting the log directory to its owner")
 
 
 def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
@@ -198,8 +252,10 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     import docker.errors
 
     client = conn.docker()
+    secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
+    devices = node_rdma_devices(conn, spec)
     try:
-        container = client.containers.create(**create_params(spec, revealed_env(spec)))
+        container = client.containers.create(**create_params(spec, revealed_env(spec), devices))
     except docker.errors.ImageNotFound:
         raise SparkctlError(
             f"image {spec.image} is not on node {spec.node}",
@@ -210,6 +266,8 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     except docker.errors.APIError as exc:
         raise _api_error("creating container " + spec.container_name, exc, spec) from None
     try:
+        if secret_files:  # into the container's own layer before it starts: never on disk, argv or env
+            container.put_archive("/", secret_files)
         container.start()
     except docker.errors.APIError as exc:
         with contextlib.suppress(docker.errors.APIError):
@@ -231,19 +289,18 @@ def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
     return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=spec.rank)
 
 
-def remove(conn: Connector, name: str, timeout: int = STOP_TIMEOUT) -> bool:
-    """Stop (SIGTERM, then SIGKILL after `timeout`) and remove; False when it did not exist."""
+def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
+    """Stop (SIGTERM, then SIGKILL after `grace` s) and remove; `grace=None` kills at once
+    (a failed start: there is nothing to save). False when it did not exist."""
     import docker.errors
 
-    client = conn.docker()
+    api = conn.docker().api  # as few round trips as possible: `down` and rollback are on the clock
     try:
-        container = client.containers.get(name)
+        if grace is not None:
+            api.stop(name, timeout=grace)  # a stopped container answers 304: fine
+        api.remove_container(name, force=True)  # force: SIGKILL if still running
     except docker.errors.NotFound:
         return False
-    with contextlib.suppress(docker.errors.NotFound):
-        if container.status in ("running", "restarting", "paused"):
-            container.stop(timeout=timeout)
-        container.remove(force=True)
     return True
 
 

@@ -26,14 +26,16 @@ from sparkctl.errors import UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.plan import RankSpec, node_path
 from sparkctl.profile.schema import Profile
-from sparkctl.secrets import redact
+from sparkctl.secrets import redact, secret_values
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
 
 # Positional parameters only ($1 container, $2 file): nothing is interpolated into the script.
+# Logs may hold what an engine prints: the directory is 0700 and the files 0600 (umask 077).
 FOLLOW_SCRIPT = (
-    'mkdir -p "$(dirname "$2")" && { [ ! -e "$2" ] || mv -f "$2" "$2.1"; } && '
+    'umask 077 && d="$(dirname "$2")" && mkdir -p "$d" && chmod 700 "$d" && '
+    '{ [ ! -e "$2" ] || { mv -f "$2" "$2.1" && chmod 600 "$2.1"; }; } && '
     'exec docker logs --timestamps --follow "$1" >>"$2" 2>&1 </dev/null'
 )
 # Lines whose timestamp (to the second) is >= $1, then the last $2 of them.
@@ -66,9 +68,14 @@ class LogLine:
     node: str
     ts: datetime | None
     text: str
+    label: str | None = None  # instead of rank@node (the supervisor's events)
+
+    @property
+    def prefix(self) -> str:
+        return self.label or f"rank{self.rank}@{self.node}"
 
     def render(self, width: int, timestamps: bool = False) -> str:
-        prefix = f"rank{self.rank}@{self.node}".ljust(width)
+        prefix = self.prefix.ljust(width)
         stamp = f"{self.ts.isoformat(timespec='milliseconds')} " if timestamps and self.ts else ""
         return f"{prefix} | {stamp}{self.text}"
 
@@ -127,6 +134,18 @@ def follow_argv(path: str, tail: int) -> list[str]:
     return ["tail", "-n", str(tail), "-F", "--", path]
 
 
+def event_lines(events: list[dict], since: datetime | None) -> list[LogLine]:
+    """The supervisor's events as log lines (label `supervisor`), to merge with the ranks'."""
+    from sparkctl.lifecycle.state import describe_event
+
+    out = []
+    for e in events:
+        ts = datetime.fromtimestamp(float(e.get("at", 0)), UTC)
+        if since is None or ts >= since:
+            out.append(LogLine(-1, "", ts, describe_event(e).split(" ", 1)[1], label="supervisor"))
+    return out
+
+
 def merge(lines: Iterable[LogLine]) -> list[LogLine]:
     """Time order across ranks; lines without a timestamp keep their place after their rank's last."""
     indexed = list(enumerate(lines))
@@ -150,7 +169,8 @@ def read_rank(conn: Connector, spec: RankSpec, path: str, tail: int, since: date
     if not res.ok:
         detail = (res.stderr or res.stdout).strip().splitlines()
         raise FileNotFoundError(detail[-1] if detail else f"cannot read {path}")
-    return [parse_line(spec.rank, spec.node, redact(line, spec.env)) for line in res.stdout.splitlines()]
+    masks = secret_values(spec.secret_refs(), conn)  # the profile's sources, whatever this shell has
+    return [parse_line(spec.rank, spec.node, redact(line, masks)) for line in res.stdout.splitlines()]
 
 
 def read_all(
@@ -183,8 +203,9 @@ def follow_all(
     def pump(spec: RankSpec) -> None:
         try:
             conn = pool.get(spec.node)
+            masks = secret_values(spec.secret_refs(), conn)
             for raw in conn.stream(follow_argv(rank_log_path(profile, spec), tail)):
-                line = parse_line(spec.rank, spec.node, redact(raw, spec.env))
+                line = parse_line(spec.rank, spec.node, redact(raw, masks))
                 if since is None or line.ts is None or line.ts >= since:
                     q.put(line)
         except Exception as exc:  # noqa: BLE001 - shown in the stream, the other ranks go on

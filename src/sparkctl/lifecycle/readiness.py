@@ -43,8 +43,11 @@ class EndpointHealth:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+def _get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, headers=headers)
     try:
         with _OPENER.open(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -63,14 +66,18 @@ def served_models(body: bytes) -> list[str]:
 
 def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None = None) -> EndpointHealth:
     """One probe of rank 0's API; never raises (errors become `detail`). The paths are the
-    engine's (default: the default engine's)."""
+    engine's (default: the default engine's). Sends the profile's API key (a file-held key must
+    have been read this run, as `up` does when it starts the ranks)."""
     paths = readiness or get_engine().readiness
     models, check = paths.models_path, paths.health_path
+    key = endpoint.api_key.known_value() if endpoint.api_key else None
     try:
-        code, body = _get(f"{endpoint.url}{models}", MODELS_TIMEOUT)
+        code, body = _get(f"{endpoint.url}{models}", MODELS_TIMEOUT, key)
     except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         reason = getattr(exc, "reason", exc)
         return EndpointHealth(detail=f"{models}: {reason or type(exc).__name__}")
+    if code == 401 and not key:
+        return EndpointHealth(detail=f"{models}: HTTP 401 (the API wants a key: set engine.api_key)")
     if code != 200:
         return EndpointHealth(detail=f"{models}: HTTP {code}")
     served = served_models(body)
@@ -79,7 +86,7 @@ def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None =
     if not health:
         return EndpointHealth(True, served, False, f"{check} not probed")
     try:
-        code, body = _get(f"{endpoint.url}{check}", paths.health_timeout)
+        code, body = _get(f"{endpoint.url}{check}", paths.health_timeout, key)
     except (OSError, http.client.HTTPException) as exc:
         return EndpointHealth(True, served, False, f"{check}: {getattr(exc, 'reason', exc) or type(exc).__name__}")
     if code != 200:

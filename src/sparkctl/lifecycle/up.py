@@ -17,11 +17,12 @@ from typing import Protocol
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, logs
+from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
-from sparkctl.lifecycle.lock import ClusterLock, state_dir
+from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
-from sparkctl.lifecycle.watch import Snapshot, wait_ready
+from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
+from sparkctl.lifecycle.watch import Snapshot, WaitResult, wait_ready
 from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan, node_path
 from sparkctl.profile.schema import Profile
 
@@ -66,6 +67,7 @@ class UpResult:
     removed: list[ContainerInfo] = field(default_factory=list)
     elapsed: float = 0.0
     ready_at: float | None = None  # time.monotonic() the endpoint first answered ready
+    settled: list[str] = field(default_factory=list)  # leftovers of lost nodes removed now
 
     def to_json(self) -> dict:
         ep = self.plan.endpoint
@@ -78,6 +80,7 @@ class UpResult:
             "health": self.endpoint.to_json(),
             "removed": [c.to_json() for c in self.removed],
             "elapsed_s": round(self.elapsed, 3),
+            "settled": self.settled,
             "ranks": [
                 {"rank": r.rank, "node": r.node, "container": r.container_name} for r in self.plan.ranks
             ],
@@ -140,24 +143,31 @@ def observe(pool: NodePool, cluster: str, nodes: list[str]) -> list[ContainerInf
     found, failed = containers.list_nodes(pool, cluster, nodes)
     if failed:  # `up` must see every node it may change
         node, exc = next(iter(failed.items()))
+        if orphans.is_connection_loss(exc):
+            raise orphans.lost(node, None, exc, "listing its containers")
         if isinstance(exc, SparkctlError) or not isinstance(exc, Exception):
             raise exc
         raise SparkctlError(f"listing containers: {exc}", node=node)
     return found
 
 
-def remove_all(pool: NodePool, infos: list[ContainerInfo]) -> None:
-    """Stop and remove containers, all nodes in parallel; raise naming the first node that failed."""
-    by_node: dict[str, list[str]] = {}
-    for c in infos:
-        by_node.setdefault(c.node, []).append(c.name)
+def remove_all(pool: NodePool, infos: list[ContainerInfo], grace: int | None = containers.STOP_GRACE) -> None:
+    """Stop (SIGTERM, SIGKILL after `grace` s; None: SIGKILL) and remove, every container in
+    parallel; raise naming the first node that failed."""
+    items = {(c.node, c.name): c for c in infos}
 
-    def remove_on(node: str) -> None:
-        conn = pool.get(node)
-        names = by_node[node]
-        fan_out(names, lambda name: containers.remove(conn, name), where=lambda _: (node, None)).values_or_raise()
+    def remove_one(key: tuple[str, str]) -> None:
+        c = items[key]
+        containers.remove(pool.get(c.node), c.name, grace=grace)
 
-    fan_out(list(by_node), remove_on).values_or_raise()
+    def where(key: tuple[str, str]) -> tuple[str, int | None]:
+        return key[0], items[key].rank
+
+    results = fan_out(list(items), remove_one, where=where)
+    for o in results.failed:
+        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
+            raise orphans.lost(o.node or "?", o.rank, o.error, "stopping its containers")  # type: ignore[arg-type]
+    results.values_or_raise()
 
 
 log_path = logs.rank_log_path
@@ -211,18 +221,7 @@ def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set
 
 
 def record_attempt(plan: Plan, outcome: str) -> None:
-    """Remember the last `up` per cluster (so `logs` can find a rolled-back mode's files)."""
-    path = state_dir() / "clusters" / f"{plan.cluster}.json"
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"mode": plan.mode, "config_hash": plan.config_hash, "outcome": outcome, "at": time.time()}
-        path.write_text(json.dumps(data))
-
-
-def last_attempt(cluster: str) -> dict:
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((state_dir() / "clusters" / f"{cluster}.json").read_text())
-    return {}
+    state.record_attempt(plan.cluster, plan.mode, plan.config_hash, outcome)
 
 
 # ------------------------------------------------------------------------------------ up
@@ -243,34 +242,6 @@ def up(
         return _up_locked(profile, pool, plan, skip_preflight, timeout, rep)
 
 
-@dataclass(frozen=True)
-class Preview:
-    """What `up` would do, computed read-only (`up --dry-run`)."""
-
-    plan: Plan
-    stop: list[ContainerInfo]
-    start: list[RankSpec]  # in start order: ranks >= 1, then rank 0
-
-    @property
-    def noop(self) -> bool:
-        return not self.stop and not self.start
-
-    def to_json(self) -> dict:
-        return {"plan": self.plan.to_json(), "noop": self.noop, "stop": [c.to_json() for c in self.stop],
-                "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start]}  # fmt: skip
-
-
-def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:
-    """The same decisions as `up` (resolve, observe, reconcile, health), changing nothing."""
-    plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
-    observed = observe(pool, plan.cluster, involved_nodes(plan))
-    rec = reconcile(plan, observed)
-    rec = settle(rec, observed, healthy=rec.up_to_date and probe(plan.endpoint).ready)
-    if rec.up_to_date:
-        return Preview(plan, rec.leftovers, [])
-    return Preview(plan, rec.remove, [*plan.ranks[1:], plan.ranks[0]])
-
-
 def _up_locked(
     profile: Profile, pool: NodePool, plan: Plan, skip_preflight: bool, timeout: float | None, rep: Reporter
 ) -> UpResult:
@@ -279,20 +250,28 @@ def _up_locked(
     deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
     plan = resolve_plan(profile, plan, pool)
     for spec in plan.ranks:  # a missing secret (unset HF_TOKEN) must stop us before anything is stopped
-        containers.revealed_env(spec)
+        containers.secrets_tar(spec, pool.get(spec.node))
+    settled, still_lost = orphans.settle_pending(pool, plan.cluster)  # a node still lost keeps its record
+    for line in settled:
+        rep.phase(line)
+    for node in still_lost:
+        rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
     observed = observe(pool, plan.cluster, involved_nodes(plan))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
         health = probe(plan.endpoint)
         if health.ready:
             if rec.leftovers:
-                remove_all(pool, rec.leftovers)
+                remove_all(pool, rec.leftovers, grace=None)
             rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
-            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0)
+            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0, settled=settled)
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
         rec = settle(rec, observed, healthy=False)
+    stopped = supervisor.stop(plan.cluster)  # it would fight this run (it restarts what it watched)
+    if stopped:
+        rep.phase(stopped)
 
     if not skip_preflight:
         # Our own containers that are about to be removed hold the port and look stray: expected.
@@ -301,13 +280,20 @@ def _up_locked(
 
     if rec.remove:
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
-        remove_all(pool, rec.remove)
+        remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
+    result = start_group(profile, pool, plan, deadline, budget, rep)
+    return UpResult(plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled)
 
+
+def start_group(
+    profile: Profile, pool: NodePool, plan: Plan, deadline: float, budget: float, rep: Reporter
+) -> WaitResult:
+    """Start every rank (ranks >= 1, then rank 0, as the recipe does) and wait for the endpoint;
+    on any failure kill what this call started (SIGKILL: nothing to save) and raise."""
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
         _prepare(profile, pool, plan)
-        # Ranks >= 1 first (they wait for rank 0's rendezvous), then rank 0, as the recipe does.
         peers, rank0 = plan.ranks[1:], plan.ranks[0]
         if peers:
             rep.phase("starting " + ", ".join(f"rank {s.rank} on {s.node}" for s in peers))
@@ -316,22 +302,20 @@ def _up_locked(
         _start(profile, pool, [rank0], started)
         rep.phase(f"waiting for {plan.endpoint.api_base} (deadline {deadline - time.monotonic():.0f}s)")
         result = wait_ready(
-            pool,
-            plan,
-            deadline,
-            budget=budget,
-            on_update=rep.update,
-            log_hint=lambda s: _log_hint(profile, s),
+            pool, plan, deadline, budget=budget, on_update=rep.update, log_hint=lambda s: _log_hint(profile, s)
         )
     except BaseException as exc:
         record_attempt(plan, "failed")
         rep.phase("rolling back the ranks this run started")
-        problems = _rollback(pool, started)
-        if problems and isinstance(exc, SparkctlError):
-            exc.fix = ((exc.fix + "; ") if exc.fix else "") + "rollback incomplete: " + "; ".join(problems)
+        problems, left = _rollback(pool, plan, started)
+        note = orphans.record_leftovers(plan.cluster, left)
+        if isinstance(exc, SparkctlError):
+            extra = "; ".join([*problems, note] if note else problems)
+            if extra:
+                exc.fix = ((exc.fix + "; ") if exc.fix else "") + "rollback: " + extra
         raise
     record_attempt(plan, "ready")
-    return UpResult(plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at)
+    return result
 
 
 def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
@@ -340,9 +324,8 @@ def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
         by_node.setdefault(spec.node, []).append(spec)
 
     def prep(node: str) -> None:
-        specs = by_node[node]
         log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
-        containers.prepare_node(pool.get(node), specs, log_dirs)
+        containers.prepare_node(pool.get(node), by_node[node], log_dirs)
 
     fan_out(list(by_node), prep).values_or_raise()
 
@@ -357,15 +340,29 @@ def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: lis
         containers.start_rank(conn, spec)
         logs.start_follower(conn, spec.container_name, log_path(profile, spec))
 
-    fan_out(list(by_rank), start_one, where=lambda r: (by_rank[r].node, r)).values_or_raise()
+    results = fan_out(list(by_rank), start_one, where=lambda r: (by_rank[r].node, r))
+    for o in results.failed:
+        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
+            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting rank {o.rank}")  # type: ignore[arg-type]
+    results.values_or_raise()
 
 
-def _rollback(pool: NodePool, started: list[RankSpec]) -> list[str]:
+def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list[str], list[state.Pending]]:
+    """SIGKILL and remove what this run started. Returns (problems, containers on lost nodes)."""
     by_rank = {s.rank: s for s in started}
-    results = fan_out(
-        list(by_rank), lambda r: containers.remove(pool.get(by_rank[r].node), by_rank[r].container_name)
-    )
-    return [f"{by_rank[r].container_name} on {by_rank[r].node}: {err}" for r, err in results.errors.items()]
+
+    def kill(rank: int) -> bool:
+        spec = by_rank[rank]
+        return orphans.on_node(pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None))
+
+    problems, left = [], []
+    for rank, exc in fan_out(list(by_rank), kill).errors.items():
+        spec = by_rank[rank]
+        if orphans.is_connection_loss(exc):
+            left.append(orphans.pending_item(spec.node, spec.container_name, rank, plan.mode, str(exc)))
+        else:
+            problems.append(f"{spec.container_name} on {spec.node}: {exc}")
+    return problems, left
 
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:
@@ -382,4 +379,9 @@ def curl_example(plan: Plan) -> str:
         "max_tokens": 64,
     }
     url = f"{ep.api_base}/chat/completions"
-    return shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+    cmd = shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+    key = ep.api_key
+    if key is not None:  # the variable's name or the file's path, never the value
+        value = f"${key.env}" if key.env else f"$(cat {shlex.quote(key.file or '')})"
+        cmd += f' -H "Authorization: Bearer {value}"'
+    return cmd

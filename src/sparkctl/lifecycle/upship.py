@@ -3,10 +3,12 @@ agrees, ship them to the mode's nodes that lack them and run `up` again (one wor
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle.up import PreflightFailedError, QuietReporter, Reporter, UpResult, choose_mode, up
 
 if TYPE_CHECKING:
@@ -28,7 +30,9 @@ def up_or_ship(
     reporter: Reporter | None = None,
 ) -> UpResult:
     """`offer(exc)` says what to ship ({"image", "weights"} or nothing: the error stands);
-    `progress()` gives the transfer display."""
+    `progress()` gives the transfer display. One deadline from the start: shipping spends it,
+    the retry gets the rest."""
+    start = time.monotonic()
     rep = reporter or QuietReporter()
     kwargs = {"mode": mode, "tp": tp, "skip_preflight": skip_preflight, "timeout": timeout, "reporter": rep}
     try:
@@ -44,4 +48,9 @@ def up_or_ship(
     rep.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
     with progress() as shown:
         ship(profile, plan, pool, image="image" in what, weights="weights" in what, progress=shown)
-    return up(profile, pool, **kwargs)  # type: ignore[arg-type]
+    spent = time.monotonic() - start
+    left = (timeout if timeout is not None else profile.engine.ready_timeout) - spent
+    if left <= 0:
+        raise SparkctlError(f"the deadline passed while shipping ({spent:.0f}s)",
+                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")  # fmt: skip
+    return up(profile, pool, **{**kwargs, "timeout": left})  # type: ignore[arg-type]

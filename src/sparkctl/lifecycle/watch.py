@@ -16,13 +16,15 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
+from sparkctl.lifecycle.orphans import is_connection_loss, lost
 from sparkctl.lifecycle.readiness import EndpointHealth, Prober
 from sparkctl.plan import Plan, RankSpec
-from sparkctl.secrets import redact
+from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25
-SETTLE_S = 1.0  # after a rank dies: time for the others to be seen dead too, to find the first
 LAST_LINE_EVERY_S = 1.0
+KILL_SETTLE_S = 5.0  # at most, for a killed rank's engine to record its exit
+CLOSE_S = 0.25  # deaths closer than this may be recorded out of order (scheduling on loaded nodes)
 FAIL_LOG_LINES = 40
 
 
@@ -57,6 +59,10 @@ class RankFailedError(SparkctlError):
         super().__init__(message, fix=fix, node=node, rank=rank)
         self.logs = logs
 
+    @property
+    def json_extra(self) -> dict:
+        return {"logs": [{"rank": x.rank, "node": x.node, "lines": x.lines} for x in self.logs]}
+
 
 class ReadyTimeoutError(SparkctlError):
     """The deadline passed with every rank still running but the endpoint not ready."""
@@ -64,6 +70,8 @@ class ReadyTimeoutError(SparkctlError):
     def __init__(self, message: str, *, logs: list[RankLog], fix: str | None = None, node: str | None = None):
         super().__init__(message, fix=fix, node=node, rank=0)
         self.logs = logs
+
+    json_extra = RankFailedError.json_extra
 
 
 @dataclass
@@ -77,12 +85,15 @@ class WaitResult:
 def _rank_logs(pool: NodePool, spec: RankSpec, lines: int) -> RankLog:
     try:
         text = tail_logs(pool.get(spec.node), spec.container_name, lines)
+        masks = secret_values(spec.secret_refs(), pool.get(spec.node))
     except Exception as exc:  # noqa: BLE001 - logs are best effort on the failure path
-        text = [f"(could not read the log: {exc})"]
-    return RankLog(spec.rank, spec.node, [redact(line, spec.env) for line in text])
+        text, masks = [f"(could not read the log: {exc})"], []
+    return RankLog(spec.rank, spec.node, [redact(line, masks) for line in text])
 
 
-def _first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
+def first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
+    """The rank whose container finished first (Docker's FinishedAt, the nodes' clocks), so a
+    peer that exited *because* a rank died is not blamed; a vanished container sorts last."""
     dead = [
         (info.finished_at if info else None, r)
         for r, info in infos.items()
@@ -109,76 +120,136 @@ def wait_ready(
     views = {s.rank: RankView(s.rank, s.node, s.container_name) for s in plan.ranks}
     prober = Prober(plan.endpoint).start()
     next_lines = start
-    settle_until: float | None = None
     try:
         while True:
             fetch_lines = on_update is not None and time.monotonic() >= next_lines
-
-            def look(rank: int, fetch_lines: bool = fetch_lines) -> tuple[ContainerInfo | None, str | None]:
-                spec = plan.rank(rank)
-                conn = pool.get(spec.node)
-                info = inspect(conn, spec.container_name)
-                line = None
-                if fetch_lines and info is not None:
-                    tail = tail_logs(conn, spec.container_name, 1)
-                    line = redact(tail[-1], spec.env) if tail else ""
-                return info, line
-
-            results = fan_out([s.rank for s in plan.ranks], look, where=lambda r: (plan.rank(r).node, r))
-            for o in results.failed:
-                if isinstance(o.error, SparkctlError) or not isinstance(o.error, Exception):
-                    raise o.error  # type: ignore[misc]
-                raise SparkctlError(
-                    f"lost track of rank {o.rank}'s container: {o.error}", node=o.node, rank=o.rank
-                ) from o.error
-            infos: dict[int, ContainerInfo | None] = {}
-            for rank, (info, line) in results.ok.items():
-                spec = plan.rank(rank)
-                infos[spec.rank] = info
-                views[spec.rank].status = info.status if info else "gone"
-                if line is not None:
-                    views[spec.rank].last_line = line
+            infos = _look(pool, plan, [s.rank for s in plan.ranks], views, fetch_lines)
             if fetch_lines:
                 next_lines = time.monotonic() + LAST_LINE_EVERY_S
-
-            dead = _first_dead(infos)
-            if dead is not None and settle_until is None and len(plan.ranks) > 1:
-                # One rank's death takes its peers down within moments, and the engine may report
-                # them in any order: look again shortly, then blame the one that finished first.
-                settle_until = time.monotonic() + SETTLE_S
-            if dead is not None and time.monotonic() >= (settle_until or 0):
-                spec = plan.rank(dead)
-                info = infos[dead]
-                how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
-                others = [r for r, i in infos.items() if r != dead and (i is None or not i.running)]
-                also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
-                raise RankFailedError(
-                    f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
-                    node=spec.node,
-                    rank=dead,
-                    logs=[_rank_logs(pool, spec, FAIL_LOG_LINES)],
-                    fix=log_hint(spec) if log_hint else None,
-                )
+            if any(i is None or not i.running for i in infos.values()):
+                raise _rank_failed(pool, plan, infos, start, log_hint)
             now = time.monotonic()
-            if settle_until is not None:
-                time.sleep(poll)
-                continue
             if prober.ready_at is not None:
+                # Ready means every rank still runs now too (one may have died since the last look).
+                infos = _look(pool, plan, [s.rank for s in plan.ranks], views, False)
+                if any(i is None or not i.running for i in infos.values()):
+                    raise _rank_failed(pool, plan, infos, start, log_hint)
                 return WaitResult(now - start, prober.state, prober.ready_at, list(views.values()))
             if on_update is not None:
                 on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), prober.state))
             if now >= deadline:
-                spec0 = plan.rank(0)
-                logs = [_rank_logs(pool, spec0, FAIL_LOG_LINES)]
-                logs += [_rank_logs(pool, s, 10) for s in plan.ranks[1:]]
-                raise ReadyTimeoutError(
-                    f"endpoint {plan.endpoint.url} not ready within the {budget or now - start:.0f}s deadline "
-                    f"(last probe: {prober.state.detail}); all ranks still running",
-                    node=spec0.node,
-                    logs=logs,
-                    fix="raise engine.ready_timeout (or --timeout) if it is still loading; "
-                    + (log_hint(spec0) if log_hint else "check the logs"),
-                )
+                raise _timed_out(pool, plan, prober, budget or now - start, log_hint)
             time.sleep(poll)
     finally:
         prober.stop()
+
+
+def _look(
+    pool: NodePool, plan: Plan, ranks: list[int], views: dict[int, RankView], fetch_lines: bool
+) -> dict[int, ContainerInfo | None]:
+    """Inspect the ranks' containers in parallel (and their last log line); a node that stopped
+    answering ends the wait as a ConnectError naming it."""
+
+    def look(rank: int) -> tuple[ContainerInfo | None, str | None]:
+        spec = plan.rank(rank)
+        conn = pool.get(spec.node)
+        info = inspect(conn, spec.container_name)
+        line = None
+        if fetch_lines and info is not None:
+            tail = tail_logs(conn, spec.container_name, 1)
+            line = redact(tail[-1], secret_values(spec.secret_refs(), conn)) if tail else ""
+        return info, line
+
+    results = fan_out(ranks, look, where=lambda r: (plan.rank(r).node, r))
+    for o in results.failed:
+        if is_connection_loss(o.error):  # type: ignore[arg-type]
+            raise lost(o.node or "?", o.rank, o.error, f"watching rank {o.rank} start")  # type: ignore[arg-type]
+    infos: dict[int, ContainerInfo | None] = {}
+    for rank, (info, line) in results.values_or_raise().items():
+        infos[rank] = info
+        views[rank].status = info.status if info else "gone"
+        if line is not None:
+            views[rank].last_line = line
+    return infos
+
+
+def _end_group(pool: NodePool, plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict[int, tuple]:
+    """Per rank, in parallel: SIGKILL it if it still runs (the group is rolled back anyway), wait
+    until its engine records the exit, read its log tail. -> {rank: (info, killed, log)}.
+
+    Killing first is what makes the blame right without a fixed wait: an engine may record a
+    death late (the rank that died first can still look running), but it records every exit
+    with its true time, and a rank killed now finishes after any rank that died on its own."""
+    import docker.errors
+
+    def end(rank: int) -> tuple[ContainerInfo | None, bool, RankLog]:
+        spec, info = plan.rank(rank), infos[rank]
+        killed = False
+        if info is not None and info.running:
+            conn = pool.get(spec.node)
+            try:
+                conn.docker().api.kill(spec.container_name)
+                killed = True
+            except docker.errors.APIError:
+                pass  # it stopped (or went) meanwhile: what inspect says next is the truth
+            deadline = time.monotonic() + KILL_SETTLE_S
+            while info is not None and info.running and time.monotonic() < deadline:
+                time.sleep(0.02)
+                info = inspect(conn, spec.container_name)
+        return info, killed, _rank_logs(pool, spec, FAIL_LOG_LINES)
+
+    return fan_out(list(infos), end, where=lambda r: (plan.rank(r).node, r)).values_or_raise()
+
+
+def _rank_failed(
+    pool: NodePool,
+    plan: Plan,
+    infos: dict[int, ContainerInfo | None],
+    start: float,
+    log_hint: Callable[[RankSpec], str] | None,
+) -> RankFailedError:
+    ended = _end_group(pool, plan, infos)
+    dead = first_dead({r: info for r, (info, _k, _log) in ended.items()})
+    assert dead is not None
+    spec, (info, _killed, log) = plan.rank(dead), ended[dead]
+    how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
+    # Ranks that died on their own too (not by the SIGKILL sent just now).
+    others = [r for r, (i, killed, _log) in ended.items()
+              if r != dead and (i is None or (not i.running and not (killed and i.exit_code == 137)))]  # fmt: skip
+    also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
+    logs = [log]
+    close = [r for r in others if _gap(info, ended[r][0]) is not None and _gap(info, ended[r][0]) < CLOSE_S]
+    if close:  # exit times this close can be recorded out of order: say so, show both
+        also = "; " + ", ".join(f"rank {r} exited ({ended[r][0].describe_exit()}) "  # type: ignore[union-attr]
+                                f"{_gap(info, ended[r][0]):.2f}s later" for r in close)  # fmt: skip
+        also += " (which one failed first is not certain: both logs above)"
+        logs += [ended[r][2] for r in close]
+    return RankFailedError(
+        f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
+        node=spec.node,
+        rank=dead,
+        logs=logs,
+        fix=log_hint(spec) if log_hint else None,
+    )
+
+
+def _gap(first: ContainerInfo | None, later: ContainerInfo | None) -> float | None:
+    if first is None or later is None or first.finished_at is None or later.finished_at is None:
+        return None
+    return (later.finished_at - first.finished_at).total_seconds()
+
+
+def _timed_out(
+    pool: NodePool, plan: Plan, prober: Prober, budget: float, log_hint: Callable[[RankSpec], str] | None
+) -> ReadyTimeoutError:
+    spec0 = plan.rank(0)
+    logs = [_rank_logs(pool, spec0, FAIL_LOG_LINES)]
+    logs += [_rank_logs(pool, s, 10) for s in plan.ranks[1:]]
+    return ReadyTimeoutError(
+        f"endpoint {plan.endpoint.url} not ready within the {budget:.0f}s deadline "
+        f"(last probe: {prober.state.detail}); all ranks still running",
+        node=spec0.node,
+        logs=logs,
+        fix="raise engine.ready_timeout (or --timeout) if it is still loading; "
+        + (log_hint(spec0) if log_hint else "check the logs"),
+    )

@@ -68,6 +68,7 @@ class Ctx:
     sysfs_root: str
     checks: Mapping[str, Check]
     pool: NodePool | None = None  # for checks that run something of their own (Launch: the image's parser)
+    deep: bool = False  # WeightsContent rehashes every byte instead of the quick check
 
     @property
     def multi(self) -> bool:

@@ -154,12 +154,13 @@ def run_preflight(
     only: set[str] | frozenset[str] | None = None,
     ignore: set[str] | frozenset[str] = frozenset(),
     sysfs_root: str = "/sys",
+    deep: bool = False,
 ) -> Report:
     """Run the selected checks on the plan's nodes; never raises for what it finds (see Report)."""
     start = time.monotonic()
     selected = validate_names(set(only), "--only") if only is not None else set(CHECKS)
     ignored = validate_names(set(ignore), "--ignore")
-    ctx = Ctx(profile, plan, frozenset(selected), sysfs_root, REGISTRY, pool)
+    ctx = Ctx(profile, plan, frozenset(selected), sysfs_root, REGISTRY, pool, deep)
     checks = _active(ctx)
     gathered = fan_out(plan.nodes, lambda n: _gather(ctx, checks, pool, n))
     facts = {n: o.value if o.ok else NodeFacts(n, connect_error=o.error) for n, o in gathered.items()}

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from sparkctl.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
+from sparkctl.profile.security import ContainerOptions, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -66,6 +67,16 @@ class Node(Strict):
     hf_cache: str | None = Field(None, description="Overrides model.hf_cache on this node.")
     triton_cache: str | None = Field(None, description="Overrides model.triton_cache on this node.")
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return ssh_word(v, "address") or v
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return ssh_word(v, "user")
+
     @property
     def is_local(self) -> bool:
         return self.address == "local"
@@ -83,6 +94,11 @@ class SshSettings(Strict):
     user: str | None = Field(None, description="Default SSH user for all nodes.")
     key: str | None = Field(None, description="Default SSH key for all nodes.")
     port: Port = Field(22, description="Default SSH port.")
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return ssh_word(v, "user")
 
 
 class Fabric(Strict):
@@ -144,13 +160,17 @@ class Secret(Strict):
             raise ValueError("set exactly one of env or file")
         return self
 
+    def resolve(self) -> str | None:
+        """The value on this machine (`verify`/`bench` run here): the variable, or the file if readable."""
+        import os
+        from pathlib import Path
 
-class ContainerOptions(Strict):
-    shm_size: Annotated[str, Field(pattern=r"^\d+[bkmg]?$")] = "32g"
-    privileged: bool = Field(False, description="The TP recipe used --privileged for RDMA device access.")
-    gpus: bool = Field(
-        True, description="Request the node's GPUs via the NVIDIA runtime (false on CPU-only rigs)."
-    )
+        if self.env:
+            return os.environ.get(self.env) or None
+        try:
+            return Path(self.file or "").expanduser().read_text().strip() or None
+        except OSError:
+            return None
 
 
 def _check_args(args: dict[str, ArgValue], engine: str = DEFAULT_ENGINE) -> dict[str, ArgValue]:
@@ -181,7 +201,24 @@ class Engine(Strict):
         min_length=1,
         description="Container command (default: the engine's launcher).",
     )
-    host: str = Field("0.0.0.0", description="--host of the API server.")
+    host: str | None = Field(
+        None,
+        description="--host of the API server (default: the address sparkctl reaches each rank's node at; "
+        "127.0.0.1 for a local node). 0.0.0.0 needs api_key or expose: public.",
+    )
+    expose: Literal["private", "public"] = Field(
+        "private", description="public: binding every interface without an API key is intended."
+    )
+    api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (SGLang --api-key).")
+    admin_api_key: Secret | None = Field(
+        None, description="Key for SGLang's admin routes (else they accept api_key, or nothing without it)."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Let the model repo run its own Python (--trust-remote-code); pin the revision."
+    )
+    offline: bool = Field(
+        True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
+    )
     port: Port = Field(30000, description="--port of the API server (rank 0).")
     served_model_name: str | None = Field(
         None, description="Name clients use (default: last part of the model id)."
@@ -199,6 +236,9 @@ class Engine(Strict):
     sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
+    stop_grace: int = Field(
+        5, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL when `down`/`switch` stop a rank."
+    )
 
     @field_validator("args")
     @classmethod

@@ -48,10 +48,11 @@ class Manifest:
     files: dict[str, FileEntry] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)  # snapshot links whose blob is missing
     marker: str | None = None  # digest recorded when sparkctl finished shipping this snapshot
+    outside: list[list[str]] = field(default_factory=list)  # [rel, where] links leading out of the cache
 
     @property
     def present(self) -> bool:
-        return self.commit is not None and bool(self.files) and not self.broken
+        return self.commit is not None and bool(self.files) and not self.broken and not self.outside
 
     @property
     def hashed(self) -> bool:
@@ -102,11 +103,24 @@ def revision_of(ref: ModelRef) -> str:
 
 @cache
 def node_script() -> str:
-    return (Path(__file__).parent / "_node.py").read_text()
+    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py and _push.py as one stdlib-only script (their
+    in-package imports, marked `# node: strip`, dropped; one `from __future__` line first)."""
+    here = Path(__file__).parent
+    parts = ["from __future__ import annotations"]
+    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_push.py"):
+        skipping = False
+        for line in (here / name).read_text().splitlines():
+            if line.endswith("# node: strip"):
+                skipping = line.rstrip().endswith("(  # node: strip")  # a multi-line import
+            elif skipping:
+                skipping = line != ")"
+            elif line != "from __future__ import annotations":
+                parts.append(line)
+    return "\n".join(parts) + "\n"
 
 
 def node_argv(op: str, *args: str) -> list[str]:
-    """argv that runs one op of the node script (constant code; paths are plain arguments)."""
+    """argv that runs one op of the node program (constant code; paths are plain arguments)."""
     return ["python3", "-c", node_script(), op, *args]
 
 
@@ -143,20 +157,25 @@ def parse_manifest(node: str, model_id: str, revision: str, repo: str, doc: dict
         commit=doc.get("commit"),
         files={rel: FileEntry(v[0], int(v[1]), v[2]) for rel, v in doc.get("files", {}).items()},
         broken=list(doc.get("broken", [])),
+        outside=[list(x) for x in doc.get("outside", [])],
         marker=doc.get("marker"),
     )
 
 
-def snapshot_manifest(conn: Connector, hf_cache: str, model_ref: ModelRef, *, lazy: bool = False) -> Manifest:
+def snapshot_manifest(
+    conn: Connector, hf_cache: str, model_ref: ModelRef, *, lazy: bool = False, deep: bool = False
+) -> Manifest:
     """The manifest of `model_ref` in the node's HF cache (hashes computed on the node, cached there).
 
     `hf_cache` is the node's path (see `plan.hf_cache_for`); a revision may be a commit or a branch in
     refs/. `lazy` hashes nothing new: files not hashed before have sha256 None (ship fills them in
-    while sending, so a first sync reads each file once).
+    while sending, so a first sync reads each file once). Otherwise hashes come from the node's
+    quick check (size, mtime, inode, device unchanged: the cached sha256); `deep` rehashes every byte.
     """
     repo = repo_dir(hf_cache, model_ref.id)
     revision = revision_of(model_ref)
-    doc = run_op(conn, "manifest", repo, revision, *(["lazy"] if lazy else []), timeout=None)
+    mode = ["deep"] if deep else ["lazy"] if lazy else []
+    doc = run_op(conn, "manifest", repo, revision, *mode, timeout=None)
     return parse_manifest(conn.node, model_ref.id, revision, repo, doc)
 
 

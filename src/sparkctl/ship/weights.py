@@ -1,15 +1,16 @@
 """Ship a Hugging Face snapshot: only missing or different files, never leaving a half-done copy.
 
-Order on the peer: the old completion marker is removed first; each file is written under a
-temporary name and renamed once all its bytes arrived (its sha256 computed on the way and cached);
-then the snapshot links, a check of every file's sha256 against the source manifest (files
-written now were hashed as they arrived; files already there use the node's hash cache, keyed by
-size/mtime/inode), refs/<branch>, and the completion marker last. A rerun after any interruption resends only what is not there intact.
+Order on the peer: `begin` removes the old completion marker and leftover part files; the source
+then sends the files straight to the peer (hop.py) over several streams, each whole file written
+under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
+in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
+renames it, makes the snapshot links, checks every file against the source's sha256, writes
+refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
+not there intact.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -17,18 +18,29 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.hfcache import repo_dir
-from sparkctl.ship._node import frame
+from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.manifest import Manifest, dest_paths, diff_files, node_argv, run_op
-from sparkctl.ship.progress import Progress
-from sparkctl.ship.pump import pump, read_chunks
+from sparkctl.ship.hop import hop_error, run_push
+from sparkctl.ship.manifest import (
+    Manifest,
+    WeightsDiff,
+    dest_paths,
+    diff_files,
+    node_argv,
+    node_script,
+    parse_op_result,
+    run_op,
+)
+from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.ship.hop import Transfers
 
-CHUNK = 1 << 20
 SPACE_MARGIN = 64 << 20
+RANGE_MIN = 64 << 20  # files smaller than this are never split
+ALIGN = 1 << 20
 
 
 @dataclass
@@ -38,186 +50,289 @@ class WeightsResult:
     commit: str
     action: str  # "skipped" | "shipped" | "repaired" (nothing to send, links/marker redone)
     digest: str
+    source: str = ""
+    check: str = "quick"  # "quick" (size+mtime+inode cache, like rsync) | "deep" (every byte rehashed)
     bytes_sent: int = 0
     files_sent: int = 0
     files_kept: int = 0
+    streams: int = 0
     seconds: float = 0.0
 
     def to_json(self) -> dict:
         return {"what": f"weights:{self.model}", **self.__dict__}
 
 
-def ship_weights(
-    source: Manifest,
-    src: Connector,
-    peer: Connector,
-    peer_hf_cache: str,
-    progress: Progress,
-    *,
-    check_space: bool = True,
-    dry_run: bool = False,
-) -> WeightsResult:
-    """`source` may be lazy (some sha256 None): files the peer lacks are hashed while being sent."""
-    assert source.commit is not None
-    key = f"{peer.node}:{source.model_id}"
-    repo = repo_dir(peer_hf_cache, source.model_id)
-    probe = run_op(peer, "probe", repo, payload={"commit": source.commit, "paths": dest_paths(source)})
-    diff = diff_files(source, probe["hashes"])
-    if diff.unknown:  # the peer has these: hash them on the source to compare
-        hashed = run_op(src, "probe", source.repo_dir, payload={"paths": diff.unknown})["hashes"]
+def plan_streams(send: dict[str, int], n: int) -> tuple[list[list[tuple[str, int | None, int]]], list[str]]:
+    """Spread files over n streams, largest first onto the least loaded; a file larger than an
+    even share (and RANGE_MIN) is cut into ranges. Returns (streams of (dest, offset|None, length),
+    the dests sent in ranges)."""
+    n = max(1, n)
+    total = sum(send.values())
+    share = -(-total // n)
+    pieces: list[tuple[str, int | None, int]] = []
+    ranged: list[str] = []
+    for dest, size in sorted(send.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n > 1 and size >= RANGE_MIN and size > share:
+            step = -(-size // min(n, -(-size // RANGE_MIN)) // ALIGN) * ALIGN
+            pieces += [(dest, off, min(step, size - off)) for off in range(0, size, step)]
+            ranged.append(dest)
+        else:
+            pieces.append((dest, None, size))
+    streams: list[list[tuple[str, int | None, int]]] = [[] for _ in range(min(n, len(pieces)) or 1)]
+    load = [0] * len(streams)
+    for piece in sorted(pieces, key=lambda p: -p[2]):
+        i = load.index(min(load))
+        streams[i].append(piece)
+        load[i] += piece[2]
+    return streams, ranged
+
+
+def identical(source: Manifest, peer_doc: dict | None) -> bool:
+    """The peer's own manifest (one round trip) already equals the source's, and is marked complete."""
+    if not peer_doc or not source.hashed or peer_doc.get("commit") != source.commit:
+        return False
+    files = {rel: (f.sha256, f.size, f.blob) for rel, f in source.files.items()}
+    theirs = {rel: tuple(v) for rel, v in peer_doc.get("files", {}).items()}
+    return files == theirs and not peer_doc.get("broken") and peer_doc.get("marker") == source.digest
+
+
+@dataclass
+class WeightsPeer:
+    """A peer of one model: its connector, HF cache path, the ssh argv that reaches it from another
+    node, and its own manifest doc from the `state` round trip (None: not gathered)."""
+
+    conn: Connector
+    hf_cache: str
+    hop: list[str]
+    doc: dict | None = None
+
+
+@dataclass
+class _Need:
+    peer: WeightsPeer
+    repo: str
+    diff: WeightsDiff
+    result: WeightsResult
+    probe: dict  # the peer's probe: hashes by destination, marker, free space
+
+
+def ship_weights(source: Manifest, src: Connector, peers: list[WeightsPeer], progress: Progress, *,
+                 transfers: Transfers, streams: int = 1, deep: bool = False, check_space: bool = True,
+                 dry_run: bool = False) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """Every peer that lacks files of the snapshot gets them in one pass from the source (several
+    peers: a pipeline through them, each byte leaving the source once). `source` may be lazy (some
+    sha256 None): files the peers lack are hashed while being sent."""
+    out: dict[str, WeightsResult | SparkctlError] = {}
+    needs: list[_Need] = []
+    for peer, outcome in fan_out([p.conn.node for p in peers], lambda n: _compare(
+            source, next(p for p in peers if p.conn.node == n), deep), cancel=transfers.cancel).items():  # fmt: skip
+        if not outcome.ok:
+            out[peer] = (
+                outcome.error
+                if isinstance(outcome.error, SparkctlError)
+                else ShipError(str(outcome.error), node=peer)
+            )
+        elif isinstance(outcome.value, WeightsResult):
+            out[peer] = outcome.value
+        else:
+            needs.append(outcome.value)
+    unknown = sorted({d for n in needs for d in n.diff.unknown})
+    if unknown:  # peers have these: hash them on the source to compare
+        mode = ["deep"] if deep else []
+        hashed = run_op(src, "probe", source.repo_dir, *mode, payload={"paths": unknown})["hashes"]
         source = source.with_hashes({d: v[0] for d, v in hashed.items() if v})
-        diff = diff_files(source, probe["hashes"])
-    result = WeightsResult(peer.node, source.model_id, source.commit, "skipped", "", files_kept=diff.have)
-    if not diff.send and source.hashed and probe.get("marker") == source.digest:
-        result.digest = source.digest
-        progress.start(key, f"{peer.node} {source.model_id}", 0)
-        progress.finish(key, "identical, skipped")
+    for need in needs:
+        out.update(_settle_need(source, need, check_space, dry_run, progress))
+    todo = [n for n in needs if n.peer.conn.node not in out]
+    if todo:
+        out.update(_copy(source, src, todo, progress, transfers, streams))
+    return out
+
+
+def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult | _Need:
+    """Skip when the peer's own manifest already equals the source's (no extra round trip); else
+    probe the peer's files by destination (hashing what it has) and diff."""
+    assert source.commit is not None
+    node = peer.conn.node
+    result = WeightsResult(
+        node, source.model_id, source.commit, "skipped", "", source.node, "deep" if deep else "quick"
+    )
+    if identical(source, peer.doc):
+        result.digest, result.files_kept = source.digest, len(source.files)
         return result
+    repo = repo_dir(peer.hf_cache, source.model_id)
+    mode = ["deep"] if deep else []
+    probe = run_op(
+        peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
+    )
+    return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
+
+
+def _settle_need(source: Manifest, need: _Need, check_space: bool, dry_run: bool,
+                 progress: Progress) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """Final diff of one peer; a result when nothing moves (identical, dry run) or an error (disk)."""
+    node, probe = need.peer.conn.node, need.probe
+    diff = need.diff = diff_files(source, probe["hashes"])  # again: the source may have hashed more
+    need.result.files_kept = diff.have
+    key = f"{node}:{source.model_id}"
+    if not diff.send and source.hashed and probe.get("marker") == source.digest:
+        need.result.digest = source.digest
+        progress.start(key, f"{node} {source.model_id}", 0)
+        progress.finish(key, _skip_note(need.result.check))
+        return {node: need.result}
     free = int(probe["free"])
     if check_space and diff.bytes + SPACE_MARGIN > free:
-        raise DiskFullError(
+        return {node: DiskFullError(
             f"not enough disk for {source.model_id}: {human_bytes(diff.bytes)} to copy, {human_bytes(free)} free "
-            f"under {peer_hf_cache}",
-            node=peer.node,
-            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
-        )
+            f"under {need.peer.hf_cache}", node=node,
+            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`")}  # fmt: skip
     if dry_run:
-        result.action = "would ship"
-        result.bytes_sent, result.files_sent = diff.bytes, len(diff.send)
-        return result
+        need.result.action = "would ship"
+        need.result.bytes_sent, need.result.files_sent = diff.bytes, len(diff.send)
+        return {node: need.result}
+    return {}
+
+
+def _skip_note(check: str) -> str:
+    return (
+        "identical, every byte rehashed" if check == "deep" else "identical by quick check (size+mtime+inode)"
+    )
+
+
+def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progress, transfers: Transfers,
+          streams: int) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+    """begin on every peer, one push through all that need bytes, finish on every peer."""
     t0 = time.monotonic()
-    progress.start(key, f"{peer.node} {source.model_id}", diff.bytes)
-    plan = {
+    for n in todo:
+        progress.start(f"{n.peer.conn.node}:{source.model_id}",
+                       f"{n.peer.conn.node} {source.model_id} (from {src.node})", n.diff.bytes)  # fmt: skip
+    out: dict[str, WeightsResult | SparkctlError] = {}
+    by_node = {n.peer.conn.node: n for n in todo}
+    begun = fan_out(list(by_node), lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
+                    cancel=transfers.cancel)  # fmt: skip
+    for o in begun.failed:
+        out[o.key] = o.as_error()
+    todo = [n for n in todo if n.peer.conn.node not in out]
+    senders = [n for n in todo if n.diff.send]
+    arrived: dict[str, dict] = {n.peer.conn.node: {"written": {}, "ranged": {}} for n in todo}
+    if senders:
+        send = {d: s for n in senders for d, s in n.diff.send.items()}
+        plan, ranged_dests = plan_streams(send, streams)
+        sent = _push(src, source, senders, plan, ranged_dests, transfers, progress)
+        source = source.with_hashes({**sent["hashes"], **sent["ranged"]})
+        for n in senders:
+            node = n.peer.conn.node
+            if isinstance(sent["peers"][node], SparkctlError):
+                out[node] = sent["peers"][node]
+            else:
+                arrived[node] = {"written": sent["peers"][node], "ranged": sent["ranged"]}
+                n.result.bytes_sent, n.result.files_sent, n.result.streams = (
+                    sent["bytes"],
+                    len(n.diff.send),
+                    len(plan),
+                )
+    todo = [n for n in todo if n.peer.conn.node not in out]
+    done = fan_out([n.peer.conn.node for n in todo], lambda k: _finish(source, by_node[k], arrived[k], progress, t0),
+                   cancel=transfers.cancel)  # fmt: skip
+    for o in done.values():
+        out[o.key] = o.value if o.ok else o.as_error()
+    return out
+
+
+def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
+    node = need.peer.conn.node
+    plan_doc = {
         "commit": source.commit,
         "revision": source.revision,
         "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
     }
-    done = _transfer(src, source, peer, repo, plan, sorted(diff.send), progress, key)
+    done = run_op(need.peer.conn, "finish", need.repo, payload={"plan": plan_doc, **arrived})
     if not done["ok"]:
         raise ShipError(
             f"{source.model_id} on the node does not match the source after the copy: "
             + ", ".join(done["mismatch"][:3]),
-            node=peer.node,
+            node=node,
             fix=RERUN,
         )
-    result.action = "shipped" if diff.send else "repaired"
+    result = need.result
+    result.action = "shipped" if need.diff.send else "repaired"
     result.digest = done["digest"]
-    result.bytes_sent = int(done["bytes"])
-    result.files_sent = int(done["files_written"])
     result.seconds = time.monotonic() - t0
-    progress.finish(key, f"verified ({diff.have} file(s) already there)")
+    progress.finish(f"{node}:{source.model_id}", f"verified ({need.diff.have} file(s) already there)")
     return result
 
 
-def _transfer(
-    src: Connector,
-    source: Manifest,
-    peer: Connector,
-    repo: str,
-    plan: dict,
-    paths: list[str],
-    progress: Progress,
-    key: str,
-) -> dict:
-    """Plan line, then the source's `send` stream (if any) -> this process -> peer `recv`.
-
-    Returns the receiver's report (verification, digest, bytes)."""
-    sender = src.popen(node_argv("send", source.repo_dir)) if paths else None
-    receiver = None
-    moved = 0
-    try:
-        if sender is not None:
-            sender.stdin.write(json.dumps({"paths": paths}).encode())
-            sender.close_stdin()
-        receiver = peer.popen(node_argv("recv", repo))
-        receiver.stdin.write(frame({"plan": plan}))
-        if sender is None:
-            receiver.stdin.write(frame({"end": True, "hashes": {}}))  # nothing to copy
-        else:
-
-            def count(n: int) -> None:
-                nonlocal moved
-                moved += n
-                progress.advance(key, n)
-
-            pump(read_chunks(sender.stdout.read, CHUNK), receiver.stdin.write, count)
-        receiver.close_stdin()
-        rc = receiver.wait()
-        src_rc = sender.wait() if sender is not None else 0
-        out = receiver.stdout.read()
-    except SparkctlError:
-        _kill(sender, receiver)
-        raise
-    except Exception as exc:  # noqa: BLE001 - socket/SSH errors all mean "the connection broke"
-        # The receiver may have stopped on purpose (disk full): its own report wins if it has one.
-        err = _exit_report(receiver)
-        _kill(sender, receiver)
-        if err.get("error"):
-            _raise_receiver_error(err, source, peer)
+def _push(src: Connector, source: Manifest, senders: list[_Need], plan: list, ranged: list[str],
+          transfers: Transfers, progress: Progress) -> dict:  # fmt: skip
+    """The source sends through the chain of peers; per peer the files written or its error."""
+    known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
+    chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
+    req = {"repo": source.repo_dir, "streams": plan, "chain": chain, "prog": node_script(),
+           "ranged": {d: known.get(d) for d in ranged}}  # fmt: skip
+    fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
+    res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
+    peers: dict[str, dict | SparkctlError] = {}
+    for n in senders:
+        node, written = n.peer.conn.node, {}
+        try:
+            for stream in res["streams"]:
+                written.update(_stream_result(stream, n, source, src.node, res["errors"]))
+        except SparkctlError as exc:
+            peers[node] = exc
+            continue
+        peers[node] = written
+    if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
         raise ShipError(
-            f"connection lost while copying {source.model_id} after {human_bytes(moved)}: {exc or type(exc).__name__}; "
-            "files that arrived whole are kept",
-            node=peer.node,
-            fix=RERUN,
-        ) from None
-    except BaseException:
-        _kill(sender, receiver)
-        raise
-    if rc != 0:
-        err = _error_doc(receiver.read_stderr())
-        # A stream cut short on the receiving side is the source's failure when the sender failed.
-        if not (err.get("error") == "truncated" and src_rc != 0 and sender is not None):
-            _raise_receiver_error(err or {"raw": f"exit {rc}"}, source, peer)
-    if src_rc != 0 and sender is not None:
-        raise ShipError(
-            f"reading {source.model_id} on the source failed: {sender.read_stderr().strip()[-300:]}",
-            node=src.node,
-            fix=RERUN,
+            f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
         )
-    try:
-        return json.loads(out.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise ShipError(f"receiving {source.model_id} printed no report", node=peer.node, fix=RERUN) from None
+    return {**res, "peers": peers}
 
 
-def _exit_report(proc) -> dict:  # noqa: ANN001 - connector process
-    if proc is None:
-        return {}
-    try:
-        proc.wait(timeout=5)
-        return _error_doc(proc.read_stderr())
-    except Exception:  # noqa: BLE001 - the link itself is gone: no report to read
-        return {}
+def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
+    node = need.peer.conn.node
+    got = stream.get(node)
+    if got is None:
+        raise ShipError(f"{source.model_id} never reached this node: a node before it in the pipeline failed",
+                        node=node, fix=RERUN)  # fmt: skip
+    host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
+    err = hop_error(src, node, host, got["rc"], got["err"])
+    if err is not None:
+        raise err
+    if got["rc"] != 0:
+        _raise_receiver_error(_error_doc(got["err"]), source, node, send_errors, src)
+    return _error_doc(got["out"]).get("written", {})
 
 
-def _raise_receiver_error(err: dict, source: Manifest, peer: Connector) -> None:
+def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: list[str], src: str) -> None:
     if err.get("error") == "enospc":
         raise DiskFullError(
-            f"disk full while copying {source.model_id} ({err.get('message', '')}); "
-            "the partial file was removed",
-            node=peer.node,
+            f"disk full while copying {source.model_id} ({err.get('message', '')}); the partial file was removed",
+            node=peer,
             fix="free disk under the HF cache, then rerun `sparkctl ship`",
+        )
+    if err.get("error") == "unsafe":
+        raise ShipError(f"refused to write {source.model_id}: {err.get('message')}", node=peer,
+                        fix="the source's snapshot has a name outside the HF cache layout: re-download it there")  # fmt: skip
+    if err.get("error") == "truncated" and send_errors:
+        raise ShipError(
+            f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN
         )
     raise ShipError(
         f"receiving {source.model_id} failed: {err.get('message') or err.get('raw') or 'no report'}",
-        node=peer.node,
+        node=peer,
         fix=RERUN,
     )
 
 
-def _kill(*procs) -> None:  # noqa: ANN002 - connector processes
-    for proc in procs:
-        if proc is not None:
-            with contextlib.suppress(Exception):  # best effort on an already broken link
-                proc.kill()
-
-
-def _error_doc(stderr: str) -> dict:
-    for line in reversed(stderr.strip().splitlines()):
+def _error_doc(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
         try:
             doc = json.loads(line)
         except ValueError:
             continue
         if isinstance(doc, dict):
             return doc
-    return {"raw": stderr.strip().splitlines()[-1] if stderr.strip() else ""}
+    return {"raw": text.strip().splitlines()[-1] if text.strip() else ""}
+
+
+__all__ = ["WeightsPeer", "WeightsResult", "identical", "parse_op_result", "plan_streams", "ship_weights"]

@@ -128,7 +128,7 @@ def make_client(url: str, timeout_s: float = 60.0, api_key: str | None = None) -
     except ImportError as exc:
         raise UsageError(
             "the 'openai' package is not installed",
-            fix="pip install 'sparkctl[verify]' (or: pip install openai)",
+            fix="python3 -m pip install openai (or reinstall: python3 -m pip install -e .)",
         ) from exc
     return openai.OpenAI(
         base_url=api_base(url),

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
+from sparkctl.hardening import auth_flags
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -36,6 +37,8 @@ class SGLang:
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         defaults = profile.engine.recipe_defaults
         args: dict[str, ArgValue] = dict(F.RECIPE_DEFAULT_ARGS) if defaults else {}
+        if profile.engine.trust_remote_code:
+            args["trust-remote-code"] = True
         args.update(profile.engine.args)
         args.update(mode.args)
         if defaults and all(_is_gb10(profile.node(n)) for n in mode.nodes):
@@ -57,12 +60,13 @@ class SGLang:
         return flags
 
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
-        argv = list(profile.engine.command) + self.model_flags(profile) + F.render_args(args)
+        # Keys go in SGLang's --config file (hardening.auth_flags): never on a process list.
+        argv = list(profile.engine.command) + self.model_flags(profile) + F.render_args(args) + auth_flags(profile)
         argv += ["--tp", str(layout.tp)]
         if layout.nnodes > 1:
             argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]
             argv += ["--dist-init-addr", layout.dist_init_addr or ""]
-        return argv + ["--host", profile.engine.host, "--port", str(profile.engine.port)]
+        return argv + ["--host", layout.host, "--port", str(profile.engine.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
         if layout.nnodes > 1 and node.fabric is not None:

@@ -25,11 +25,15 @@ MANAGED_FLAGS: dict[str, str] = {
     "nccl-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",
     "speculative-draft-model-path": "model.draft.id",
     "speculative-draft-model-revision": "model.draft.revision",
+    "trust-remote-code": "engine.trust_remote_code",
+    "api-key": "engine.api_key (a secret: env: or file:)",
+    "admin-api-key": "engine.admin_api_key (a secret: env: or file:)",
+    "config": "engine.api_key (sparkctl passes the keys to SGLang in a --config file)",
 }
 
 # The reference recipe's serving defaults (recipe.md): each one fixes a measured problem.
+# --trust-remote-code is not one of them: remote code is opt-in (engine.trust_remote_code).
 RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
-    "trust-remote-code": True,
     "stream-interval": 1,  # one token per SSE event: chunk-counting clients otherwise report ~4x low
     "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
 }

@@ -5,6 +5,7 @@ and snapshot sizes (`du`, measured only where a check asks for them)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,7 +89,9 @@ class WeightsContent(Check):
         if ctx.multi:  # hashed on the node (cached there), beside the node's other probes
             cache = ctx.hf_cache(node)
             for _, ref in ctx.model_refs():
-                out[f"manifest:{ref.id}"] = Task(lambda conn, _, ref=ref: snapshot_manifest(conn, cache, ref))
+                out[f"manifest:{ref.id}"] = Task(
+                    lambda conn, _, ref=ref: snapshot_manifest(conn, cache, ref, deep=ctx.deep)
+                )
         return out
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
@@ -103,7 +106,14 @@ class WeightsContent(Check):
             manifests = {n: facts[n].result(f"manifest:{ref.id}") for n in commits}
             manifests = {n: m for n, m in manifests.items() if m is not None}
             out += check_weights_content(role, ref.id, manifests, ctx.rank0)
-        return out
+        # Say how content was compared: the cached hashes are rsync's quick check (size+mtime+inode).
+        how = "every byte rehashed" if ctx.deep else "quick check: size+mtime+inode, --deep rehashes"
+        return [
+            dataclasses.replace(f, message=f"{f.message[:-1]}; {how})")
+            if f.severity == OK and f.message.endswith(")")
+            else f
+            for f in out
+        ]
 
 
 def check_weights(role: str, repo_id: str, revision: str | None, listings: Mapping[str, RepoListing],
@@ -112,8 +122,11 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
     out: list[Finding] = []
     commits: dict[str, str] = {}
     rev = revision or "main"
+    # Shipping needs a node that has the model; when none has it, the fix is a download.
+    anywhere = any(resolve_revision(x, revision) for x in listings.values())
     for node, listing in listings.items():
         commit = resolve_revision(listing, revision)
+        download = f"`HF_HOME={cache_dirs[node]} hf download {repo_id} --revision {rev}` on {node}"
         if commit is None:
             seen = (
                 "no snapshot"
@@ -122,8 +135,8 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
             )
             why = "not in the cache" if not listing.exists else f"revision {rev} not found ({seen})"
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: {why} under {cache_dirs[node]}",
-                               f"`sparkctl ship --weights --to {node}` from a node that has it, or "
-                               f"`huggingface-cli download {repo_id} --revision {rev}` there", node=node))  # fmt: skip
+                               f"`sparkctl ship --weights --to {node}` (another node has it), or {download}"
+                               if anywhere else f"no node has it, download it: {download}", node=node))
         elif listing.snapshots.get(commit, 0) == 0:
             out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: snapshot {commit[:12]} is empty",
                                f"re-download or `sparkctl ship --weights --to {node}`", node=node))  # fmt: skip

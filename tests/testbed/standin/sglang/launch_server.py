@@ -10,11 +10,23 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
+  STANDIN_PEER_LOSS_EXIT_S=<s>            exit (code 3) this long after a peer went away (default 1)
+  STANDIN_STALL_AFTER=<s>                 s seconds after ready, generation fails (HTTP 500) while
+                                          /v1/models and /health still answer: a stuck engine
+  STANDIN_SIGTERM=exit|default|ignore     exit: a handler exits at once (default); default: no
+                                          handler, like a plain Python engine (as PID 1 without
+                                          an init it then ignores SIGTERM); ignore: SIG_IGN, an
+                                          engine that never stops on SIGTERM, init or not
   STANDIN_METRICS="running=4,queue_step=1,..."  /metrics gauges and rates (see METRIC_DEFAULTS)
+
+Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
+`key: value` lines); with a key every route but /health*, /ready and /metrics answers 401
+without `Authorization: Bearer <key>`.
 
 argv and env are written to /tmp/standin-record.json (full) and logged as one line
 `STANDIN_RECORD {...}` (values of secret-looking variables masked); `STANDIN_LEAK_ENV=NAME`
-prints that variable raw, like an engine that logs its token.
+prints that variable raw, `STANDIN_LEAK_FILES=a,b` those files' content, like an engine that
+logs its token.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ PHASES = ("start", "rendezvous", "load", "warmup", "serve")
 
 class State:
     ready = False
+    ready_at = 0.0
     args: argparse.Namespace
     peers: list[socket.socket] = []
 
@@ -57,7 +70,31 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
     p.add_argument("--enable-metrics", action="store_true")
-    return p.parse_known_args(argv)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--admin-api-key", default=None)
+    return p.parse_known_args(with_config(argv))
+
+
+def with_config(argv: list[str]) -> list[str]:
+    """SGLang's --config merge: the YAML file's options first, then the command line's."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    path, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
+    extra: list[str] = []
+    with open(path) as fh:
+        for line in fh:
+            key, sep, value = line.strip().partition(":")
+            if sep and key:
+                value = value.strip()
+                extra += [f"--{key.strip()}", json.loads(value) if value.startswith('"') else value]
+    return extra + rest
+
+
+def authorized(handler: BaseHTTPRequestHandler, path: str) -> bool:
+    if path.startswith(("/health", "/ready", "/metrics")) or not State.args.api_key:
+        return True
+    return handler.headers.get("Authorization", "") == f"Bearer {State.args.api_key}"
 
 
 def fail_spec(rank: int) -> set[str]:
@@ -87,6 +124,9 @@ def record(argv: list[str]) -> None:
     leak = os.environ.get("STANDIN_LEAK_ENV")
     if leak:
         log(f"STANDIN: {leak}={os.environ.get(leak, '')}")
+    for path in filter(None, os.environ.get("STANDIN_LEAK_FILES", "").split(",")):  # e.g. HF_TOKEN_PATH's file
+        with open(path) as fh:
+            log(f"STANDIN: {path}={fh.read().strip()}")
 
 
 # ------------------------------------------------------------------ rendezvous
@@ -103,6 +143,8 @@ def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     except OSError:
         pass
     log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
+    # A real engine notices a dead peer later still (NCCL watchdog): the death it follows stays first.
+    time.sleep(float(os.environ.get("STANDIN_PEER_LOSS_EXIT_S", "1")))
     os._exit(3)
 
 
@@ -289,7 +331,9 @@ class Rank0Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         args, path = State.args, self.path.split("?")[0]
-        if path in ("/health", "/health_generate", "/ready"):
+        if not authorized(self, path):
+            self.reply(401, {"error": "Unauthorized"})
+        elif path in ("/health", "/health_generate", "/ready"):
             self.reply(200 if State.ready else 503, "" if State.ready else "not ready", "text/plain")
         elif path == "/v1/models":
             name = served_name(args)
@@ -336,10 +380,16 @@ class Rank0Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self.reply(400, {"error": "bad json"})
         path = self.path.split("?")[0]
+        if not authorized(self, path):
+            return self.reply(401, {"error": "Unauthorized"})
         if path not in ("/v1/chat/completions", "/v1/completions", "/generate"):
             return self.reply(404, {"detail": "Not Found"})
         if not State.ready:
             return self.reply(503, {"error": "server not ready"})
+        stall = os.environ.get("STANDIN_STALL_AFTER")
+        if stall and time.monotonic() - State.ready_at > float(stall):
+            log("STANDIN: generation stalled (STANDIN_STALL_AFTER)")
+            return self.reply(500, {"error": "stand-in engine stalled"})
         text = "Hello from the sparkctl stand-in engine."
         usage = {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
         created, rid = int(time.time()), f"standin-{time.time_ns()}"
@@ -419,8 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parse(argv)
     State.args = args
     rank = args.node_rank
-    # PID 1 ignores SIGTERM unless handled: `docker stop` must not wait for the kill timeout.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    on_term = os.environ.get("STANDIN_SIGTERM", "exit")
+    if on_term == "exit":
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    elif on_term == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record(argv)
     log(
         f"server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp}, nnodes={args.nnodes}, "
@@ -448,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)
     log("Capture cuda graph end. Time elapsed: 0.01 s. mem usage=0.50 GB. avail mem=37.50 GB.", rank)
     if rank == 0:
+        State.ready_at = time.monotonic()
         State.ready = True
         log("The server is fired up and ready to roll!")
     else:

@@ -1,0 +1,184 @@
+"""The security half of planning (pure, no I/O): container privileges, secret delivery, API binding.
+
+`plan.py` calls these; docs/security.md explains every default. Nothing here reads a secret value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sparkctl.profile.security import ALL_INTERFACES, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
+from sparkctl.secrets import SecretFile, SecretRef
+
+if TYPE_CHECKING:
+    from sparkctl.profile.schema import Mode, Node, Profile
+
+SECRETS_DIR = "/run/secrets"
+SGLANG_AUTH_CONFIG = f"{SECRETS_DIR}/sparkctl-sglang.yaml"  # SGLang's --config: keys stay off argv
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # path on the node
+    target: str  # path in the container
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`docker run` options of one rank: the profile's engine.container resolved (GPU ids, rdma preset)."""
+
+    network_mode: str = "host"
+    ipc_mode: str = "private"  # "private" (own /dev/shm of shm_size) or "host"
+    shm_size: str | None = DEFAULT_SHM  # None under ipc host, where Docker ignores it
+    privileged: bool = False
+    gpus: str | None = "all"  # "all", "0,1" (device ids) or None for no GPU request
+    rdma_devices_dir: str | None = None  # the rdma preset: every device node found there at start
+    devices: list[str] = field(default_factory=list)
+    cap_add: list[str] = field(default_factory=list)
+    ulimits: dict[str, int] = field(default_factory=dict)  # soft = hard; -1 = unlimited
+
+    def describe(self) -> str:
+        """One line for `plan`."""
+        parts = [f"{self.network_mode} net", f"{self.ipc_mode} ipc"]
+        if self.shm_size:
+            parts.append(f"shm {self.shm_size}")
+        parts.append(f"gpus {self.gpus or 'none'}")
+        if self.rdma_devices_dir:
+            parts.append(f"rdma devices {self.rdma_devices_dir}/*")
+        parts += [f"device {d}" for d in self.devices]
+        if self.cap_add:
+            parts.append("cap_add " + ",".join(self.cap_add))
+        parts += [f"ulimit {k}={'unlimited' if v < 0 else v}" for k, v in self.ulimits.items()]
+        if self.privileged:
+            parts.append("PRIVILEGED")
+        return ", ".join(parts)
+
+
+def uses_rdma(profile: Profile, mode: Mode) -> bool:
+    """The rdma preset applies to multi-node modes over RoCE; solo modes never get RDMA devices."""
+    preset = profile.engine.container.preset
+    if preset == "none" or len(mode.nodes) < 2:
+        return False
+    return preset == "rdma" or profile.fabric.transport == "roce"
+
+
+def _shared_machine(profile: Profile, mode: Mode) -> bool:
+    addrs = [profile.node(n).address for n in mode.nodes]
+    return len(set(addrs)) < len(addrs)
+
+
+def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOptions:
+    opts = profile.engine.container
+    ipc = opts.ipc
+    if ipc == "auto":
+        # One container per node holds all of that node's GPUs, so NCCL's shared memory stays in
+        # its own IPC namespace; only ranks sharing one machine need the host's.
+        ipc = "host" if _shared_machine(profile, mode) else "private"
+    rdma = uses_rdma(profile, mode)
+    ulimits = {k: (-1 if v == "unlimited" else int(v)) for k, v in opts.ulimits.items()}
+    caps = list(opts.cap_add)
+    if rdma:
+        ulimits = {**RDMA_ULIMITS, **ulimits}
+        caps = [*RDMA_CAPS, *(c for c in caps if c not in RDMA_CAPS)]
+    return RunOptions(
+        ipc_mode=ipc,
+        shm_size=None if ipc == "host" else (opts.shm_size or DEFAULT_SHM),
+        privileged=opts.privileged,
+        gpus=gpus,
+        rdma_devices_dir=opts.rdma_devices_dir if rdma else None,
+        devices=list(opts.devices),
+        cap_add=caps,
+        ulimits=ulimits,
+    )
+
+
+def secret_delivery(
+    profile: Profile, node: Node, node_path: Callable[[str, Node, Profile], str]
+) -> tuple[dict[str, str], list[Mount], list[SecretFile]]:
+    """env (paths only), read-only mounts and secret files of a rank.
+
+    Every secret reaches the container as a file and `<NAME>_PATH` (HF_TOKEN -> HF_TOKEN_PATH,
+    which huggingface_hub reads): `docker inspect` and /proc/<pid>/environ never show a value.
+    """
+    env: dict[str, str] = {}
+    mounts: list[Mount] = []
+    files: list[SecretFile] = []
+    for name, secret in profile.engine.secrets.items():
+        target = f"{SECRETS_DIR}/{name}"
+        env[f"{name}_PATH"] = target
+        if secret.env:
+            files.append(SecretFile(target, SecretRef(name=name, env=secret.env)))
+        else:
+            source = node_path(secret.file or "", node, profile)
+            mounts.append(Mount(source, target, read_only=True))
+            files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
+    for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
+        if secret is not None:
+            files.append(SecretFile(SGLANG_AUTH_CONFIG, secret_ref(key, secret, node, profile, node_path), key))
+    return env, mounts, files
+
+
+def secret_ref(name: str, secret: object, node: Node, profile: Profile, node_path: Callable[[str, Node, Profile], str]) -> SecretRef:
+    env = getattr(secret, "env", None)
+    if env:
+        return SecretRef(name=name, env=env)
+    return SecretRef(name=name, file=node_path(getattr(secret, "file", "") or "", node, profile), node=node.name)
+
+
+def auth_flags(profile: Profile) -> list[str]:
+    """SGLang 0.5.23 takes the keys only as --api-key/--admin-api-key or from a --config YAML file:
+    the file keeps them off every process list."""
+    if profile.engine.api_key is None and profile.engine.admin_api_key is None:
+        return []
+    return ["--config", SGLANG_AUTH_CONFIG]
+
+
+def bind_host(profile: Profile, node: Node, rank: int) -> str:
+    """--host of a rank: the profile's choice (rank 0 serves the API; a specific address of rank 0
+    cannot be bound on the other nodes), else the address sparkctl reaches the node at."""
+    host = profile.engine.host
+    if host is not None and (rank == 0 or host in ALL_INTERFACES):
+        return host
+    return "127.0.0.1" if node.is_local else node.address
+
+
+def endpoint_host(profile: Profile, rank0: Node) -> str:
+    host = profile.engine.host
+    if host is not None and host not in ALL_INTERFACES:
+        return host.strip("[]")
+    return "127.0.0.1" if rank0.is_local else rank0.address
+
+
+def binds_everywhere(profile: Profile) -> bool:
+    return profile.engine.host in ALL_INTERFACES
+
+
+def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
+    """What `plan` (and preflight, as findings) says about the security of this launch."""
+    eng = profile.engine
+    out: list[str] = []
+    if eng.container.privileged:
+        out.append(
+            "engine.container.privileged: true gives the containers every device and capability; "
+            "the rdma preset (devices, IPC_LOCK, memlock) is what NCCL over RoCE needs"
+        )
+    if binds_everywhere(profile) and eng.api_key is None:
+        level = "public on purpose (expose: public)" if eng.expose == "public" else "an ERROR in preflight"
+        out.append(f"the API listens on every interface without engine.api_key: {level}")
+    if eng.trust_remote_code:
+        out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
+    for what, ref in (("model.target", profile.model.target), ("model.draft", profile.model.draft)):
+        if ref is not None and not is_pinned(ref.revision):
+            out.append(
+                f"{what}.revision is {ref.revision or 'unset (main)'}: pin a commit so every node serves "
+                "the bytes you reviewed"
+            )
+    return out
+
+
+def is_pinned(revision: str | None) -> bool:
+    """A full or abbreviated commit hash (7..40 hex digits), not a branch or tag."""
+    return bool(revision) and 7 <= len(revision or "") <= 40 and all(c in "0123456789abcdef" for c in revision or "")

@@ -1,0 +1,40 @@
+"""`up --dry-run`: what `up` would stop and start, from the same read-only steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkctl.connectors.pool import NodePool
+from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle.readiness import probe
+from sparkctl.lifecycle.up import choose_mode, involved_nodes, observe, reconcile, resolve_plan, settle
+from sparkctl.plan import Plan, RankSpec, build_plan
+from sparkctl.profile.schema import Profile
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What `up` would do, computed read-only (`up --dry-run`)."""
+
+    plan: Plan
+    stop: list[ContainerInfo]
+    start: list[RankSpec]  # in start order: ranks >= 1, then rank 0
+
+    @property
+    def noop(self) -> bool:
+        return not self.stop and not self.start
+
+    def to_json(self) -> dict:
+        return {"plan": self.plan.to_json(), "noop": self.noop, "stop": [c.to_json() for c in self.stop],
+                "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start]}  # fmt: skip
+
+
+def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:
+    """The same decisions as `up` (resolve, observe, reconcile, health), changing nothing."""
+    plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
+    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    rec = reconcile(plan, observed)
+    rec = settle(rec, observed, healthy=rec.up_to_date and probe(plan.endpoint).ready)
+    if rec.up_to_date:
+        return Preview(plan, rec.leftovers, [])
+    return Preview(plan, rec.remove, [*plan.ranks[1:], plan.ranks[0]])

@@ -1,0 +1,104 @@
+"""What every node holds, in one round trip each, and which node is the source of each item.
+
+Any node of the run can be the source: the one that holds the complete image (the pinned ID when
+the profile pins one) or the complete snapshot. Preference: `--from`, else the node sparkctl runs
+on, else the mode's nodes in rank order, else the `--to` nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sparkctl.facts.hfcache import repo_dir
+from sparkctl.fanout import CancelToken, fan_out
+from sparkctl.plan import hf_cache_for
+from sparkctl.ship.errors import ShipError, SourceMissingError
+from sparkctl.ship.manifest import Manifest, parse_manifest, revision_of, run_op
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.profile.schema import ModelRef, Profile
+
+
+@dataclass
+class NodeState:
+    node: str
+    image: dict | None = None  # {id, layers, size, history, chains, free} or {} when absent
+    models: dict[str, dict] = field(default_factory=dict)  # model id -> manifest doc (+ free)
+    cores: int = 1
+    error: BaseException | None = None
+
+
+def gather(profile: Profile, pool: NodePool, nodes: list[str], image_ref: str | None,
+           models: list[ModelRef], *, deep: bool, cancel: CancelToken) -> dict[str, NodeState]:  # fmt: skip
+    """The `state` op on every node at once: image ID/layers/free space and each model's manifest
+    (hashes from the quick check, or every byte rehashed when `deep`)."""
+
+    def one(node: str) -> NodeState:
+        repos = {m.id: repo_dir(hf_cache_for(profile, node), m.id) for m in models}
+        req = {"image": image_ref, "models": [[repos[m.id], revision_of(m)] for m in models],
+               "mode": "deep" if deep else "lazy"}  # fmt: skip
+        doc = run_op(pool.get(node), "state", payload=req, timeout=None)
+        return NodeState(node, doc.get("image"), {m.id: doc["models"][repos[m.id]] for m in models},
+                         int(doc.get("cores") or 1))  # fmt: skip
+
+    states = {}
+    for node, outcome in fan_out(nodes, one, cancel=cancel).items():
+        states[node] = outcome.value if outcome.ok else NodeState(node, error=outcome.error)
+    return states
+
+
+def preference(profile: Profile, mode_nodes: list[str], targets: list[str]) -> list[str]:
+    """Candidate sources in order: the node sparkctl runs on, the mode's nodes by rank, the targets."""
+    local = [n.name for n in profile.nodes if n.is_local]
+    return list(dict.fromkeys([*local, *mode_nodes, *targets]))
+
+
+def image_source(states: dict[str, NodeState], order: list[str], ref: str, want_id: str | None) -> str:
+    for node in order:
+        img = states[node].image if node in states else None
+        if img and img.get("id") and (not want_id or img["id"] == want_id):
+            return node
+    looked = ", ".join(
+        _looked(states, n, (states[n].image or {}).get("id", "absent")[:19]) for n in order if n in states
+    )
+    pinned = f" with the pinned ID {want_id[:19]}" if want_id else ""
+    raise SourceMissingError(
+        f"image {ref}{pinned} is on no node (looked on: {looked})",
+        node=None,
+        fix="build or pull it on one node first (or fix image.id in the profile), then rerun `sparkctl ship`",
+    )
+
+
+def model_source(profile: Profile, states: dict[str, NodeState], order: list[str], ref: ModelRef) -> str:
+    for node in order:
+        doc = states[node].models.get(ref.id) if node in states and states[node].error is None else None
+        if doc and doc.get("outside"):
+            rel, where = doc["outside"][0]
+            raise ShipError(
+                f"{ref.id}: snapshot file {rel} is a symlink leading out of the HF cache (to {where}); refused",
+                node=node,
+                fix="replace it with the real file inside the cache (re-download the snapshot there)",
+            )
+        if doc and doc.get("commit") and doc.get("files") and not doc.get("broken"):
+            return node
+    looked = ", ".join(
+        _looked(states, n, repo_dir(hf_cache_for(profile, n), ref.id)) for n in order if n in states
+    )
+    rev = revision_of(ref)
+    raise SourceMissingError(
+        f"{ref.id}@{rev} is complete on no node (looked in: {looked})",
+        node=None,
+        fix=f"download it on one node first (`huggingface-cli download {ref.id}"
+        f"{' --revision ' + ref.revision if ref.revision else ''}`), then rerun `sparkctl ship`",
+    )
+
+
+def _looked(states: dict[str, NodeState], node: str, what: str) -> str:
+    err = states[node].error
+    return f"{node} (unreachable: {getattr(err, 'message', err)})" if err is not None else f"{node}:{what}"
+
+
+def manifest_of(profile: Profile, node: str, ref: ModelRef, doc: dict) -> Manifest:
+    return parse_manifest(node, ref.id, revision_of(ref), repo_dir(hf_cache_for(profile, node), ref.id), doc)

@@ -1,0 +1,275 @@
+"""Fail fast, stop fast, heal: signals, lost nodes, JSON errors and group restarts on the real testbed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sparkctl.plan import build_plan
+from sparkctl.profile import load_profile_file
+from tests.testbed.profiles import write_lab_profile
+from tests.testbed_tests.conftest import SOLO, TP2, cli, cluster_containers
+
+pytestmark = pytest.mark.testbed
+
+
+def signals_seen(lab, node: str, cluster: str, since: float) -> dict[str, list]:
+    """Per container on `node`: the signals Docker sent it ('15', '9') and its exit codes, in order."""
+    out: dict[str, list] = {}
+    for ev in lab.docker(node).events(since=int(since) - 1, until=int(time.time()) + 1, decode=True,
+                                      filters={"label": f"sparkctl.cluster={cluster}"}):  # fmt: skip
+        attrs = ev.get("Actor", {}).get("Attributes", {})
+        if ev.get("Action") == "kill":
+            out.setdefault(attrs.get("name"), []).append(f"sig{attrs.get('signal')}")
+        elif ev.get("Action") == "die":
+            out.setdefault(attrs.get("name"), []).append(f"exit{attrs.get('exitCode')}")
+    return out
+
+
+def running(lab, cluster: str, node: str) -> list[str]:
+    """Names of the cluster's running containers on `node` (sparse list: no race with removals)."""
+    found = lab.docker(node).containers.list(sparse=True, filters={"label": f"sparkctl.cluster={cluster}"})
+    return [c.attrs["Names"][0].lstrip("/") for c in found]
+
+
+def wait_for(what: str, cond, timeout: float = 60, every: float = 0.1):  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_stop_path_sigterm_then_sigkill_and_rollback_kills_at_once(lab, setup, tmp_path):
+    state = setup[1]
+    setup[0]()  # the fixture's first profile: its teardown runs `down` for this cluster
+
+    def profile(name: str, env: dict, grace: int) -> Path:
+        modes = {"solo": {**SOLO, "env": env}, "tp2": {**TP2, "env": env}}
+        return write_lab_profile(lab, tmp_path / name, modes=modes, engine={"stop_grace": grace})
+
+    # An engine with no SIGTERM handler: Docker's init forwards SIGTERM, so it stops without SIGKILL.
+    plain = profile("plain.yaml", {"STANDIN_SIGTERM": "default"}, grace=30)
+    cluster = load_profile_file(plain).cluster
+    assert cli(state, plain, "up", "tp2", "--skip-preflight").returncode == 0
+    for spec in build_plan(load_profile_file(plain), "tp2").ranks:
+        assert lab.docker(spec.node).api.inspect_container(spec.container_name)["HostConfig"]["Init"] is True
+    t0 = time.time()
+    assert cli(state, plain, "down").returncode == 0
+    seen = {**signals_seen(lab, "spark1", cluster, t0), **signals_seen(lab, "spark2", cluster, t0)}
+    assert all("sig9" not in s for s in seen.values()), seen  # never needed SIGKILL
+    # A rank may exit first because its peer went (exit 3); the other died of the SIGTERM itself.
+    assert any(s[:2] == ["sig15", "exit143"] for s in seen.values()), seen
+
+    # An engine that ignores SIGTERM: SIGTERM, the profile's grace, then SIGKILL (exit 137).
+    deaf = profile("deaf.yaml", {"STANDIN_SIGTERM": "ignore"}, grace=1)
+    assert cli(state, deaf, "up", "tp2", "--skip-preflight").returncode == 0
+    t0 = time.time()
+    down = cli(state, deaf, "down", "--json")
+    assert down.returncode == 0, down.stderr
+    assert len(json.loads(down.stdout)["removed"]) == 2
+    seen = {**signals_seen(lab, "spark1", cluster, t0), **signals_seen(lab, "spark2", cluster, t0)}
+    # SIGTERM stopped nobody; SIGKILL after the grace did (the peer may exit first, exit 3).
+    assert any(s[:3] == ["sig15", "sig9", "exit137"] for s in seen.values()), seen
+    assert not any(x in ("exit0", "exit143") for s in seen.values() for x in s), seen
+    assert not any(cluster_containers(lab, cluster).values())
+
+    # A failed start is rolled back with SIGKILL at once, even with a long grace.
+    failing = profile("failing.yaml", {"STANDIN_SIGTERM": "ignore", "STANDIN_FAIL_AT": "1:load",
+                                       "STANDIN_DELAY_LOAD": "1"}, grace=120)  # fmt: skip
+    t0 = time.time()
+    res = cli(state, failing, "up", "tp2", "--skip-preflight")
+    assert res.returncode == 3, res.stderr
+    assert "rank 1 exited (exit code 1) while starting" in " ".join(res.stderr.split())
+    for node in ("spark1", "spark2"):
+        for name, seen in signals_seen(lab, node, cluster, t0).items():
+            assert "sig15" not in seen, (node, name, seen)
+    assert not any(cluster_containers(lab, cluster).values())
+
+
+def test_node_lost_during_up_then_reconciled(lab, setup):
+    write_profile, state = setup
+    path = write_profile(tp2={"STANDIN_DELAY_LOAD": "60"})
+    prof = load_profile_file(path)
+    plan = build_plan(prof, "tp2")
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "--json",
+                             "-p", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    try:
+        names = [s.container_name for s in plan.ranks]
+        wait_for("rank 1 running", lambda: running(lab, prof.cluster, "spark2"))
+        wait_for("rank 0 running", lambda: running(lab, prof.cluster, "spark1"))
+        lab.stop_sshd("spark2", kill_sessions=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 5, err
+    error = json.loads(out)["error"]
+    assert error["code"] == 5 and error["node"] == "spark2", error
+    flat = " ".join(err.split())
+    assert "lost the connection to node spark2" in flat
+    assert f"rank 1 ({names[1]}) may still be running on spark2: recorded for cleanup" in flat
+    # The truth: rank 0 was rolled back, rank 1 still runs on the lost node.
+    left = cluster_containers(lab, prof.cluster)
+    assert left["spark1"] == [] and [c.name for c in left["spark2"]] == [names[1]]
+
+    st = cli(state, path, "status")
+    assert st.returncode == 5, st.stderr
+    text = " ".join(st.stdout.split())
+    assert f"cluster {prof.cluster}: nothing running on spark1; unknown on spark2 (unreachable)" in text
+    assert f"spark2 may still run {names[1]}" in text
+    js = json.loads(cli(state, path, "status", "--json").stdout)
+    assert js["unknown"] == ["spark2"] and js["pending_cleanup"][0]["container"] == names[1]
+
+    lab.start_sshd("spark2")
+    st = cli(state, path, "status")
+    assert st.returncode == 0, st.stdout + st.stderr
+    text = " ".join(st.stdout.split())
+    assert f"spark2 reachable again: removed {names[1]} (rank 1 of tp2)" in text
+    assert not any(cluster_containers(lab, prof.cluster).values())
+    again = cli(state, path, "status", "--json")
+    assert json.loads(again.stdout)["pending_cleanup"] == [] and json.loads(again.stdout)["settled"] == []
+
+
+def test_down_reconciles_a_lost_nodes_leftover(lab, setup):
+    write_profile, state = setup
+    path = write_profile(tp2={"STANDIN_DELAY_LOAD": "60"})
+    prof = load_profile_file(path)
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    wait_for("rank 1 running", lambda: running(lab, prof.cluster, "spark2"))
+    wait_for("rank 0 running", lambda: running(lab, prof.cluster, "spark1"))
+    lab.stop_sshd("spark2", kill_sessions=True)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 5
+    down = cli(state, path, "down", "--json")
+    assert down.returncode == 5
+    assert json.loads(down.stdout)["error"]["node"] == "spark2"
+    lab.start_sshd("spark2")
+    down = cli(state, path, "down")
+    assert down.returncode == 0, down.stderr
+    assert "spark2 reachable again: removed" in " ".join(down.stdout.split())
+    assert not any(cluster_containers(lab, prof.cluster).values())
+
+
+def test_json_error_object_on_failure(lab, setup):
+    write_profile, state = setup
+    path = write_profile(tp2={"STANDIN_FAIL_AT": "1:load", "STANDIN_DELAY_LOAD": "2"})
+    res = cli(state, path, "up", "tp2", "--skip-preflight", "--json")
+    assert res.returncode == 3
+    obj = json.loads(res.stdout)  # exactly one JSON object on stdout
+    assert obj["ok"] is False
+    err = obj["error"]
+    assert (err["code"], err["node"], err["rank"]) == (3, "spark2", 1)
+    assert "rank 1 exited" in err["message"] and "sparkctl logs --rank 1" in err["fix"]
+    assert any("injected failure at phase load" in line for log in err["logs"] for line in log["lines"])
+
+    lab.stop_sshd("spark2")
+    res = cli(state, path, "down", "--json")
+    assert res.returncode == 5
+    err = json.loads(res.stdout)["error"]
+    assert err["code"] == 5 and err["node"] == "spark2" and err["fix"]
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped by its new parent counts as exited)."""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return True
+
+
+def _generates(plan) -> bool:  # noqa: ANN001
+    body = json.dumps({"model": plan.endpoint.served_model_name, "max_tokens": 1,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    req = urllib.request.Request(f"{plan.endpoint.api_base}/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return bool(json.loads(resp.read()).get("choices"))
+    except OSError:
+        return False
+
+
+def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
+    write_profile, state = setup
+    path = write_profile()
+    prof = load_profile_file(path)
+    plan = build_plan(prof, "tp2")
+    res = cli(state, path, "up", "tp2", "--skip-preflight", "--supervise", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    start_s, pid = out["elapsed_s"], out["supervisor"]["pid"]
+    old = {s.rank: lab.docker(s.node).containers.get(s.container_name).id for s in plan.ranks}
+
+    killed = time.monotonic()
+    lab.kill_container("spark2", plan.rank(1).container_name)
+
+    def restarted() -> bool:
+        try:
+            new = {s.rank: lab.docker(s.node).containers.get(s.container_name).id for s in plan.ranks}
+        except Exception:  # noqa: BLE001 - between remove and create
+            return False
+        return all(new[r] != old[r] for r in new) and _generates(plan)
+
+    wait_for("the group serving again", restarted, timeout=120, every=0.05)
+    print(f"serving again {time.monotonic() - killed:.2f}s after the kill (start took {start_s:.2f}s)")
+
+    st = cli(state, path, "status", "--json")
+    js = json.loads(st.stdout)
+    assert js["supervisor"]["pid"] == pid
+    done = wait_for("the restart event", lambda: [e for e in json.loads(cli(state, path, "status", "--json").stdout)["restarts"] if e["event"] == "restarted"])  # fmt: skip  # noqa: E501
+    assert done[0]["cause"] == "rank 1 on spark2 exited (exit code 137)" and done[0]["rank"] == 1
+    text = " ".join(cli(state, path, "status").stdout.split())
+    assert "supervisor: running" in text and "1 group restart(s)" in text
+    assert "group restarted because rank 1 on spark2 exited (exit code 137)" in text
+    logs = cli(state, path, "logs", "--tail", "50")
+    assert any(line.startswith("supervisor") and "rank 1 on spark2 exited" in line
+               for line in logs.stdout.splitlines()), logs.stdout  # fmt: skip
+
+    # A switch replaces the group: the old supervisor goes first (or it would restart tp2).
+    sw = cli(state, path, "switch", "solo", "--skip-preflight", "--supervise", "--json")
+    assert sw.returncode == 0, sw.stderr
+    assert f"stopped the supervisor (pid {pid}, mode tp2)" in sw.stderr
+    pid2 = json.loads(sw.stdout)["supervisor"]["pid"]
+    assert pid2 != pid and gone(pid)
+    assert cluster_containers(lab, prof.cluster)["spark2"] == []
+
+    down = cli(state, path, "down")
+    assert down.returncode == 0 and f"stopped the supervisor (pid {pid2}, mode solo)" in down.stdout
+    assert gone(pid2)
+    assert not any(cluster_containers(lab, prof.cluster).values())
+
+
+def test_supervisor_restarts_on_failed_canaries_then_gives_up_at_the_limit(lab, setup):
+    write_profile, state = setup
+    path = write_profile(solo={"STANDIN_STALL_AFTER": "2"})
+    assert cli(state, path, "up", "solo", "--skip-preflight").returncode == 0
+    sup = cli(state, path, "supervise", "--detach", "--canary-every", "0.5", "--canary-failures", "2",
+              "--max-restarts", "1", "--backoff", "0")  # fmt: skip
+    assert sup.returncode == 0 and "supervising mode solo in the background" in sup.stdout, sup.stderr
+
+    def events() -> list[dict]:
+        return json.loads(cli(state, path, "status", "--json").stdout)["events"]
+
+    # /v1/models and /health keep answering: only the generation canary sees the engine is stuck.
+    wait_for("the supervisor to give up", lambda: any(e["event"] == "gave_up" for e in events()), timeout=120,
+             every=0.5)  # fmt: skip
+    kinds = [e["event"] for e in events()]
+    assert kinds.count("restarted") == 1 and kinds.count("canary_failed") >= 4, kinds
+    restarted = next(e for e in events() if e["event"] == "restarted")
+    assert restarted["cause"].startswith("generation canary failed 2 times in a row: HTTPError")
+    text = " ".join(cli(state, path, "status").stdout.split())
+    assert "supervisor: not running" in text and "gave up restarting after 'generation canary failed" in text

@@ -1,0 +1,174 @@
+"""Least privilege and secrets on the real testbed (docs/security.md).
+
+A started rank is inspected through its node's Docker engine: not privileged, the rdma preset's
+devices/caps/ulimits, a private IPC namespace, no secret value in its env. Canaries for HF_TOKEN
+and the API key never appear in any output, --json, log file line shown by `logs`, or `ps` on a
+node; the API answers 401 without the key and 200 with it, and readiness works with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import stat
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.testbed.profiles import ENGINE_PORT
+from tests.testbed_tests.conftest import cli
+
+pytestmark = pytest.mark.testbed
+TOKEN = "hf_sparkctl_canary_token_0123456789"
+API_KEY = "sk-sparkctl-canary-key-9876543210"
+ADMIN_KEY = "sk-sparkctl-canary-admin-5555"
+
+
+def _get(url: str, key: str | None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def rdma_dir(tmp_path):
+    """Stand-ins for /dev/infiniband: real character devices (the null device's numbers)."""
+    where = tmp_path / "infiniband"
+    where.mkdir()
+    for name in ("uverbs0", "rdma_cm"):
+        os.mknod(where / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (where / "not-a-device").write_text("")  # only character devices are passed through
+    return where
+
+
+def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path):
+    write_profile, state = setup
+    path = write_profile()
+    doc = yaml.safe_load(path.read_text())
+    # The admin key comes from a 0400 file on every node (read there, never by this shell).
+    admin_file = Path(lab.node("spark1").node_root).parent / f"admin-key-{lab.id}"
+    admin_file.write_text(ADMIN_KEY + "\n")
+    admin_file.chmod(0o400)
+    doc["engine"].update(
+        secrets={"HF_TOKEN": {"env": "SPARKCTL_TEST_HF_TOKEN"}},
+        api_key={"env": "SPARKCTL_TEST_API_KEY"},
+        admin_api_key={"file": str(admin_file)},
+        host="0.0.0.0",
+        env={"STANDIN_LEAK_FILES": "/run/secrets/HF_TOKEN,/run/secrets/sparkctl-sglang.yaml"},
+    )
+    doc["engine"]["container"].update(preset="rdma", rdma_devices_dir=str(rdma_dir))
+    # The preset asks memlock unlimited; a sandbox without CAP_SYS_RESOURCE cannot grant more than
+    # its own hard limit, so there the profile's explicit ulimit (which wins over the preset) says so.
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    memlock = -1 if hard == resource.RLIM_INFINITY else hard
+    if memlock != -1:
+        doc["engine"]["container"]["ulimits"] = {"memlock": memlock}
+    path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("SPARKCTL_TEST_HF_TOKEN", TOKEN)
+    monkeypatch.setenv("SPARKCTL_TEST_API_KEY", API_KEY)
+
+    outputs = [cli(state, path, "plan", "tp2", "--json"), cli(state, path, "up", "tp2", "--json")]
+    assert outputs[-1].returncode == 0, outputs[-1].stdout + outputs[-1].stderr  # readiness sent the key
+    outputs += [cli(state, path, "status", "--json"), cli(state, path, "logs", "--tail", "200")]
+    status = json.loads(outputs[2].stdout)
+    assert status["modes"][0]["health"]["ready"], status  # status sends the key too
+    plan = json.loads(outputs[0].stdout)
+    assert plan["endpoint"]["api_key"].startswith("***") and "HF_TOKEN" not in plan["ranks"][0]["env"]
+
+    cluster = doc["cluster"]
+    for rank, node in enumerate(("spark1", "spark2")):
+        container = lab.docker(node).containers.get(f"sparkctl-{cluster}-tp2-r{rank}")
+        host = container.attrs["HostConfig"]
+        assert host["Privileged"] is False
+        assert sorted(d["PathOnHost"] for d in host["Devices"]) == sorted(str(rdma_dir / n) for n in ("rdma_cm", "uverbs0"))
+        assert host["CapAdd"] == ["IPC_LOCK"]
+        assert [(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]] == [("memlock", memlock, memlock)]
+        assert host["IpcMode"] == "private" and host["ShmSize"] == 64 * 1024 * 1024
+        env = container.attrs["Config"]["Env"]
+        assert not any(TOKEN in e or API_KEY in e or ADMIN_KEY in e for e in env)
+        assert "HF_TOKEN_PATH=/run/secrets/HF_TOKEN" in env and "HF_HUB_OFFLINE=1" in env
+        assert not any(m["Destination"] == "/root/.cache/huggingface" for m in container.attrs["Mounts"])
+        # The secret files are there, 0400, and hold the values.
+        rc, out = container.exec_run(["sh", "-c", "stat -c %a /run/secrets/HF_TOKEN; cat /run/secrets/HF_TOKEN"])
+        assert rc == 0 and out.decode().split() == ["400", TOKEN]
+        rc, out = container.exec_run(["cat", "/run/secrets/sparkctl-sglang.yaml"])
+        assert out.decode() == f'api-key: "{API_KEY}"\nadmin-api-key: "{ADMIN_KEY}"\n'
+        # `ps` on the node: no value on any command line (the engine got --config PATH).
+        ps = lab.exec(node, ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"]).stdout
+        assert "--config /run/secrets/sparkctl-sglang.yaml" in ps
+        assert TOKEN not in ps and API_KEY not in ps and ADMIN_KEY not in ps
+
+    url = f"http://{lab.node('spark1').mgmt_ip}:{ENGINE_PORT}/v1/models"
+    assert _get(url, None) == 401 and _get(url, "wrong") == 401 and _get(url, API_KEY) == 200
+
+    for res in outputs:
+        text = res.stdout + res.stderr
+        assert TOKEN not in text and API_KEY not in text and ADMIN_KEY not in text
+    # The engine printed both files (the node's raw log has them); `logs` masked every value,
+    # the file-held admin key included, though this shell never had it.
+    assert f"/run/secrets/HF_TOKEN={TOKEN}" in "".join(
+        p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir()
+    )
+    assert "STANDIN: /run/secrets/HF_TOKEN=***" in outputs[-1].stdout
+    # Nothing sparkctl wrote holds a canary: on the nodes only the engine's own prints of the
+    # files do; on this side no state or log file does.
+    canaries = (TOKEN, API_KEY, ADMIN_KEY)
+    for node in lab.nodes:
+        for p in Path(node.node_root, "logs").iterdir():
+            leaked = [ln for ln in p.read_text().splitlines() if any(c in ln for c in canaries)]
+            engine_prints = ("STANDIN: /run/secrets/", "api-key: ", "admin-api-key: ")  # after docker's timestamp
+            assert all(ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked), leaked
+    for p in state.rglob("*"):
+        assert not p.is_file() or not any(c.encode() in p.read_bytes() for c in canaries), p
+    assert 'admin-api-key: "***"' in outputs[-1].stdout
+    logs_dir = Path(lab.node("spark1").node_root, "logs")
+    assert stat.S_IMODE(logs_dir.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in logs_dir.iterdir()} == {0o600}
+    admin_file.unlink()
+
+
+def test_keyless_api_on_every_interface_is_refused(lab, setup, tmp_path):
+    write_profile, state = setup
+    path = write_profile()
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"]["host"] = "0.0.0.0"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli(state, path, "preflight", "solo", "--json")
+    found = {f["check"]: f for f in json.loads(res.stdout)["findings"]}
+    assert res.returncode == 1 and found["ApiExposure"]["severity"] == "error"
+    assert "engine.api_key" in found["ApiExposure"]["fix"]
+    doc["engine"]["expose"] = "public"
+    path.write_text(yaml.safe_dump(doc))
+    found = {f["check"]: f for f in json.loads(cli(state, path, "preflight", "solo", "--json").stdout)["findings"]}
+    assert found["ApiExposure"]["severity"] == "warn"
+
+
+def test_secret_file_mode_is_enforced_with_a_fix(lab, setup, tmp_path):
+    write_profile, state = setup
+    path = write_profile()
+    doc = yaml.safe_load(path.read_text())
+    token = Path(lab.node("spark1").node_root).parent / f"hf-token-{lab.id}"
+    token.write_text(TOKEN)
+    token.chmod(0o644)
+    doc["engine"]["secrets"] = {"HF_TOKEN": {"file": str(token)}}
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        res = cli(state, path, "preflight", "solo", "--json")
+        found = [f for f in json.loads(res.stdout)["findings"] if f["check"] == "SecretFileMode"]
+        assert res.returncode == 1 and found[0]["severity"] == "error"
+        assert found[0]["fix"].startswith(f"chmod 0400 {token}")
+        token.chmod(0o400)
+        res = cli(state, path, "preflight", "solo", "--json")
+        found = [f for f in json.loads(res.stdout)["findings"] if f["check"] == "SecretFileMode"]
+        assert found and found[0]["severity"] == "ok"
+        assert TOKEN not in res.stdout + res.stderr
+    finally:
+        token.unlink()
