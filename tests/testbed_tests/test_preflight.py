@@ -66,8 +66,23 @@ def ready(lab: Lab) -> Iterator[Lab]:
         shutil.rmtree(Path(n.node_root, "sys"), ignore_errors=True)
 
 
+def _lab_link_gbps(lab: Lab) -> float:
+    """The slowest negotiated rate of the lab's fabric veths (what a healthy lab profile declares)."""
+    speeds = []
+    for n in lab.nodes:
+        argv = [*n.nsenter(), "cat", f"/sys/class/net/{n.fabric_netdev}/speed"]
+        speeds.append(int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()))
+    return min(speeds) / 1000
+
+
 def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
-    rc, report, err = preflight(write_lab_profile(ready, tmp_path / "p.yaml"), "tp2")
+    prof = write_lab_profile(ready, tmp_path / "p.yaml")
+    doc = yaml.safe_load(prof.read_text())
+    doc["fabric"]["min_link_gbps"] = _lab_link_gbps(ready)  # veths: far below a ConnectX-7's 200
+    for role in ("target", "draft"):  # healthy = pinned (a branch is a Security UnpinnedRevision warning)
+        doc["model"][role]["revision"] = COMMIT
+    prof.write_text(yaml.safe_dump(doc))
+    rc, report, err = preflight(prof, "tp2")
     assert rc == 0, (err, errors(report))
     assert report["ok"] and report["nodes"] == ["spark1", "spark2"]
     for node in ("spark1", "spark2"):
@@ -82,7 +97,7 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
     # The human view of the same healthy run: no warning at all, passes counted.
     human = subprocess.run([sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
-    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout
+    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout, human.stdout
     assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
 
 
