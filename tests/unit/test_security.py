@@ -189,3 +189,18 @@ def test_profile_secret_resolves_here_for_verify(tmp_path: Path, monkeypatch: py
     prof = load(DUAL.replace("{env: SPARKCTL_API_KEY}", "{file: " + str(key) + "}"))
     assert profile_api_key(prof) == "sk-file"
     assert profile_api_key(load(DUAL.replace("{env: SPARKCTL_API_KEY}", "{file: /nonexistent}"))) is None
+
+
+def test_security_is_a_registered_check_in_ups_quick_subset() -> None:
+    from sparkctl.preflight.base import Ctx, NodeFacts
+    from sparkctl.preflight.registry import ALIASES, FAST_CHECKS, REGISTRY, validate_names
+
+    assert "Security" in FAST_CHECKS and ALIASES["ApiExposure"] == ALIASES["SecretFileMode"] == "Security"
+    check = REGISTRY["Security"]
+    keyless = load(DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:"))
+    plan = build_plan(keyless, "tp2")
+    only = frozenset(validate_names({"apiexposure"}, "--only"))  # one finding of the group, by name
+    ctx = Ctx(keyless, plan, only, "/sys", REGISTRY)
+    found = check.judge(ctx, {n: NodeFacts(n) for n in plan.nodes})
+    assert check.selected(ctx) and [(f.check, f.severity) for f in found] == [("ApiExposure", Severity.ERROR)]
+    assert found[0].data["group"] == "Security"
