@@ -481,10 +481,15 @@ class Lab:
                     "PrintMotd no",
                     "MaxStartups 100:30:200",
                     "MaxSessions 100",
-                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; the
-                    # node's own HOME (its hash cache, a plain shell without this host's rc files).
-                    f"SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'}",
                     "Subsystem sftp internal-sftp",
+                    # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; root
+                    # gets the node's own HOME (its hash cache, a plain shell without this host's rc
+                    # files). Other users (tests' throwaway login users) keep their own HOME. The first
+                    # matching block wins.
+                    "Match User root",
+                    f"  SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'}",
+                    "Match all",
+                    f"  SetEnv DOCKER_HOST={node.docker_host}",
                     "",
                 ]
             )

@@ -1,0 +1,156 @@
+"""Replica groups from a mode's layout: which node runs which rank of which group, on which GPUs
+and ports. Pure: no I/O, no profile objects, so `profile check`, `plan` and the tests share it.
+
+A mode is `nodes` x (`tp`, `pp`, `replicas`):
+- more nodes than replicas: the nodes are cut, in order, into `replicas` groups of equal size,
+  and each group runs TP x PP over its nodes (`tp2x2` = 4 nodes, 2 groups of 2);
+- fewer nodes than replicas: every node hosts `replicas / len(nodes)` single-node groups, each on
+  its own GPUs and ports (one box with two GPUs, one replica per GPU).
+Each rule that rejects a layout has a name, so `profile check` can say which one failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Ports a group binds beyond its API port: SGLang binds dist_init_port+1..+6 with DP attention,
+# so groups that share a node keep their rendezvous ports this far apart.
+DIST_PORT_STRIDE = 10
+
+
+class TopologyError(ValueError):
+    """A layout that cannot run; `rule` names the rule it breaks."""
+
+    def __init__(self, rule: str, message: str, fix: str | None = None) -> None:
+        super().__init__(f"[{rule}] {message}" + (f" (fix: {fix})" if fix else ""))
+        self.rule = rule
+        self.message = message
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One rank of one group: SGLang's --node-rank on `node`, using `gpu_ids` there."""
+
+    group: int
+    node_rank: int
+    node: str
+    gpu_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One replica: a TP x PP engine over `slots` (slot 0 is its head, which serves HTTP)."""
+
+    index: int
+    slots: tuple[Slot, ...]
+    tp: int
+    pp: int
+    port: int
+    dist_init_port: int
+
+    @property
+    def head(self) -> Slot:
+        return self.slots[0]
+
+    @property
+    def nodes(self) -> list[str]:
+        return [s.node for s in self.slots]
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.slots)
+
+
+@dataclass(frozen=True)
+class Layout:
+    groups: tuple[Group, ...]
+
+    @property
+    def replicas(self) -> int:
+        return len(self.groups)
+
+    @property
+    def slots(self) -> list[Slot]:
+        return [s for g in self.groups for s in g.slots]
+
+
+def _split(nodes: Sequence[str], replicas: int) -> list[list[str]]:
+    """Node lists of each group, in order."""
+    n = len(nodes)
+    if replicas < 1:
+        raise TopologyError("replicas-positive", f"replicas={replicas} must be at least 1")
+    if n >= replicas:
+        if n % replicas:
+            raise TopologyError(
+                "replicas-divide-nodes",
+                f"{n} node(s) do not split into {replicas} equal replica groups",
+                fix=f"list a multiple of {replicas} nodes, or set replicas to a divisor of {n}",
+            )
+        size = n // replicas
+        return [list(nodes[i * size : (i + 1) * size]) for i in range(replicas)]
+    if replicas % n:
+        raise TopologyError(
+            "replicas-divide-nodes",
+            f"{replicas} replicas do not spread evenly over {n} node(s)",
+            fix=f"set replicas to a multiple of {n}",
+        )
+    per_node = replicas // n
+    return [[nodes[i // per_node]] for i in range(replicas)]
+
+
+def layout(
+    nodes: Sequence[str],
+    gpus: Mapping[str, int],
+    *,
+    tp: int,
+    pp: int = 1,
+    replicas: int = 1,
+    port: int = 30000,
+    dist_init_port: int = 50051,
+) -> Layout:
+    """The groups of a mode, or TopologyError naming the rule the layout breaks."""
+    if tp < 1 or pp < 1:
+        raise TopologyError("sizes-positive", f"tp={tp} and pp={pp} must be at least 1")
+    if len(set(nodes)) != len(nodes):
+        raise TopologyError("node-once", "a node is listed twice", fix="list each node once")
+    members = _split(nodes, replicas)
+    world = tp * pp
+    used_gpus: dict[str, int] = {}
+    on_node: dict[str, int] = {}  # groups already headed on a node: ports must differ
+    groups = []
+    for index, group_nodes in enumerate(members):
+        g = len(group_nodes)
+        if world % g:
+            raise TopologyError(
+                "nodes-divide-tp-pp",
+                f"group {index} spans {g} node(s), which do not divide tp x pp = {world}",
+                fix=f"use tp x pp a multiple of {g}, or {g} node(s) per group that divide {world}",
+            )
+        per_node = world // g
+        slots = []
+        for node_rank, node in enumerate(group_nodes):
+            first = used_gpus.get(node, 0)
+            have = gpus.get(node, 0)
+            if first + per_node > have:
+                raise TopologyError(
+                    "gpus-per-node",
+                    f"node '{node}' needs {first + per_node} GPU(s) for its groups but has {have}",
+                    fix="lower tp or replicas, or add nodes",
+                )
+            used_gpus[node] = first + per_node
+            slots.append(Slot(index, node_rank, node, tuple(range(first, first + per_node))))
+        k = on_node.get(group_nodes[0], 0)
+        on_node[group_nodes[0]] = k + 1
+        groups.append(
+            Group(
+                index=index,
+                slots=tuple(slots),
+                tp=tp,
+                pp=pp,
+                port=port + k,
+                dist_init_port=dist_init_port + DIST_PORT_STRIDE * k,
+            )
+        )
+    return Layout(tuple(groups))

@@ -1,0 +1,57 @@
+"""RouterClient against the real sglang-router: listing, taking a worker out, putting it back."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from sparkctl.router.client import RouterClient, RouterError
+
+
+def chat(base: str) -> str:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = urllib.request.Request(base + "/v1/chat/completions", data=body, method="POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())["choices"][0]["message"]["content"]
+
+
+def test_requests_spread_over_both_workers(router: str, workers) -> None:
+    assert {chat(router) for _ in range(4)} == {"w1", "w2"}
+
+
+def test_remove_takes_a_worker_out_and_add_puts_it_back(router: str, workers) -> None:
+    client = RouterClient(router)
+    w1 = workers[0]
+    assert client.remove(w1.url)
+    client.wait_for("w1 gone", lambda ws: all(w.url != w1.url for w in ws), timeout=10)
+    assert {chat(router) for _ in range(4)} == {"w2"}
+    assert not client.remove(w1.url)  # already out: nothing to remove
+
+    client.add(w1.url)
+    client.wait_for("w1 back", lambda ws: any(w.url == w1.url and w.healthy for w in ws), timeout=10)
+    assert {chat(router) for _ in range(4)} == {"w1", "w2"}
+
+
+def test_a_dead_worker_is_marked_unhealthy(router: str, workers) -> None:
+    client = RouterClient(router)
+    workers[1].close()
+    listing = client.wait_for(
+        "w2 unhealthy", lambda ws: any(w.url == workers[1].url and not w.healthy for w in ws), timeout=15
+    )
+    assert [w.healthy for w in listing if w.url == workers[0].url] == [True]
+
+
+def test_unreachable_router_is_one_error_with_a_fix() -> None:
+    from tests.router.conftest import free_port
+
+    with pytest.raises(RouterError) as info:
+        RouterClient(f"http://127.0.0.1:{free_port()}", timeout=1).workers()
+    assert "not reachable" in info.value.message and info.value.fix
+
+
+def test_wait_for_names_what_it_waited_for(router: str, workers) -> None:
+    with pytest.raises(RouterError, match="never true not seen"):
+        RouterClient(router).wait_for("never true", lambda ws: False, timeout=0.3)
