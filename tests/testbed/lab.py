@@ -634,6 +634,19 @@ class Lab:
         n.mtu = mtu
         self._save_state()
 
+    def set_egress_rate(self, node: str | LabNode, mbit: int | None) -> None:
+        """Cap (or, with None, uncap) what leaves the node on every link: a slow line, so a test can
+        act in the middle of a transfer whatever the machine's speed."""
+        n = self.node(node)
+        out = _run(["ip", "-n", n.netns, "-o", "link", "show"]).stdout
+        devs = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ": lo:" not in ln]
+        for dev in devs:
+            if mbit is None:
+                subprocess.run(["tc", "-n", n.netns, "qdisc", "del", "dev", dev, "root"], capture_output=True)
+            else:
+                _run(["tc", "-n", n.netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                      f"{mbit}mbit", "burst", "64kb", "latency", "500ms"])  # fmt: skip
+
     def stop_sshd(self, node: str | LabNode, kill_sessions: bool = False) -> None:
         """Stop the node's listening sshd (new connections are refused); optionally drop sessions too."""
         n = self.node(node)

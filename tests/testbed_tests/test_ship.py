@@ -179,11 +179,13 @@ def test_connection_lost_midway_leaves_nothing_complete_and_rerun_resumes(lab: L
     make_fake_snapshot(_hf(lab, "spark1"), target, files)
     profile = _profile_for(lab, target=target, draft=None)
     cutter = _CutAfter(lab, "spark2", limit=10 << 20)
+    lab.set_egress_rate("spark1", 200)  # ~25 MB/s: the cut lands mid-transfer on any machine
     try:
         with pytest.raises(ShipError) as err:
             _ship(profile, image=False, progress=cutter)
         assert err.value.node == "spark2" and "rerun" in (err.value.fix or "")
     finally:
+        lab.set_egress_rate("spark1", None)
         lab.start_sshd("spark2")
     assert cutter.cut
     repo = _repo(lab, "spark2", target)
