@@ -51,8 +51,13 @@ ENGINES = {"handler": "exit", "deaf": "ignore"}
 def cli(state: str, profile: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
     env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     return time.monotonic() - t0, proc
 
 
@@ -88,8 +93,13 @@ class Deaths:
 def fail_fast(state: str, lab: Lab, profile: Path, deaths: Deaths, cluster: str) -> float:
     seen = len(deaths.times)
     env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(profile)],
-                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(profile)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     exited = time.time()
     flat = " ".join(proc.stderr.split())
     if proc.returncode != 3 or "rank 1 exited" not in flat or "--- rank 1 on spark2" not in proc.stderr:
@@ -114,9 +124,12 @@ def recipe_down(lab: Lab, profile: Path) -> float:
     time.sleep(2)  # both engines up (the rendezvous done); not part of the measure
     t0 = time.monotonic()
     threads = [
-        threading.Thread(target=lab.exec, args=(s.node, ["docker", "-H", lab.node(s.node).docker_host, "stop", s.container_name]))
+        threading.Thread(
+            target=lab.exec,
+            args=(s.node, ["docker", "-H", lab.node(s.node).docker_host, "stop", s.container_name]),
+        )
         for s in plan.ranks
-    ]  # fmt: skip
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -177,8 +190,10 @@ def main() -> int:
         res: dict[str, list[float]] = {}
         for engine, sigterm in ENGINES.items():
             env = {"STANDIN_DELAY_LOAD": str(args.delay_load), "STANDIN_SIGTERM": sigterm}
-            modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True, "env": env},
-                     "tp2": {"nodes": ["spark1", "spark2"], "tp": 2, "env": env}}  # fmt: skip
+            modes = {
+                "solo": {"nodes": ["spark1"], "tp": 1, "default": True, "env": env},
+                "tp2": {"nodes": ["spark1", "spark2"], "tp": 2, "env": env},
+            }
             fail = {**modes, "tp2": {**modes["tp2"], "env": {**env, "STANDIN_FAIL_AT": "1:load"}}}
             eng = {"ready_timeout": 300, "stop_grace": args.grace}
             ok = write_lab_profile(lab, Path(state) / f"{engine}.yaml", modes=modes, engine=eng)
@@ -216,16 +231,34 @@ def main() -> int:
         down_up = med[f"down_{e}"] + med[f"up_solo_{e}"]
         rows += [
             (f"(1) rank 1 dies while loading -> up exits [{e}]", med[f"fail_{e}"], 3.0, "-", None),
-            (f"(2) down, TP=2 [{e}]", med[f"down_{e}"], g + 2.0, "recipe docker stop", med[f"recipe_down_{e}"]),
-            (f"(2') down minus its floor [{e}]", med[f"down_{e}"] - med[f"floor_{e}"], g + 2.0,
-             "floor: down of none", med[f"floor_{e}"]),
+            (
+                f"(2) down, TP=2 [{e}]",
+                med[f"down_{e}"],
+                g + 2.0,
+                "recipe docker stop",
+                med[f"recipe_down_{e}"],
+            ),
+            (
+                f"(2') down minus its floor [{e}]",
+                med[f"down_{e}"] - med[f"floor_{e}"],
+                g + 2.0,
+                "floor: down of none",
+                med[f"floor_{e}"],
+            ),
             (f"(3) switch solo from tp2 [{e}]", med[f"switch_{e}"], down_up, "down + up solo", down_up),
-            (f"(4) rank 1 killed -> serving again [{e}]", med[f"heal_{e}"], med[f"start_{e}"] + 3.0,
-             "start time", med[f"start_{e}"]),
-        ]  # fmt: skip
+            (
+                f"(4) rank 1 killed -> serving again [{e}]",
+                med[f"heal_{e}"],
+                med[f"start_{e}"] + 3.0,
+                "start time",
+                med[f"start_{e}"],
+            ),
+        ]
     load = os.getloadavg()[0]
-    print(f"\nmedians of {args.rounds} round(s), engine.stop_grace = {g}s (supervised restart: 1 round); "
-          f"load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"\nmedians of {args.rounds} round(s), engine.stop_grace = {g}s (supervised restart: 1 round); "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs"
+    )
     print(f"{'measure':48} {'s':>6} {'target':>7} {'/target':>8}  {'baseline':>18} {'s':>6} {'ratio':>6}")
     ok_all = True
     for name, value, target, base_name, base in rows:

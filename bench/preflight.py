@@ -78,8 +78,11 @@ def main() -> None:
     for n in (2, 8):
         med, times, findings, busy = measure(n, args.runs)
         results[n] = med
-        print(f"{n} nodes: median {med:.3f}s over {len(times)} runs ({', '.join(f'{t:.2f}' for t in times)}); "
-              f"{findings} findings; machine CPU busy {busy:.0%} of {os.cpu_count()} cores", flush=True)  # fmt: skip
+        print(
+            f"{n} nodes: median {med:.3f}s over {len(times)} runs ({', '.join(f'{t:.2f}' for t in times)}); "
+            f"{findings} findings; machine CPU busy {busy:.0%} of {os.cpu_count()} cores",
+            flush=True,
+        )
     ratio = results[8] / results[2]
     print(f"ratio 8/2 nodes: {ratio:.2f}x (target <= 1.5x) -> {'PASS' if ratio <= 1.5 else 'MISS'}")
 

@@ -114,8 +114,14 @@ class Bench:
     def tx(self, node: str) -> int:
         """Bytes sent by the node on all its links (mgmt + fabric)."""
         n = self.lab.node(node)
-        out = self.lab.exec(node, ["cat", "/sys/class/net/eth0/statistics/tx_bytes",
-                                   f"/sys/class/net/{n.fabric_netdev}/statistics/tx_bytes"]).stdout  # fmt: skip
+        out = self.lab.exec(
+            node,
+            [
+                "cat",
+                "/sys/class/net/eth0/statistics/tx_bytes",
+                f"/sys/class/net/{n.fabric_netdev}/statistics/tx_bytes",
+            ],
+        ).stdout
         return sum(int(x) for x in out.split())
 
     # -- state of the peers ----------------------------------------------------------------------
@@ -147,9 +153,14 @@ def med(xs: list[float]) -> float:
 def write_profiles(b: Bench) -> None:
     for placement in PLACEMENTS:
         for overlay in (False, True):
-            doc = lab_profile(b.lab, image=OVERLAY if overlay else IMAGE,
-                              modes={"pair": {"nodes": ["spark1", "spark2"], "tp": 2, "default": True},
-                                     "all4": {"nodes": [n.name for n in b.lab.nodes], "tp": len(b.lab.nodes)}})  # fmt: skip
+            doc = lab_profile(
+                b.lab,
+                image=OVERLAY if overlay else IMAGE,
+                modes={
+                    "pair": {"nodes": ["spark1", "spark2"], "tp": 2, "default": True},
+                    "all4": {"nodes": [n.name for n in b.lab.nodes], "tp": len(b.lab.nodes)},
+                },
+            )
             if placement == "on-source":
                 doc["nodes"][0]["address"] = "local"
             doc["model"]["target"] = {"id": MODEL, "revision": "main"}
@@ -196,8 +207,10 @@ def bench_weights(b: Bench, rounds: int, out: dict) -> None:
 
 def bench_reship(b: Bench, rounds: int, out: dict) -> None:
     """Everything already on spark2: the recipe copies it again (save|load; rsync's own quick check)."""
-    recipe = (f"docker save {IMAGE} | ssh {b.fab['spark2']} docker load -q && "
-              f"rsync -a -e ssh {NODE_MOUNT}/hf/ {b.fab['spark2']}:{NODE_MOUNT}/hf/")  # fmt: skip
+    recipe = (
+        f"docker save {IMAGE} | ssh {b.fab['spark2']} docker load -q && "
+        f"rsync -a -e ssh {NODE_MOUNT}/hf/ {b.fab['spark2']}:{NODE_MOUNT}/hf/"
+    )
     b.sparkctl("third", "pair")  # both items in place
     base: list[float] = []
     cpu: list[float] = []
@@ -271,22 +284,63 @@ def report(out: dict, args: argparse.Namespace, cpu: float, image_bytes: int, we
     rows: list[tuple[str, str, str]] = []
     for p in PLACEMENTS:
         rows += [
-            (f"[{p}] full image: recipe / sparkctl (s)", f"{out['image_recipe']:.2f} / {out[f'image_{p}']:.2f}", ""),
-            (f"[{p}] full image ratio (recipe/sparkctl)", f"{out['image_recipe'] / out[f'image_{p}']:.2f}", ">= 1.0"),
-            (f"[{p}] first weights: rsync / sparkctl (s)", f"{out['weights_rsync']:.2f} / {out[f'weights_{p}']:.2f}", ""),
-            (f"[{p}] first weights ratio (rsync/sparkctl)", f"{out['weights_rsync'] / out[f'weights_{p}']:.2f}", ">= 1.0"),
-            (f"[{p}] re-ship unchanged: recipe / sparkctl (s)", f"{out['reship_recipe']:.2f} / {out[f'reship_{p}']:.2f}",
-             "sparkctl < ~1 s"),
-            (f"[{p}] re-ship unchanged speed-up", f"{out['reship_recipe'] / out[f'reship_{p}']:.1f}x", ">= 10x"),
-            *([("[third] re-ship unchanged: CPU time of the sparkctl process (s)", f"{out['reship_cpu']:.2f}",
-                "load-independent")] if p == "third" else []),
-            (f"[{p}] overlay: bytes leaving spark1 / full save", f"{out[f'overlay_{p}']:,} / {out['overlay_full']:,}", ""),
+            (
+                f"[{p}] full image: recipe / sparkctl (s)",
+                f"{out['image_recipe']:.2f} / {out[f'image_{p}']:.2f}",
+                "",
+            ),
+            (
+                f"[{p}] full image ratio (recipe/sparkctl)",
+                f"{out['image_recipe'] / out[f'image_{p}']:.2f}",
+                ">= 1.0",
+            ),
+            (
+                f"[{p}] first weights: rsync / sparkctl (s)",
+                f"{out['weights_rsync']:.2f} / {out[f'weights_{p}']:.2f}",
+                "",
+            ),
+            (
+                f"[{p}] first weights ratio (rsync/sparkctl)",
+                f"{out['weights_rsync'] / out[f'weights_{p}']:.2f}",
+                ">= 1.0",
+            ),
+            (
+                f"[{p}] re-ship unchanged: recipe / sparkctl (s)",
+                f"{out['reship_recipe']:.2f} / {out[f'reship_{p}']:.2f}",
+                "sparkctl < ~1 s",
+            ),
+            (
+                f"[{p}] re-ship unchanged speed-up",
+                f"{out['reship_recipe'] / out[f'reship_{p}']:.1f}x",
+                ">= 10x",
+            ),
+            *(
+                [
+                    (
+                        "[third] re-ship unchanged: CPU time of the sparkctl process (s)",
+                        f"{out['reship_cpu']:.2f}",
+                        "load-independent",
+                    )
+                ]
+                if p == "third"
+                else []
+            ),
+            (
+                f"[{p}] overlay: bytes leaving spark1 / full save",
+                f"{out[f'overlay_{p}']:,} / {out['overlay_full']:,}",
+                "",
+            ),
             (f"[{p}] overlay ratio", f"{100 * out[f'overlay_{p}'] / out['overlay_full']:.2f} %", "<= 1 %"),
-        ]  # fmt: skip
+        ]
     if "streams_1" in out:
         for n in (1, 2, 4):
-            rows.append((f"first weights, {n} stream(s) (s) / speed-up vs 1", f"{out[f'streams_{n}']:.2f} / "
-                         f"{out['streams_1'] / out[f'streams_{n}']:.2f}x", ""))  # fmt: skip
+            rows.append(
+                (
+                    f"first weights, {n} stream(s) (s) / speed-up vs 1",
+                    f"{out[f'streams_{n}']:.2f} / {out['streams_1'] / out[f'streams_{n}']:.2f}x",
+                    "",
+                )
+            )
     if "peers_1" in out:
         rows += [
             ("image+weights to 1 peer / 3 peers (s)", f"{out['peers_1']:.2f} / {out['peers_3']:.2f}", ""),
@@ -311,8 +365,10 @@ def report(out: dict, args: argparse.Namespace, cpu: float, image_bytes: int, we
         ("CPU busy during the run (2 cores, all %)", f"{cpu:.0f} %", ""),
         ("load average (1, 5 min) at the end", " ".join(Path("/proc/loadavg").read_text().split()[:2]), ""),
     ]
-    print(f"\nimage {image_bytes / mb:.0f} MB saved, weights {weights_bytes / mb:.0f} MB, "
-          f"medians of {args.rounds} alternated rounds, {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"\nimage {image_bytes / mb:.0f} MB saved, weights {weights_bytes / mb:.0f} MB, "
+        f"medians of {args.rounds} alternated rounds, {os.cpu_count()} CPUs"
+    )
     for name, value, target in rows:
         print(f"  {name:<52} {value:>24}  {target}")
 
@@ -338,8 +394,11 @@ def main() -> int:
         weights_bytes = sum(files.values()) + 2000
         out: dict = {}
         cpu = Cpu()
-        for step, fn in (("full image", bench_image), ("first weights sync", bench_weights),
-                         ("re-ship unchanged", bench_reship)):  # fmt: skip
+        for step, fn in (
+            ("full image", bench_image),
+            ("first weights sync", bench_weights),
+            ("re-ship unchanged", bench_reship),
+        ):
             print(f"{step} ...", flush=True)
             fn(b, args.rounds, out)
         print("overlay ...", flush=True)

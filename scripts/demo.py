@@ -46,7 +46,9 @@ def main() -> None:
         seed_weights(lab, nodes=["spark1"])  # ...and the weights (a tiny HF-cache snapshot)
         # The API wants a key (docs/security.md): from this shell's env, never written to the profile.
         os.environ["SPARKCTL_API_KEY"] = key = secrets.token_hex(16)
-        profile = write_lab_profile(lab, Path(tmp) / "sparkctl.yaml", engine={"api_key": {"env": "SPARKCTL_API_KEY"}})
+        profile = write_lab_profile(
+            lab, Path(tmp) / "sparkctl.yaml", engine={"api_key": {"env": "SPARKCTL_API_KEY"}}
+        )
         print(f"profile: {profile}")
         sparkctl(profile, "plan", "tp2")
         sparkctl(profile, "preflight", "tp2", check=False)  # expected: image and weights missing on spark2
@@ -55,11 +57,15 @@ def main() -> None:
         sparkctl(profile, "preflight", "tp2")
         sparkctl(profile, "up", "tp2")
         sparkctl(profile, "status")
-        sparkctl(profile, "verify", "tp2", "--only", "ModelsList", "--only", "Chat")  # what the stand-in serves
+        sparkctl(
+            profile, "verify", "tp2", "--only", "ModelsList", "--only", "Chat"
+        )  # what the stand-in serves
         url = f"http://{lab.nodes[0].mgmt_ip}:30000/v1/chat/completions"
         body = json.dumps({"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}]}).encode()
         try:
-            urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=10)
+            urllib.request.urlopen(
+                urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=10
+            )
         except urllib.error.HTTPError as exc:
             print(f"\n$ POST {url} without the API key -> HTTP {exc.code}")
         auth = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}

@@ -117,15 +117,21 @@ def secret_delivery(
             files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
     for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
         if secret is not None:
-            files.append(SecretFile(SGLANG_AUTH_CONFIG, secret_ref(key, secret, node, profile, node_path), key))
+            files.append(
+                SecretFile(SGLANG_AUTH_CONFIG, secret_ref(key, secret, node, profile, node_path), key)
+            )
     return env, mounts, files
 
 
-def secret_ref(name: str, secret: object, node: Node, profile: Profile, node_path: Callable[[str, Node, Profile], str]) -> SecretRef:
+def secret_ref(
+    name: str, secret: object, node: Node, profile: Profile, node_path: Callable[[str, Node, Profile], str]
+) -> SecretRef:
     env = getattr(secret, "env", None)
     if env:
         return SecretRef(name=name, env=env)
-    return SecretRef(name=name, file=node_path(getattr(secret, "file", "") or "", node, profile), node=node.name)
+    return SecretRef(
+        name=name, file=node_path(getattr(secret, "file", "") or "", node, profile), node=node.name
+    )
 
 
 def auth_flags(profile: Profile) -> list[str]:
@@ -181,4 +187,8 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
 
 def is_pinned(revision: str | None) -> bool:
     """A full or abbreviated commit hash (7..40 hex digits), not a branch or tag."""
-    return bool(revision) and 7 <= len(revision or "") <= 40 and all(c in "0123456789abcdef" for c in revision or "")
+    return (
+        bool(revision)
+        and 7 <= len(revision or "") <= 40
+        and all(c in "0123456789abcdef" for c in revision or "")
+    )

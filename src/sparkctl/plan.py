@@ -52,7 +52,9 @@ class RankSpec:
     def to_json(self) -> dict:
         out = asdict(self)
         out["env"] = self.env_masked()
-        out["secrets"] = [{"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets]
+        out["secrets"] = [
+            {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
+        ]
         return out
 
 
@@ -235,7 +237,12 @@ def _check_mode(profile: Profile, mode_name: str) -> None:
 
 
 def _rank_env_mounts(
-    profile: Profile, mode: Mode, node: Node, layout: RankLayout, engine: Engine, facts: PlanFacts,
+    profile: Profile,
+    mode: Mode,
+    node: Node,
+    layout: RankLayout,
+    engine: Engine,
+    facts: PlanFacts,
     unresolved: list[str],
 ) -> tuple[dict[str, str | SecretRef], list[Mount], list[SecretFile]]:
     env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
@@ -281,7 +288,11 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         env, mounts, secret_files = _rank_env_mounts(profile, mode, node, layout, engine, facts, unresolved)
         options = sec.container_options(profile, mode, _gpu_request(node, per_rank, profile))
         name = container_name(profile.cluster, mode_name, rank)
-        ranks.append(RankSpec(rank, node.name, name, image, argv, env, mounts, options, gpus=per_rank, secrets=secret_files))
+        ranks.append(
+            RankSpec(
+                rank, node.name, name, image, argv, env, mounts, options, gpus=per_rank, secrets=secret_files
+            )
+        )
 
     config_hash = _config_hash(ranks)
     ranks = [

@@ -52,7 +52,7 @@ CASES = [
 BY_NAME = {c.name: c for c in CHECKS}
 
 
-def _run(proxy, server, name: str, mutations: list[str]):  # noqa: ANN001, ANN202
+def _run(proxy, server, name: str, mutations: list[str]):
     # A fixed nonce makes every prompt, and so the random-weight model's greedy output, the same
     # on every run: some outputs make this server's tool parser answer HTTP 500.
     client = make_client(proxy.base(*mutations), timeout_s=60)

@@ -442,7 +442,20 @@ class Lab:
         over /root/.ssh in its mount namespace: node-to-node SSH as `init --ssh-setup` leaves it."""
         dot = Path(node.data_dir) / "dotssh"
         dot.mkdir(mode=0o700, exist_ok=True)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(dot / "id_ed25519")])
+        _run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"root@{node.name}",
+                "-f",
+                str(dot / "id_ed25519"),
+            ]
+        )
         Path("/root/.ssh").mkdir(mode=0o700, exist_ok=True)  # the mount point (stays empty here)
         _run([*node.nsenter(), "mount", "--bind", str(dot), "/root/.ssh"])
 
@@ -644,8 +657,25 @@ class Lab:
             if mbit is None:
                 subprocess.run(["tc", "-n", n.netns, "qdisc", "del", "dev", dev, "root"], capture_output=True)
             else:
-                _run(["tc", "-n", n.netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
-                      f"{mbit}mbit", "burst", "64kb", "latency", "500ms"])  # fmt: skip
+                _run(
+                    [
+                        "tc",
+                        "-n",
+                        n.netns,
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        f"{mbit}mbit",
+                        "burst",
+                        "64kb",
+                        "latency",
+                        "500ms",
+                    ]
+                )
 
     def stop_sshd(self, node: str | LabNode, kill_sessions: bool = False) -> None:
         """Stop the node's listening sshd (new connections are refused); optionally drop sessions too."""

@@ -81,7 +81,6 @@ def write_lab_profile(lab: Lab, path: Path, **kwargs: Any) -> Path:
     return path
 
 
-
 def seed_weights(lab: Lab, nodes: list[str] | None = None, commit: str = SEED_COMMIT) -> None:
     """A small HF-cache snapshot (refs/main -> commit, config.json + a shard) of the lab profile's
     target and draft on the given nodes (default: all), as `huggingface-cli download` leaves it."""

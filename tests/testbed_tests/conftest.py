@@ -21,8 +21,11 @@ def cli(state: Path, profile: Path, *args: str, timeout: float = 300) -> subproc
     env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "200"}
     return subprocess.run(
         [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def cluster_containers(lab, cluster: str) -> dict[str, list]:

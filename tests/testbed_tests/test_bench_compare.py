@@ -16,8 +16,26 @@ def test_bench_compare_switches_modes_between_runs(lab, setup, tmp_path):
     write_profile, state = setup
     path = write_profile()
     out, chart = tmp_path / "compare.json", tmp_path / "compare.png"
-    res = cli(state, path, "bench", "--compare", "solo", "tp2", "-w", "code", "--reps", "2",
-              "--max-tokens", "16", "--out", str(out), "--chart", str(chart), "--json", timeout=600)  # fmt: skip
+    res = cli(
+        state,
+        path,
+        "bench",
+        "--compare",
+        "solo",
+        "tp2",
+        "-w",
+        "code",
+        "--reps",
+        "2",
+        "--max-tokens",
+        "16",
+        "--out",
+        str(out),
+        "--chart",
+        str(chart),
+        "--json",
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data == json.loads(out.read_text())

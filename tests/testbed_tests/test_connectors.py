@@ -16,8 +16,17 @@ pytestmark = pytest.mark.testbed
 
 def connector(lab, node: str = "spark2", **kw) -> SshConnector:
     n = lab.node(node)
-    args = dict(user="root", port=n.ssh_port, key=lab.ssh_key, default_user=None, default_port=22,
-                default_key=None, known_hosts=lab.known_hosts, accept_new=False, connect_timeout=5)  # fmt: skip
+    args = dict(
+        user="root",
+        port=n.ssh_port,
+        key=lab.ssh_key,
+        default_user=None,
+        default_port=22,
+        default_key=None,
+        known_hosts=lab.known_hosts,
+        accept_new=False,
+        connect_timeout=5,
+    )
     args.update(kw)
     return SshConnector(resolve_target(node, n.mgmt_ip, **args))
 

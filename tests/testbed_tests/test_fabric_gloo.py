@@ -40,8 +40,10 @@ def _run(lab: Lab, *, env: dict[str, str] | None = None, timeout_s: float = 60.0
     with NodePool(profile) as pool:
         conns = {n: pool.get(n) for n in plan.nodes}
         report = run_fabric_test(plan, conns, backend="gloo", sizes="64K,1M", iters=3, timeout_s=timeout_s)
-        leftovers = {n: [c.name for c in conns[n].docker().containers.list(all=True) if "-fabric-" in c.name]
-                     for n in plan.nodes}  # fmt: skip
+        leftovers = {
+            n: [c.name for c in conns[n].docker().containers.list(all=True) if "-fabric-" in c.name]
+            for n in plan.nodes
+        }
     return plan, report, leftovers
 
 
@@ -53,8 +55,11 @@ def test_gloo_fabric_test_runs_across_two_nodes(torch_lab: Lab) -> None:
     assert [r.node for r in report.ranks] == ["spark1", "spark2"]
     # Both ops at both sizes, values checked by the workers, bandwidth measured.
     assert {(row["op"], row["bytes"]) for row in report.rows} == {
-        ("all_reduce", 64 << 10), ("all_reduce", 1 << 20), ("all_gather", 64 << 10), ("all_gather", 1 << 20)
-    }  # fmt: skip
+        ("all_reduce", 64 << 10),
+        ("all_reduce", 1 << 20),
+        ("all_gather", 64 << 10),
+        ("all_gather", 1 << 20),
+    }
     assert all(row["correct"] and row["busbw_gbps"] > 0 for row in report.rows)
     # gloo is reported, never judged against the NCCL threshold.
     assert report.threshold_gbps is None
@@ -95,16 +100,32 @@ def test_cli_fabric_test_gloo(torch_lab: Lab, tmp_path) -> None:
     from tests.testbed.profiles import write_lab_profile
 
     path = write_lab_profile(torch_lab, tmp_path / "lab.yaml", image=TORCH_TAG)
-    base = [sys.executable, "-m", "sparkctl", "fabric-test", "tp2", "-p", str(path), "--backend", "gloo",
-            "--sizes", "64K", "--iters", "2", "--timeout", "60"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "sparkctl",
+        "fabric-test",
+        "tp2",
+        "-p",
+        str(path),
+        "--backend",
+        "gloo",
+        "--sizes",
+        "64K",
+        "--iters",
+        "2",
+        "--timeout",
+        "60",
+    ]
     ok = subprocess.run(base + ["--json"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
     assert data["severity"] == "ok" and [r["phase"] for r in data["ranks"]] == ["done", "done"]
     assert {row["op"] for row in data["rows"]} == {"all_reduce", "all_gather"}
 
-    bad = write_lab_profile(torch_lab, tmp_path / "bad.yaml", image=TORCH_TAG,
-                            engine={"env": {"GLOO_SOCKET_IFNAME": "eth9"}})  # fmt: skip
+    bad = write_lab_profile(
+        torch_lab, tmp_path / "bad.yaml", image=TORCH_TAG, engine={"env": {"GLOO_SOCKET_IFNAME": "eth9"}}
+    )
     failed = subprocess.run([*base[:6], str(bad), *base[7:]], capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1
     assert "FabricRank" in failed.stdout and "interface 'eth9'" in failed.stdout

@@ -50,15 +50,33 @@ def seeded(lab: Lab):
 
 def sparkctl(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def init(lab: Lab, out: Path, *extra: str) -> subprocess.CompletedProcess:
     nodes = [a for n in lab.nodes for a in ("--node", n.mgmt_ip)]
-    return sparkctl("init", *nodes, "--ssh-user", "root", "--ssh-key", lab.ssh_key, "--known-hosts",
-                    lab.known_hosts, "--non-interactive", "--model", MODEL, "--image", ENGINE_IMAGE,
-                    "--hf-cache", f"{NODE_MOUNT}/hf", "-o", str(out), *extra)  # fmt: skip
+    return sparkctl(
+        "init",
+        *nodes,
+        "--ssh-user",
+        "root",
+        "--ssh-key",
+        lab.ssh_key,
+        "--known-hosts",
+        lab.known_hosts,
+        "--non-interactive",
+        "--model",
+        MODEL,
+        "--image",
+        ENGINE_IMAGE,
+        "--hf-cache",
+        f"{NODE_MOUNT}/hf",
+        "-o",
+        str(out),
+        *extra,
+    )
 
 
 def flat(text: str) -> str:
@@ -98,7 +116,9 @@ def test_roce_from_sysfs_writes_the_hcas_plan_and_preflight_use(seeded: Lab, tmp
     report = json.loads(pre.stdout)
     assert pre.returncode == 0 and report["ok"], pre.stdout + pre.stderr
     assert {f["node"] for f in report["findings"] if f["check"] == "RoceHca" and f["severity"] == "ok"} == {
-        "spark1", "spark2"}  # fmt: skip
+        "spark1",
+        "spark2",
+    }
     plan = json.loads(sparkctl("plan", "-p", str(out), "tp2", "--json").stdout)
     assert [r["env"]["NCCL_IB_HCA"] for r in plan["ranks"]] == ["rocep1s0f1,roceP2p1s0f1"] * 2
     assert not plan["unresolved"]
@@ -154,27 +174,61 @@ def password_sshd(lab: Lab):
     home = d / "home"
     home.mkdir()
     os.chown(home, UID, UID)
-    hashed = subprocess.run(["openssl", "passwd", "-6", PASSWORD], capture_output=True, text=True,
-                            check=True).stdout.strip()  # fmt: skip
-    for name, line in (("passwd", f"{USER}:x:{UID}:{UID}::{home}:/bin/sh"),
-                       ("shadow", f"{USER}:{hashed}:19000:0:99999:7:::"), ("group", f"{USER}:x:{UID}:")):  # fmt: skip
+    hashed = subprocess.run(
+        ["openssl", "passwd", "-6", PASSWORD], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for name, line in (
+        ("passwd", f"{USER}:x:{UID}:{UID}::{home}:/bin/sh"),
+        ("shadow", f"{USER}:{hashed}:19000:0:99999:7:::"),
+        ("group", f"{USER}:x:{UID}:"),
+    ):
         (d / name).write_text(Path(f"/etc/{name}").read_text().rstrip("\n") + f"\n{line}\n")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "hostkey")], check=True)
     port = 2222
-    (d / "sshd_config").write_text("\n".join([
-        f"Port {port}", f"ListenAddress {node.mgmt_ip}", f"HostKey {d / 'hostkey'}", f"PidFile {d / 'sshd.pid'}",
-        "PasswordAuthentication yes", "PubkeyAuthentication yes", "KbdInteractiveAuthentication no",
-        "UsePAM no", "StrictModes no", "UseDNS no", "AuthorizedKeysFile .ssh/authorized_keys", ""]))  # fmt: skip
+    (d / "sshd_config").write_text(
+        "\n".join(
+            [
+                f"Port {port}",
+                f"ListenAddress {node.mgmt_ip}",
+                f"HostKey {d / 'hostkey'}",
+                f"PidFile {d / 'sshd.pid'}",
+                "PasswordAuthentication yes",
+                "PubkeyAuthentication yes",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "UseDNS no",
+                "AuthorizedKeysFile .ssh/authorized_keys",
+                "",
+            ]
+        )
+    )
     binds = " && ".join(f"mount --bind {d / n} /etc/{n}" for n in ("passwd", "shadow", "group"))
     proc = subprocess.Popen(
-        ["nsenter", f"--net={node.netns_path}", "unshare", "-m", "--propagation", "private", "sh", "-c",
-         f"{binds} && exec /usr/sbin/sshd -D -e -f {d / 'sshd_config'}"],
-        stdout=open(d / "sshd.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-    )  # fmt: skip
+        [
+            "nsenter",
+            f"--net={node.netns_path}",
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"{binds} && exec /usr/sbin/sshd -D -e -f {d / 'sshd_config'}",
+        ],
+        stdout=open(d / "sshd.log", "wb"),  # noqa: SIM115 - the sshd outlives this call
+        stderr=subprocess.STDOUT,
+    )
     try:
         for _ in range(100):
-            if lab.exec(node, ["sh", "-c", f"cat /proc/net/tcp | grep -qi ':{port:04X} 00000000:0000 0A'"],
-                        check=False).returncode == 0:  # fmt: skip
+            if (
+                lab.exec(
+                    node,
+                    ["sh", "-c", f"cat /proc/net/tcp | grep -qi ':{port:04X} 00000000:0000 0A'"],
+                    check=False,
+                ).returncode
+                == 0
+            ):
                 break
             time.sleep(0.1)
         else:
@@ -194,23 +248,42 @@ def test_ssh_setup_records_host_key_creates_and_installs_a_key(password_sshd, tm
 
     host, port, d = password_sshd
     kh, key = tmp_path / "known_hosts", tmp_path / "keys" / "id_ed25519"
-    args = ["init", "--ssh-setup", "--peer", f"{USER}@{host}:{port}", "--known-hosts", str(kh),
-            "--ssh-key", str(key)]  # fmt: skip
+    args = [
+        "init",
+        "--ssh-setup",
+        "--peer",
+        f"{USER}@{host}:{port}",
+        "--known-hosts",
+        str(kh),
+        "--ssh-key",
+        str(key),
+    ]
     # Declining the fingerprint changes nothing.
     res = CliRunner().invoke(app, args, input="n\n", env={"COLUMNS": "250"})
     assert res.exit_code == 2 and "not confirmed" in res.output and not kh.exists() and not key.exists()
     res = CliRunner().invoke(app, args, input=f"y\n{PASSWORD}\n", env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
-    host_fp = subprocess.run(["ssh-keygen", "-lf", str(d / "hostkey.pub")], capture_output=True, text=True,
-                             check=True).stdout.split()[1]  # fmt: skip
+    host_fp = subprocess.run(
+        ["ssh-keygen", "-lf", str(d / "hostkey.pub")], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     assert host_fp in res.output  # the fingerprint shown is the server's (as ssh-keygen prints it)
     assert f"[{host}]:{port} ssh-ed25519 " in kh.read_text()
     assert key.stat().st_mode & 0o777 == 0o600 and "created key pair" in res.output
     assert "passwordless SSH works" in res.output and PASSWORD not in res.output
     # The key really logs in, through sparkctl's own strict connector.
-    target = resolve_target("spark2", host, user=USER, port=port, key=str(key), default_user=None,
-                            default_port=22, default_key=None, known_hosts=str(kh), accept_new=False,
-                            connect_timeout=5)  # fmt: skip
+    target = resolve_target(
+        "spark2",
+        host,
+        user=USER,
+        port=port,
+        key=str(key),
+        default_user=None,
+        default_port=22,
+        default_key=None,
+        known_hosts=str(kh),
+        accept_new=False,
+        connect_timeout=5,
+    )
     with SshConnector(target) as conn:
         assert conn.run(["id", "-un"]).stdout.strip() == USER
     # Running it again asks nothing: host key known, key login works.

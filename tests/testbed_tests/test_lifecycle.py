@@ -22,11 +22,16 @@ from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
 
 pytestmark = pytest.mark.testbed
 
+
 def follow_logs_sees_new_lines(state: Path, path: Path, plan) -> None:
     """`logs -f` prints both ranks, then a line written after it started; Ctrl-C ends it cleanly."""
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
-    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "logs", "-f", "--tail", "3", "-p", str(path)],
-                            stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", "logs", "-f", "--tail", "3", "-p", str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     seen: list[str] = []
@@ -67,7 +72,9 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
         rec = standin_record(lab, spec.node, spec.container_name)
         assert rec["argv"] == spec.argv[len(prof.engine.command) :]
         assert {k: rec["env"].get(k) for k in spec.env} == spec.env
-        assert c.attrs["HostConfig"]["NetworkMode"] == "host" and c.attrs["HostConfig"]["IpcMode"] == "private"
+        assert (
+            c.attrs["HostConfig"]["NetworkMode"] == "host" and c.attrs["HostConfig"]["IpcMode"] == "private"
+        )
     models = json.loads(urllib.request.urlopen(f"{plan.endpoint.api_base}/models", timeout=5).read())
     assert [m["id"] for m in models["data"]] == ["tiny-test"]
 
@@ -75,7 +82,9 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
     assert st.returncode == 0, st.stderr
     status = json.loads(st.stdout)
     assert sorted((c["rank"], c["node"], c["status"]) for c in status["containers"]) == [
-        (0, "spark1", "running"), (1, "spark2", "running")]  # fmt: skip
+        (0, "spark1", "running"),
+        (1, "spark2", "running"),
+    ]
     assert status["modes"][0]["mode"] == "tp2" and status["modes"][0]["health"]["ready"]
     assert (
         status["modes"][0]["config_hash"] == plan.config_hash
@@ -166,8 +175,11 @@ def test_concurrent_up_refuses_and_ctrl_c_rolls_back(lab, setup):
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
     first = subprocess.Popen(
         [sys.executable, "-m", "sparkctl", "up", "solo", "--skip-preflight", "-p", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     cluster = load_profile_file(path).cluster
     try:
         # Wait until the first one has started its rank (it holds the lock from before that).
@@ -196,8 +208,12 @@ def test_lock_of_a_killed_holder_is_recovered(lab, setup):
         "import sys, time; from sparkctl.lifecycle.lock import ClusterLock; "
         f"ClusterLock({cluster!r}, 'sparkctl up (killed)').acquire(); print('held', flush=True); time.sleep(600)"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "XDG_STATE_HOME": str(state)})  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "XDG_STATE_HOME": str(state)},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         refused = cli(state, path, "down")

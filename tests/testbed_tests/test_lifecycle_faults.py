@@ -23,8 +23,12 @@ pytestmark = pytest.mark.testbed
 def signals_seen(lab, node: str, cluster: str, since: float) -> dict[str, list]:
     """Per container on `node`: the signals Docker sent it ('15', '9') and its exit codes, in order."""
     out: dict[str, list] = {}
-    for ev in lab.docker(node).events(since=int(since) - 1, until=int(time.time()) + 1, decode=True,
-                                      filters={"label": f"sparkctl.cluster={cluster}"}):  # fmt: skip
+    for ev in lab.docker(node).events(
+        since=int(since) - 1,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"label": f"sparkctl.cluster={cluster}"},
+    ):
         attrs = ev.get("Actor", {}).get("Attributes", {})
         if ev.get("Action") == "kill":
             out.setdefault(attrs.get("name"), []).append(f"sig{attrs.get('signal')}")
@@ -39,7 +43,7 @@ def running(lab, cluster: str, node: str) -> list[str]:
     return [c.attrs["Names"][0].lstrip("/") for c in found]
 
 
-def wait_for(what: str, cond, timeout: float = 60, every: float = 0.1):  # noqa: ANN001
+def wait_for(what: str, cond, timeout: float = 60, every: float = 0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
@@ -84,8 +88,11 @@ def test_stop_path_sigterm_then_sigkill_and_rollback_kills_at_once(lab, setup, t
     assert not any(cluster_containers(lab, cluster).values())
 
     # A failed start is rolled back with SIGKILL at once, even with a long grace.
-    failing = profile("failing.yaml", {"STANDIN_SIGTERM": "ignore", "STANDIN_FAIL_AT": "1:load",
-                                       "STANDIN_DELAY_LOAD": "1"}, grace=120)  # fmt: skip
+    failing = profile(
+        "failing.yaml",
+        {"STANDIN_SIGTERM": "ignore", "STANDIN_FAIL_AT": "1:load", "STANDIN_DELAY_LOAD": "1"},
+        grace=120,
+    )
     t0 = time.time()
     res = cli(state, failing, "up", "tp2", "--skip-preflight")
     assert res.returncode == 3, res.stderr
@@ -102,9 +109,13 @@ def test_node_lost_during_up_then_reconciled(lab, setup):
     prof = load_profile_file(path)
     plan = build_plan(prof, "tp2")
     env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "--json",
-                             "-p", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "--json", "-p", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         names = [s.container_name for s in plan.ranks]
         wait_for("rank 1 running", lambda: running(lab, prof.cluster, "spark2"))
@@ -147,8 +158,13 @@ def test_down_reconciles_a_lost_nodes_leftover(lab, setup):
     path = write_profile(tp2={"STANDIN_DELAY_LOAD": "60"})
     prof = load_profile_file(path)
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
-    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", "up", "tp2", "--skip-preflight", "-p", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     wait_for("rank 1 running", lambda: running(lab, prof.cluster, "spark2"))
     wait_for("rank 0 running", lambda: running(lab, prof.cluster, "spark1"))
     lab.stop_sshd("spark2", kill_sessions=True)
@@ -191,11 +207,17 @@ def gone(pid: int) -> bool:
         return True
 
 
-def _generates(plan) -> bool:  # noqa: ANN001
-    body = json.dumps({"model": plan.endpoint.served_model_name, "max_tokens": 1,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
-    req = urllib.request.Request(f"{plan.endpoint.api_base}/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+def _generates(plan) -> bool:
+    body = json.dumps(
+        {
+            "model": plan.endpoint.served_model_name,
+            "max_tokens": 1,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"{plan.endpoint.api_base}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return bool(json.loads(resp.read()).get("choices"))
@@ -230,14 +252,23 @@ def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
     st = cli(state, path, "status", "--json")
     js = json.loads(st.stdout)
     assert js["supervisor"]["pid"] == pid
-    done = wait_for("the restart event", lambda: [e for e in json.loads(cli(state, path, "status", "--json").stdout)["restarts"] if e["event"] == "restarted"])  # fmt: skip  # noqa: E501
+    done = wait_for(
+        "the restart event",
+        lambda: [
+            e
+            for e in json.loads(cli(state, path, "status", "--json").stdout)["restarts"]
+            if e["event"] == "restarted"
+        ],
+    )  # noqa: E501
     assert done[0]["cause"] == "rank 1 on spark2 exited (exit code 137)" and done[0]["rank"] == 1
     text = " ".join(cli(state, path, "status").stdout.split())
     assert "supervisor: running" in text and "1 group restart(s)" in text
     assert "group restarted because rank 1 on spark2 exited (exit code 137)" in text
     logs = cli(state, path, "logs", "--tail", "50")
-    assert any(line.startswith("supervisor") and "rank 1 on spark2 exited" in line
-               for line in logs.stdout.splitlines()), logs.stdout  # fmt: skip
+    assert any(
+        line.startswith("supervisor") and "rank 1 on spark2 exited" in line
+        for line in logs.stdout.splitlines()
+    ), logs.stdout
 
     # A switch replaces the group: the old supervisor goes first (or it would restart tp2).
     sw = cli(state, path, "switch", "solo", "--skip-preflight", "--supervise", "--json")
@@ -257,16 +288,32 @@ def test_supervisor_restarts_on_failed_canaries_then_gives_up_at_the_limit(lab, 
     write_profile, state = setup
     path = write_profile(solo={"STANDIN_STALL_AFTER": "2"})
     assert cli(state, path, "up", "solo", "--skip-preflight").returncode == 0
-    sup = cli(state, path, "supervise", "--detach", "--canary-every", "0.5", "--canary-failures", "2",
-              "--max-restarts", "1", "--backoff", "0")  # fmt: skip
+    sup = cli(
+        state,
+        path,
+        "supervise",
+        "--detach",
+        "--canary-every",
+        "0.5",
+        "--canary-failures",
+        "2",
+        "--max-restarts",
+        "1",
+        "--backoff",
+        "0",
+    )
     assert sup.returncode == 0 and "supervising mode solo in the background" in sup.stdout, sup.stderr
 
     def events() -> list[dict]:
         return json.loads(cli(state, path, "status", "--json").stdout)["events"]
 
     # /v1/models and /health keep answering: only the generation canary sees the engine is stuck.
-    wait_for("the supervisor to give up", lambda: any(e["event"] == "gave_up" for e in events()), timeout=120,
-             every=0.5)  # fmt: skip
+    wait_for(
+        "the supervisor to give up",
+        lambda: any(e["event"] == "gave_up" for e in events()),
+        timeout=120,
+        every=0.5,
+    )
     kinds = [e["event"] for e in events()]
     assert kinds.count("restarted") == 1 and kinds.count("canary_failed") >= 4, kinds
     restarted = next(e for e in events() if e["event"] == "restarted")

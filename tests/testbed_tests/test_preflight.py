@@ -86,18 +86,38 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
     assert rc == 0, (err, errors(report))
     assert report["ok"] and report["nodes"] == ["spark1", "spark2"]
     for node in ("spark1", "spark2"):
-        for check in ("SshReachable", "FabricNetdev", "Mtu", "PingDf", "DockerEngine", "ImagePresent",
-                      "ImageSame", "Weights", "StrayContainers", "HostIpReachable", "DiskFree"):  # fmt: skip
+        for check in (
+            "SshReachable",
+            "FabricNetdev",
+            "Mtu",
+            "PingDf",
+            "DockerEngine",
+            "ImagePresent",
+            "ImageSame",
+            "Weights",
+            "StrayContainers",
+            "HostIpReachable",
+            "DiskFree",
+        ):
             assert find(report, check, node, "ok"), (check, node)
     assert {f["data"]["dst"] for f in find(report, "PingDf", severity="ok")} == {"spark1", "spark2"}
     assert len(find(report, "PortFree", "spark1", "ok")) == 2  # HTTP and dist-init on rank 0
     assert not find(report, "RoceHca")  # transport tcp
     # Rank 0 logs in to its peer over the fabric (the lab's nodes trust each other's host keys).
-    assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(report, "SshRank0ToPeer", severity="warn")
+    assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(
+        report, "SshRank0ToPeer", severity="warn"
+    )
     # The human view of the same healthy run: no warning at all, passes counted.
-    human = subprocess.run([sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
-                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
-    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout, human.stdout
+    human = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(tmp_path / "p.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert human.returncode == 0 and "warn " not in human.stdout and "0 warnings" in human.stdout, (
+        human.stdout
+    )
     assert all(len(line) <= 80 for line in human.stdout.splitlines()), human.stdout
 
 
@@ -244,16 +264,31 @@ def test_image_missing_then_different_on_node2(ready: Lab, tmp_path: Path) -> No
 
 def test_unknown_check_name_is_a_usage_error(ready: Lab, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "preflight", "-p", str(write_lab_profile(ready, tmp_path / "p.yaml")),
-         "--ignore", "Mut"], capture_output=True, text=True)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sparkctl",
+            "preflight",
+            "-p",
+            str(write_lab_profile(ready, tmp_path / "p.yaml")),
+            "--ignore",
+            "Mut",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "did you mean 'Mtu'" in proc.stderr
 
 
 def test_same_size_corrupt_shard_is_caught_by_content(ready: Lab, tmp_path: Path) -> None:
     """A size-only check passes a corrupted shard; the sha256 manifest does not."""
     prof = write_lab_profile(ready, tmp_path / "p.yaml")
-    shards = [Path(n.node_root, "hf", "hub", "models--test-org--tiny-model", "snapshots", COMMIT, "model.safetensors")
-              for n in ready.nodes]  # fmt: skip
+    shards = [
+        Path(
+            n.node_root, "hf", "hub", "models--test-org--tiny-model", "snapshots", COMMIT, "model.safetensors"
+        )
+        for n in ready.nodes
+    ]
     shards[0].write_bytes(b"\x01" * 4096)
     shards[1].write_bytes(b"\x01" * 2048 + b"\x02" + b"\x01" * 2047)  # same size, one byte differs
     try:
@@ -266,7 +301,8 @@ def test_same_size_corrupt_shard_is_caught_by_content(ready: Lab, tmp_path: Path
         rc, report, _ = preflight(prof, "tp2", "--only", "WeightsContent")
         assert rc == 0, errors(report)
         assert any(
-            "content identical to spark1" in f["message"] for f in find(report, "WeightsContent", "spark2", "ok")
+            "content identical to spark1" in f["message"]
+            for f in find(report, "WeightsContent", "spark2", "ok")
         )
     finally:
         for shard in shards:

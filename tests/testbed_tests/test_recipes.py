@@ -41,14 +41,14 @@ def _context(files: dict[str, bytes]) -> io.BytesIO:
     return buf
 
 
-def _image_build(client, dockerfile: str, files: dict[str, bytes], tag: str) -> str:  # noqa: ANN001
+def _image_build(client, dockerfile: str, files: dict[str, bytes], tag: str) -> str:
     ctx = _context({"Dockerfile": dockerfile.encode(), **files})
     image, _ = client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True)
     return image.id
 
 
 @pytest.fixture(scope="module")
-def standin_base(lab) -> str:  # noqa: ANN001
+def standin_base(lab) -> str:
     """The stand-in engine + pristine device.py at the real base's path, on every lab node."""
     shipped = load_recipe(SHIPPED)
     (f,) = shipped.spec.files
@@ -72,17 +72,17 @@ def _pinned_copy(tmp_path: Path, base_id: str | None, ref: str = STANDIN_BASE) -
 
 
 @pytest.fixture
-def profile(lab, tmp_path: Path) -> Path:  # noqa: ANN001
+def profile(lab, tmp_path: Path) -> Path:
     return write_lab_profile(lab, tmp_path / "lab.yaml")
 
 
-def _cli(*args: str):  # noqa: ANN202
+def _cli(*args: str):
     result = CliRunner().invoke(app, list(args))
     text = result.output + (result.stderr if result.stderr_bytes is not None else "")
     return result, " ".join(text.split())  # rich wraps at the terminal width
 
 
-def test_build_adds_one_small_layer_and_verifies(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_build_adds_one_small_layer_and_verifies(lab, standin_base, tmp_path, profile) -> None:
     recipe_dir = _pinned_copy(tmp_path, standin_base)
     recipe = load_recipe(recipe_dir)
     tag = "sparkctl-test/recipe-a:1"
@@ -121,11 +121,14 @@ def test_build_adds_one_small_layer_and_verifies(lab, standin_base, tmp_path, pr
     assert "matches overlay/device.py" in out
 
 
-def test_build_is_reproducible(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_build_is_reproducible(lab, standin_base, tmp_path, profile) -> None:
     recipe_dir = _pinned_copy(tmp_path, standin_base)
     labels, overlay_layers = [], []
-    for node, tag in (("spark1", "sparkctl-test/recipe-r:1"), ("spark1", "sparkctl-test/recipe-r:2"),
-                      ("spark2", "sparkctl-test/recipe-r:1")):  # fmt: skip
+    for node, tag in (
+        ("spark1", "sparkctl-test/recipe-r:1"),
+        ("spark1", "sparkctl-test/recipe-r:2"),
+        ("spark2", "sparkctl-test/recipe-r:1"),
+    ):
         result, out = _cli(
             "image", "build", str(recipe_dir), "--tag", tag, "--node", node, "-p", str(profile)
         )
@@ -140,7 +143,7 @@ def test_build_is_reproducible(lab, standin_base, tmp_path, profile) -> None:  #
     assert overlay_layers[0] == overlay_layers[1]
 
 
-def test_tampered_overlay_is_refused_naming_the_file(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_tampered_overlay_is_refused_naming_the_file(lab, standin_base, tmp_path, profile) -> None:
     recipe_dir = _pinned_copy(tmp_path, standin_base)
     overlay = recipe_dir / "overlay" / "device.py"
     overlay.write_bytes(overlay.read_bytes().replace(b'"1") != "0"', b'"1") != "1"'))
@@ -163,7 +166,7 @@ def test_tampered_overlay_is_refused_naming_the_file(lab, standin_base, tmp_path
     assert not lab.docker("spark1").images.list(name=tag)
 
 
-def test_wrong_base_id_is_refused(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_wrong_base_id_is_refused(lab, standin_base, tmp_path, profile) -> None:
     wrong = "sha256:" + "0" * 64
     recipe_dir = _pinned_copy(tmp_path, wrong)
     result, out = _cli("image", "build", str(recipe_dir), "--node", "spark1", "-p", str(profile))
@@ -178,14 +181,14 @@ def test_wrong_base_id_is_refused(lab, standin_base, tmp_path, profile) -> None:
     assert "patches/device.py.patch" in out and "not in the base image" in out
 
 
-def test_unpinned_base_is_refused_with_the_id_to_pin(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_unpinned_base_is_refused_with_the_id_to_pin(lab, standin_base, tmp_path, profile) -> None:
     recipe_dir = _pinned_copy(tmp_path, None)
     result, out = _cli("image", "build", str(recipe_dir), "--node", "spark1", "-p", str(profile))
     assert result.exit_code == 2, out
     assert "not pinned" in out and standin_base in out
 
 
-def test_verify_finds_a_changed_file_in_the_image(lab, standin_base, tmp_path, profile) -> None:  # noqa: ANN001
+def test_verify_finds_a_changed_file_in_the_image(lab, standin_base, tmp_path, profile) -> None:
     recipe_dir = _pinned_copy(tmp_path, standin_base)
     recipe = load_recipe(recipe_dir)
     tag = "sparkctl-test/recipe-v:1"

@@ -88,7 +88,9 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         container = lab.docker(node).containers.get(f"sparkctl-{cluster}-tp2-r{rank}")
         host = container.attrs["HostConfig"]
         assert host["Privileged"] is False
-        assert sorted(d["PathOnHost"] for d in host["Devices"]) == sorted(str(rdma_dir / n) for n in ("rdma_cm", "uverbs0"))
+        assert sorted(d["PathOnHost"] for d in host["Devices"]) == sorted(
+            str(rdma_dir / n) for n in ("rdma_cm", "uverbs0")
+        )
         assert host["CapAdd"] == ["IPC_LOCK"]
         assert [(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]] == [("memlock", memlock, memlock)]
         assert host["IpcMode"] == "private" and host["ShmSize"] == 64 * 1024 * 1024
@@ -97,7 +99,9 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         assert "HF_TOKEN_PATH=/run/secrets/HF_TOKEN" in env and "HF_HUB_OFFLINE=1" in env
         assert not any(m["Destination"] == "/root/.cache/huggingface" for m in container.attrs["Mounts"])
         # The secret files are there, 0400, and hold the values.
-        rc, out = container.exec_run(["sh", "-c", "stat -c %a /run/secrets/HF_TOKEN; cat /run/secrets/HF_TOKEN"])
+        rc, out = container.exec_run(
+            ["sh", "-c", "stat -c %a /run/secrets/HF_TOKEN; cat /run/secrets/HF_TOKEN"]
+        )
         assert rc == 0 and out.decode().split() == ["400", TOKEN]
         rc, out = container.exec_run(["cat", "/run/secrets/sparkctl-sglang.yaml"])
         assert out.decode() == f'api-key: "{API_KEY}"\nadmin-api-key: "{ADMIN_KEY}"\n'
@@ -124,8 +128,14 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     for node in lab.nodes:
         for p in Path(node.node_root, "logs").iterdir():
             leaked = [ln for ln in p.read_text().splitlines() if any(c in ln for c in canaries)]
-            engine_prints = ("STANDIN: /run/secrets/", "api-key: ", "admin-api-key: ")  # after docker's timestamp
-            assert all(ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked), leaked
+            engine_prints = (
+                "STANDIN: /run/secrets/",
+                "api-key: ",
+                "admin-api-key: ",
+            )  # after docker's timestamp
+            assert all(
+                ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked
+            ), leaked
     for p in state.rglob("*"):
         assert not p.is_file() or not any(c.encode() in p.read_bytes() for c in canaries), p
     assert 'admin-api-key: "***"' in outputs[-1].stdout
@@ -147,7 +157,9 @@ def test_keyless_api_on_every_interface_is_refused(lab, setup, tmp_path):
     assert "engine.api_key" in found["ApiExposure"]["fix"]
     doc["engine"]["expose"] = "public"
     path.write_text(yaml.safe_dump(doc))
-    found = {f["check"]: f for f in json.loads(cli(state, path, "preflight", "solo", "--json").stdout)["findings"]}
+    found = {
+        f["check"]: f for f in json.loads(cli(state, path, "preflight", "solo", "--json").stdout)["findings"]
+    }
     assert found["ApiExposure"]["severity"] == "warn"
 
 

@@ -70,7 +70,7 @@ def _repo(lab: Lab, node: str, model_id: str) -> Path:
     return _hf(lab, node) / "hub" / ("models--" + model_id.replace("/", "--"))
 
 
-def _ship(profile: Profile, **kw):  # noqa: ANN202
+def _ship(profile: Profile, **kw):
     from sparkctl.connectors.pool import NodePool
     from sparkctl.plan import build_plan
     from sparkctl.ship import ByteCounter, ship
@@ -81,7 +81,7 @@ def _ship(profile: Profile, **kw):  # noqa: ANN202
     return report, counter
 
 
-def _manifests(lab: Lab, profile: Profile, ref):  # noqa: ANN001, ANN202
+def _manifests(lab: Lab, profile: Profile, ref):
     from sparkctl.connectors.pool import NodePool
     from sparkctl.plan import hf_cache_for
     from sparkctl.ship import snapshot_manifest
@@ -251,8 +251,10 @@ def test_source_lacking_image_or_weights_is_a_clear_error(lab: Lab, tmp_path: Pa
     path.write_text(yaml.safe_dump(doc))
     proc = subprocess.run(
         [sys.executable, "-m", "sparkctl", "ship", "tp2", "--image", "-p", str(path)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "is on no node" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -275,7 +277,11 @@ def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
     dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr
     (would,) = [r for r in json.loads(dry.stdout)["results"] if r["what"] == f"weights:{target}"]
-    assert would["action"] == "would ship" and would["files_sent"] == 2 and would["bytes_sent"] == 100 + (1 << 20)
+    assert (
+        would["action"] == "would ship"
+        and would["files_sent"] == 2
+        and would["bytes_sent"] == 100 + (1 << 20)
+    )
     assert not _repo(lab, "spark2", target).exists()  # the dry run sent nothing
     human = subprocess.run(argv[:-1] + ["--dry-run"], capture_output=True, text=True, timeout=300)
     assert human.returncode == 0 and f"{target}: would send 2 file(s), 1.0 MiB" in human.stdout, human.stdout

@@ -45,7 +45,7 @@ def _node_rx(lab: Lab, node: str) -> int:
     return int(lab.exec(node, ["cat", f"/sys/class/net/{n.fabric_netdev}/statistics/rx_bytes"]).stdout)
 
 
-def _write(lab: Lab, tmp_path: Path, model: dict | None = None, **kw) -> Path:  # noqa: ANN003
+def _write(lab: Lab, tmp_path: Path, model: dict | None = None, **kw) -> Path:
     doc = lab_profile(lab, **kw)
     if model is not None:
         doc["model"].update(model)
@@ -55,8 +55,13 @@ def _write(lab: Lab, tmp_path: Path, model: dict | None = None, **kw) -> Path:  
 
 
 def _cli(path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args, "-p", str(path)],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args, "-p", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_both_nodes_remote_data_goes_node_to_node_over_the_fabric(lab: Lab) -> None:
@@ -173,12 +178,34 @@ def test_ctrl_c_stops_every_transfer_at_once_and_a_rerun_resumes(lab: Lab, tmp_p
     path = _write(lab, tmp_path, model={"target": {"id": target, "revision": "main"}, "draft": None})
     dev, ns = lab.node("spark2").fabric_netdev, lab.node("spark2").netns
     # A slow fabric (40 Mbit/s: ~10 s for these 48 MiB), so the transfer is surely mid-way.
-    subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", "40mbit",
-                    "burst", "64kb", "latency", "50ms"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "tc",
+            "-n",
+            ns,
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            "40mbit",
+            "burst",
+            "64kb",
+            "latency",
+            "50ms",
+        ],
+        check=True,
+    )
     repo = _repo(lab, "spark2", target)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "sparkctl", "ship", "tp2", "--weights", "-p", str(path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkctl", "ship", "tp2", "--weights", "-p", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while not (repo.exists() and list(repo.rglob("*.sparkctl-part"))):
             assert proc.poll() is None and time.monotonic() < deadline, (
@@ -255,7 +282,7 @@ def test_several_peers_get_one_pipelined_copy_from_the_source() -> None:
         assert one_copy < left_source < 1.3 * one_copy, (left_source, one_copy)
 
 
-def _manifest(lab: Lab, profile: Profile, node: str):  # noqa: ANN202
+def _manifest(lab: Lab, profile: Profile, node: str):
     from sparkctl.connectors.pool import NodePool
     from sparkctl.ship import hf_cache_for, snapshot_manifest
 

@@ -21,10 +21,24 @@ pytestmark = pytest.mark.testbed
 def _evil(marker: Path) -> list[str]:
     """Payloads for POSIX shells, fish (`(cmd)`, `;`), csh-likes and option parsers."""
     return [
-        f"$(touch {marker})", f"`touch {marker}`", f"(touch {marker})", f"main; touch {marker}",
-        f"main\ntouch {marker}", f"'; touch {marker}; '", f"\\'';touch {marker};#", f'"; touch {marker}; "', "\\", "-n", "", "{a,b}", "~",
-        "a b", "%self", "!!", "ünï",
-    ]  # fmt: skip
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        f"(touch {marker})",
+        f"main; touch {marker}",
+        f"main\ntouch {marker}",
+        f"'; touch {marker}; '",
+        f"\\'';touch {marker};#",
+        f'"; touch {marker}; "',
+        "\\",
+        "-n",
+        "",
+        "{a,b}",
+        "~",
+        "a b",
+        "%self",
+        "!!",
+        "ünï",
+    ]
 
 
 @pytest.fixture

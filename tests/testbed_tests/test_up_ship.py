@@ -29,8 +29,11 @@ def test_up_offers_ship_for_missing_weights(lab, setup):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["health"]["ready"]
     hub1 = Path(lab.node("spark1").node_root, "hf", "hub")
-    shards = [s for m in (TARGET_ID, DRAFT_ID)
-              for s in hub1.glob(f"models--{m.replace('/', '--')}/snapshots/*/model.safetensors")]  # fmt: skip
+    shards = [
+        s
+        for m in (TARGET_ID, DRAFT_ID)
+        for s in hub1.glob(f"models--{m.replace('/', '--')}/snapshots/*/model.safetensors")
+    ]
     assert len(shards) == 2
     for shard in shards:
         assert (hub2 / shard.relative_to(hub1)).read_bytes() == shard.read_bytes()

@@ -27,7 +27,7 @@ LONG_FIX = (
 )
 
 
-def two_node_report():  # noqa: ANN201 - preflight Report
+def two_node_report():  # preflight Report
     """The shape of a real 2-node run (tests/testbed): passes, skips, a warning, two errors."""
     from sparkctl.preflight.runner import Report
 
@@ -64,7 +64,7 @@ def two_node_report():  # noqa: ANN201 - preflight Report
     return Report("sparkduo", "tp2", ["spark1", "spark2"], findings, elapsed_s=2.5)
 
 
-def bench_result():  # noqa: ANN201 - BenchResult
+def bench_result():  # BenchResult
     from sparkctl.benchmark.measure import Sample
     from sparkctl.benchmark.runner import BenchResult, WorkloadResult
     from sparkctl.benchmark.workloads import default_suite

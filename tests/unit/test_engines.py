@@ -28,7 +28,7 @@ class Toy(SGLang):
     host_ip_env = "TOY_HOST_IP"
     readiness = Readiness(health_path="/ping")
 
-    def rank_argv(self, profile, args, layout: RankLayout) -> list[str]:  # noqa: ANN001
+    def rank_argv(self, profile, args, layout: RankLayout) -> list[str]:
         return [
             "toy-serve",
             profile.model.target.id,

@@ -80,8 +80,13 @@ def _truncate_after(text: str, marker: str) -> str:
 
 def test_hang_at_warmup_names_the_phase_causes_and_nccl_lines() -> None:
     full = (H200 / "fabric-socket-rank1.log").read_text()
-    hung = parse_rank_output(_truncate_after(full, '"phase": "rendezvous"') + "\n" + "\n".join(
-        ln for ln in full.splitlines() if "NCCL INFO" in ln)[:20000], 1, "spark2")  # fmt: skip
+    hung = parse_rank_output(
+        _truncate_after(full, '"phase": "rendezvous"')
+        + "\n"
+        + "\n".join(ln for ln in full.splitlines() if "NCCL INFO" in ln)[:20000],
+        1,
+        "spark2",
+    )
     hung.timed_out = True
     rep = build_report([ranks("socket")[0], hung], "nccl")
     (f,) = [f for f in rep.findings if f.check == "FabricRank"]
@@ -102,9 +107,13 @@ def test_version_drift_between_ranks_is_flagged() -> None:
 
 
 def test_worker_error_event_becomes_a_specific_cause() -> None:
-    err = {"event": "error", "rank": 1, "phase": "rendezvous",
-           "error": "RuntimeError: [enforce fail at gloo/transport/tcp/device.cc:84] ifa != nullptr. "
-                    "Unable to find address for: eth9"}  # fmt: skip
+    err = {
+        "event": "error",
+        "rank": 1,
+        "phase": "rendezvous",
+        "error": "RuntimeError: [enforce fail at gloo/transport/tcp/device.cc:84] ifa != nullptr. "
+        "Unable to find address for: eth9",
+    }
     out = parse_rank_output('{"event": "start", "rank": 1}\n' + json.dumps(err), 1, "spark2")
     (f,) = [f for f in build_report([out], "gloo").findings if f.check == "FabricRank"]
     assert "failed in 'rendezvous'" in f.message and "interface 'eth9'" in (f.fix or "")

@@ -53,8 +53,9 @@ def test_h200_torch_fallback() -> None:
 
 def test_gb10_reports_no_memory_so_the_budget_is_memavailable() -> None:
     fields = ("index", "name", "memory.total", "memory.used", "memory.free")
-    rep = probe.report_from_smi(text("gb10/query-gpu.csv"), text("gb10/nvidia-smi.txt"), text("gb10/meminfo.txt"),
-                                fields=fields)  # fmt: skip
+    rep = probe.report_from_smi(
+        text("gb10/query-gpu.csv"), text("gb10/nvidia-smi.txt"), text("gb10/meminfo.txt"), fields=fields
+    )
     (gpu,) = rep.gpus
     assert gpu.name == "NVIDIA GB10"
     assert gpu.memory_total_mib is None and gpu.memory_free_mib is None
@@ -71,8 +72,21 @@ def test_gb10_plain_table_says_not_supported() -> None:
 
 
 def test_gb10_torch_fallback_does_not_trust_cuda_total() -> None:
-    out = json.dumps({"torch": "2.9.0", "cuda": "13.0", "gpus": [{"index": 0, "name": "NVIDIA GB10",
-                      "capability": "12.1", "total_memory": 128 << 30, "free_memory": 100 << 30}]})  # fmt: skip
+    out = json.dumps(
+        {
+            "torch": "2.9.0",
+            "cuda": "13.0",
+            "gpus": [
+                {
+                    "index": 0,
+                    "name": "NVIDIA GB10",
+                    "capability": "12.1",
+                    "total_memory": 128 << 30,
+                    "free_memory": 100 << 30,
+                }
+            ],
+        }
+    )
     rep = probe.report_from_torch(out, text("gb10/meminfo.txt"))
     assert rep.unified_memory and rep.gpus[0].memory_total_mib is None and rep.usable_memory_mib == 115787
 
@@ -120,8 +134,11 @@ def test_empty_query_output_is_an_error() -> None:
 
 def test_drift_between_nodes() -> None:
     h200 = probe.report_from_smi(text("h200/query-gpu.csv"), text("h200/nvidia-smi-q.txt"))
-    gb10 = probe.report_from_smi(text("gb10/query-gpu.csv"), text("gb10/nvidia-smi.txt"),
-                                 fields=("index", "name", "memory.total", "memory.used", "memory.free"))  # fmt: skip
+    gb10 = probe.report_from_smi(
+        text("gb10/query-gpu.csv"),
+        text("gb10/nvidia-smi.txt"),
+        fields=("index", "name", "memory.total", "memory.used", "memory.free"),
+    )
     assert drift.compare_nodes({"a": h200, "b": h200}) == []
     findings = {f.check: f for f in drift.compare_nodes({"a": h200, "b": gb10})}
     assert findings["DriverDrift"].severity is Severity.WARN
@@ -131,8 +148,22 @@ def test_drift_between_nodes() -> None:
     )
     assert "GpuArchDrift" not in findings  # GB10's CSV had no compute_cap: unknown is not drift
     assert "CudaDrift" not in findings  # both 13.0
-    gb10_torch = probe.report_from_torch(json.dumps({"cuda": "13.0", "gpus": [{"index": 0, "name": "NVIDIA GB10",
-                                         "capability": "12.1", "total_memory": 1, "free_memory": 1}]}))  # fmt: skip
+    gb10_torch = probe.report_from_torch(
+        json.dumps(
+            {
+                "cuda": "13.0",
+                "gpus": [
+                    {
+                        "index": 0,
+                        "name": "NVIDIA GB10",
+                        "capability": "12.1",
+                        "total_memory": 1,
+                        "free_memory": 1,
+                    }
+                ],
+            }
+        )
+    )
     arch = drift.compare_nodes({"spark1": h200, "spark2": gb10_torch})
     assert [(f.check, f.severity) for f in arch] == [("GpuArchDrift", Severity.ERROR)]
     assert "spark1=9.0" in arch[0].message and "spark2=12.1" in arch[0].message
@@ -155,7 +186,9 @@ def test_preflight_gpu_probe_runs_query_and_header_in_one_exec(tmp_path, monkeyp
 
     fx = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200"
     fake = tmp_path / "nvidia-smi"
-    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-q" ]; then cat {fx}/nvidia-smi-q.txt; else cat {fx}/query-gpu.csv; fi\n')
+    fake.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-q" ]; then cat {fx}/nvidia-smi-q.txt; else cat {fx}/query-gpu.csv; fi\n'
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     report = gpus_probe().run(LocalConnector("h200"))

@@ -24,7 +24,7 @@ def hf(tmp_path: Path) -> Path:
     return tmp_path / "hf"
 
 
-def run(*args: str, input: str | None = None):  # noqa: ANN201
+def run(*args: str, input: str | None = None):
     return CliRunner().invoke(app, ["init", *args], input=input, env={"COLUMNS": "200"})
 
 
@@ -87,8 +87,17 @@ def test_without_a_terminal_init_names_non_interactive(tmp_path: Path, hf: Path)
 
 
 def test_model_in_no_cache_suggests_a_download(tmp_path: Path, hf: Path) -> None:
-    res = run("--non-interactive", "--hf-cache", str(hf), "--model", "org/absent@abc", "--image", "x:1",
-              "-o", str(tmp_path / "p.yaml"))
+    res = run(
+        "--non-interactive",
+        "--hf-cache",
+        str(hf),
+        "--model",
+        "org/absent@abc",
+        "--image",
+        "x:1",
+        "-o",
+        str(tmp_path / "p.yaml"),
+    )
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "org/absent is in no node's HF cache" in text and "hf download org/absent --revision abc" in text

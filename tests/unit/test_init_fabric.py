@@ -18,16 +18,30 @@ FABRIC = "enp1s0f1np1"
 
 def netdevs(links: dict[str, tuple[list[str], int, int | None]], down: tuple[str, ...] = ()) -> dict:
     """`ip -j addr show` + speeds text for {netdev: ([cidr...], mtu, speed)}, parsed like on a node."""
-    items = [{"ifname": "lo", "mtu": 65536, "operstate": "UNKNOWN", "flags": ["LOOPBACK", "UP", "LOWER_UP"],
-              "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]}]  # fmt: skip
+    items = [
+        {
+            "ifname": "lo",
+            "mtu": 65536,
+            "operstate": "UNKNOWN",
+            "flags": ["LOOPBACK", "UP", "LOWER_UP"],
+            "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}],
+        }
+    ]
     speeds = []
     for name, (cidrs, mtu, speed) in links.items():
         flags = ["BROADCAST", "UP"] + ([] if name in down else ["LOWER_UP"])
         addrs = [
             {"family": "inet", "local": c.split("/")[0], "prefixlen": int(c.split("/")[1])} for c in cidrs
         ]
-        items.append({"ifname": name, "mtu": mtu, "operstate": "DOWN" if name in down else "UP",
-                      "flags": flags, "addr_info": addrs})  # fmt: skip
+        items.append(
+            {
+                "ifname": name,
+                "mtu": mtu,
+                "operstate": "DOWN" if name in down else "UP",
+                "flags": flags,
+                "addr_info": addrs,
+            }
+        )
         speeds.append(f"{name} {speed if speed is not None else ''}")
     return parse_netdevs(json.dumps(items) + f"\n{SPEEDS_MARK}\n" + "\n".join(speeds) + "\n")
 
@@ -91,8 +105,12 @@ def test_down_link_is_not_a_candidate() -> None:
 
 def test_peer_in_another_subnet_names_what_is_missing(rdma) -> None:
     one = spark("spark1", 10, rdma["spark1"])
-    two = NodeNet("spark2", netdevs({"enP7s7": (["192.168.1.11/24"], 1500, 1000),
-                                     FABRIC: (["192.168.200.11/24"], 9000, 200000)}), {}, "192.168.1.11")  # fmt: skip
+    two = NodeNet(
+        "spark2",
+        netdevs({"enP7s7": (["192.168.1.11/24"], 1500, 1000), FABRIC: (["192.168.200.11/24"], 9000, 200000)}),
+        {},
+        "192.168.1.11",
+    )
     with pytest.raises(UsageError) as err:
         pick_fabric([one, two])
     msg = err.value.message

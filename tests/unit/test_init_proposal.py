@@ -30,12 +30,20 @@ def listing(main: str) -> RepoListing:
     return RepoListing(exists=True, refs={"main": main}, snapshots={main: 5})
 
 
-def node(host: str, name: str, *, caches=(), images=(), gpus=GB10) -> NodeDiscovery:  # noqa: ANN001
+def node(host: str, name: str, *, caches=(), images=(), gpus=GB10) -> NodeDiscovery:
     return NodeDiscovery(
-        host=host, name=name, hostname=f"{name}.lan", description=host, ssh_ip=None, netdevs={}, gpus=gpus,
-        mem_total_kib=125_000_000, docker=DockerFacts("27.0", ("nvidia", "runc"), "runc", "/var/lib/docker"),
-        images=list(images), caches=list(caches),
-    )  # fmt: skip
+        host=host,
+        name=name,
+        hostname=f"{name}.lan",
+        description=host,
+        ssh_ip=None,
+        netdevs={},
+        gpus=gpus,
+        mem_total_kib=125_000_000,
+        docker=DockerFacts("27.0", ("nvidia", "runc"), "runc", "/var/lib/docker"),
+        images=list(images),
+        caches=list(caches),
+    )
 
 
 def fabric(roce: bool = True, names: tuple[str, str] = ("spark1", "spark2")) -> FabricOption:
@@ -51,16 +59,22 @@ def fabric(roce: bool = True, names: tuple[str, str] = ("spark1", "spark2")) -> 
 
 def test_node_names_from_hostnames_are_valid_and_unique() -> None:
     assert node_names(["spark-1a2b.local", "Spark-1A2B", "", "_weird_"]) == [
-        "spark-1a2b", "spark-1a2b-2", "node3", "weird"]  # fmt: skip
+        "spark-1a2b",
+        "spark-1a2b-2",
+        "node3",
+        "weird",
+    ]
 
 
 def test_modes_for_the_three_shapes() -> None:
-    def shape(names, gpus, multi):  # noqa: ANN001, ANN202
+    def shape(names, gpus, multi):
         return [(m.name, m.nodes, m.tp, m.default) for m in propose_modes(names, gpus, multi)]
 
     assert shape(["spark1", "spark2"], [1, 1], True) == [
-        ("solo", ("spark1",), 1, True), ("solo-spark2", ("spark2",), 1, False),
-        ("tp2", ("spark1", "spark2"), 2, False)]  # fmt: skip
+        ("solo", ("spark1",), 1, True),
+        ("solo-spark2", ("spark2",), 1, False),
+        ("tp2", ("spark1", "spark2"), 2, False),
+    ]
     assert shape(["box"], [2], False) == [("solo", ("box",), 1, True), ("tp2", ("box",), 2, False)]
     # Two nodes with 2 GPUs each: TP 4 across, and TP 2 on each node under its own name.
     assert [m[0] for m in shape(["a", "b"], [2, 2], True)] == ["solo", "solo-b", "tp4", "tp2-a", "tp2-b"]
@@ -77,31 +91,53 @@ def test_parse_caches_and_sglang_images() -> None:
         ("given", "/data/hf", ["Qwen/Qwen3.6-27B-NVFP4", "z-lab/Qwen3.6-27B-DFlash"]),
         ("default", "/home/spark/.cache/huggingface", []),
     ]
-    imgs = sglang_images_from_list([
-        {"RepoTags": ["lmsysorg/sglang:v0.5.2-cu129"], "Id": "sha256:1", "Size": 10},
-        {"RepoTags": ["sparkctl-test/engine:latest"], "Id": "sha256:2", "Labels": {"org.sparkctl.sglang.version": "0.5.23"}},
-        {"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"},
-        {"RepoTags": None, "Id": "sha256:4", "Labels": {"sglang": "1"}},
-    ])  # fmt: skip
+    imgs = sglang_images_from_list(
+        [
+            {"RepoTags": ["lmsysorg/sglang:v0.5.2-cu129"], "Id": "sha256:1", "Size": 10},
+            {
+                "RepoTags": ["sparkctl-test/engine:latest"],
+                "Id": "sha256:2",
+                "Labels": {"org.sparkctl.sglang.version": "0.5.23"},
+            },
+            {"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"},
+            {"RepoTags": None, "Id": "sha256:4", "Labels": {"sglang": "1"}},
+        ]
+    )
     assert [(i.ref, i.sglang_version) for i in imgs] == [
-        ("lmsysorg/sglang:v0.5.2-cu129", None), ("sparkctl-test/engine:latest", "0.5.23")]  # fmt: skip
+        ("lmsysorg/sglang:v0.5.2-cu129", None),
+        ("sparkctl-test/engine:latest", "0.5.23"),
+    ]
     # `init --image REF` names an image without 'sglang' in it: found on the node all the same.
-    items = [{"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"}, {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"}]
+    items = [
+        {"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"},
+        {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"},
+    ]
     assert [i.ref for i in sglang_images_from_list(items)] == []
     assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
     assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
     labelled = [{"RepoTags": ["org/engine:latest"], "Id": "sha256:6", "Labels": {"sglang.version": "0.5.23"}}]
-    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == ["org/engine", "org/engine:latest"]
+    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == [
+        "org/engine",
+        "org/engine:latest",
+    ]
 
 
 def test_defaults_for_the_questions() -> None:
     from sparkctl.discover.facts import SglangImage
 
     repos = {"Qwen/Qwen3.6-27B-NVFP4": listing(C1), "z-lab/Qwen3.6-27B-DFlash": listing(C2)}
-    a = node("local", "spark1", caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-             images=[SglangImage("sglang-dflash:spark", "sha256:x", 1), SglangImage("old:1", "sha256:y", 1)])  # fmt: skip
-    b = node("spark2", "spark2", caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-             images=[SglangImage("sglang-dflash:spark", "sha256:x", 1)])  # fmt: skip
+    a = node(
+        "local",
+        "spark1",
+        caches=[HfCache("/root/.cache/huggingface", "default", repos)],
+        images=[SglangImage("sglang-dflash:spark", "sha256:x", 1), SglangImage("old:1", "sha256:y", 1)],
+    )
+    b = node(
+        "spark2",
+        "spark2",
+        caches=[HfCache("/root/.cache/huggingface", "default", repos)],
+        images=[SglangImage("sglang-dflash:spark", "sha256:x", 1)],
+    )
     assert default_model([a, b]) == "Qwen/Qwen3.6-27B-NVFP4"
     assert default_draft([a, b], "Qwen/Qwen3.6-27B-NVFP4") == "z-lab/Qwen3.6-27B-DFlash"
     assert default_image([a, b]) == "sglang-dflash:spark"
@@ -113,10 +149,20 @@ def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric(
     a = node("local", "spark1", caches=[HfCache("/root/.cache/huggingface", "default", repos)])
     # spark2 keeps its models under HF_HOME=/data/hf: the profile says so for that node only.
     b = node("spark2.local", "spark2", caches=[HfCache("/data/hf", "HF_HOME", repos)])
-    answers = Answers(cluster="sparkduo", model="Qwen/Qwen3.6-27B-NVFP4", image="sglang-dflash:spark",
-                      draft="z-lab/Qwen3.6-27B-DFlash", draft_revision="5b0d4b5")  # fmt: skip
-    draft = build_draft([a, b], ["spark1", "spark2"], fabric(), answers,
-                        addresses=[("local", None, None), ("spark2.local", "spark", 2222)])  # fmt: skip
+    answers = Answers(
+        cluster="sparkduo",
+        model="Qwen/Qwen3.6-27B-NVFP4",
+        image="sglang-dflash:spark",
+        draft="z-lab/Qwen3.6-27B-DFlash",
+        draft_revision="5b0d4b5",
+    )
+    draft = build_draft(
+        [a, b],
+        ["spark1", "spark2"],
+        fabric(),
+        answers,
+        addresses=[("local", None, None), ("spark2.local", "spark", 2222)],
+    )
     text = render_profile(draft)
     prof = load_profile_text(text, "init")
     assert prof.cluster == "sparkduo" and prof.fabric.transport == "roce" and prof.fabric.mtu == 9000
@@ -140,8 +186,13 @@ def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric(
 
 def test_gpu_less_tcp_draft_warns_and_still_loads() -> None:
     a, b = node("h1", "n1", gpus=None), node("h2", "n2", gpus=None)
-    draft = build_draft([a, b], ["n1", "n2"], fabric(roce=False, names=("n1", "n2")), Answers("lab", "org/m", "img:1"),
-                        addresses=[("h1", None, None), ("h2", None, None)])  # fmt: skip
+    draft = build_draft(
+        [a, b],
+        ["n1", "n2"],
+        fabric(roce=False, names=("n1", "n2")),
+        Answers("lab", "org/m", "img:1"),
+        addresses=[("h1", None, None), ("h2", None, None)],
+    )
     prof = load_profile_text(render_profile(draft))
     assert prof.fabric.transport == "tcp" and not prof.engine.container.gpus
     assert [n.gpus for n in prof.nodes] == [1, 1] and prof.model.target.revision == "main"
@@ -159,7 +210,12 @@ def test_revision_is_not_pinned_when_nodes_disagree(bad_main: str | None) -> Non
     a = node("h1", "n1", caches=[HfCache("/c", "given", {"org/m": listing(C1)})])
     b_repos = {"org/m": listing(bad_main)} if bad_main else {}
     b = node("h2", "n2", caches=[HfCache("/c", "given", b_repos)])
-    draft = build_draft([a, b], ["n1", "n2"], fabric(names=("n1", "n2")), Answers("c", "org/m", "i", hf_cache="/c"),
-                        addresses=[("h1", None, None), ("h2", None, None)])  # fmt: skip
+    draft = build_draft(
+        [a, b],
+        ["n1", "n2"],
+        fabric(names=("n1", "n2")),
+        Answers("c", "org/m", "i", hf_cache="/c"),
+        addresses=[("h1", None, None), ("h2", None, None)],
+    )
     assert draft.model_revision.value == "main"
     assert "pin a commit" in draft.model_revision.note

@@ -52,7 +52,7 @@ def profile(tmp_path: Path, *, version: str = "0.5.23", mrr: str = "4", extra: s
     return path
 
 
-def fit(path: Path, *args: str, env: dict[str, str] | None = None):  # noqa: ANN201
+def fit(path: Path, *args: str, env: dict[str, str] | None = None):
     argv = ["fit", "-p", str(path), "--no-probe", "--json", *args]
     return CliRunner().invoke(app, argv, env={"COLUMNS": "200", **(env or {})})
 
@@ -69,7 +69,7 @@ def parser() -> None:
         pytest.skip("sglang is not installed")
 
 
-def findings(res) -> list[dict]:  # noqa: ANN001
+def findings(res) -> list[dict]:
     return json.loads(res.stdout)["findings"]
 
 

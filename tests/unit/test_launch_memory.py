@@ -76,8 +76,18 @@ def test_mamba_state_per_request_matches_mamba2_state_shape() -> None:
 def test_hybrid_dflash_discrete_auto_mamba() -> None:
     """The two-RTX-3090 launch (fa4 draft, 0.8) under 0.5.23: draft tokens 16 from the draft
     config, max running requests 48 (DFLASH default), strategy auto -> extra_buffer (ratio 5)."""
-    s = settings("--tp", "2", "--mem-fraction-static", "0.8", "--speculative-algorithm", "DFLASH",
-                 "--speculative-draft-model-path", "d", "--speculative-draft-attention-backend", "fa4")  # fmt: skip
+    s = settings(
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.8",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+        "--speculative-draft-attention-backend",
+        "fa4",
+    )
     plan = plan_memory(MemoryInputs(s, RTX3090, GPTQ, DRAFT, "0.5.23"))
     P = (24576 - 512) * MIB
     A = P - GPTQ.weight_bytes / 2 - DRAFT.weight_bytes / 2
@@ -104,11 +114,32 @@ def test_hybrid_dflash_discrete_auto_mamba() -> None:
 
 def test_hybrid_dflash_unified_explicit_mamba_cache() -> None:
     """GB10 recipe: --max-mamba-cache-size 64, 8 draft tokens, 16 requests, fp8 KV, MemAvailable."""
-    s = settings("--mem-fraction-static", "0.90", "--kv-cache-dtype", "fp8_e4m3", "--mamba-ssm-dtype", "bfloat16",
-                 "--mamba-full-memory-ratio", "4.21", "--mamba-radix-cache-strategy", "extra_buffer",
-                 "--max-mamba-cache-size", "64", "--max-running-requests", "16", "--context-length", "262144",
-                 "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d",
-                 "--speculative-num-draft-tokens", "8", "--attention-backend", "flashinfer")  # fmt: skip
+    s = settings(
+        "--mem-fraction-static",
+        "0.90",
+        "--kv-cache-dtype",
+        "fp8_e4m3",
+        "--mamba-ssm-dtype",
+        "bfloat16",
+        "--mamba-full-memory-ratio",
+        "4.21",
+        "--mamba-radix-cache-strategy",
+        "extra_buffer",
+        "--max-mamba-cache-size",
+        "64",
+        "--max-running-requests",
+        "16",
+        "--context-length",
+        "262144",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+        "--speculative-num-draft-tokens",
+        "8",
+        "--attention-backend",
+        "flashinfer",
+    )
     plan = plan_memory(MemoryInputs(s, GB10, NVFP4, DRAFT, "0.5.23"))
     P = 120000 * MIB  # unified: psutil MemAvailable, probed
     rest = P - NVFP4.weight_bytes - DRAFT.weight_bytes - P * 0.1 - 100 * MIB
@@ -147,8 +178,16 @@ def test_weights_leave_nothing_reports_sglang_error_and_minimum() -> None:
 
 
 def test_mamba_budget_too_small_error() -> None:
-    s = settings("--tp", "2", "--mem-fraction-static", "0.5", "--speculative-algorithm", "DFLASH",
-                 "--speculative-draft-model-path", "d")  # fmt: skip
+    s = settings(
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.5",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+    )
     plan = plan_memory(MemoryInputs(s, RTX3090, GPTQ, DRAFT, "0.5.23"))
     assert plan.error_check == ERR_MAMBA
     assert plan.error.startswith("Not enough GPU memory for hybrid (mamba/linear-attention) state cache.")
@@ -156,8 +195,16 @@ def test_mamba_budget_too_small_error() -> None:
 
 def test_old_release_spec_scratch_kills_the_launch() -> None:
     """<= 0.5.12 reserved per_req x max_running_requests x draft tokens: 77 MB x 48 x 16 = 59 GB."""
-    s = settings("--tp", "2", "--mem-fraction-static", "0.8", "--speculative-algorithm", "DFLASH",
-                 "--speculative-draft-model-path", "d")  # fmt: skip
+    s = settings(
+        "--tp",
+        "2",
+        "--mem-fraction-static",
+        "0.8",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "d",
+    )
     plan = plan_memory(MemoryInputs(s, RTX3090, GPTQ, DRAFT, "0.5.12"))
     assert plan.ruleset == "0.5.12"
     assert plan.mamba.intermediate_bytes == 76_972_032 * 48 * 16

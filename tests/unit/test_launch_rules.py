@@ -27,15 +27,20 @@ def s_(*flags: str) -> LaunchSettings:
     return LaunchSettings.from_argv([*BASE, *flags])
 
 
-def checks(findings, sev=Severity.ERROR) -> list[str]:  # noqa: ANN001
+def checks(findings, sev=Severity.ERROR) -> list[str]:
     return [f.check for f in findings if f.severity == sev]
 
 
 def test_argv_helpers() -> None:
     argv = [*BASE, "--tp", "2", "--sleep-on-idle", "--x=3", "--lst", "a", "b"]
     assert server_flags(argv)[:2] == ["--model-path", "m"]
-    assert read_flags(server_flags(argv)) == {"model-path": "m", "tp": "2", "sleep-on-idle": True, "x": "3",
-                                              "lst": ["a", "b"]}  # fmt: skip
+    assert read_flags(server_flags(argv)) == {
+        "model-path": "m",
+        "tp": "2",
+        "sleep-on-idle": True,
+        "x": "3",
+        "lst": ["a", "b"],
+    }
     out = with_flags(argv, {"tp": "4", "sleep-on-idle": None, "new": True})
     assert read_flags(server_flags(out)) == {
         "model-path": "m",
@@ -84,8 +89,9 @@ def test_dflash_constraints() -> None:
     assert checks(rules.check_dflash(s_(*base), GPTQ, DRAFT)) == ["DflashDraftPath"]
     d = (*base, "--speculative-draft-model-path", "d")
     assert checks(rules.check_dflash(s_(*d, "--pp-size", "2"), GPTQ, DRAFT)) == ["DflashPipeline"]
-    mismatch = rules.check_dflash(s_(*d, "--speculative-num-draft-tokens", "8", "--speculative-dflash-block-size", "16"),
-                                  GPTQ, DRAFT)  # fmt: skip
+    mismatch = rules.check_dflash(
+        s_(*d, "--speculative-num-draft-tokens", "8", "--speculative-dflash-block-size", "16"), GPTQ, DRAFT
+    )
     assert checks(mismatch) == ["DflashBlockSize"] and "For DFLASH they must match" in mismatch[0].message
     window = rules.check_dflash(
         s_(*d, "--speculative-draft-window-size", "8"), GPTQ, DRAFT
@@ -100,11 +106,13 @@ def test_dflash_constraints() -> None:
     assert checks(rules.check_dflash(s_(*d), GPTQ, DRAFT)) == []
     # 0.5.12 and older resolve mamba 'auto' to no_buffer (as the memory planner does): no
     # extra_buffer, so the track-interval assert cannot fire there.
-    old = rules.check_dflash(s_(*d, "--speculative-num-draft-tokens", "8", "--mamba-track-interval", "4"),
-                             GPTQ, DRAFT, "0.5.12")  # fmt: skip
+    old = rules.check_dflash(
+        s_(*d, "--speculative-num-draft-tokens", "8", "--mamba-track-interval", "4"), GPTQ, DRAFT, "0.5.12"
+    )
     assert checks(old) == []
-    no_stream = rules.check_dflash(s_("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d"),
-                                   GPTQ, DRAFT)  # fmt: skip
+    no_stream = rules.check_dflash(
+        s_("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d"), GPTQ, DRAFT
+    )
     assert checks(no_stream, Severity.WARN) == ["StreamInterval"]
 
 
@@ -161,7 +169,7 @@ modes:
 """
 
 
-def _two_gpu_case(version: str):  # noqa: ANN202
+def _two_gpu_case(version: str):
     profile = load_profile_text(TWO_GPU_BOX % version)
     plan = build_plan(profile, "tp2")
     ctx = context_for(plan, profile, target=GPTQ, draft=DRAFT)
@@ -177,7 +185,8 @@ def test_two_rtx3090_rejected_with_fa4_error_and_memory_verdict_then_fix_accepte
         assert "paged KV not supported on SM 8.0" in errors["AttentionBackendArch"].message
         assert result.memory is not None
         assert any(
-            f.check == "MemoryFit" and f.severity in (Severity.OK, Severity.WARN, Severity.ERROR) for f in result.findings
+            f.check == "MemoryFit" and f.severity in (Severity.OK, Severity.WARN, Severity.ERROR)
+            for f in result.findings
         )
         assert not accepted(argv, ctx)
         fixed = with_flags(argv, result.fix)
@@ -204,8 +213,12 @@ def test_shipped_two_gpu_profile_settings_fit() -> None:
 
 
 def test_mem_fraction_fix_is_smallest_that_fits() -> None:
-    ctx = LaunchContext(gpus=[H100], gpus_per_node={"n": 1}, target=load_model_facts(MODELS / "llama-3.1-8b"),
-                        sglang_version="0.5.23")  # fmt: skip
+    ctx = LaunchContext(
+        gpus=[H100],
+        gpus_per_node={"n": 1},
+        target=load_model_facts(MODELS / "llama-3.1-8b"),
+        sglang_version="0.5.23",
+    )
     argv = [*BASE, "--mem-fraction-static", "0.15", "--sleep-on-idle"]
     result = check_launch(argv, ctx)
     assert result.memory is not None and not result.memory.fits

@@ -49,7 +49,7 @@ def s_(*flags: str) -> LaunchSettings:
     return LaunchSettings.from_argv([*BASE, *flags])
 
 
-def ctx_2x3090(**kw) -> LaunchContext:  # noqa: ANN003
+def ctx_2x3090(**kw) -> LaunchContext:
     return LaunchContext(
         gpus=[RTX3090, RTX3090],
         gpus_per_node={"box": 2},
@@ -310,7 +310,7 @@ def test_draft_token_fixes_never_go_below_two() -> None:
         assert int(fix.changes.get("speculative-num-draft-tokens", 16)) >= MIN_DRAFT_TOKENS, fix.changes
 
 
-def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> None:  # noqa: ANN001
+def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> None:
     from sparkctl.launch.pipeline import preflight_findings
     from sparkctl.plan import build_plan
     from sparkctl.profile import load_profile_text

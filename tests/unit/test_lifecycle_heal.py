@@ -33,7 +33,7 @@ def _json_commands() -> list[tuple[list[str], object]]:
     root = typer.main.get_command(app)
     found = []
 
-    def walk(cmd, path: list[str]) -> None:  # noqa: ANN001 - typer's click command or group
+    def walk(cmd, path: list[str]) -> None:  # typer's click command or group
         if hasattr(cmd, "commands"):
             for name, sub in cmd.commands.items():
                 walk(sub, [*path, name])
@@ -62,16 +62,37 @@ def test_every_json_command_prints_one_error_object_on_failure(tmp_path):
 
 
 def test_error_json_carries_node_rank_fix_and_the_rank_log():
-    exc = RankFailedError("rank 1 exited", node="spark2", rank=1, fix="see the log",
-                          logs=[RankLog(1, "spark2", ["boom"])])  # fmt: skip
+    exc = RankFailedError(
+        "rank 1 exited", node="spark2", rank=1, fix="see the log", logs=[RankLog(1, "spark2", ["boom"])]
+    )
     obj = error_json(exc, 3)
-    assert obj == {"ok": False, "error": {"code": 3, "message": "rank 1 exited", "fix": "see the log",
-                   "node": "spark2", "rank": 1, "logs": [{"rank": 1, "node": "spark2", "lines": ["boom"]}]}}  # fmt: skip
+    assert obj == {
+        "ok": False,
+        "error": {
+            "code": 3,
+            "message": "rank 1 exited",
+            "fix": "see the log",
+            "node": "spark2",
+            "rank": 1,
+            "logs": [{"rank": 1, "node": "spark2", "lines": ["boom"]}],
+        },
+    }
 
 
 def _info(rank: int, status: str, finished: datetime | None) -> ContainerInfo:
-    return ContainerInfo("n", f"r{rank}", "id", status, 1 if status == "exited" else None, False,
-                         None, finished, "img", "sha", {"sparkctl.rank": str(rank)})  # fmt: skip
+    return ContainerInfo(
+        "n",
+        f"r{rank}",
+        "id",
+        status,
+        1 if status == "exited" else None,
+        False,
+        None,
+        finished,
+        "img",
+        "sha",
+        {"sparkctl.rank": str(rank)},
+    )
 
 
 def test_first_dead_is_the_first_to_finish_not_the_lowest_rank():
@@ -123,8 +144,10 @@ def test_backoff_first_restart_at_once_then_doubling_capped():
 
 def test_supervisor_liveness_is_its_flock(tmp_path):
     assert supervisor.running("lab") is None
-    code = ("import time; from sparkctl.lifecycle import supervisor; supervisor.hold('lab', 'tp2'); "
-            "print('held', flush=True); time.sleep(60)")  # fmt: skip
+    code = (
+        "import time; from sparkctl.lifecycle import supervisor; supervisor.hold('lab', 'tp2'); "
+        "print('held', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
     try:
         assert proc.stdout.readline().strip() == "held"

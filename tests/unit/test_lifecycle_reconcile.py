@@ -34,10 +34,15 @@ def _attrs(spec, status="running", config_hash=None, exit_code=0, labels=None) -
         "Id": "c0ffee" * 10,
         "Name": "/" + spec.container_name,
         "Image": "sha256:" + "1" * 64,
-        "State": {"Status": status, "ExitCode": exit_code, "OOMKilled": False,
-                  "StartedAt": "2025-01-31T12:00:00.123456789Z", "FinishedAt": "0001-01-01T00:00:00Z"},
+        "State": {
+            "Status": status,
+            "ExitCode": exit_code,
+            "OOMKilled": False,
+            "StartedAt": "2025-01-31T12:00:00.123456789Z",
+            "FinishedAt": "0001-01-01T00:00:00Z",
+        },
         "Config": {"Image": spec.image, "Labels": lab},
-    }  # fmt: skip
+    }
 
 
 def _tp_mode(profile) -> str:
@@ -106,11 +111,15 @@ def test_create_params_carry_the_plan_unchanged(dual, monkeypatch):
     # its /dev/shm size, and never --privileged.
     assert params["network_mode"] == "host" and params["ipc_mode"] == "private" and not params["privileged"]
     assert params["shm_size"] == spec.options.shm_size == "32g"
-    assert params["devices"] == ["/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm",
-                                 "/dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rwm"]
+    assert params["devices"] == [
+        "/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm",
+        "/dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rwm",
+    ]
     assert params["cap_add"] == ["IPC_LOCK"]
     assert [(u["Name"], u["Soft"], u["Hard"]) for u in params["ulimits"]] == [("memlock", -1, -1)]
-    host_ipc = create_params(replace(spec, options=replace(spec.options, ipc_mode="host", shm_size=None)), env)
+    host_ipc = create_params(
+        replace(spec, options=replace(spec.options, ipc_mode="host", shm_size=None)), env
+    )
     assert host_ipc["ipc_mode"] == "host" and "shm_size" not in host_ipc
     assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in params["mounts"]] == [
         (m.source, m.target, m.read_only) for m in spec.mounts

@@ -19,17 +19,33 @@ GOLDEN = ROOT / "tests" / "golden"
 
 # The reference recipe's launch (recipe.md, "Solo"), flag by flag, for the 27B hybrid model.
 RECIPE_FLAGS = {
-    "--attention-backend": "flashinfer", "--chunked-prefill-size": "8192",
-    "--disable-prefill-cuda-graph": None, "--kv-cache-dtype": "fp8_e4m3", "--mamba-ssm-dtype": "bfloat16",
-    "--mamba-full-memory-ratio": "4.21", "--mamba-radix-cache-strategy": "extra_buffer",
-    "--max-mamba-cache-size": "64", "--max-running-requests": "16", "--context-length": "262144",
-    "--speculative-algorithm": "DFLASH", "--speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
-    "--speculative-draft-model-revision": "5b0d4b5", "--speculative-num-draft-tokens": "8",
-    "--reasoning-parser": "qwen3", "--tool-call-parser": "qwen3_coder", "--sampling-defaults": "model",
-    "--enable-metrics": None, "--enable-cache-report": None, "--stream-interval": "1", "--sleep-on-idle": None,
-    "--mem-fraction-static": "0.9", "--host": "0.0.0.0", "--port": "8888",
+    "--attention-backend": "flashinfer",
+    "--chunked-prefill-size": "8192",
+    "--disable-prefill-cuda-graph": None,
+    "--kv-cache-dtype": "fp8_e4m3",
+    "--mamba-ssm-dtype": "bfloat16",
+    "--mamba-full-memory-ratio": "4.21",
+    "--mamba-radix-cache-strategy": "extra_buffer",
+    "--max-mamba-cache-size": "64",
+    "--max-running-requests": "16",
+    "--context-length": "262144",
+    "--speculative-algorithm": "DFLASH",
+    "--speculative-draft-model-path": "z-lab/Qwen3.6-27B-DFlash",
+    "--speculative-draft-model-revision": "5b0d4b5",
+    "--speculative-num-draft-tokens": "8",
+    "--reasoning-parser": "qwen3",
+    "--tool-call-parser": "qwen3_coder",
+    "--sampling-defaults": "model",
+    "--enable-metrics": None,
+    "--enable-cache-report": None,
+    "--stream-interval": "1",
+    "--sleep-on-idle": None,
+    "--mem-fraction-static": "0.9",
+    "--host": "0.0.0.0",
+    "--port": "8888",
     "--config": "/run/secrets/sparkctl-sglang.yaml",
-    "--model-path": "Qwen/Qwen3.6-27B-NVFP4", "--served-model-name": "qwen3.6-27b",
+    "--model-path": "Qwen/Qwen3.6-27B-NVFP4",
+    "--served-model-name": "qwen3.6-27b",
 }
 
 
@@ -67,16 +83,38 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
     for rank, ip in ((0, "192.168.100.10"), (1, "192.168.100.11")):
         spec = plan.rank(rank)
         got = flags(spec.argv)
-        expected = {**RECIPE_FLAGS, "--revision": "main", "--tp": "2", "--nnodes": "2",
-                    "--node-rank": str(rank), "--dist-init-addr": "192.168.100.10:50051"}
+        expected = {
+            **RECIPE_FLAGS,
+            "--revision": "main",
+            "--tp": "2",
+            "--nnodes": "2",
+            "--node-rank": str(rank),
+            "--dist-init-addr": "192.168.100.10:50051",
+        }
         assert "--trust-remote-code" not in got and "--api-key" not in got  # opt-in; key only in the file
         assert got == expected
         env = spec.env_masked()
-        assert {k: env[k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_CUMEM_ENABLE",
-                                    "NCCL_NVLS_ENABLE", "SGLANG_HOST_IP", "HF_HOME", "TRITON_CACHE_DIR")} == {
-            "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-            "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0",
-            "SGLANG_HOST_IP": ip, "HF_HOME": "/root/.cache/huggingface", "TRITON_CACHE_DIR": "/root/.triton",
+        assert {
+            k: env[k]
+            for k in (
+                "NCCL_IB_HCA",
+                "NCCL_SOCKET_IFNAME",
+                "GLOO_SOCKET_IFNAME",
+                "NCCL_CUMEM_ENABLE",
+                "NCCL_NVLS_ENABLE",
+                "SGLANG_HOST_IP",
+                "HF_HOME",
+                "TRITON_CACHE_DIR",
+            )
+        } == {
+            "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+            "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+            "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+            "NCCL_CUMEM_ENABLE": "0",
+            "NCCL_NVLS_ENABLE": "0",
+            "SGLANG_HOST_IP": ip,
+            "HF_HOME": "/root/.cache/huggingface",
+            "TRITON_CACHE_DIR": "/root/.triton",
         }
         assert "NCCL_IB_DISABLE" not in env
         # Every secret is a file: the env holds only its path, never a value or a SecretRef.
@@ -102,7 +140,9 @@ def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
     assert set(spec.env_masked()) == {"HF_HOME", "TRITON_CACHE_DIR", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"}
     # Only the hub cache is mounted: $HF_HOME/token (the node's login token) stays outside.
     assert (spec.mounts[0].source, spec.mounts[0].target) == (
-        "/home/spark/.cache/huggingface/hub", "/root/.cache/huggingface/hub")
+        "/home/spark/.cache/huggingface/hub",
+        "/root/.cache/huggingface/hub",
+    )
     # Solo modes never get the RDMA devices or capabilities.
     assert spec.options.rdma_devices_dir is None and spec.options.cap_add == [] and spec.options.ulimits == {}
     assert {c.name for c in plan.stop_first} == {"sparkctl-sparkduo-tp2-r0", "sparkctl-sparkduo-tp2-r1"}
@@ -119,16 +159,24 @@ def test_two_gpu_box_is_one_rank_with_two_gpus(home: str) -> None:
     assert solo.options.gpus == "0" and solo.gpus == 1
 
 
-@pytest.mark.parametrize(("profile", "mode"), [
-    ("dual-spark.yaml", "tp2"), ("dual-spark.yaml", "solo"), ("solo-spark.yaml", "solo"),
-    ("two-gpu-box.yaml", "tp2"), ("two-gpu-box.yaml", "solo"),
-])
+@pytest.mark.parametrize(
+    ("profile", "mode"),
+    [
+        ("dual-spark.yaml", "tp2"),
+        ("dual-spark.yaml", "solo"),
+        ("solo-spark.yaml", "solo"),
+        ("two-gpu-box.yaml", "tp2"),
+        ("two-gpu-box.yaml", "solo"),
+    ],
+)
 def test_plan_golden(home: str, profile: str, mode: str) -> None:
     got = build_plan(load(profile), mode).to_json()
     path = GOLDEN / f"{profile.removesuffix('.yaml')}-{mode}.json"
     if os.environ.get("SPARKCTL_UPDATE_GOLDEN"):
         path.write_text(json.dumps(got, indent=2) + "\n")
-    assert got == json.loads(path.read_text()), "plan changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
+    assert got == json.loads(path.read_text()), (
+        "plan changed; review and regenerate with SPARKCTL_UPDATE_GOLDEN=1"
+    )
 
 
 def test_secret_values_never_reach_the_plan(home: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +197,9 @@ def test_secret_file_is_mounted_read_only_with_path_env(home: str) -> None:
 def test_config_hash_changes_with_what_reaches_the_container(home: str) -> None:
     text = (ROOT / "profiles" / "dual-spark.yaml").read_text()
     a = build_plan(load_profile_text(text), "tp2")
-    b = build_plan(load_profile_text(text.replace("max-running-requests: 16", "max-running-requests: 8")), "tp2")
+    b = build_plan(
+        load_profile_text(text.replace("max-running-requests: 16", "max-running-requests: 8")), "tp2"
+    )
     c = build_plan(load_profile_text(text), "tp2")
     assert a.config_hash == c.config_hash != b.config_hash
 
@@ -172,12 +222,26 @@ def test_tcp_transport_disables_ib(home: str) -> None:
 
 def test_render_args_forms() -> None:
     assert render_args({"a": True, "b": False, "c": None, "d": 3, "e": [1, "x"], "f": 0.9}) == [
-        "--a", "--d", "3", "--e", "1", "x", "--f", "0.9"]
+        "--a",
+        "--d",
+        "3",
+        "--e",
+        "1",
+        "x",
+        "--f",
+        "0.9",
+    ]
 
 
 def test_mode_args_override_and_can_unset_defaults(home: str) -> None:
-    text = (ROOT / "profiles" / "dual-spark.yaml").read_text().replace(
-        "    nodes: [spark1]\n    tp: 1\n", "    nodes: [spark1]\n    tp: 1\n    args: {sleep-on-idle: false, max-running-requests: 4}\n")
+    text = (
+        (ROOT / "profiles" / "dual-spark.yaml")
+        .read_text()
+        .replace(
+            "    nodes: [spark1]\n    tp: 1\n",
+            "    nodes: [spark1]\n    tp: 1\n    args: {sleep-on-idle: false, max-running-requests: 4}\n",
+        )
+    )
     got = flags(build_plan(load_profile_text(text), "solo").ranks[0].argv)
     assert "--sleep-on-idle" not in got and got["--max-running-requests"] == "4"
 
@@ -194,4 +258,9 @@ def test_human_bytes() -> None:
     from sparkctl.units import human_bytes
 
     assert [human_bytes(n) for n in (0, 1023, 1536, 20 * 2**30, 5 * 2**40)] == [
-        "0 B", "1023 B", "1.5 KiB", "20.0 GiB", "5120.0 GiB"]
+        "0 B",
+        "1023 B",
+        "1.5 KiB",
+        "20.0 GiB",
+        "5120.0 GiB",
+    ]

@@ -118,8 +118,13 @@ def test_ports_and_stray_containers(profile) -> None:
     leftover = ContainerFacts(
         "3", "old", "exited", "x", {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "gone"}
     )
-    solo = ContainerFacts("4", "sparkctl-sparkduo-solo-r0", "running", "x",
-                          {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "solo"})  # fmt: skip
+    solo = ContainerFacts(
+        "4",
+        "sparkctl-sparkduo-solo-r0",
+        "running",
+        "x",
+        {"sparkctl.cluster": profile.cluster, "sparkctl.mode": "solo"},
+    )
     found = check_stray("spark1", [manual, leftover, solo, ours], plan, profile)
     assert sev(found) == [E, E, W, OK]
     assert "not sparkctl's" in found[0].message and "docker rm -f old" in found[1].fix
@@ -165,7 +170,9 @@ def test_weights_content_names_the_differing_files() -> None:
     from sparkctl.ship.manifest import FileEntry, Manifest
 
     def manifest(node: str, shas: dict[str, str]) -> Manifest:
-        return Manifest(node, "o/m", "main", "/r", "c" * 40, {k: FileEntry(v, 1, None) for k, v in shas.items()})
+        return Manifest(
+            node, "o/m", "main", "/r", "c" * 40, {k: FileEntry(v, 1, None) for k, v in shas.items()}
+        )
 
     ref = manifest("spark1", {"a.safetensors": "1" * 64, "config.json": "2" * 64})
     same = manifest("spark2", {"a.safetensors": "1" * 64, "config.json": "2" * 64})
@@ -181,7 +188,10 @@ def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
     from sparkctl.launch import CHECK_NAMES
     from sparkctl.preflight.registry import validate_names
 
-    assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {"MemoryFit", "FlagsValid"}
+    assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {
+        "MemoryFit",
+        "FlagsValid",
+    }
 
 
 @pytest.mark.parametrize("name", ["dual-spark.yaml", "two-gpu-box.yaml", "solo-spark.yaml"])
@@ -198,8 +208,13 @@ def test_every_launch_finding_has_a_registered_name(name: str) -> None:
     models = root / "tests" / "fixtures" / "models"
     target = models / ("qwen3.6-27b-gptq-int4" if "two-gpu" in name else "qwen3.6-27b-nvfp4")
     for mode in prof.modes:
-        result = check_plan(build_plan(prof, mode), prof, parse_flags=False, target_dir=target,
-                            draft_dir=models / "qwen3.6-27b-dflash")  # fmt: skip
+        result = check_plan(
+            build_plan(prof, mode),
+            prof,
+            parse_flags=False,
+            target_dir=target,
+            draft_dir=models / "qwen3.6-27b-dflash",
+        )
         assert result.findings and {f.check for f in result.findings} <= CHECK_NAMES
 
 

@@ -14,15 +14,37 @@ from sparkctl.facts.net import SPEEDS_MARK, netdevs_probe, parse_listening_ports
 from sparkctl.facts.probe import ParseError, ProbeError, run_batch, sh_argv
 from sparkctl.facts.rdma import ipv4_gid
 
-IP_JSON = json.dumps([
-    {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536, "operstate": "UNKNOWN",
-     "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-    {"ifindex": 5, "ifname": "enp1s0f1np1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "mtu": 1500,
-     "operstate": "UP", "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24},
-                                      {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},
-    {"ifindex": 6, "ifname": "enp1s0f0np0", "flags": ["BROADCAST", "MULTICAST"], "mtu": 9000, "operstate": "DOWN",
-     "addr_info": []},
-])  # fmt: skip
+IP_JSON = json.dumps(
+    [
+        {
+            "ifindex": 1,
+            "ifname": "lo",
+            "flags": ["LOOPBACK", "UP", "LOWER_UP"],
+            "mtu": 65536,
+            "operstate": "UNKNOWN",
+            "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}],
+        },
+        {
+            "ifindex": 5,
+            "ifname": "enp1s0f1np1",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "mtu": 1500,
+            "operstate": "UP",
+            "addr_info": [
+                {"family": "inet", "local": "192.168.100.11", "prefixlen": 24},
+                {"family": "inet6", "local": "fe80::1", "prefixlen": 64},
+            ],
+        },
+        {
+            "ifindex": 6,
+            "ifname": "enp1s0f0np0",
+            "flags": ["BROADCAST", "MULTICAST"],
+            "mtu": 9000,
+            "operstate": "DOWN",
+            "addr_info": [],
+        },
+    ]
+)
 
 
 def test_netdevs() -> None:
@@ -50,8 +72,10 @@ IPUTILS_LOCAL_ERR = """PING 10.0.0.1 (10.0.0.1) 8972(9000) bytes of data.
 --- 10.0.0.1 ping statistics ---
 2 packets transmitted, 0 received, +2 errors, 100% packet loss, time 1010ms
 """
-BUSYBOX_LOSS = "PING 10.0.0.2 (10.0.0.2): 8972 data bytes\n\n--- 10.0.0.2 ping statistics ---\n" \
-    "2 packets transmitted, 0 packets received, 100% packet loss\n"  # fmt: skip
+BUSYBOX_LOSS = (
+    "PING 10.0.0.2 (10.0.0.2): 8972 data bytes\n\n--- 10.0.0.2 ping statistics ---\n"
+    "2 packets transmitted, 0 packets received, 100% packet loss\n"
+)
 
 
 def test_ping() -> None:
@@ -103,8 +127,11 @@ def test_repo_listing_from_the_real_script(tmp_path) -> None:
     assert resolve_revision(listing, "0123456") == commit  # short hash (dual-spark profile's draft)
     assert resolve_revision(listing, commit) == commit
     assert resolve_revision(listing, "v2") is None
-    assert not parse_repo_listing(subprocess.run(sh_argv(SNAPSHOT_SCRIPT, str(tmp_path / "x"), ".d"),
-                                                 capture_output=True, text=True).stdout).exists  # fmt: skip
+    assert not parse_repo_listing(
+        subprocess.run(
+            sh_argv(SNAPSHOT_SCRIPT, str(tmp_path / "x"), ".d"), capture_output=True, text=True
+        ).stdout
+    ).exists
 
 
 def test_ref_to_a_missing_snapshot_does_not_resolve() -> None:
@@ -117,8 +144,15 @@ def test_gid() -> None:
 
 def test_batch_runs_probes_concurrently_in_one_exec() -> None:
     conn = LocalConnector("here")
-    got = run_batch(conn, {"net": netdevs_probe(), "df": df_probe("/"), "bad": du_probe("/nonexistent/x"),
-                           "worse": df_probe("/\0x")})  # fmt: skip
+    got = run_batch(
+        conn,
+        {
+            "net": netdevs_probe(),
+            "df": df_probe("/"),
+            "bad": du_probe("/nonexistent/x"),
+            "worse": df_probe("/\0x"),
+        },
+    )
     assert "lo" in got["net"] and got["df"].avail_kib > 0
     assert isinstance(got["bad"], ProbeError) and "du /nonexistent/x failed" in got["bad"].message
     assert isinstance(got["worse"], ProbeError)

@@ -68,8 +68,9 @@ def test_down_port_and_missing_gid_are_errors(devs) -> None:
 
 
 def test_device_of_another_link_warns(tmp_path: Path) -> None:
-    tree = build_tree(tmp_path, {"enp1s0f1np1": IP1}, {"rocep1s0f1": ("enp1s0f1np1", True),
-                                                          "mlx5_lan": ("eno1", True)})  # fmt: skip
+    tree = build_tree(
+        tmp_path, {"enp1s0f1np1": IP1}, {"rocep1s0f1": ("enp1s0f1np1", True), "mlx5_lan": ("eno1", True)}
+    )
     devs = probe_rdma(LocalConnector("n"), str(tree))
     found = check_hcas("n", devs, ["enp1s0f1np1"], IP1, ["rocep1s0f1", "mlx5_lan"], "/sys")
     assert {f.severity for f in found} == {Severity.OK, Severity.WARN}

@@ -49,7 +49,9 @@ def test_unknown_key_in_a_list_item() -> None:
 def test_wrong_type() -> None:
     text = DUAL.replace("gpus: 1", "gpus: one", 1)
     err = error_for(text)
-    assert f"p.yaml:{line_of(text, 'gpus: one')}: nodes[0].gpus: Input should be a valid integer" in err.message
+    assert (
+        f"p.yaml:{line_of(text, 'gpus: one')}: nodes[0].gpus: Input should be a valid integer" in err.message
+    )
 
 
 def test_duplicate_node_names() -> None:
@@ -62,27 +64,33 @@ def test_duplicate_node_names() -> None:
 def test_mode_naming_a_missing_node() -> None:
     text = DUAL.replace("nodes: [spark1, spark2]", "nodes: [spark1, spark3]")
     err = error_for(text)
-    assert err.message == (f"p.yaml:{line_of(text, 'spark3')}: modes.tp2.nodes[1]: unknown node 'spark3' "
-                           "(did you mean 'spark2'?)")
+    assert err.message == (
+        f"p.yaml:{line_of(text, 'spark3')}: modes.tp2.nodes[1]: unknown node 'spark3' "
+        "(did you mean 'spark2'?)"
+    )
 
 
 def test_tp_larger_than_the_gpus() -> None:
     text = DUAL.replace("    tp: 2", "    tp: 4")
     err = error_for(text)
-    assert err.message == (f"p.yaml:{line_of(text, 'tp: 4')}: modes.tp2.tp: tp=4 needs 2 GPU(s) on node "
-                           "'spark1', which has gpus: 1")
+    assert err.message == (
+        f"p.yaml:{line_of(text, 'tp: 4')}: modes.tp2.tp: tp=4 needs 2 GPU(s) on node "
+        "'spark1', which has gpus: 1"
+    )
 
 
 def test_port_out_of_range() -> None:
     text = DUAL.replace("  port: 8888", "  port: 88888")
     err = error_for(text)
-    assert err.message.startswith(f"p.yaml:{line_of(text, '88888')}: engine.port: Input should be less than "
-                                  "or equal to 65535")
+    assert err.message.startswith(
+        f"p.yaml:{line_of(text, '88888')}: engine.port: Input should be less than or equal to 65535"
+    )
 
 
 def test_managed_flag_and_plain_secret_are_rejected() -> None:
     text = DUAL.replace("    chunked-prefill-size: 8192", "    tp: 2").replace(
-        "  served_model_name: qwen3.6-27b", "  served_model_name: qwen3.6-27b\n  env: {HF_TOKEN: hf_abc}")
+        "  served_model_name: qwen3.6-27b", "  served_model_name: qwen3.6-27b\n  env: {HF_TOKEN: hf_abc}"
+    )
     err = error_for(text)
     assert "engine.args.tp: 'tp' is set by sparkctl from modes.<mode>.tp" in err.message
     assert "engine.env.HF_TOKEN: 'HF_TOKEN' looks like a secret" in err.message
@@ -115,16 +123,31 @@ def test_profile_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=cwd,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/spark", "COLUMNS": "200",
-                               **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": "/home/spark",
+            "COLUMNS": "200",
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+        },
+    )
 
 
-@pytest.mark.parametrize("change", [
-    ("  mtu: 9000", "  mtuu: 9000"), ("gpus: 1", "gpus: one"), ("- name: spark2", "- name: spark1"),
-    ("nodes: [spark1, spark2]", "nodes: [spark1, spark3]"), ("    tp: 2", "    tp: 4"),
-    ("  port: 8888", "  port: 88888"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("  mtu: 9000", "  mtuu: 9000"),
+        ("gpus: 1", "gpus: one"),
+        ("- name: spark2", "- name: spark1"),
+        ("nodes: [spark1, spark2]", "nodes: [spark1, spark3]"),
+        ("    tp: 2", "    tp: 4"),
+        ("  port: 8888", "  port: 88888"),
+    ],
+)
 def test_cli_bad_profile_exits_2_without_traceback(tmp_path: Path, change: tuple[str, str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(DUAL.replace(*change, 1))
@@ -146,9 +169,11 @@ def test_cli_plan_json_and_check() -> None:
 
 
 def test_help_does_not_import_heavy_modules() -> None:
-    code = ("import sys; from sparkctl.cli import app; "
-            "heavy = [m for m in ('pydantic', 'paramiko', 'docker', 'torch', 'sglang', 'openai', 'yaml', "
-            "'transformers', 'numpy') if m in sys.modules]; print(','.join(heavy))")
+    code = (
+        "import sys; from sparkctl.cli import app; "
+        "heavy = [m for m in ('pydantic', 'paramiko', 'docker', 'torch', 'sglang', 'openai', 'yaml', "
+        "'transformers', 'numpy') if m in sys.modules]; print(','.join(heavy))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
@@ -158,4 +183,6 @@ def test_docs_profile_reference_is_generated_from_the_schema() -> None:
     from sparkctl.profile.reference import generated_section
 
     doc = (ROOT / "docs" / "profile.md").read_text()
-    assert generated_section() in doc, "regenerate: python -m sparkctl.profile.reference (see docs/profile.md)"
+    assert generated_section() in doc, (
+        "regenerate: python -m sparkctl.profile.reference (see docs/profile.md)"
+    )

@@ -33,7 +33,7 @@ def quickstart_commands() -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _rest(ctx) -> list[str]:  # noqa: ANN001 - click Context (click's, or typer's vendored copy)
+def _rest(ctx) -> list[str]:  # click Context (click's, or typer's vendored copy)
     protected = getattr(ctx, "protected_args", None) or getattr(ctx, "_protected_args", None) or []
     return [*protected, *ctx.args]
 

@@ -44,7 +44,7 @@ def _edit(recipe_dir: Path, **changes: object) -> None:
     (recipe_dir / "recipe.yaml").write_text(yaml.safe_dump(spec))
 
 
-def _pristine(recipe) -> bytes:  # noqa: ANN001
+def _pristine(recipe) -> bytes:
     return patchlib.apply(recipe.contents[TARGET], recipe.patches[TARGET], reverse=True)
 
 
@@ -143,14 +143,20 @@ def test_patch_that_does_not_reproduce_the_overlay_is_refused(recipe_dir: Path) 
     [
         ({"files": [{"source": "/etc/passwd", "target": TARGET}]}, "inside the recipe directory"),
         ({"files": [{"source": "overlay/device.py", "target": "relative/x.py"}]}, "absolute file path"),
-        ({"files": [{"source": "overlay/device.py", "target": TARGET, "patch": "patches/device.py.patch"}]},
-         "base_sha256"),
+        (
+            {
+                "files": [
+                    {"source": "overlay/device.py", "target": TARGET, "patch": "patches/device.py.patch"}
+                ]
+            },
+            "base_sha256",
+        ),
         ({"labels": {"sparkctl.recipe.hash": "x"}}, "set by sparkctl"),
         ({"env": {"A": "x\ny"}}, "env.A"),
         ({"bogus": 1}, "unknown key 'bogus'"),
         ({"base": {"ref": "x", "id": "sha256:short"}}, "base.id"),
     ],
-)  # fmt: skip
+)
 def test_invalid_recipes_are_refused(recipe_dir: Path, change: dict, message: str) -> None:
     _edit(recipe_dir, **change)
     with pytest.raises(RecipeError, match=message):

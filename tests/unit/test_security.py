@@ -38,13 +38,28 @@ def load(text: str):
     return load_profile_text(text, "p.yaml")
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("user", "-oProxyCommand=touch /tmp/x"), ("user", "spark bad"), ("user", "sp\x07ark"),
-    ("address", "-oProxyCommand=x"), ("address", "spark2.local\n"), ("address", "a\tb"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("user", "-oProxyCommand=touch /tmp/x"),
+        ("user", "spark bad"),
+        ("user", "sp\x07ark"),
+        ("address", "-oProxyCommand=x"),
+        ("address", "spark2.local\n"),
+        ("address", "a\tb"),
+    ],
+)
 def test_ssh_words_that_could_be_options_are_refused(field: str, value: str) -> None:
-    old = "    address: spark2.local" if field == "address" else "    user: spark\n    gpus: 1\n    gpu: {name: NVIDIA GB10"
-    new = f"    address: {json.dumps(value)}" if field == "address" else old.replace("user: spark", f"user: {json.dumps(value)}")
+    old = (
+        "    address: spark2.local"
+        if field == "address"
+        else "    user: spark\n    gpus: 1\n    gpu: {name: NVIDIA GB10"
+    )
+    new = (
+        f"    address: {json.dumps(value)}"
+        if field == "address"
+        else old.replace("user: spark", f"user: {json.dumps(value)}")
+    )
     with pytest.raises(ProfileError) as err:
         load(DUAL.replace(old, new, 1))
     assert "nodes[" in err.value.message and f"].{field}" in err.value.message
@@ -61,8 +76,20 @@ def test_system_ssh_argv_ends_options_before_the_destination() -> None:
     assert argv[argv.index("--") + 1 :] == ("spark@spark2", "true")
 
 
-EVIL = ["a b", "$(touch /tmp/sparkctl-unit-pwned)", "\\'';touch /tmp/sparkctl-unit-pwned;#", "", "x\n", "-n",
-        "(touch /tmp/sparkctl-unit-pwned)", "{a,b}", "~", "ünï", "'\"", "%self"]  # fmt: skip
+EVIL = [
+    "a b",
+    "$(touch /tmp/sparkctl-unit-pwned)",
+    "\\'';touch /tmp/sparkctl-unit-pwned;#",
+    "",
+    "x\n",
+    "-n",
+    "(touch /tmp/sparkctl-unit-pwned)",
+    "{a,b}",
+    "~",
+    "ünï",
+    "'\"",
+    "%self",
+]
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash", "dash", "fish"])
@@ -70,7 +97,9 @@ def test_remote_command_is_parsed_the_same_by_every_login_shell(shell: str) -> N
     path = shutil.which(shell)
     if path is None:
         pytest.fail(f"{shell} is not installed (scripts/install-deps installs it)")
-    out = subprocess.run([path, "-c", remote_command(["printf", "%s|", *EVIL])], capture_output=True, text=True)
+    out = subprocess.run(
+        [path, "-c", remote_command(["printf", "%s|", *EVIL])], capture_output=True, text=True
+    )
     assert out.stdout == "".join(f"{a}|" for a in EVIL), out.stderr
     assert not Path("/tmp/sparkctl-unit-pwned").exists()
 
@@ -86,12 +115,25 @@ def test_rdma_preset_only_for_multi_node_modes_and_never_privileged() -> None:
     prof = load(DUAL)
     tp2 = build_plan(prof, "tp2").ranks[0].options
     solo = build_plan(prof, "solo").ranks[0].options
-    assert (tp2.rdma_devices_dir, tp2.cap_add, tp2.ulimits) == ("/dev/infiniband", ["IPC_LOCK"], {"memlock": -1})
+    assert (tp2.rdma_devices_dir, tp2.cap_add, tp2.ulimits) == (
+        "/dev/infiniband",
+        ["IPC_LOCK"],
+        {"memlock": -1},
+    )
     assert (solo.rdma_devices_dir, solo.cap_add, solo.ulimits) == (None, [], {})
     assert not tp2.privileged and not solo.privileged
-    tcp = build_plan(load(DUAL.replace("    preset: rdma", "    preset: auto").replace("transport: roce", "transport: tcp")), "tp2")
+    tcp = build_plan(
+        load(
+            DUAL.replace("    preset: rdma", "    preset: auto").replace("transport: roce", "transport: tcp")
+        ),
+        "tp2",
+    )
     assert tcp.ranks[0].options.rdma_devices_dir is None  # auto: RoCE only
-    extra = load(DUAL.replace("    preset: rdma", "    preset: rdma\n    cap_add: [SYS_NICE]\n    ulimits: {nofile: 1024}"))
+    extra = load(
+        DUAL.replace(
+            "    preset: rdma", "    preset: rdma\n    cap_add: [SYS_NICE]\n    ulimits: {nofile: 1024}"
+        )
+    )
     opts = build_plan(extra, "tp2").ranks[0].options
     assert opts.cap_add == ["IPC_LOCK", "SYS_NICE"] and opts.ulimits == {"memlock": -1, "nofile": 1024}
 
@@ -119,7 +161,10 @@ def test_binding_every_interface_needs_a_key_or_expose_public() -> None:
     keyless = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:")
     f = check_api_exposure(load(keyless))
     assert f.severity is Severity.ERROR and "engine.api_key" in (f.fix or "")
-    assert check_api_exposure(load(keyless.replace("  port: 8888", "  port: 8888\n  expose: public"))).severity is Severity.WARN
+    assert (
+        check_api_exposure(load(keyless.replace("  port: 8888", "  port: 8888\n  expose: public"))).severity
+        is Severity.WARN
+    )
     assert check_api_exposure(load(DUAL)).severity is Severity.OK
     local = load(keyless.replace("  host: 0.0.0.0", "  host: 127.0.0.1"))
     assert check_api_exposure(local).severity is Severity.OK
@@ -132,7 +177,9 @@ def test_default_host_is_each_nodes_own_address() -> None:
     assert hosts == ["spark1.local", "spark2.local"] and plan.endpoint.host == "spark1.local"
     pinned = build_plan(load(DUAL.replace("  host: 0.0.0.0", "  host: 10.1.2.3")), "tp2")
     hosts = [r.argv[r.argv.index("--host") + 1] for r in pinned.ranks]
-    assert hosts == ["10.1.2.3", "spark2.local"] and pinned.endpoint.host == "10.1.2.3"  # rank 1 can't bind rank 0's IP
+    assert (
+        hosts == ["10.1.2.3", "spark2.local"] and pinned.endpoint.host == "10.1.2.3"
+    )  # rank 1 can't bind rank 0's IP
 
 
 def test_remote_code_is_opt_in_and_unpinned_revisions_warn() -> None:
@@ -140,21 +187,36 @@ def test_remote_code_is_opt_in_and_unpinned_revisions_warn() -> None:
     assert "--trust-remote-code" not in build_plan(prof, "tp2").ranks[0].argv
     checks = {f.check: f for f in check_remote_code(prof)}
     assert set(checks) == {"UnpinnedRevision"} and "model.target" in checks["UnpinnedRevision"].message
-    opted = load(DUAL.replace("  port: 8888", "  port: 8888\n  trust_remote_code: true").replace("revision: main", "revision: 0123abc"))
+    opted = load(
+        DUAL.replace("  port: 8888", "  port: 8888\n  trust_remote_code: true").replace(
+            "revision: main", "revision: 0123abc"
+        )
+    )
     assert "--trust-remote-code" in build_plan(opted, "tp2").ranks[0].argv
     assert [f.check for f in check_remote_code(opted)] == ["RemoteCode"]
     with pytest.raises(ProfileError, match="engine.trust_remote_code"):
-        load(DUAL.replace("    attention-backend: flashinfer", "    attention-backend: flashinfer\n    trust-remote-code: true"))
+        load(
+            DUAL.replace(
+                "    attention-backend: flashinfer",
+                "    attention-backend: flashinfer\n    trust-remote-code: true",
+            )
+        )
     with pytest.raises(ProfileError, match="engine.api_key"):
-        load(DUAL.replace("    attention-backend: flashinfer", "    attention-backend: flashinfer\n    api-key: abc"))
+        load(
+            DUAL.replace(
+                "    attention-backend: flashinfer", "    attention-backend: flashinfer\n    api-key: abc"
+            )
+        )
 
 
 def test_secret_files_render_as_sglang_config_and_raw_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("K", 'we"ird\\key')
     monkeypatch.setenv("T", "hf_tok")
-    files = [SecretFile("/run/secrets/c.yaml", SecretRef("api-key", env="K"), "api-key"),
-             SecretFile("/run/secrets/HF_TOKEN", SecretRef("HF_TOKEN", env="T")),
-             SecretFile("/run/secrets/X", SecretRef("X", file="/x", node="n"), bind=True)]  # fmt: skip
+    files = [
+        SecretFile("/run/secrets/c.yaml", SecretRef("api-key", env="K"), "api-key"),
+        SecretFile("/run/secrets/HF_TOKEN", SecretRef("HF_TOKEN", env="T")),
+        SecretFile("/run/secrets/X", SecretRef("X", file="/x", node="n"), bind=True),
+    ]
     out = render_files(files, None)
     assert out == {"/run/secrets/c.yaml": b'api-key: "we\\"ird\\\\key"\n', "/run/secrets/HF_TOKEN": b"hf_tok"}
     import yaml

@@ -39,13 +39,20 @@ def nodes(tmp_path: Path) -> tuple[Path, Path]:
     return src, dst
 
 
-def _ship(src: Path, dst: Path, streams: int = 1, deep: bool = False):  # noqa: ANN202
+def _ship(src: Path, dst: Path, streams: int = 1, deep: bool = False):
     """Source and peer are two directories here; the hop is a local pipe instead of ssh."""
     conn1, conn2 = LocalConnector("n1"), LocalConnector("n2")
     source = snapshot_manifest(conn1, str(src), REF, lazy=not deep, deep=deep)
     counter = ByteCounter()
-    out = ship_weights(source, conn1, [WeightsPeer(conn2, str(dst), [])], counter, transfers=Transfers(),
-                       streams=streams, deep=deep)  # fmt: skip
+    out = ship_weights(
+        source,
+        conn1,
+        [WeightsPeer(conn2, str(dst), [])],
+        counter,
+        transfers=Transfers(),
+        streams=streams,
+        deep=deep,
+    )
     if isinstance(out["n2"], Exception):
         raise out["n2"]
     return out["n2"], counter
@@ -131,8 +138,14 @@ def test_several_peers_get_one_pipelined_stream(nodes: tuple[Path, Path], tmp_pa
     dirs = [dst, tmp_path / "p1-hf", tmp_path / "p2-hf"]
     source = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)
     counter = ByteCounter()
-    out = ship_weights(source, LocalConnector("n1"), [WeightsPeer(c, str(d), []) for c, d in zip(peers, dirs, strict=True)],
-                       counter, transfers=Transfers(), streams=2)  # fmt: skip
+    out = ship_weights(
+        source,
+        LocalConnector("n1"),
+        [WeightsPeer(c, str(d), []) for c, d in zip(peers, dirs, strict=True)],
+        counter,
+        transfers=Transfers(),
+        streams=2,
+    )
     assert {r.action for r in out.values()} == {"shipped"}, out
     a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
     for d in dirs:
@@ -267,8 +280,9 @@ def test_source_symlink_leading_out_of_the_cache_is_reported_not_followed(nodes:
 def test_paths_outside_the_repo_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", node_argv("probe", "x")[2], "probe", str(tmp_path)],
-        input=json.dumps({"paths": ["blobs/../../etc/passwd"]}).encode(), capture_output=True,
-    )  # fmt: skip
+        input=json.dumps({"paths": ["blobs/../../etc/passwd"]}).encode(),
+        capture_output=True,
+    )
     assert proc.returncode != 0 and b"unsafe name" in proc.stderr
 
 

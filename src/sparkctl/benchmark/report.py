@@ -36,7 +36,9 @@ def bench_table(result: BenchResult) -> Any:
     caption = f"{result.reps} reps each; p50 / p90 / p99 over requests; tokens from server usage"
 
     # Headers are words that wrap onto more lines rather than being cut at 80 columns.
-    t = Table(title=_title(result), caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    t = Table(
+        title=_title(result), caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
     cols = (
         "workload",
         "streams",
@@ -49,8 +51,12 @@ def bench_table(result: BenchResult) -> Any:
         "cached tok",
     )
     for col in cols:  # min_width: rich may narrow a column below its longest word; never cut one
-        t.add_column(col, justify="left" if col == "workload" else "right", no_wrap=col == "workload",
-                     min_width=max(len(word) for word in col.split()))
+        t.add_column(
+            col,
+            justify="left" if col == "workload" else "right",
+            no_wrap=col == "workload",
+            min_width=max(len(word) for word in col.split()),
+        )
     for w in result.workloads:
         st = w.stats()
         name = w.workload.name + (" [yellow](truncated)[/]" if w.truncated else "")

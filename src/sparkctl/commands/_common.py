@@ -84,8 +84,12 @@ def handle_errors(fn: F) -> F:
                 raise
             pkg = PIP_NAMES.get(exc.name.split(".")[0], exc.name.split(".")[0])
             err = console(stderr=True)
-            err.print(f"[bold red]error[/] the Python package '{pkg}' is not installed (this command needs it)")
-            err.print(f"  [yellow]fix:[/] python3 -m pip install '{pkg}' (or reinstall: python3 -m pip install -e .)")
+            err.print(
+                f"[bold red]error[/] the Python package '{pkg}' is not installed (this command needs it)"
+            )
+            err.print(
+                f"  [yellow]fix:[/] python3 -m pip install '{pkg}' (or reinstall: python3 -m pip install -e .)"
+            )
             raise typer.Exit(ExitCode.USAGE) from None
         except Exception as exc:
             if kwargs.get("json_out"):  # a bug: still one object on stdout; the traceback follows

@@ -30,7 +30,9 @@ def wrap_words(text: str, width: int, indent: int = 0, first: int | None = None)
     return lines
 
 
-def print_wrapped(out, prefix_markup: str, prefix_len: int, text: str, indent: int, style: str = "") -> None:  # noqa: ANN001 - rich Console
+def print_wrapped(
+    out, prefix_markup: str, prefix_len: int, text: str, indent: int, style: str = ""
+) -> None:  # rich Console
     """`prefix` then `text` wrapped to the console, continuation lines indented by `indent`."""
     from rich.markup import escape
 
@@ -41,12 +43,14 @@ def print_wrapped(out, prefix_markup: str, prefix_len: int, text: str, indent: i
         out.print((prefix_markup if i == 0 else " " * indent) + body, soft_wrap=True)
 
 
-def where(f) -> str:  # noqa: ANN001 - Finding
+def where(f) -> str:  # Finding
     place = " ".join(x for x in (f.node, None if f.rank is None else f"rank {f.rank}") if x)
     return f" [{place}]" if place else ""
 
 
-def render_findings(findings: list, detail_key: str | None = None, out=None) -> None:  # noqa: ANN001 - list[Finding], Console
+def render_findings(
+    findings: list, detail_key: str | None = None, out=None
+) -> None:  # list[Finding], Console
     """`detail_key`: a list of lines in `finding.data` printed dimmed under errors (e.g. NCCL's)."""
     from rich.markup import escape
 

@@ -19,7 +19,8 @@ OutOpt = Annotated[Path | None, typer.Option("--out", help="Save the full result
 ChartOpt = Annotated[
     Path | None,
     typer.Option(
-        "--chart", help="PNG chart of throughput and latency (default bench.png for a sweep or --compare without --json)."
+        "--chart",
+        help="PNG chart of throughput and latency (default bench.png for a sweep or --compare without --json).",
     ),
 ]
 CompareOpt = Annotated[
@@ -107,13 +108,13 @@ def bench(
     _chart([result], chart, len(levels) > 1 and not json_out, con)
 
 
-def _tables(result) -> list:  # noqa: ANN001 - BenchResult
+def _tables(result) -> list:  # BenchResult
     from sparkctl.benchmark.report import bench_table, sweep_rows, sweep_table
 
     return [bench_table(result)] + ([sweep_table(result)] if sweep_rows(result) else [])
 
 
-def _chart(results: list, path: Path | None, default_on: bool, con) -> None:  # noqa: ANN001
+def _chart(results: list, path: Path | None, default_on: bool, con) -> None:
     if path is None and not default_on:
         return
     from sparkctl.benchmark.chart import write_chart
@@ -123,7 +124,7 @@ def _chart(results: list, path: Path | None, default_on: bool, con) -> None:  # 
 
 def _compare(
     profile, modes: tuple[str, str], suite, bounds: dict, keys: tuple, out, chart, json_out: bool
-) -> None:  # noqa: ANN001
+) -> None:
     """Run in MODE_A, switch, run in MODE_B (sparkctl.benchmark.switch), then render."""
     from sparkctl.benchmark.report import compare_table
     from sparkctl.benchmark.switch import compare_modes
@@ -141,7 +142,7 @@ def _compare(
     _chart(results, chart, not json_out, con)
 
 
-def _emit(data: dict, tables: list, out: Path | None, json_out: bool, con) -> None:  # noqa: ANN001 - rich objects
+def _emit(data: dict, tables: list, out: Path | None, json_out: bool, con) -> None:  # rich objects
     """Save the full results (--out), then print JSON (--json) or the tables."""
     import json
 

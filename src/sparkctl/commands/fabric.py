@@ -83,9 +83,15 @@ def register(app: typer.Typer) -> None:
         with NodePool(prof) as pool:
             conns = {n: pool.get(n) for n in dict.fromkeys(plan.nodes)}
             report = run_fabric_test(
-                plan, conns, backend=backend, sizes=sizes, iters=iters, timeout_s=timeout,
-                threshold_gbps=threshold, keep=keep,
-            )  # fmt: skip
+                plan,
+                conns,
+                backend=backend,
+                sizes=sizes,
+                iters=iters,
+                timeout_s=timeout,
+                threshold_gbps=threshold,
+                keep=keep,
+            )
         if json_out:
             print_json(report.to_json())
         else:

@@ -28,16 +28,30 @@ def fit(
     json_out: JsonOpt = False,
     target_dir: DirOpt = None,
     draft_dir: DirOpt = None,
-    parse_flags: Annotated[bool, typer.Option(help="Check the flags with SGLang's parser (image, else local).")] = True,
-    probe: Annotated[bool, typer.Option(help="Probe free GPU memory (MemAvailable on unified memory) and "
-                                         "use the image's parser on nodes that are reachable.")] = True,
+    parse_flags: Annotated[
+        bool, typer.Option(help="Check the flags with SGLang's parser (image, else local).")
+    ] = True,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            help="Probe free GPU memory (MemAvailable on unified memory) and "
+            "use the image's parser on nodes that are reachable."
+        ),
+    ] = True,
     parser_timeout: ParserTimeoutOpt = 30.0,
-    allow_missing: Annotated[bool, typer.Option(help="Without the model on disk, check flags and rules only "
-                                                "instead of failing.")] = False,
-    min_requests: Annotated[int, typer.Option(min=1, help="Running requests a fix must leave room for when "
-                                              "--max-running-requests is not set.")] = 4,
-    headroom_gib: Annotated[float, typer.Option(min=0.0, help="A fix must still fit with this much less "
-                                                "free GPU memory than measured.")] = 1.0,
+    allow_missing: Annotated[
+        bool, typer.Option(help="Without the model on disk, check flags and rules only instead of failing.")
+    ] = False,
+    min_requests: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Running requests a fix must leave room for when --max-running-requests is not set."
+        ),
+    ] = 4,
+    headroom_gib: Annotated[
+        float,
+        typer.Option(min=0.0, help="A fix must still fit with this much less free GPU memory than measured."),
+    ] = 1.0,
 ) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
     error it would die with; check the flags with SGLang's parser; print flags that fit."""
@@ -54,26 +68,41 @@ def fit(
         require_models(models, prof)
     err = console(stderr=True)
     result = check_reachable(
-        plan, prof, reach=probe, parser_timeout=parser_timeout, parse_flags=parse_flags, models=models,
+        plan,
+        prof,
+        reach=probe,
+        parser_timeout=parser_timeout,
+        parse_flags=parse_flags,
+        models=models,
         margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
         progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
     )
     if json_out:
-        print_json({
-            "mode": plan.mode,
-            "memory": result.memory.to_json() if result.memory else None,
-            "findings": [f.to_json() for f in result.findings],
-            "fixes": [{"flags": f.changes, "why": f.why, "tradeoff": f.tradeoff, "kv_tokens": f.plan.kv_tokens,
-                       "max_running_requests": f.plan.max_running_requests} for f in result.memory_fixes],
-            "fix": result.fix,
-        })  # fmt: skip
+        print_json(
+            {
+                "mode": plan.mode,
+                "memory": result.memory.to_json() if result.memory else None,
+                "findings": [f.to_json() for f in result.findings],
+                "fixes": [
+                    {
+                        "flags": f.changes,
+                        "why": f.why,
+                        "tradeoff": f.tradeoff,
+                        "kv_tokens": f.plan.kv_tokens,
+                        "max_running_requests": f.plan.max_running_requests,
+                    }
+                    for f in result.memory_fixes
+                ],
+                "fix": result.fix,
+            }
+        )
     else:
         render(plan, result)
     if any(f.severity == Severity.ERROR for f in result.findings):
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-def render(plan, result) -> None:  # noqa: ANN001 - Plan, LaunchCheck (lazy imports)
+def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
     from rich.markup import escape
     from rich.table import Table
 

@@ -18,13 +18,13 @@ NodeOpt = Annotated[
 ]
 
 
-def _load(recipe: str):  # noqa: ANN202 - LoadedRecipe, imported lazily
+def _load(recipe: str):  # LoadedRecipe, imported lazily
     from sparkctl.recipes import find_recipe, load_recipe
 
     return load_recipe(find_recipe(recipe))
 
 
-def _on_nodes(profile, nodes: list[str] | None, fn):  # noqa: ANN001, ANN202 - Path, Callable -> fanout.Results
+def _on_nodes(profile, nodes: list[str] | None, fn):  # Path, Callable -> fanout.Results
     """fn(connector) on the named nodes (default: all of the profile's), in parallel: one Outcome per node."""
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError

@@ -58,7 +58,8 @@ def init(
     accept_new_host_keys: Annotated[
         bool,
         typer.Option(
-            "--accept-new-host-keys", help="Trust and record unknown SSH host keys (changed ones are refused)."
+            "--accept-new-host-keys",
+            help="Trust and record unknown SSH host keys (changed ones are refused).",
         ),
     ] = False,
     ssh_setup: Annotated[
@@ -152,8 +153,10 @@ def _write(path: Path, text: str, force: bool, non_interactive: bool) -> None:
         styles = {"+": "green", "-": "red", "@": "cyan"}
         for line in difflib.unified_diff(old.splitlines(), text.splitlines(), str(path), "init", lineterm=""):
             out.print(Text(line, style=styles.get(line[:1], "")), soft_wrap=True)
-        raise UsageError(f"{path} exists; not overwritten (the diff above is what init would change)",
-                         fix="rerun with --force to overwrite, or -o OTHER.yaml")  # fmt: skip
+        raise UsageError(
+            f"{path} exists; not overwritten (the diff above is what init would change)",
+            fix="rerun with --force to overwrite, or -o OTHER.yaml",
+        )
     if not non_interactive and not typer.confirm(f"Write {path}?", default=True):
         raise typer.Exit(1)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +164,7 @@ def _write(path: Path, text: str, force: bool, non_interactive: bool) -> None:
     out.print(f"[green]wrote {path}[/]  next: `sparkctl preflight -p {path} MODE`")
 
 
-def show_discovery(nodes, fab) -> None:  # noqa: ANN001 - NodeDiscovery list, FabricOption (lazy imports)
+def show_discovery(nodes, fab) -> None:  # NodeDiscovery list, FabricOption (lazy imports)
     from rich.markup import escape
     from rich.table import Table
 
@@ -182,12 +185,13 @@ def show_discovery(nodes, fab) -> None:  # noqa: ANN001 - NodeDiscovery list, Fa
         table.add_row(escape(n.name), escape(n.description), gpus, dock, escape(roce), images, models)
     out.print(table)
     if fab is not None:
-        ends = ", ".join(f"{e.node} {e.netdev} {e.ip}" + (f" [{'/'.join(e.hcas)}]" if e.hcas else "")
-                         for e in fab.ends)  # fmt: skip
+        ends = ", ".join(
+            f"{e.node} {e.netdev} {e.ip}" + (f" [{'/'.join(e.hcas)}]" if e.hcas else "") for e in fab.ends
+        )
         out.print(f"[bold]fabric[/] {escape(fab.describe())}: {escape(ends)}")
 
 
-def show_proposal(draft) -> None:  # noqa: ANN001 - sparkctl.discover.Draft
+def show_proposal(draft) -> None:  # sparkctl.discover.Draft
     from rich.markup import escape
 
     out = console()

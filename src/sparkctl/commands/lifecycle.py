@@ -67,7 +67,7 @@ class _Reporter:
 
         self.out.print(f"{self._stamp()} {escape(text)}")
 
-    def update(self, snap) -> None:  # noqa: ANN001 - sparkctl.lifecycle.watch.Snapshot
+    def update(self, snap) -> None:  # sparkctl.lifecycle.watch.Snapshot
         if not self.out.is_terminal:
             for view in snap.ranks:  # plain output: only state changes
                 if self.states.get(view.rank) != view.status:
@@ -87,7 +87,7 @@ class _Reporter:
             self.live = None
 
 
-def _live_table(snap):  # noqa: ANN001, ANN202 - rich renderable from a Snapshot
+def _live_table(snap):  # rich renderable from a Snapshot
     from rich.table import Table
 
     table = Table(
@@ -105,7 +105,7 @@ def _live_table(snap):  # noqa: ANN001, ANN202 - rich renderable from a Snapshot
     return table
 
 
-def _print_rank_logs(exc) -> None:  # noqa: ANN001 - RankFailedError | ReadyTimeoutError
+def _print_rank_logs(exc) -> None:  # RankFailedError | ReadyTimeoutError
     from rich.markup import escape
 
     err = console(stderr=True)
@@ -126,7 +126,7 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupt)
 
 
-def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa: ANN001 - PreflightFailedError
+def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # PreflightFailedError
     """What to ship before retrying `up`: --ship says yes, --no-ship no, else ask on a terminal."""
     import sys
 
@@ -145,9 +145,17 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # noqa
     return what
 
 
-def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: float | None,
-            profile, json_out: bool, verb: str = "up", ship_opt: bool | None = None,
-            supervise: bool = False) -> None:  # fmt: skip  # noqa: ANN001
+def _run_up(
+    mode: str | None,
+    tp: int | None,
+    skip_preflight: bool,
+    timeout: float | None,
+    profile,
+    json_out: bool,
+    verb: str = "up",
+    ship_opt: bool | None = None,
+    supervise: bool = False,
+) -> None:
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import PreflightFailedError, curl_example
     from sparkctl.lifecycle.upship import up_or_ship
@@ -163,7 +171,7 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
         reporter.close()  # the live display stops before a question
         return _offer_ship(exc, ship_opt, json_out)
 
-    def progress():  # noqa: ANN202 - a context manager giving ship's Progress
+    def progress():  # a context manager giving ship's Progress
         from sparkctl.ship.progress import make_progress
 
         return make_progress(console(stderr=True))
@@ -200,14 +208,18 @@ def _run_up(mode: str | None, tp: int | None, skip_preflight: bool, timeout: flo
     plan = result.plan
     ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
     if result.action == "noop":
-        out.print(f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
-                  "nothing changed")  # fmt: skip
+        out.print(
+            f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
+            "nothing changed"
+        )
     else:  # from the command's start, as the timeline shows (shipping included)
         out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
     if sup:
-        out.print(f"supervised: a background supervisor (pid {sup.get('pid')}) restarts the whole group if a "
-                  "rank exits; `sparkctl status` shows restarts, `sparkctl down` stops it")  # fmt: skip
+        out.print(
+            f"supervised: a background supervisor (pid {sup.get('pid')}) restarts the whole group if a "
+            "rank exits; `sparkctl status` shows restarts, `sparkctl down` stops it"
+        )
     out.print("try:")
     out.print(curl_example(plan), markup=False, soft_wrap=True)
 
@@ -247,8 +259,17 @@ def switch_cmd(
     if dry_run:
         _print_preview(profile, mode, None, json_out)
         return
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="switch", ship_opt=ship,
-            supervise=supervise)  # fmt: skip
+    _run_up(
+        mode,
+        None,
+        skip_preflight,
+        timeout,
+        profile,
+        json_out,
+        verb="switch",
+        ship_opt=ship,
+        supervise=supervise,
+    )
 
 
 @handle_errors
@@ -273,7 +294,7 @@ def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: J
         out.print(f"{verb} {c.name} on {c.node} ({c.status})")
 
 
-def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) -> None:  # noqa: ANN001
+def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) -> None:
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
     from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
@@ -288,8 +309,10 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
     render_plan(pre.plan)
     out = console()
     if pre.noop:
-        out.print(f"[green]dry run:[/] mode {pre.plan.mode} already runs config {pre.plan.config_hash} and is "
-                  "healthy; `up` would change nothing")  # fmt: skip
+        out.print(
+            f"[green]dry run:[/] mode {pre.plan.mode} already runs config {pre.plan.config_hash} and is "
+            "healthy; `up` would change nothing"
+        )
         return
     for c in pre.stop:
         out.print(f"[yellow]dry run:[/] would stop {c.name} on {c.node} ({c.status})")

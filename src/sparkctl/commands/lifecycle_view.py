@@ -13,8 +13,13 @@ def _fmt_uptime(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = int(seconds)
-    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 \
-        else f"{s // 60}m{s % 60:02d}s"  # fmt: skip
+    return (
+        f"{s // 86400}d{s % 86400 // 3600}h"
+        if s >= 86400
+        else f"{s // 3600}h{s % 3600 // 60:02d}m"
+        if s >= 3600
+        else f"{s // 60}m{s % 60:02d}s"
+    )
 
 
 @handle_errors
@@ -36,7 +41,7 @@ def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
         raise typer.Exit(ExitCode.CONNECT)
 
 
-def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
+def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     from rich.markup import escape
     from rich.table import Table
 
@@ -62,8 +67,15 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
         for c in st.containers:
             state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
             color = "green" if c.running else "red"
-            table.add_row(str(c.rank), c.node, c.mode or "?", f"[{color}]{state}[/]",
-                          _fmt_uptime(c.uptime_s()), c.config_hash or "?", c.image)  # fmt: skip
+            table.add_row(
+                str(c.rank),
+                c.node,
+                c.mode or "?",
+                f"[{color}]{state}[/]",
+                _fmt_uptime(c.uptime_s()),
+                c.config_hash or "?",
+                c.image,
+            )
         out.print(table)
         if st.unreachable:
             out.print(f"[red]unknown on {unknown}[/]")
@@ -73,17 +85,21 @@ def _render_status(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.Clus
         served = ", ".join(m.health.served) or "-"
         out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
         if m.drift:
-            out.print(f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
-                      "`sparkctl up` would restart the ranks[/]")  # fmt: skip
+            out.print(
+                f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
+                "`sparkctl up` would restart the ranks[/]"
+            )
     for p in st.pending:
-        out.print(f"[yellow]{p.node} may still run {escape(p.describe())}[/]: removed when {p.node} answers "
-                  "again (`sparkctl down`, `up` or `status`)")  # fmt: skip
+        out.print(
+            f"[yellow]{p.node} may still run {escape(p.describe())}[/]: removed when {p.node} answers "
+            "again (`sparkctl down`, `up` or `status`)"
+        )
     for node, why in st.unreachable.items():
         out.print(f"[red]node {node}[/]: {escape(why)}")
     _render_supervision(st)
 
 
-def _render_supervision(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status.ClusterStatus
+def _render_supervision(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     from rich.markup import escape
 
     from sparkctl.lifecycle.state import describe_event
@@ -91,8 +107,10 @@ def _render_supervision(st) -> None:  # noqa: ANN001 - sparkctl.lifecycle.status
     out = console()
     sup = st.supervisor
     if sup:
-        out.print(f"supervisor: [green]running[/] (pid {sup.get('pid')}, mode {sup.get('mode')}), "
-                  f"{len([e for e in st.restarts if e['event'] == 'restarted'])} group restart(s)")  # fmt: skip
+        out.print(
+            f"supervisor: [green]running[/] (pid {sup.get('pid')}, mode {sup.get('mode')}), "
+            f"{len([e for e in st.restarts if e['event'] == 'restarted'])} group restart(s)"
+        )
     elif st.restarts:
         out.print("supervisor: [yellow]not running[/]")
     for event in st.restarts:
@@ -151,7 +169,9 @@ def logs_cmd(
             lines, missing = read_all(prof, pool, specs, tail, since_at)
             if rank is None:  # the supervisor's events (restarts and their causes) in the same timeline
                 stamps = [x.ts for x in lines if x.ts is not None]
-                lines = merge(lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None)))
+                lines = merge(
+                    lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
+                )
                 width = max(width, len("supervisor")) if any(x.label for x in lines) else width
             _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
             return
@@ -167,21 +187,31 @@ def logs_cmd(
             return
 
 
-def _log_json(line) -> dict:  # noqa: ANN001 - sparkctl.lifecycle.logs.LogLine
-    return {"rank": line.rank, "node": line.node, "time": line.ts.isoformat() if line.ts else None,
-            "text": line.text}  # fmt: skip
+def _log_json(line) -> dict:  # sparkctl.lifecycle.logs.LogLine
+    return {
+        "rank": line.rank,
+        "node": line.node,
+        "time": line.ts.isoformat() if line.ts else None,
+        "text": line.text,
+    }
 
 
-def _print_logs(lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str,
-                n_ranks: int) -> None:  # fmt: skip
+def _print_logs(
+    lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str, n_ranks: int
+) -> None:
     """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
     from rich.markup import escape
 
     from sparkctl.errors import SparkctlError
 
     if json_out:
-        print_json({"mode": mode, "lines": [_log_json(x) for x in lines],
-                    "missing": {str(r): why for r, why in missing.items()}})  # fmt: skip
+        print_json(
+            {
+                "mode": mode,
+                "lines": [_log_json(x) for x in lines],
+                "missing": {str(r): why for r, why in missing.items()},
+            }
+        )
     else:
         out = console()
         for line in lines:
@@ -230,8 +260,9 @@ def supervise_cmd(
         console().print(supervisor.stop(prof.cluster) or f"no supervisor runs for cluster {prof.cluster}")
         return
     mode = mode or _running_mode(prof)
-    policy = Policy(max_restarts=max_restarts, backoff=backoff, canary_every=canary_every,
-                    canary_failures=canary_failures)  # fmt: skip
+    policy = Policy(
+        max_restarts=max_restarts, backoff=backoff, canary_every=canary_every, canary_failures=canary_failures
+    )
     if detach:
         info = start_detached(profile, prof, mode, policy)
         console().print(f"supervising mode {mode} in the background (pid {info.get('pid')})")
@@ -246,7 +277,7 @@ def supervise_cmd(
     raise typer.Exit(code)
 
 
-def _running_mode(prof) -> str:  # noqa: ANN001 - Profile
+def _running_mode(prof) -> str:  # Profile
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
     from sparkctl.lifecycle.status import running_mode
@@ -258,7 +289,7 @@ def _running_mode(prof) -> str:  # noqa: ANN001 - Profile
     return mode
 
 
-def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # noqa: ANN001 - Path|None, Profile, Policy
+def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # Path|None, Profile, Policy
     """Spawn the background supervisor for `mode` (an already running one for it is kept)."""
     from sparkctl.lifecycle import supervisor
     from sparkctl.profile import find_profile

@@ -16,8 +16,11 @@ ModeArg = Annotated[str | None, typer.Argument(help="Mode to plan (default: the 
 
 CheckOpt = Annotated[
     bool,
-    typer.Option("--check", help="Also run the launch-safety checks (flags with SGLang's parser in the image "
-                 "on rank 0's node, GPU rules, memory fit); exit 1 on errors."),
+    typer.Option(
+        "--check",
+        help="Also run the launch-safety checks (flags with SGLang's parser in the image "
+        "on rank 0's node, GPU rules, memory fit); exit 1 on errors.",
+    ),
 ]
 
 
@@ -27,8 +30,13 @@ ParserTimeoutOpt = Annotated[
 
 
 @handle_errors
-def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = False, json_out: JsonOpt = False,
-         parser_timeout: ParserTimeoutOpt = 30.0) -> None:
+def plan(
+    mode: ModeArg = None,
+    profile: ProfileOpt = None,
+    check: CheckOpt = False,
+    json_out: JsonOpt = False,
+    parser_timeout: ParserTimeoutOpt = 30.0,
+) -> None:
     """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
     from sparkctl.plan import build_plan
 
@@ -47,7 +55,7 @@ def plan(mode: ModeArg = None, profile: ProfileOpt = None, check: CheckOpt = Fal
         raise typer.Exit(1)
 
 
-def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = False) -> list:  # noqa: ANN001
+def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = False) -> list:
     """The launch-check pipeline (sparkctl.launch.pipeline): SGLang's parser in the image on rank 0's
     node (a local SGLang when that fails), the rules, the memory plan with probed GPU memory."""
     from sparkctl.launch.pipeline import check_reachable
@@ -57,7 +65,7 @@ def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = Fals
     return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress).findings
 
 
-def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported lazily
+def render_plan(plan) -> None:  # sparkctl.plan.Plan, imported lazily
     import shlex
 
     from rich.panel import Panel
@@ -88,7 +96,9 @@ def render_plan(plan) -> None:  # noqa: ANN001 - sparkctl.plan.Plan, imported la
         out.print(Panel(table, title=title, title_align="left"))
     key = plan.endpoint.api_key
     auth = f"  key {key.describe()}" if key else "  [yellow]no API key[/]"
-    out.print(f"[bold]endpoint[/] {plan.endpoint.api_base}  model [bold]{plan.endpoint.served_model_name}[/]{auth}")
+    out.print(
+        f"[bold]endpoint[/] {plan.endpoint.api_base}  model [bold]{plan.endpoint.served_model_name}[/]{auth}"
+    )
     for item in plan.warnings:
         out.print(f"[yellow]security:[/] {item}")
     for item in plan.unresolved:

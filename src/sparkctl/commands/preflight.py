@@ -40,8 +40,11 @@ def preflight(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Every check in a table.")] = False,
     deep: Annotated[
         bool,
-        typer.Option("--deep", help="WeightsContent rehashes every byte on every node instead of "
-                     "trusting the quick check (size+mtime+inode, like rsync)."),
+        typer.Option(
+            "--deep",
+            help="WeightsContent rehashes every byte on every node instead of "
+            "trusting the quick check (size+mtime+inode, like rsync).",
+        ),
     ] = False,
 ) -> None:
     """Check every node of MODE (SSH, fabric MTU/ping/RoCE, Docker, GPUs, image, weights, disk,
@@ -76,15 +79,18 @@ def preflight(
         raise typer.Exit(1)
 
 
-def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN001 - preflight.Report, Console
+def render_report(report, verbose: bool = False, out=None) -> None:  # preflight.Report, Console
     """Compact: one entry per error/warning (+ fix), then counts; `verbose`: every check in a table."""
     from rich.markup import escape
 
     from sparkctl.commands._findings import render_findings
 
     out = out or console()
-    out.print(f"[bold]preflight[/] {escape(report.cluster)} / mode {escape(report.mode)} "
-              f"({escape(', '.join(report.nodes))})", soft_wrap=True)
+    out.print(
+        f"[bold]preflight[/] {escape(report.cluster)} / mode {escape(report.mode)} "
+        f"({escape(', '.join(report.nodes))})",
+        soft_wrap=True,
+    )
     if verbose:
         out.print(_table(report))
     else:
@@ -94,13 +100,15 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # noqa: ANN
     out.print(f"{counts['ok']} passed, {counts['skip']} skipped{more}", soft_wrap=True)
     verdict = "[bold green]passed[/]" if report.ok else "[bold red]failed[/]"
     n_err, n_warn = len(report.errors), len(report.warnings)
-    out.print(f"preflight {verdict}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)} "
-              f"in {report.elapsed_s:.2f}s")
+    out.print(
+        f"preflight {verdict}: {n_err} error{'s' * (n_err != 1)}, {n_warn} warning{'s' * (n_warn != 1)} "
+        f"in {report.elapsed_s:.2f}s"
+    )
     if not report.ok:
         out.print("fix the errors, or `--ignore CHECK` to downgrade one")
 
 
-def _table(report):  # noqa: ANN001, ANN202 - rich Table from a preflight Report
+def _table(report):  # rich Table from a preflight Report
     """Every finding; the fix goes under the detail in the same cell, wrapped by word."""
     from rich import box
     from rich.markup import escape

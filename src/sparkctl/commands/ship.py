@@ -25,7 +25,10 @@ def ship(
         typer.Option("--to", help="Only to this node (repeatable; default: the mode's nodes)."),
     ] = None,
     from_node: Annotated[
-        str | None, typer.Option("--from", help="Source node (default: the first that holds it: the local node, then rank order).")
+        str | None,
+        typer.Option(
+            "--from", help="Source node (default: the first that holds it: the local node, then rank order)."
+        ),
     ] = None,
     dry_run: Annotated[
         bool,
@@ -43,7 +46,12 @@ def ship(
     ] = False,
     streams: Annotated[
         int | None,
-        typer.Option("--streams", min=1, max=64, help="Parallel streams per peer for weights (default: from the source's cores)."),
+        typer.Option(
+            "--streams",
+            min=1,
+            max=64,
+            help="Parallel streams per peer for weights (default: from the source's cores).",
+        ),
     ] = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
@@ -70,13 +78,33 @@ def ship(
         try:
             if not isinstance(display, NullProgress):
                 with display:
-                    report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                     to=to or None, source=from_node, progress=display, dry_run=dry_run,
-                                     verify=verify, streams=streams)  # fmt: skip
+                    report = do_ship(
+                        prof,
+                        plan,
+                        pool,
+                        image=image or both,
+                        weights=weights or both,
+                        to=to or None,
+                        source=from_node,
+                        progress=display,
+                        dry_run=dry_run,
+                        verify=verify,
+                        streams=streams,
+                    )
             else:
-                report = do_ship(prof, plan, pool, image=image or both, weights=weights or both,
-                                 to=to or None, source=from_node, progress=display, dry_run=dry_run,
-                                 verify=verify, streams=streams)  # fmt: skip
+                report = do_ship(
+                    prof,
+                    plan,
+                    pool,
+                    image=image or both,
+                    weights=weights or both,
+                    to=to or None,
+                    source=from_node,
+                    progress=display,
+                    dry_run=dry_run,
+                    verify=verify,
+                    streams=streams,
+                )
         except SparkctlError as exc:
             if getattr(exc, "report", None) is not None:
                 if json_out:  # one JSON object on failure: the report goes inside the error
@@ -87,7 +115,7 @@ def ship(
     _render(report, json_out)
 
 
-def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.ShipReport
+def _render(report, json_out: bool) -> None:  # sparkctl.ship.ShipReport
     from sparkctl.units import human_bytes
 
     if json_out:
@@ -101,14 +129,16 @@ def _render(report, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.ship.Shi
         what = "image" if r.to_json()["what"] == "image" else r.model
         how = ""
         if what != "image":
-            how = " (every byte rehashed)" if r.check == "deep" else " (quick check: size+mtime+inode, like rsync)"
+            how = (
+                " (every byte rehashed)"
+                if r.check == "deep"
+                else " (quick check: size+mtime+inode, like rsync)"
+            )
         if r.action == "skipped":
             out.print(f"[green]ok[/] {r.node} {what}: already identical{how}, nothing sent")
         elif r.action == "would ship":
             unit = f"{r.layers_sent} layer(s)" if what == "image" else f"{r.files_sent} file(s)"
-            out.print(
-                f"[yellow]dry run[/] {r.node} {what}: would send {unit}, {human_bytes(r.bytes_sent)}"
-            )
+            out.print(f"[yellow]dry run[/] {r.node} {what}: would send {unit}, {human_bytes(r.bytes_sent)}")
         else:
             out.print(
                 f"[green]ok[/] {r.node} {what}: {r.action} from {r.source}, {human_bytes(r.bytes_sent)} sent "

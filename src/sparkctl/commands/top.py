@@ -60,7 +60,7 @@ def top_cmd(
             return  # Ctrl-C is how a live `top` ends: exit 0
 
 
-def _show_once(snap, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.top.snapshot.Snapshot
+def _show_once(snap, json_out: bool) -> None:  # sparkctl.top.snapshot.Snapshot
     if json_out:
         print_json(snap.to_json())
         return
@@ -69,20 +69,20 @@ def _show_once(snap, json_out: bool) -> None:  # noqa: ANN001 - sparkctl.top.sna
     console().print(screen(snap))
 
 
-def _json_lines(collector, interval: float) -> None:  # noqa: ANN001 - sparkctl.top.snapshot.Collector
+def _json_lines(collector, interval: float) -> None:  # sparkctl.top.snapshot.Collector
     import json
     import sys
 
     from sparkctl.top import live
 
-    def emit(snap) -> None:  # noqa: ANN001
+    def emit(snap) -> None:
         sys.stdout.write(json.dumps(snap.to_json(), default=str) + "\n")
         sys.stdout.flush()
 
     live(collector, interval, emit)
 
 
-def _live(collector, interval: float) -> None:  # noqa: ANN001 - sparkctl.top.snapshot.Collector
+def _live(collector, interval: float) -> None:  # sparkctl.top.snapshot.Collector
     from sparkctl.top import live
     from sparkctl.top.render import screen
 

@@ -94,7 +94,7 @@ _COUNTED = ("ok", "warn", "error")
 _TAGS = {"ok": "[green]pass[/]", "warn": "[yellow]warn[/]", "error": "[bold red]FAIL[/]"}
 
 
-def _line(f) -> str:  # noqa: ANN001 - sparkctl.findings.Finding
+def _line(f) -> str:  # sparkctl.findings.Finding
     from rich.markup import escape
 
     pad = " " * max(0, 26 - len(f.check))  # padded on the raw name: escaping adds backslashes
@@ -104,7 +104,7 @@ def _line(f) -> str:  # noqa: ANN001 - sparkctl.findings.Finding
     return line
 
 
-def render_summary(findings) -> None:  # noqa: ANN001
+def render_summary(findings) -> None:
     from rich.markup import escape
 
     by = {s: [f.check for f in findings if f.severity.value == s] for s in ("ok", "warn", "error")}

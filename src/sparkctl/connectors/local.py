@@ -95,7 +95,9 @@ class LocalConnector(Connector):
                 return docker.DockerClient(base_url=self.docker_host)
             return docker.from_env()
         except docker.errors.DockerException as exc:  # version negotiation: no engine answers
-            raise docker_down_error(self.node, self.docker_host or os.environ.get("DOCKER_HOST"), exc) from None
+            raise docker_down_error(
+                self.node, self.docker_host or os.environ.get("DOCKER_HOST"), exc
+            ) from None
 
 
 def docker_down_error(node: str, host: str | None, exc: BaseException) -> EngineDownError:

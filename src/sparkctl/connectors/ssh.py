@@ -39,7 +39,7 @@ _PUT_SCRIPT = 'mkdir -p "$(dirname "$3")" && cat > "$1" && chmod "$2" "$1" && mv
 # base64 (b + data). /bin/sh decodes each into "$@" and execs it: no shell ever parses an argument.
 _DECODE = (
     'n=$#; for a; do case $a in r*) v=${a#r};; *) v=$(printf %s "${a#b}" | base64 -d; echo .); '
-    "v=${v%.};; esac; set -- \"$@\" \"$v\"; done; shift $n; exec \"$@\""
+    'v=${v%.};; esac; set -- "$@" "$v"; done; shift $n; exec "$@"'
 )
 _PLAIN_RE = re.compile(r"^[A-Za-z0-9_./:=,+-]+$")
 
@@ -244,8 +244,11 @@ class SshConnector(Connector):
         try:
             return transport.open_session(timeout=self.target.connect_timeout)
         except paramiko.SSHException as exc:
-            raise ConnectError(f"cannot open an SSH channel to {self.description}: {exc}", node=self.node,
-                               fix="check sshd's MaxSessions and that the node is up") from None  # fmt: skip
+            raise ConnectError(
+                f"cannot open an SSH channel to {self.description}: {exc}",
+                node=self.node,
+                fix="check sshd's MaxSessions and that the node is up",
+            ) from None
 
     def close(self) -> None:
         super().close()

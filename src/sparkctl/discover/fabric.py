@@ -17,8 +17,26 @@ from sparkctl.facts.rdma import RdmaDevice, hca_candidates
 
 # Container, VPN and overlay links: an address there says nothing about the node-to-node fabric
 # (docker0 even has the same address on every node).
-VIRTUAL_PREFIXES = ("lo", "docker", "br-", "veth", "virbr", "cni", "flannel", "cali", "tun", "tap", "wg",
-                    "tailscale", "zt", "vxlan", "kube", "podman", "lxc", "lxd")  # fmt: skip
+VIRTUAL_PREFIXES = (
+    "lo",
+    "docker",
+    "br-",
+    "veth",
+    "virbr",
+    "cni",
+    "flannel",
+    "cali",
+    "tun",
+    "tap",
+    "wg",
+    "tailscale",
+    "zt",
+    "vxlan",
+    "kube",
+    "podman",
+    "lxc",
+    "lxd",
+)
 JUMBO = 9000
 
 
@@ -91,8 +109,9 @@ def _ends(node: NodeNet) -> dict[IPv4Network, FabricEnd]:
             found = hca_candidates(node.rdma, [dev.name], str(iface.ip)) if node.rdma else []
             # The device bound to the netdev first, then its other PCIe half (as NCCL_IB_HCA lists them).
             hcas = tuple(sorted(found, key=lambda h: dev.name not in node.rdma[h].bound_netdevs()))
-            end = FabricEnd(node.name, dev.name, str(iface.ip), iface.network.prefixlen, dev.mtu,
-                            dev.speed_mbps, hcas)  # fmt: skip
+            end = FabricEnd(
+                node.name, dev.name, str(iface.ip), iface.network.prefixlen, dev.mtu, dev.speed_mbps, hcas
+            )
             old = best.get(iface.network)
             key = (bool(hcas), dev.mtu, dev.speed_mbps or 0)
             if old is None or key > (bool(old.hcas), old.mtu, old.speed_mbps or 0):
@@ -170,8 +189,11 @@ def pick_fabric(nodes: list[NodeNet], want: str | None = None) -> FabricOption:
     if missing:
         parts.append(missing)
     if skipped:
-        parts.append("only the management network " + ", ".join(str(o.subnet) for o in skipped)
-                     + " (carries SSH, no RoCE device) is shared")  # fmt: skip
+        parts.append(
+            "only the management network "
+            + ", ".join(str(o.subnet) for o in skipped)
+            + " (carries SSH, no RoCE device) is shared"
+        )
     raise UsageError(
         "; ".join(parts) + ". Addresses: " + _inventory(nodes, mgmt),
         fix="give every node's fabric netdev an address in one subnet (`sudo ip addr add IP/PREFIX dev "

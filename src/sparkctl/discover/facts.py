@@ -113,7 +113,9 @@ def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[
         version = next(
             (str(v) for k, v in labels.items() if "sglang" in k.lower() and "version" in k.lower()), None
         )
-        sglang = version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels)
+        sglang = (
+            version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels)
+        )
         listed = tags if sglang else []
         if also and want & set(tags) and also not in listed:  # e.g. `--image repo` for repo:latest
             listed = [*listed, also]
@@ -170,7 +172,9 @@ def _caches(conn: Connector, listing: Any, problems: list[str]) -> list[HfCache]
     if not listing:
         return caches
     repo_probes = {
-        f"{i}:{rid}": repo_probe(repo_dir(path, rid)) for i, (_, path, rids) in enumerate(listing) for rid in rids
+        f"{i}:{rid}": repo_probe(repo_dir(path, rid))
+        for i, (_, path, rids) in enumerate(listing)
+        for rid in rids
     }
     repos = run_batch(conn, repo_probes)
     for i, (source, path, rids) in enumerate(listing):
@@ -180,7 +184,11 @@ def _caches(conn: Connector, listing: Any, problems: list[str]) -> list[HfCache]
 
 
 def gather(
-    conn: Connector, host: str, *, sysfs_root: str = "/sys", hf_cache: str | None = None,
+    conn: Connector,
+    host: str,
+    *,
+    sysfs_root: str = "/sys",
+    hf_cache: str | None = None,
     image: str | None = None,
 ) -> NodeDiscovery:
     """Discover one node. Raises SparkctlError only when its netdevs cannot be listed."""

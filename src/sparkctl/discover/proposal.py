@@ -122,8 +122,15 @@ def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[M
     if multi_node and len(names) > 1:
         per = max(1, min(gpus))
         tp = per * len(names)
-        modes.append(ModeDraft(f"tp{tp}", tuple(names), tp, False,
-                               f"tensor parallel over {len(names)} nodes, {per} GPU(s) each"))  # fmt: skip
+        modes.append(
+            ModeDraft(
+                f"tp{tp}",
+                tuple(names),
+                tp,
+                False,
+                f"tensor parallel over {len(names)} nodes, {per} GPU(s) each",
+            )
+        )
     for name, g in zip(names, gpus, strict=True):
         if g >= 2:
             mode = f"tp{g}" if len(names) == 1 else _mode_name(f"tp{g}", name)
@@ -214,16 +221,22 @@ def gpu_facts(node: NodeDiscovery) -> dict | None:
         mib = g.memory_total_mib or 0
     if mib <= 0:
         return None
-    return {"name": g.name, "memory_gib": round(mib / 1024, 1), "compute_capability": g.compute_cap,
-            "unified_memory": rep.unified_memory}  # fmt: skip
+    return {
+        "name": g.name,
+        "memory_gib": round(mib / 1024, 1),
+        "compute_capability": g.compute_cap,
+        "unified_memory": rep.unified_memory,
+    }
 
 
 def _node_warnings(nodes: list[NodeDiscovery], names: list[str], gpus: list[int]) -> list[str]:
     warnings: list[str] = []
     any_gpu = any(gpus)
     if not any_gpu:
-        warnings.append("no NVIDIA GPU found on any node (nvidia-smi): writing gpus: 1 as a placeholder and "
-                        "engine.container.gpus: false (CPU-only rig); fix both before serving a real model")  # fmt: skip
+        warnings.append(
+            "no NVIDIA GPU found on any node (nvidia-smi): writing gpus: 1 as a placeholder and "
+            "engine.container.gpus: false (CPU-only rig); fix both before serving a real model"
+        )
     for n, name, g in zip(nodes, names, gpus, strict=True):
         if any_gpu and not g:
             warnings.append(f"{name}: no NVIDIA GPU found (nvidia-smi); preflight will flag it")
@@ -263,12 +276,16 @@ def _fabric_settings(fabric: FabricOption | None, warnings: list[str]) -> tuple[
         mtu = mtus.pop()
     else:
         low = ", ".join(f"{e.node} {e.netdev} {e.mtu}" for e in fabric.ends if e.mtu < 9000)
-        warnings.append(f"fabric MTU below 9000 ({low}): NCCL hangs at 1500; `sudo ip link set dev "
-                        "NETDEV mtu 9000` on each node (persist it), preflight checks it")  # fmt: skip
+        warnings.append(
+            f"fabric MTU below 9000 ({low}): NCCL hangs at 1500; `sudo ip link set dev "
+            "NETDEV mtu 9000` on each node (persist it), preflight checks it"
+        )
     if transport == "tcp":
         no_roce = [e.node for e in fabric.ends if not e.hcas]
-        warnings.append(f"no ACTIVE RoCE device bound to the fabric netdev on {', '.join(no_roce)}: "
-                        "transport tcp (NCCL over sockets, much slower than RoCE)")  # fmt: skip
+        warnings.append(
+            f"no ACTIVE RoCE device bound to the fabric netdev on {', '.join(no_roce)}: "
+            "transport tcp (NCCL over sockets, much slower than RoCE)"
+        )
     return mtu, transport
 
 
@@ -317,8 +334,10 @@ def build_draft(
         pinned = model_rev if repo == answers.model else draft_rev
         rev = getattr(pinned, "value", None) or "main"
         if lacking and len(lacking) == len(nodes):  # nothing to ship from: download it
-            warnings.append(f"{repo} is in no node's HF cache: download it on {lacking[0]} "
-                            f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`")
+            warnings.append(
+                f"{repo} is in no node's HF cache: download it on {lacking[0]} "
+                f"(`hf download {repo} --revision {rev}`), then `sparkctl ship --weights`"
+            )
         elif lacking:
             warnings.append(
                 f"{repo} is not in the HF cache of {', '.join(lacking)}: `sparkctl ship --weights` it"
@@ -327,11 +346,19 @@ def build_draft(
     node_drafts = []
     for n, name, g, (addr, user, port) in zip(nodes, names, gpus, addresses, strict=True):
         note = "this machine" if addr == "local" else f"{n.hostname or n.host}, reached as {n.description}"
-        node_drafts.append(NodeDraft(
-            name=name, address=addr, user=user, port=port, gpus=max(g, 1), gpu=gpu_facts(n),
-            fabric=fabric.end(name) if fabric else None,
-            hf_cache=per_node_cache[n.host] if per_node_cache[n.host] != hf_cache else None, note=note,
-        ))  # fmt: skip
+        node_drafts.append(
+            NodeDraft(
+                name=name,
+                address=addr,
+                user=user,
+                port=port,
+                gpus=max(g, 1),
+                gpu=gpu_facts(n),
+                fabric=fabric.end(name) if fabric else None,
+                hf_cache=per_node_cache[n.host] if per_node_cache[n.host] != hf_cache else None,
+                note=note,
+            )
+        )
     mtu, transport = _fabric_settings(fabric, warnings)
     image_note, img = _image_facts(nodes, names, answers.image, warnings)
 

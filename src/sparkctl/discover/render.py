@@ -98,7 +98,10 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out("engine:")
     if d.sglang_version:
         out(f"  sglang_version: {_y(d.sglang_version)}", "from the image's label")
-    out(f"  host: {_y(d.api_host)}", "the API listens here only; for your LAN set this node's address or 0.0.0.0")
+    out(
+        f"  host: {_y(d.api_host)}",
+        "the API listens here only; for your LAN set this node's address or 0.0.0.0",
+    )
     out("  api_key: {env: SPARKCTL_API_KEY}", "clients send it as a bearer token; export it before `up`")
     out("  container:")
     if not d.container_gpus:

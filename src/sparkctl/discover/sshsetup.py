@@ -34,8 +34,11 @@ def fetch_host_key(host: str, port: int, timeout: float) -> paramiko.PKey:
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
-        raise ConnectError(f"cannot reach {host}:{port}: {exc.strerror or exc}", node=host,
-                           fix="check the address and that sshd runs on the peer") from None  # fmt: skip
+        raise ConnectError(
+            f"cannot reach {host}:{port}: {exc.strerror or exc}",
+            node=host,
+            fix="check the address and that sshd runs on the peer",
+        ) from None
     transport = paramiko.Transport(sock)
     try:
         transport.start_client(timeout=timeout)
@@ -86,23 +89,38 @@ def ensure_key_pair(path: Path, comment: str) -> tuple[str, bool]:
     return text, True
 
 
-def install_key(host: str, port: int, user: str, password: str, known_hosts: Path, pubkey: str,
-                timeout: float) -> None:  # fmt: skip
+def install_key(
+    host: str, port: int, user: str, password: str, known_hosts: Path, pubkey: str, timeout: float
+) -> None:
     """Log in with the password once (host key must already be known) and append the public key."""
     client = paramiko.SSHClient()
     client.load_host_keys(str(known_hosts))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(host, port=port, username=user, password=password, timeout=timeout,
-                       allow_agent=False, look_for_keys=False, banner_timeout=timeout, auth_timeout=timeout)  # fmt: skip
+        client.connect(
+            host,
+            port=port,
+            username=user,
+            password=password,
+            timeout=timeout,
+            allow_agent=False,
+            look_for_keys=False,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
     except paramiko.AuthenticationException:
-        raise ConnectError(f"password login as {user}@{host}:{port} failed", node=host,
-                           fix="check the user and password (and that sshd allows PasswordAuthentication)") from None  # fmt: skip
+        raise ConnectError(
+            f"password login as {user}@{host}:{port} failed",
+            node=host,
+            fix="check the user and password (and that sshd allows PasswordAuthentication)",
+        ) from None
     except (paramiko.SSHException, OSError) as exc:
         raise ConnectError(f"SSH to {user}@{host}:{port} failed: {exc}", node=host) from None
     try:
         # The transport is the one place an argv becomes a string.
-        _, stdout, stderr = client.exec_command(remote_command(["sh", "-c", INSTALL_SCRIPT, "sparkctl", pubkey]))
+        _, stdout, stderr = client.exec_command(
+            remote_command(["sh", "-c", INSTALL_SCRIPT, "sparkctl", pubkey])
+        )
         rc = stdout.channel.recv_exit_status()
         if rc:
             err = stderr.read().decode(errors="replace").strip()
@@ -114,9 +132,19 @@ def install_key(host: str, port: int, user: str, password: str, known_hosts: Pat
 def key_login_works(host: str, port: int, user: str, key: Path, known_hosts: Path, timeout: float) -> bool:
     from sparkctl.connectors.ssh import SshConnector, resolve_target
 
-    target = resolve_target(host, host, user=user, port=port, key=str(key), default_user=None,
-                            default_port=22, default_key=None, known_hosts=str(known_hosts),
-                            accept_new=False, connect_timeout=timeout)  # fmt: skip
+    target = resolve_target(
+        host,
+        host,
+        user=user,
+        port=port,
+        key=str(key),
+        default_user=None,
+        default_port=22,
+        default_key=None,
+        known_hosts=str(known_hosts),
+        accept_new=False,
+        connect_timeout=timeout,
+    )
     try:
         with SshConnector(target) as conn:
             return conn.run(["true"], timeout=timeout).ok
@@ -151,8 +179,9 @@ def setup_peers(
             if recorded[presented.get_name()] != presented:
                 raise ConnectError(
                     f"SSH host key for {name} CHANGED (now {fingerprint(presented)}): refusing",
-                    node=host, fix=f"if {host} was reinstalled: `ssh-keygen -R '{name}' -f {kh}`, then rerun",
-                )  # fmt: skip
+                    node=host,
+                    fix=f"if {host} was reinstalled: `ssh-keygen -R '{name}' -f {kh}`, then rerun",
+                )
             say(f"{name}: host key {fingerprint(presented)} already in {kh}")
         else:
             say(f"{name} presents host key {fingerprint(presented)}")
@@ -170,6 +199,9 @@ def setup_peers(
         install_key(host, port, user, password, kh, pubkey, timeout)
         del password
         if not key_login_works(host, port, user, key_path, kh, timeout):
-            raise ConnectError(f"key installed on {host} but key login still fails", node=host,
-                               fix=f"check sshd's AuthorizedKeysFile and PubkeyAuthentication on {host}")  # fmt: skip
+            raise ConnectError(
+                f"key installed on {host} but key login still fails",
+                node=host,
+                fix=f"check sshd's AuthorizedKeysFile and PubkeyAuthentication on {host}",
+            )
         say(f"{user}@{name}: passwordless SSH works with {key_path}")

@@ -99,8 +99,9 @@ def discover_nodes(req: InitRequest) -> list[NodeDiscovery]:
 
     def one(i: int) -> NodeDiscovery:
         conns[i] = _connect(req, req.targets[i])
-        return gather(conns[i], req.targets[i][0], sysfs_root=req.sysfs_root, hf_cache=req.hf_cache,
-                      image=req.image)
+        return gather(
+            conns[i], req.targets[i][0], sysfs_root=req.sysfs_root, hf_cache=req.hf_cache, image=req.image
+        )
 
     hosts = {i: t[0] for i, t in enumerate(req.targets)}
     try:

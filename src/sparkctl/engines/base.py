@@ -36,7 +36,9 @@ class RankLayout:
     nnodes: int
     tp: int
     dist_init_addr: str | None
-    host: str = "0.0.0.0"  # the address this rank binds (hardening.bind_host: the API only on rank 0's choice)
+    host: str = (
+        "0.0.0.0"  # the address this rank binds (hardening.bind_host: the API only on rank 0's choice)
+    )
 
 
 class Engine(Protocol):

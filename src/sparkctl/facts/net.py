@@ -152,8 +152,20 @@ def ping_probe(ip: str, *, size: int | None = None, iface: str | None = None, co
 def ssh_probe(host: str, *, port: int = 22, user: str | None = None, timeout: int = 5) -> Probe:
     """`ssh host true` run ON the node, non-interactively, strict about host keys (returns RunResult)."""
     target = f"{user}@{host}" if user else host
-    argv = ("ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={timeout}", "-o", "StrictHostKeyChecking=yes",
-            "-p", str(port), "--", target, "true")  # fmt: skip  ("--": target is never an option)
+    argv = (
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={timeout}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-p",
+        str(port),
+        "--",  # the target is never read as an option
+        target,
+        "true",
+    )
     return Probe(argv, lambda r: r, timeout=timeout + 5)
 
 

@@ -108,8 +108,10 @@ def run_batch(conn: Connector, probes: Mapping[str, Probe]) -> dict[str, Any]:
             raw[name] = RunResult(conn.node, tuple(probes[name].argv), rc, out, err)
     elif res.rc != 127:  # the batch itself failed (timeout, killed): do not run every probe twice
         why = (res.stderr or res.stdout).strip().splitlines()
-        return {n: ProbeError(f"probe batch on {conn.node} failed (exit {res.rc}): {why[-1] if why else ''}")
-                for n in probes}  # fmt: skip
+        return {
+            n: ProbeError(f"probe batch on {conn.node} failed (exit {res.rc}): {why[-1] if why else ''}")
+            for n in probes
+        }
     else:  # no python3 on the node: one exec per probe, few at a time (sshd's MaxSessions is 10)
         from sparkctl.fanout import fan_out
 

@@ -93,19 +93,26 @@ class RdmaDevice:
             "netdevs": sorted(self.bound_netdevs()),
             "active": self.active,
             "ports": {
-                n: {"state": p.state, "phys_state": p.phys_state, "rate": p.rate, "link_layer": p.link_layer,
-                    "gids": [{"index": i, "gid": g, "netdev": nd} for i, g, nd in p.gids]}
+                n: {
+                    "state": p.state,
+                    "phys_state": p.phys_state,
+                    "rate": p.rate,
+                    "link_layer": p.link_layer,
+                    "gids": [{"index": i, "gid": g, "netdev": nd} for i, g, nd in p.gids],
+                }
                 for n, p in self.ports.items()
             },
-        }  # fmt: skip
+        }
 
 
 class NoRdma(SparkctlError):
     """The sysfs root has no class/infiniband (no RDMA driver loaded)."""
 
     def __init__(self, sysfs_root: str = "/sys") -> None:
-        super().__init__(f"no RDMA devices under {sysfs_root}/class/infiniband",
-                         fix="load the ConnectX drivers (DOCA/MLNX OFED, rdma-core), or set fabric.transport: tcp")  # fmt: skip
+        super().__init__(
+            f"no RDMA devices under {sysfs_root}/class/infiniband",
+            fix="load the ConnectX drivers (DOCA/MLNX OFED, rdma-core), or set fabric.transport: tcp",
+        )
 
 
 def parse_sysfs_dump(text: str) -> dict[str, RdmaDevice]:

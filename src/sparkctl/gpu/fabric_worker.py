@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _start(torch, args: argparse.Namespace):  # noqa: ANN001, ANN202 - torch module -> torch.device
+def _start(torch, args: argparse.Namespace):  # torch module -> torch.device
     """Pick the device and report what this rank runs with (versions, NCCL env, nccl.conf)."""
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
     if args.backend == "nccl":
@@ -175,7 +175,7 @@ def _start(torch, args: argparse.Namespace):  # noqa: ANN001, ANN202 - torch mod
     return device
 
 
-def _rendezvous(dist, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch.distributed
+def _rendezvous(dist, args: argparse.Namespace) -> None:  # torch.distributed
     t0 = time.perf_counter()
     dist.init_process_group(
         backend=args.backend,
@@ -187,7 +187,7 @@ def _rendezvous(dist, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch
     emit("phase", rank=args.rank, phase="rendezvous", seconds=round(time.perf_counter() - t0, 3))
 
 
-def _warmup(torch, dist, device, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch objects
+def _warmup(torch, dist, device, args: argparse.Namespace) -> None:  # torch objects
     # The first collective builds the communicator (NCCL connects its rings here): a
     # fabric that hangs, hangs here ("NCCL appears to hang at warm-up").
     t0 = time.perf_counter()
@@ -203,7 +203,7 @@ def _warmup(torch, dist, device, args: argparse.Namespace) -> None:  # noqa: ANN
     )
 
 
-def _measure_all(torch, dist, device, args: argparse.Namespace) -> None:  # noqa: ANN001 - torch objects
+def _measure_all(torch, dist, device, args: argparse.Namespace) -> None:  # torch objects
     for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
         for size in parse_sizes(args.sizes):
             # Large buffers need few iterations to average out launch overhead.

@@ -4,8 +4,23 @@ Entry point for callers: `sparkctl.launch.check.check_plan(plan, profile, run_in
 """
 
 # Stable names of the findings this package emits (usable in `preflight --ignore/--only`).
-CHECK_NAMES: frozenset[str] = frozenset({
-    "FlagsValid", "FlagRenamed", "MemoryFit", "AttentionBackendArch", "ContextLength", "DflashBlockSize",
-    "DflashDraftPath", "DflashDraftWindow", "DflashPipeline", "MambaTrackInterval", "MemFractionGB10",
-    "SleepOnIdle", "StreamInterval", "TpVsGpus", "TpVsHeads", "YarnWithDflash",
-})  # fmt: skip
+CHECK_NAMES: frozenset[str] = frozenset(
+    {
+        "FlagsValid",
+        "FlagRenamed",
+        "MemoryFit",
+        "AttentionBackendArch",
+        "ContextLength",
+        "DflashBlockSize",
+        "DflashDraftPath",
+        "DflashDraftWindow",
+        "DflashPipeline",
+        "MambaTrackInterval",
+        "MemFractionGB10",
+        "SleepOnIdle",
+        "StreamInterval",
+        "TpVsGpus",
+        "TpVsHeads",
+        "YarnWithDflash",
+    }
+)

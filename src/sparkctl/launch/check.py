@@ -74,8 +74,14 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     if ctx.gpus:
         out += rules.check_attention(s, ctx.gpus, ctx.target, ctx.draft)
     else:
-        out.append(Finding("AttentionBackendArch", Severity.SKIP, "GPU generation unknown",
-                           fix="set nodes[].gpu in the profile or run preflight"))  # fmt: skip
+        out.append(
+            Finding(
+                "AttentionBackendArch",
+                Severity.SKIP,
+                "GPU generation unknown",
+                fix="set nodes[].gpu in the profile or run preflight",
+            )
+        )
     return out
 
 
@@ -108,7 +114,7 @@ def accepted(argv: list[str], ctx: LaunchContext) -> bool:
     return plan is None or serves(plan, ctx.margin.required(LaunchSettings.from_argv(argv)))
 
 
-def _planner(ctx: LaunchContext):  # noqa: ANN202 - a Planner (fixes.py)
+def _planner(ctx: LaunchContext):  # a Planner (fixes.py)
     def plan_ok(argv: list[str]) -> MemoryPlan | None:
         if any(f.severity == Severity.ERROR for f in rule_findings(argv, ctx)):
             return None
@@ -251,7 +257,7 @@ def context_for(
     draft: ModelFacts | None,
     probed: dict[str, list[GpuFacts]] | None = None,
     margin: Margin | None = None,
-) -> LaunchContext:  # noqa: ANN001
+) -> LaunchContext:
     from sparkctl.launch.pipeline import gpu_facts_for
 
     gpus, per_node = gpu_facts_for(profile, plan.nodes, probed)
@@ -267,7 +273,7 @@ def context_for(
     )
 
 
-def check_plan(plan, profile, **kwargs) -> LaunchCheck:  # noqa: ANN001, ANN003 - see pipeline.check_plan
+def check_plan(plan, profile, **kwargs) -> LaunchCheck:  # see pipeline.check_plan
     from sparkctl.launch.pipeline import check_plan as run
 
     return run(plan, profile, **kwargs)

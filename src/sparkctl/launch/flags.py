@@ -154,8 +154,11 @@ def parse_check_output(method: str, rc: int, stdout: str, stderr: str) -> FlagCh
             method="skipped", problem=f"parser check exited {rc}: {' | '.join(tail) or 'no output'}"
         )
     if data.get("import_error"):
-        return FlagCheck(method="skipped", sglang_version=data.get("sglang_version"),
-                         problem=f"SGLang's parser could not be built: {data['import_error']}")  # fmt: skip
+        return FlagCheck(
+            method="skipped",
+            sglang_version=data.get("sglang_version"),
+            problem=f"SGLang's parser could not be built: {data['import_error']}",
+        )
     return FlagCheck(
         method=method,
         sglang_version=data.get("sglang_version"),
@@ -184,17 +187,28 @@ def nearest_flag(flag: str, valid: list[str]) -> str | None:
 def version_mismatch(parser_version: str | None, expected: dict[str, str]) -> list[str]:
     """The declared versions (`{"the profile": "0.5.12", "the image tag": ...}`) the parser differs from."""
     got = parse_version(parser_version)
-    return [f"{where} declares {v}" for where, v in expected.items()
-            if got is not None and parse_version(v) not in (None, got)]
+    return [
+        f"{where} declares {v}"
+        for where, v in expected.items()
+        if got is not None and parse_version(v) not in (None, got)
+    ]
 
 
-def flag_findings(check: FlagCheck, node: str | None = None,
-                  expected: dict[str, str] | None = None) -> list[Finding]:
+def flag_findings(
+    check: FlagCheck, node: str | None = None, expected: dict[str, str] | None = None
+) -> list[Finding]:
     if check.method == "skipped":
-        return [Finding(CHECK, Severity.WARN, "flag names and choices NOT checked with SGLang's parser "
-                        f"({check.problem}); only the value syntax sparkctl knows was checked",
-                        fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
-                        node=node, data={"checked": False})]
+        return [
+            Finding(
+                CHECK,
+                Severity.WARN,
+                "flag names and choices NOT checked with SGLang's parser "
+                f"({check.problem}); only the value syntax sparkctl knows was checked",
+                fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
+                node=node,
+                data={"checked": False},
+            )
+        ]
     version = check.sglang_version or "unknown version"
     where = "in the image" if check.method == "image" else "installed locally"
     mismatch = version_mismatch(check.sglang_version, expected or {})
@@ -204,31 +218,74 @@ def flag_findings(check: FlagCheck, node: str | None = None,
         data = {"flag": err["flag"], "sglang_version": version, "mismatch": mismatch}
         if err["kind"] == "unknown":
             near = nearest_flag(err["flag"], check.valid_flags)
-            out.append(Finding(CHECK, Severity.ERROR, f"{about} has no flag {err['flag']}",
-                               fix=f"use {near}" if near else "remove it", node=node,
-                               data={**data, "suggestion": near}))
+            out.append(
+                Finding(
+                    CHECK,
+                    Severity.ERROR,
+                    f"{about} has no flag {err['flag']}",
+                    fix=f"use {near}" if near else "remove it",
+                    node=node,
+                    data={**data, "suggestion": near},
+                )
+            )
         elif err["kind"] == "value":
-            out.append(Finding(CHECK, Severity.ERROR, f"{about}: {err['flag']} {err['value']!r} is not a valid "
-                               f"value ({err.get('error', '')})", fix=f"give {err['flag']} a valid value", node=node,
-                               data={**data, "value": err["value"]}))
+            out.append(
+                Finding(
+                    CHECK,
+                    Severity.ERROR,
+                    f"{about}: {err['flag']} {err['value']!r} is not a valid value ({err.get('error', '')})",
+                    fix=f"give {err['flag']} a valid value",
+                    node=node,
+                    data={**data, "value": err["value"]},
+                )
+            )
         elif err["kind"] == "choice":
             allowed = err.get("allowed", [])
-            out.append(Finding(CHECK, Severity.ERROR, f"{about}: {err['flag']} {err['value']!r} is not allowed",
-                               fix=f"one of: {', '.join(allowed)}", node=node,
-                               data={**data, "value": err["value"], "allowed": allowed}))
+            out.append(
+                Finding(
+                    CHECK,
+                    Severity.ERROR,
+                    f"{about}: {err['flag']} {err['value']!r} is not allowed",
+                    fix=f"one of: {', '.join(allowed)}",
+                    node=node,
+                    data={**data, "value": err["value"], "allowed": allowed},
+                )
+            )
     if check.parser_error and not out:
-        out.append(Finding(CHECK, Severity.ERROR, f"{about} parser: {check.parser_error}", node=node,
-                           data={"sglang_version": version}))
+        out.append(
+            Finding(
+                CHECK,
+                Severity.ERROR,
+                f"{about} parser: {check.parser_error}",
+                node=node,
+                data={"sglang_version": version},
+            )
+        )
     for flag in check.deprecated:
         out.append(Finding(CHECK, Severity.WARN, f"{about}: {flag} is deprecated", node=node))
     if mismatch:
-        out.append(Finding(CHECK, Severity.WARN, f"flags checked with SGLang {version}'s parser ({where}), but "
-                           f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
-                           fix="install the declared SGLang locally, run where the image is reachable, or fix "
-                           "engine.sglang_version", node=node, data={"sglang_version": version, "mismatch": mismatch}))
+        out.append(
+            Finding(
+                CHECK,
+                Severity.WARN,
+                f"flags checked with SGLang {version}'s parser ({where}), but "
+                f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
+                fix="install the declared SGLang locally, run where the image is reachable, or fix "
+                "engine.sglang_version",
+                node=node,
+                data={"sglang_version": version, "mismatch": mismatch},
+            )
+        )
     elif not out:
-        out.append(Finding(CHECK, Severity.OK, f"flags accepted by SGLang's parser: {about}", node=node,
-                           data={"sglang_version": version, "checked": True}))
+        out.append(
+            Finding(
+                CHECK,
+                Severity.OK,
+                f"flags accepted by SGLang's parser: {about}",
+                node=node,
+                data={"sglang_version": version, "checked": True},
+            )
+        )
     return out
 
 
@@ -245,15 +302,25 @@ def check_flags_local(flags: list[str], python: str | None = None, timeout: floa
     if python is None:
         return FlagCheck(method="skipped", problem="SGLang is not installed here")
     try:
-        proc = subprocess.run([python, "-c", PARSER_CHECK_SOURCE, *flags], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+        proc = subprocess.run(
+            [python, "-c", PARSER_CHECK_SOURCE, *flags],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return FlagCheck(method="skipped", problem=f"{python}: {exc}")
     return parse_check_output("local", proc.returncode, proc.stdout, proc.stderr)
 
 
-def check_flags(flags: list[str], run_in_image: RunInImage | None = None, *, python: str = "python3",
-                progress: Callable[[str], None] | None = None) -> FlagCheck:
+def check_flags(
+    flags: list[str],
+    run_in_image: RunInImage | None = None,
+    *,
+    python: str = "python3",
+    progress: Callable[[str], None] | None = None,
+) -> FlagCheck:
     """The image's parser if the caller can run it, else a local SGLang, else skipped (the
     problem names every way that was tried and why it failed)."""
     say = progress or (lambda _msg: None)

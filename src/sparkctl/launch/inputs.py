@@ -38,10 +38,14 @@ class GpuFacts:
         return f"sm{self.capability[0]}{self.capability[1]}"
 
     @classmethod
-    def from_profile(cls, gpu) -> GpuFacts:  # noqa: ANN001 - sparkctl.profile.schema.GpuSpec
+    def from_profile(cls, gpu) -> GpuFacts:  # sparkctl.profile.schema.GpuSpec
         major, minor = (int(x) for x in gpu.compute_capability.split("."))
-        return cls(name=gpu.name, memory_mib=int(gpu.memory_gib * 1024), capability=(major, minor),
-                   unified=gpu.unified_memory)  # fmt: skip
+        return cls(
+            name=gpu.name,
+            memory_mib=int(gpu.memory_gib * 1024),
+            capability=(major, minor),
+            unified=gpu.unified_memory,
+        )
 
 
 def server_flags(argv: list[str]) -> list[str]:

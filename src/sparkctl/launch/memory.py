@@ -31,7 +31,14 @@ from sparkctl.launch.mem_fraction import (
 )
 from sparkctl.launch.model_meta import ModelFacts
 
-__all__ = ["default_mem_fraction", "max_mem_fraction", "prefill_graph_sizes", "plan_memory", "MemoryInputs", "MemoryPlan"]
+__all__ = [
+    "default_mem_fraction",
+    "max_mem_fraction",
+    "prefill_graph_sizes",
+    "plan_memory",
+    "MemoryInputs",
+    "MemoryPlan",
+]
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -40,11 +47,22 @@ MIB = 1 << 20
 CUDA_CONTEXT_MIB = 512
 UNIFIED_OS_RESERVE_MIB = 8192
 MAMBA_EXTRA_BUFFER_ARCHS = {  # srt/arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS (those modelled)
-    "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "KimiLinearForCausalLM",
+    "Qwen3NextForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "KimiLinearForCausalLM",
 }
-KV_DTYPE_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "mxfp8": 1, "bf16": 2, "bfloat16": 2, "nvfp4": 0.5,
-                  "fp4_mx_block16": 0.5}  # fmt: skip
+KV_DTYPE_BYTES = {
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "mxfp8": 1,
+    "bf16": 2,
+    "bfloat16": 2,
+    "nvfp4": 0.5,
+    "fp4_mx_block16": 0.5,
+}
 STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 ERR_WEIGHTS_TOO_BIG = "WeightsExceedGpu"
@@ -201,10 +219,12 @@ def free_before_load(gpu: GpuFacts) -> tuple[float, str]:
     if gpu.unified:
         return (gpu.memory_mib - UNIFIED_OS_RESERVE_MIB) * MIB, (
             f"assumed MemAvailable = {gpu.memory_mib} - {UNIFIED_OS_RESERVE_MIB} MiB (not probed: "
-            "run preflight or fit where the node is reachable)")
+            "run preflight or fit where the node is reachable)"
+        )
     return (gpu.memory_mib - CUDA_CONTEXT_MIB) * MIB, (
         f"assumed {gpu.memory_mib} - {CUDA_CONTEXT_MIB} MiB CUDA context before load (not probed: "
-        "run preflight or fit where the node is reachable)")
+        "run preflight or fit where the node is reachable)"
+    )
 
 
 def mm_reservation_mib(s: LaunchSettings, model: ModelFacts, env: dict[str, str]) -> int:
@@ -238,7 +258,9 @@ def _start(inp: MemoryInputs) -> MemoryPlan:
         mfs, mfs_source = default_mem_fraction(s, gpu, target.is_mla, target), "default"
         terms.append("default mem fraction (memory_hook.py:280)")
         if is_vlm(s, target) and target.vision_hidden is not None:
-            terms.append(f"vision model: default mem fraction x {vlm_factor(target):.3f} (memory_hook.py:330)")
+            terms.append(
+                f"vision model: default mem fraction x {vlm_factor(target):.3f} (memory_hook.py:330)"
+            )
     P, p_source = free_before_load(gpu)
     if target.weight_bytes is None:
         notes.append(f"{target.name}: no safetensors headers found, weights counted as 0")
@@ -252,25 +274,53 @@ def _start(inp: MemoryInputs) -> MemoryPlan:
     if mm:
         terms.append(f"multimodal reservation {mm / MIB:.0f} MiB (kv_cache_configurator.py:3034)")
     return MemoryPlan(
-        ruleset=ruleset, gpu=gpu.name, tp=s.tp, mem_fraction_static=mfs, mem_fraction_source=mfs_source,
-        free_before_load=P, free_source=p_source, target_weights_per_rank=tw, draft_weights_per_rank=dw,
-        free_after_load=A, static_slack=slack, mm_reservation=mm, rest_after_load=A - slack - mm, mamba=None,
-        kv_budget=0.0, kv_cell_bytes=0, kv_cell_draft_bytes=0, kv_tokens=0,
-        context_len=s.context_length or target.derived_context_len, max_running_requests=0, fits=False,
-        notes=notes, terms=terms,
-    )  # fmt: skip
+        ruleset=ruleset,
+        gpu=gpu.name,
+        tp=s.tp,
+        mem_fraction_static=mfs,
+        mem_fraction_source=mfs_source,
+        free_before_load=P,
+        free_source=p_source,
+        target_weights_per_rank=tw,
+        draft_weights_per_rank=dw,
+        free_after_load=A,
+        static_slack=slack,
+        mm_reservation=mm,
+        rest_after_load=A - slack - mm,
+        mamba=None,
+        kv_budget=0.0,
+        kv_cell_bytes=0,
+        kv_cell_draft_bytes=0,
+        kv_tokens=0,
+        context_len=s.context_length or target.derived_context_len,
+        max_running_requests=0,
+        fits=False,
+        notes=notes,
+        terms=terms,
+    )
 
 
 def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     """Mirror SGLang's pool sizing for one rank; the verdict names the error it would raise."""
     s, target, draft = inp.settings, inp.target, inp.draft
     plan = _start(inp)
-    ruleset, tp, P, A, rest = plan.ruleset, s.tp, plan.free_before_load, plan.free_after_load, plan.rest_after_load
+    ruleset, tp, P, A, rest = (
+        plan.ruleset,
+        s.tp,
+        plan.free_before_load,
+        plan.free_after_load,
+        plan.rest_after_load,
+    )
     if A <= 0:  # the load itself runs out of memory, before any pool is sized
-        return _fail(plan, ERR_WEIGHTS_TOO_BIG, (
-            f"the weights do not fit: {(plan.target_weights_per_rank + plan.draft_weights_per_rank) / GIB:.2f} "
-            f"GiB per rank (tp={tp}) against {P / GIB:.2f} GiB free before load on {plan.gpu}; loading "
-            "runs out of memory"))
+        return _fail(
+            plan,
+            ERR_WEIGHTS_TOO_BIG,
+            (
+                f"the weights do not fit: {(plan.target_weights_per_rank + plan.draft_weights_per_rank) / GIB:.2f} "
+                f"GiB per rank (tp={tp}) against {P / GIB:.2f} GiB free before load on {plan.gpu}; loading "
+                "runs out of memory"
+            ),
+        )
     mrr = s.effective_max_running_requests
     D = s.draft_tokens(draft.dflash_block_size if draft else None)
     if target.is_hybrid:
@@ -280,10 +330,15 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     if ruleset == "0.5.23" and rest <= 0:
         minimum = 1 - A / P
         plan.kv_budget = rest
-        return _fail(plan, ERR_WEIGHTS, (
-            f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={plan.mem_fraction_static}. "
-            f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} (minimum viable = "
-            f"1 - available/pre = {minimum:.4f}). If using speculative decoding, draft weights are now counted."))  # fmt: skip
+        return _fail(
+            plan,
+            ERR_WEIGHTS,
+            (
+                f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={plan.mem_fraction_static}. "
+                f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} (minimum viable = "
+                f"1 - available/pre = {minimum:.4f}). If using speculative decoding, draft weights are now counted."
+            ),
+        )
     plan.kv_budget = rest
     cell = kv_cell_bytes(target, tp, kv_bytes(s.kv_cache_dtype, target))
     if s.kv_cache_dtype == "mxfp8":
@@ -297,8 +352,11 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     elif draft is not None and s.is_dflash:
         draft_cell = kv_cell_bytes(draft, tp, draft_kv_size(s, draft, target), draft.num_layers)
     plan.kv_cell_bytes, plan.kv_cell_draft_bytes = cell + draft_cell, draft_cell
-    plan.terms.append("KV bytes/token: target full-attention layers" + (" + DFLASH draft layers" if draft_cell else "")
-                      + " (pool_configurator.py)")
+    plan.terms.append(
+        "KV bytes/token: target full-attention layers"
+        + (" + DFLASH draft layers" if draft_cell else "")
+        + " (pool_configurator.py)"
+    )
     page = s.page_size or 1
     tokens = (max(int(rest), 0) // (cell + draft_cell)) // page * page if rest > 0 else 0
     if s.max_total_tokens is not None:
@@ -326,8 +384,16 @@ def _fail(plan: MemoryPlan, check: str, msg: str) -> MemoryPlan:
     return plan
 
 
-def _mamba(plan: MemoryPlan, s: LaunchSettings, m: ModelFacts, rest: float, mrr: int | None, D: int,
-           ruleset: str, version: str | None) -> tuple[float, bool]:  # fmt: skip
+def _mamba(
+    plan: MemoryPlan,
+    s: LaunchSettings,
+    m: ModelFacts,
+    rest: float,
+    mrr: int | None,
+    D: int,
+    ruleset: str,
+    version: str | None,
+) -> tuple[float, bool]:
     per_req = mamba_per_req(m, s.tp, s.mamba_ssm_dtype)
     strategy = resolved_strategy(s, m, ruleset)
     ratio = mamba_ratio(s, strategy, version)
@@ -362,23 +428,38 @@ def _mamba(plan: MemoryPlan, s: LaunchSettings, m: ModelFacts, rest: float, mrr:
                 K = int((budget - per_req) // per_req)
         rest -= inter
         state = (K + 1) * per_req
-    plan.terms.append(f"mamba state: {K} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
-                      + (", speculative scratch" if inter else "") + " (kv_cache_configurator.py:3229)")
-    plan.mamba = MambaPlan(per_req_bytes=per_req, ratio=ratio, strategy=strategy, slots=K,
-                           intermediate_bytes=inter, state_bytes=state)  # fmt: skip
+    plan.terms.append(
+        f"mamba state: {K} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
+        + (", speculative scratch" if inter else "")
+        + " (kv_cache_configurator.py:3229)"
+    )
+    plan.mamba = MambaPlan(
+        per_req_bytes=per_req,
+        ratio=ratio,
+        strategy=strategy,
+        slots=K,
+        intermediate_bytes=inter,
+        state_bytes=state,
+    )
     if ruleset == "0.5.23" and K <= 0:
-        _fail(plan, ERR_MAMBA, (
-            "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
-            f"Computed max_mamba_cache_size={K} (total_rest_memory={rest / GIB:.2f} GB, "
-            f"mamba_cache_per_req={per_req / MIB:.2f} MB). Try: (1) reduce --max-running-requests, "
-            "(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
-            "(4) use GPUs with more memory."))  # fmt: skip
+        _fail(
+            plan,
+            ERR_MAMBA,
+            (
+                "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+                f"Computed max_mamba_cache_size={K} (total_rest_memory={rest / GIB:.2f} GB, "
+                f"mamba_cache_per_req={per_req / MIB:.2f} MB). Try: (1) reduce --max-running-requests, "
+                "(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+                "(4) use GPUs with more memory."
+            ),
+        )
         return rest, True
     return rest - state, False
 
 
-def _max_running_requests(plan: MemoryPlan, s: LaunchSettings, mrr: int | None, tokens: int,
-                          ruleset: str) -> int:  # fmt: skip
+def _max_running_requests(
+    plan: MemoryPlan, s: LaunchSettings, mrr: int | None, tokens: int, ruleset: str
+) -> int:
     """kv_cache_configurator.py: resolve_max_num_reqs (0.5.9: init_memory_pool)."""
     estimated = max(min(int(tokens / plan.context_len * 512), 4096), 2048)
     if ruleset == "0.5.12":
@@ -389,10 +470,14 @@ def _max_running_requests(plan: MemoryPlan, s: LaunchSettings, mrr: int | None, 
         cap = plan.mamba.slots // plan.mamba.ratio
         reqs = min(reqs, cap)
         if reqs <= 0:
-            _fail(plan, ERR_REQS, (
-                "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
-                f"max_mamba_cache_size={plan.mamba.slots}, mamba_ratio={plan.mamba.ratio}, "
-                f"resulting max_num_reqs={reqs}. Try: (1) reduce --max-running-requests, "
-                "(2) increase --mem-fraction-static, or (3) use GPUs with more memory."))  # fmt: skip
+            _fail(
+                plan,
+                ERR_REQS,
+                (
+                    "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+                    f"max_mamba_cache_size={plan.mamba.slots}, mamba_ratio={plan.mamba.ratio}, "
+                    f"resulting max_num_reqs={reqs}. Try: (1) reduce --max-running-requests, "
+                    "(2) increase --mem-fraction-static, or (3) use GPUs with more memory."
+                ),
+            )
     return reqs
-

@@ -22,17 +22,34 @@ from sparkctl.launch.sglang_archs import DEFAULT_VISION_CONFIG, MM_DISABLED_BY_D
 
 # Bytes per element of the safetensors dtypes (F4/F6 packs are stored as U8 in practice).
 SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
-    "F64": 8, "I64": 8, "U64": 8,
-    "F32": 4, "I32": 4, "U32": 4,
-    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-    "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
     "F4": 0.5,
-}  # fmt: skip
+}
 TORCH_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2, "float": 4}
 # The keys SGLang reads a context length from, first match wins
 # (srt/utils/hf_transformers/common.py: CONTEXT_LENGTH_KEYS / get_context_length).
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
-                       "max_position_embeddings")  # fmt: skip
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 
 
@@ -140,8 +157,14 @@ def multimodal_default(config: dict[str, Any], archs: list[str]) -> bool:
     return any(a in MULTIMODAL_ARCHS for a in archs) and archs[0] not in MM_DISABLED_BY_DEFAULT
 
 
-def facts_from_config(config: dict[str, Any], *, name: str = "", weight_bytes: int | None = None,
-                      weight_files: int = 0, source: str = "") -> ModelFacts:  # fmt: skip
+def facts_from_config(
+    config: dict[str, Any],
+    *,
+    name: str = "",
+    weight_bytes: int | None = None,
+    weight_files: int = 0,
+    source: str = "",
+) -> ModelFacts:
     """Pure: a config.json dict (+ weight bytes) -> ModelFacts."""
     text = _text_config(config)
     archs = list(config.get("architectures") or text.get("architectures") or [])
@@ -215,8 +238,10 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
                 raise UsageError(f"{path}: not a safetensors file (header length {length})")
             body = fh.read(length)
     except OSError as exc:  # e.g. a snapshot link whose blob never finished downloading
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})",
-                         fix="finish the download (`huggingface-cli download ...`) or `sparkctl ship --weights`") from None  # fmt: skip
+        raise UsageError(
+            f"{path}: cannot read ({exc.strerror or exc})",
+            fix="finish the download (`huggingface-cli download ...`) or `sparkctl ship --weights`",
+        ) from None
     if len(body) != length:
         raise UsageError(f"{path}: truncated safetensors header")
     try:
@@ -266,11 +291,17 @@ def load_model_facts(directory: Path, name: str = "") -> ModelFacts:
     try:
         config = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{config_path}: cannot read the model config ({exc})",
-                         fix="re-download the model's config.json") from None  # fmt: skip
+        raise UsageError(
+            f"{config_path}: cannot read the model config ({exc})", fix="re-download the model's config.json"
+        ) from None
     wbytes, nfiles = weight_bytes_in(directory)
-    return facts_from_config(config, name=name or directory.name, weight_bytes=wbytes or None,
-                             weight_files=nfiles, source=str(directory))  # fmt: skip
+    return facts_from_config(
+        config,
+        name=name or directory.name,
+        weight_bytes=wbytes or None,
+        weight_files=nfiles,
+        source=str(directory),
+    )
 
 
 def find_model_facts(repo_id: str, revision: str | None, search: list[Path]) -> ModelFacts | None:

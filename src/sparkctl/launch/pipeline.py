@@ -29,14 +29,14 @@ class ModelLookup:
     draft: ModelFacts | None
     searched: dict[str, list[str]] = field(default_factory=dict)  # role -> paths looked at
 
-    def missing(self, profile) -> list[str]:  # noqa: ANN001 - Profile
+    def missing(self, profile) -> list[str]:  # Profile
         roles = ["target"] + (["draft"] if profile.model.draft is not None else [])
         return [r for r in roles if getattr(self, r) is None]
 
 
 def gpu_facts_for(
     profile, node_names: list[str], probed: dict[str, list[GpuFacts]] | None = None
-) -> tuple[list[GpuFacts], dict[str, int]]:  # noqa: ANN001 - Profile, lazy
+) -> tuple[list[GpuFacts], dict[str, int]]:  # Profile, lazy
     gpus: list[GpuFacts] = []
     per_node: dict[str, int] = {}
     for name in node_names:
@@ -50,7 +50,7 @@ def gpu_facts_for(
     return gpus, per_node
 
 
-def gpu_facts_from_report(report, node: str, profile_gpu=None) -> list[GpuFacts]:  # noqa: ANN001
+def gpu_facts_from_report(report, node: str, profile_gpu=None) -> list[GpuFacts]:
     """A probed GpuReport (facts/gpu.py) as GpuFacts: free memory per discrete GPU, MemAvailable
     on unified memory (report.with_meminfo must have been applied)."""
     out: list[GpuFacts] = []
@@ -80,7 +80,7 @@ def gpu_facts_from_report(report, node: str, profile_gpu=None) -> list[GpuFacts]
 
 def probe_gpus(
     pool, nodes: list[str], profile, progress: Progress | None = None
-) -> dict[str, list[GpuFacts]]:  # noqa: ANN001
+) -> dict[str, list[GpuFacts]]:
     """nvidia-smi + /proc/meminfo on each reachable node; unreachable nodes are left out."""
     from sparkctl.facts.gpu import MEMINFO_ARGV, QUERY_ARGV, parse_meminfo, report_from_smi
     from sparkctl.fanout import fan_out
@@ -100,7 +100,7 @@ def probe_gpus(
     return {node: gpus for node, gpus in results.ok.items() if gpus}
 
 
-def model_search_paths(profile) -> list[Path]:  # noqa: ANN001
+def model_search_paths(profile) -> list[Path]:
     paths = [Path(os.path.expanduser(profile.model.hf_cache))]
     for node in profile.nodes:
         if node.is_local and node.hf_cache:
@@ -111,7 +111,7 @@ def model_search_paths(profile) -> list[Path]:  # noqa: ANN001
     return list(dict.fromkeys(paths))
 
 
-def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | None = None) -> ModelLookup:  # noqa: ANN001
+def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | None = None) -> ModelLookup:
     m = profile.model
     search = model_search_paths(profile)
     existing = [p for p in search if p.is_dir()]
@@ -132,12 +132,12 @@ def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | Non
 
 def resolve_models(
     profile, target_dir: Path | None = None, draft_dir: Path | None = None
-) -> tuple[ModelFacts | None, ModelFacts | None]:  # noqa: ANN001
+) -> tuple[ModelFacts | None, ModelFacts | None]:
     found = lookup_models(profile, target_dir, draft_dir)
     return found.target, found.draft
 
 
-def expected_versions(plan, profile) -> dict[str, str]:  # noqa: ANN001
+def expected_versions(plan, profile) -> dict[str, str]:
     """The SGLang versions the launch declares: engine.sglang_version and the image tag."""
     from sparkctl.launch.inputs import parse_version
 
@@ -163,7 +163,7 @@ def check_plan(
     margin: Margin | None = None,
     models: ModelLookup | None = None,
     progress: Progress | None = None,
-) -> LaunchCheck:  # noqa: ANN001
+) -> LaunchCheck:
     """All launch checks for a Plan: parser (image, then local), rules, memory with fixes."""
     found = models or lookup_models(profile, target_dir, draft_dir)
     ctx: LaunchContext = context_for(
@@ -196,7 +196,7 @@ class ModelNotFound(SparkctlError):
     exit_code = ExitCode.CHECK_FAILED
 
 
-def require_models(found: ModelLookup, profile) -> None:  # noqa: ANN001 - Profile
+def require_models(found: ModelLookup, profile) -> None:  # Profile
     missing = found.missing(profile)
     if not missing:
         return
@@ -220,7 +220,7 @@ def check_reachable(
     parse_flags: bool = True,
     progress: Progress | None = None,
     **kwargs,
-) -> LaunchCheck:  # noqa: ANN001, ANN003
+) -> LaunchCheck:
     """check_plan with what a reachable node adds: its probed GPU memory and the image's parser
     (rank 0's node). Unreachable nodes fall back to the profile's GPU facts and a local parser."""
     if not reach:
@@ -258,7 +258,7 @@ def check_reachable(
 
 def preflight_findings(
     plan, profile, pool=None, gpu_reports: dict | None = None, parser_timeout: float = 30.0
-) -> list[Finding]:  # noqa: ANN001
+) -> list[Finding]:
     """What preflight adds to its own checks: the same pipeline, with the GPU reports it already
     probed (free memory / MemAvailable) and the image's parser on rank 0's node."""
     probed = {

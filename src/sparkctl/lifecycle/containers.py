@@ -124,7 +124,9 @@ def info_from_attrs(node: str, attrs: dict[str, Any]) -> ContainerInfo:
     )
 
 
-def create_params(spec: RankSpec, env: dict[str, str], rdma_devices: list[str] | None = None) -> dict[str, Any]:
+def create_params(
+    spec: RankSpec, env: dict[str, str], rdma_devices: list[str] | None = None
+) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for a rank (env given already revealed).
 
     The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.

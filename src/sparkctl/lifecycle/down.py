@@ -21,8 +21,11 @@ class DownResult:
     supervisor: str | None = None  # what happened to a running supervisor
 
     def to_json(self) -> dict:
-        return {"removed": [c.to_json() for c in self.removed], "settled": self.settled,
-                "supervisor": self.supervisor}  # fmt: skip
+        return {
+            "removed": [c.to_json() for c in self.removed],
+            "settled": self.settled,
+            "supervisor": self.supervisor,
+        }
 
 
 def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool = False) -> DownResult:

@@ -78,9 +78,7 @@ def record_leftovers(cluster: str, items: list[state.Pending]) -> str:
     with contextlib.suppress(OSError):
         state.add_pending(cluster, items)
     nodes = ", ".join(dict.fromkeys(p.node for p in items))
-    what = "; ".join(
-        f"rank {p.rank} ({p.container})" if p.rank is not None else p.container for p in items
-    )
+    what = "; ".join(f"rank {p.rank} ({p.container})" if p.rank is not None else p.container for p in items)
     return (
         f"{what} may still be running on {nodes}: recorded for cleanup; the next `sparkctl up`, "
         f"`down` or `status` that reaches {nodes} removes it"
@@ -91,7 +89,9 @@ def pending_item(node: str, container: str, rank: int | None, mode: str | None, 
     return state.Pending(node, container, rank, mode, time.time(), why)
 
 
-def settle_pending(pool: NodePool, cluster: str, nodes: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+def settle_pending(
+    pool: NodePool, cluster: str, nodes: list[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """Remove the recorded leftovers on every node that answers now (SIGKILL: they were meant to
     be gone). Returns (what was done, one line each; {node: why} for nodes still unreachable)."""
     owed = [p for p in state.pending(cluster) if nodes is None or p.node in nodes]

@@ -25,8 +25,12 @@ class Preview:
         return not self.stop and not self.start
 
     def to_json(self) -> dict:
-        return {"plan": self.plan.to_json(), "noop": self.noop, "stop": [c.to_json() for c in self.stop],
-                "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start]}  # fmt: skip
+        return {
+            "plan": self.plan.to_json(),
+            "noop": self.noop,
+            "stop": [c.to_json() for c in self.stop],
+            "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start],
+        }
 
 
 def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:

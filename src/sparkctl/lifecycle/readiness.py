@@ -35,8 +35,13 @@ class EndpointHealth:
         return self.models_ok and self.health_ok
 
     def to_json(self) -> dict:
-        return {"ready": self.ready, "models": self.models_ok, "health": self.health_ok,
-                "served": self.served, "detail": self.detail}  # fmt: skip
+        return {
+            "ready": self.ready,
+            "models": self.models_ok,
+            "health": self.health_ok,
+            "served": self.served,
+            "detail": self.detail,
+        }
 
 
 # The engines sit on the cluster's own network: a proxy from the environment would only get in the way.
@@ -82,13 +87,17 @@ def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None =
         return EndpointHealth(detail=f"{models}: HTTP {code}")
     served = served_models(body)
     if endpoint.served_model_name not in served:
-        return EndpointHealth(True, served, False, f"{models} lists {served}, not {endpoint.served_model_name}")
+        return EndpointHealth(
+            True, served, False, f"{models} lists {served}, not {endpoint.served_model_name}"
+        )
     if not health:
         return EndpointHealth(True, served, False, f"{check} not probed")
     try:
         code, body = _get(f"{endpoint.url}{check}", paths.health_timeout, key)
     except (OSError, http.client.HTTPException) as exc:
-        return EndpointHealth(True, served, False, f"{check}: {getattr(exc, 'reason', exc) or type(exc).__name__}")
+        return EndpointHealth(
+            True, served, False, f"{check}: {getattr(exc, 'reason', exc) or type(exc).__name__}"
+        )
     if code != 200:
         return EndpointHealth(True, served, False, f"{check}: HTTP {code} (warming up)")
     return EndpointHealth(True, served, True, "ready")

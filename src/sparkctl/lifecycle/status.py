@@ -103,7 +103,11 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
     out.containers, failed = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
     for node, exc in failed.items():
         # The error says what failed (SSH, or Docker on a local node) and how to fix it.
-        why = exc.message + (f"; fix: {exc.fix}" if exc.fix else "") if isinstance(exc, SparkctlError) else str(exc)
+        why = (
+            exc.message + (f"; fix: {exc.fix}" if exc.fix else "")
+            if isinstance(exc, SparkctlError)
+            else str(exc)
+        )
         out.unreachable[node] = why
         out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))

@@ -53,9 +53,11 @@ def canary(plan: Plan, key: str | None = None) -> str | None:
 
 def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, str]]:
     """Each rank's container, and {node: why} for nodes that do not answer (dialled again next time)."""
-    res = fan_out([s.rank for s in plan.ranks],
-                  lambda r: containers.inspect(pool.get(plan.rank(r).node), plan.rank(r).container_name),
-                  where=lambda r: (plan.rank(r).node, r))  # fmt: skip
+    res = fan_out(
+        [s.rank for s in plan.ranks],
+        lambda r: containers.inspect(pool.get(plan.rank(r).node), plan.rank(r).container_name),
+        where=lambda r: (plan.rank(r).node, r),
+    )
     lost: dict[str, str] = {}
     for o in res.failed:
         if not orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
@@ -108,8 +110,12 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         now = time.time()
         restarts = [t for t in restarts if now - t < policy.window]
         if len(restarts) >= policy.max_restarts:
-            state.record_event(cluster, "gave_up", **cause,
-                               detail=f"{len(restarts)} restarts within {policy.window:.0f}s (limit)")  # fmt: skip
+            state.record_event(
+                cluster,
+                "gave_up",
+                **cause,
+                detail=f"{len(restarts)} restarts within {policy.window:.0f}s (limit)",
+            )
             return 1
         delay = policy.delay(len(restarts))
         state.record_event(cluster, "restarting", **cause, attempt=len(restarts) + 1, delay_s=delay)
@@ -146,8 +152,14 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
         state.record_event(plan.cluster, "restart_interrupted", **cause)
         return True
     except SparkctlError as exc:
-        state.record_event(plan.cluster, "restart_failed", **cause, detail=str(exc.message),
-                           failed_rank=exc.rank, failed_node=exc.node)  # fmt: skip
+        state.record_event(
+            plan.cluster,
+            "restart_failed",
+            **cause,
+            detail=str(exc.message),
+            failed_rank=exc.rank,
+            failed_node=exc.node,
+        )
         return True
     state.record_event(plan.cluster, "restarted", **cause, ready_s=round(time.monotonic() - t0, 2))
     return True

@@ -95,14 +95,32 @@ def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
     """Start `sparkctl supervise MODE` detached; return its record once it holds its flock."""
     log = log_file(cluster)
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "sparkctl", "supervise", mode, "-p", str(profile_path),
-            "--max-restarts", str(policy.max_restarts), "--canary-every", str(policy.canary_every),
-            "--canary-failures", str(policy.canary_failures), "--backoff", str(policy.backoff)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkctl",
+        "supervise",
+        mode,
+        "-p",
+        str(profile_path),
+        "--max-restarts",
+        str(policy.max_restarts),
+        "--canary-every",
+        str(policy.canary_every),
+        "--canary-failures",
+        str(policy.canary_failures),
+        "--backoff",
+        str(policy.backoff),
+    ]
     with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own CLI, argv list
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         info = running(cluster)

@@ -282,7 +282,9 @@ def _up_locked(
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
         remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
     result = start_group(profile, pool, plan, deadline, budget, rep)
-    return UpResult(plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled)
+    return UpResult(
+        plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled
+    )
 
 
 def start_group(
@@ -302,7 +304,12 @@ def start_group(
         _start(profile, pool, [rank0], started)
         rep.phase(f"waiting for {plan.endpoint.api_base} (deadline {deadline - time.monotonic():.0f}s)")
         result = wait_ready(
-            pool, plan, deadline, budget=budget, on_update=rep.update, log_hint=lambda s: _log_hint(profile, s)
+            pool,
+            plan,
+            deadline,
+            budget=budget,
+            on_update=rep.update,
+            log_hint=lambda s: _log_hint(profile, s),
         )
     except BaseException as exc:
         record_attempt(plan, "failed")
@@ -353,7 +360,9 @@ def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list
 
     def kill(rank: int) -> bool:
         spec = by_rank[rank]
-        return orphans.on_node(pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None))
+        return orphans.on_node(
+            pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None)
+        )
 
     problems, left = [], []
     for rank, exc in fan_out(list(by_rank), kill).errors.items():

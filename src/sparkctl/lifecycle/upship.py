@@ -51,6 +51,8 @@ def up_or_ship(
     spent = time.monotonic() - start
     left = (timeout if timeout is not None else profile.engine.ready_timeout) - spent
     if left <= 0:
-        raise SparkctlError(f"the deadline passed while shipping ({spent:.0f}s)",
-                            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout")  # fmt: skip
+        raise SparkctlError(
+            f"the deadline passed while shipping ({spent:.0f}s)",
+            fix="rerun `sparkctl up` (shipped files stay), or raise --timeout",
+        )
     return up(profile, pool, **{**kwargs, "timeout": left})  # type: ignore[arg-type]

@@ -214,14 +214,20 @@ def _rank_failed(
     spec, (info, _killed, log) = plan.rank(dead), ended[dead]
     how = f"exited ({info.describe_exit()})" if info else "disappeared (removed by someone else?)"
     # Ranks that died on their own too (not by the SIGKILL sent just now).
-    others = [r for r, (i, killed, _log) in ended.items()
-              if r != dead and (i is None or (not i.running and not (killed and i.exit_code == 137)))]  # fmt: skip
+    others = [
+        r
+        for r, (i, killed, _log) in ended.items()
+        if r != dead and (i is None or (not i.running and not (killed and i.exit_code == 137)))
+    ]
     also = f"; rank(s) {', '.join(map(str, others))} exited too" if others else ""
     logs = [log]
     close = [r for r in others if _gap(info, ended[r][0]) is not None and _gap(info, ended[r][0]) < CLOSE_S]
     if close:  # exit times this close can be recorded out of order: say so, show both
-        also = "; " + ", ".join(f"rank {r} exited ({ended[r][0].describe_exit()}) "  # type: ignore[union-attr]
-                                f"{_gap(info, ended[r][0]):.2f}s later" for r in close)  # fmt: skip
+        also = "; " + ", ".join(
+            f"rank {r} exited ({ended[r][0].describe_exit()}) "  # type: ignore[union-attr]
+            f"{_gap(info, ended[r][0]):.2f}s later"
+            for r in close
+        )
         also += " (which one failed first is not certain: both logs above)"
         logs += [ended[r][2] for r in close]
     return RankFailedError(

@@ -59,7 +59,9 @@ def render(model: type[BaseModel] = Profile, prefix: str = "", seen: set | None 
     lines = [f"### `{prefix or 'top level'}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
     nested: list[tuple[str, type[BaseModel]]] = []
     for name, field in model.model_fields.items():
-        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {field.description or ''} |")
+        lines.append(
+            f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {field.description or ''} |"
+        )
         for sub in _models(field.annotation):
             origin = get_origin(field.annotation)
             suffix = "[]" if origin is list or "list of" in _type_name(field.annotation) else ""

@@ -110,10 +110,14 @@ class Fabric(Strict):
     )
     dist_init_port: Port = Field(50051, description="Torch rendezvous port on rank 0's fabric IP.")
     min_busbw_gbps: float = Field(
-        21.875, gt=0, description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875)."
+        21.875,
+        gt=0,
+        description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875).",
     )
     min_link_gbps: float = Field(
-        200, gt=0, description="Negotiated rate each fabric netdev should report (ConnectX-7 on a Spark: 200)."
+        200,
+        gt=0,
+        description="Negotiated rate each fabric netdev should report (ConnectX-7 on a Spark: 200).",
     )
 
 
@@ -135,7 +139,8 @@ class ModelRef(Strict):
         None, description="Commit or branch; pin it so every node serves the same bytes."
     )
     local_dir: str | None = Field(
-        None, description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model."
+        None,
+        description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model.",
     )
 
 

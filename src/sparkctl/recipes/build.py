@@ -108,9 +108,12 @@ def extract_files(
     """Read files out of an image through a created, never started, container (missing ones are left out)."""
     errors = _docker_errors()
     container = client.containers.create(
-        image_id, entrypoint=["/sparkctl-never-started"], command=[], network_disabled=True,
+        image_id,
+        entrypoint=["/sparkctl-never-started"],
+        command=[],
+        network_disabled=True,
         labels={f"{LABEL_PREFIX}.extract": "1"},
-    )  # fmt: skip
+    )
     try:
         out: dict[str, BaseFile] = {}
         for path in paths:
@@ -126,8 +129,11 @@ def extract_files(
                         if member is None
                         else ("a symlink" if member.issym() else "not a regular file")
                     )
-                    raise SparkctlError(f"{path} in image {image_id[:19]} is {kind}", node=node,
-                                        fix="point the recipe's target at the real file")  # fmt: skip
+                    raise SparkctlError(
+                        f"{path} in image {image_id[:19]} is {kind}",
+                        node=node,
+                        fix="point the recipe's target at the real file",
+                    )
                 out[path] = BaseFile(tar.extractfile(member).read(), member.mode & 0o7777)  # type: ignore[union-attr]
         return out
     finally:
@@ -141,8 +147,11 @@ def check_patches(recipe: LoadedRecipe, pristine: dict[str, BaseFile], node: str
             continue
         base = pristine.get(f.target)
         if base is None:
-            raise RecipeError(f"{f.patch}: {f.target} is not in the base image, nothing to patch",
-                              fix="check files[].target against the base", node=node)  # fmt: skip
+            raise RecipeError(
+                f"{f.patch}: {f.target} is not in the base image, nothing to patch",
+                fix="check files[].target against the base",
+                node=node,
+            )
         have = hashlib.sha256(base.data).hexdigest()
         if have != f.base_sha256:
             raise RecipeError(
@@ -202,8 +211,10 @@ def build_context(recipe: LoadedRecipe, base_id: str, modes: dict[str, int]) -> 
     """The whole docker build context, in memory."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile(base_id, recipe.spec.env).encode()),
-                           (OVERLAY_TAR, overlay_tar(recipe, modes))):  # fmt: skip
+        for name, data in (
+            ("Dockerfile", dockerfile(base_id, recipe.spec.env).encode()),
+            (OVERLAY_TAR, overlay_tar(recipe, modes)),
+        ):
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), OVERLAY_MTIME
             tar.addfile(info, io.BytesIO(data))
@@ -234,9 +245,13 @@ def build(
     try:
         image, _log = client.images.build(
             fileobj=io.BytesIO(build_context(recipe, base.id, overlay_modes(recipe, pristine))),
-            custom_context=True, tag=tag, labels=image_labels(recipe, base.id), pull=False, rm=True,
+            custom_context=True,
+            tag=tag,
+            labels=image_labels(recipe, base.id),
+            pull=False,
+            rm=True,
             forcerm=True,
-        )  # fmt: skip
+        )
     except errors.BuildError as exc:
         tail = [str(line.get("stream") or line.get("error") or "").strip() for line in exc.build_log]
         last = next((t for t in reversed(tail) if t), exc.msg)
@@ -251,10 +266,15 @@ def build(
     if problems:
         raise SparkctlError(f"{tag} was built but does not verify: {problems[0].message}", node=node)
     return BuildResult(
-        node=node, tag=tag, image_id=image.id, base_id=base.id, recipe_hash=recipe.content_hash(),
-        added_layers=len(layers) - len(base_layers), added_bytes=image.attrs["Size"] - base.attrs["Size"],
+        node=node,
+        tag=tag,
+        image_id=image.id,
+        base_id=base.id,
+        recipe_hash=recipe.content_hash(),
+        added_layers=len(layers) - len(base_layers),
+        added_bytes=image.attrs["Size"] - base.attrs["Size"],
         files=recipe.file_sha256(),
-    )  # fmt: skip
+    )
 
 
 def verify_image(client: docker.DockerClient, recipe: LoadedRecipe, ref: str, node: str) -> list[Finding]:
@@ -263,40 +283,77 @@ def verify_image(client: docker.DockerClient, recipe: LoadedRecipe, ref: str, no
     try:
         image = client.images.get(ref)
     except errors.ImageNotFound:
-        return [Finding("RecipeImage", Severity.ERROR, f"image {ref} is not on this node", node=node,
-                        fix=f"sparkctl image build {recipe.name} --node {node}")]  # fmt: skip
+        return [
+            Finding(
+                "RecipeImage",
+                Severity.ERROR,
+                f"image {ref} is not on this node",
+                node=node,
+                fix=f"sparkctl image build {recipe.name} --node {node}",
+            )
+        ]
     labels = image.labels or {}
     found: list[Finding] = []
     want_hash = recipe.content_hash()
     have_hash = labels.get(f"{LABEL_PREFIX}.hash")
     if have_hash == want_hash:
-        found.append(Finding("RecipeHash", Severity.OK, f"{ref} was built from this recipe ({want_hash[:12]})",
-                             node=node, data={"hash": want_hash}))  # fmt: skip
+        found.append(
+            Finding(
+                "RecipeHash",
+                Severity.OK,
+                f"{ref} was built from this recipe ({want_hash[:12]})",
+                node=node,
+                data={"hash": want_hash},
+            )
+        )
     else:
-        found.append(Finding(
-            "RecipeHash", Severity.ERROR,
-            f"{ref} carries recipe hash {have_hash or '(none)'}, this recipe is {want_hash[:12]}",
-            fix=f"rebuild: sparkctl image build {recipe.name} --node {node}", node=node,
-        ))  # fmt: skip
+        found.append(
+            Finding(
+                "RecipeHash",
+                Severity.ERROR,
+                f"{ref} carries recipe hash {have_hash or '(none)'}, this recipe is {want_hash[:12]}",
+                fix=f"rebuild: sparkctl image build {recipe.name} --node {node}",
+                node=node,
+            )
+        )
     base_id = labels.get(f"{LABEL_PREFIX}.base", "")
     pin = recipe.spec.base.id
     if pin and base_id != pin:
-        found.append(Finding("RecipeBase", Severity.ERROR, f"{ref} was built on {base_id or '(unknown)'}, "
-                             f"the recipe pins {pin}", node=node))  # fmt: skip
+        found.append(
+            Finding(
+                "RecipeBase",
+                Severity.ERROR,
+                f"{ref} was built on {base_id or '(unknown)'}, the recipe pins {pin}",
+                node=node,
+            )
+        )
     else:
         try:
             base_layers = client.images.get(base_id).attrs["RootFS"]["Layers"]
         except (errors.ImageNotFound, errors.NullResource):
-            found.append(Finding("RecipeBase", Severity.SKIP, f"base {base_id or '(unknown)'} is not on this "
-                                 "node; layers not compared", node=node))  # fmt: skip
+            found.append(
+                Finding(
+                    "RecipeBase",
+                    Severity.SKIP,
+                    f"base {base_id or '(unknown)'} is not on this node; layers not compared",
+                    node=node,
+                )
+            )
         else:
             layers = image.attrs["RootFS"]["Layers"]
             extra = len(layers) - len(base_layers)
             ok = layers[: len(base_layers)] == base_layers
-            found.append(Finding("RecipeBase", Severity.OK if ok else Severity.ERROR,
-                                 f"{extra} layer(s) on top of the base" if ok else
-                                 f"{ref} does not contain the base's layers", node=node,
-                                 data={"added_layers": extra}))  # fmt: skip
+            found.append(
+                Finding(
+                    "RecipeBase",
+                    Severity.OK if ok else Severity.ERROR,
+                    f"{extra} layer(s) on top of the base"
+                    if ok
+                    else f"{ref} does not contain the base's layers",
+                    node=node,
+                    data={"added_layers": extra},
+                )
+            )
     inside = extract_files(client, image.id, sorted(recipe.contents), node)
     for f in recipe.spec.files:
         want = recipe.manifest.get(f.source)
@@ -310,6 +367,13 @@ def verify_image(client: docker.DockerClient, recipe: LoadedRecipe, ref: str, no
                 if have is None
                 else f"has sha256 {have[:16]}..., MANIFEST.sha256 says {str(want)[:16]}..."
             )
-            found.append(Finding("RecipeFile", Severity.ERROR, f"{f.target} in {ref} {seen} ({f.source})",
-                                 fix=f"rebuild: sparkctl image build {recipe.name} --node {node}", node=node))  # fmt: skip
+            found.append(
+                Finding(
+                    "RecipeFile",
+                    Severity.ERROR,
+                    f"{f.target} in {ref} {seen} ({f.source})",
+                    fix=f"rebuild: sparkctl image build {recipe.name} --node {node}",
+                    node=node,
+                )
+            )
     return found

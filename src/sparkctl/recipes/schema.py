@@ -161,8 +161,10 @@ def parse_manifest(text: str, source: str = MANIFEST_FILE) -> dict[str, str]:
             continue
         m = MANIFEST_LINE.match(line)
         if not m:
-            raise RecipeError(f"{source}:{n}: not a sha256sum line: {line[:80]!r}",
-                              fix="each line is '<64 hex digits>  <path>' as sha256sum prints it")  # fmt: skip
+            raise RecipeError(
+                f"{source}:{n}: not a sha256sum line: {line[:80]!r}",
+                fix="each line is '<64 hex digits>  <path>' as sha256sum prints it",
+            )
         path = _relative(m[2], "a manifest path") if not m[2].startswith("/") else m[2]
         if path in out:
             raise RecipeError(f"{source}:{n}: {path} is listed twice")
@@ -177,8 +179,10 @@ def check_manifest(recipe: LoadedRecipe) -> None:
     for f in recipe.spec.files:
         want = recipe.manifest.get(f.source)
         if want is None:
-            raise RecipeError(f"{f.source}: no line in {src}",
-                              fix=f"add its line: (cd {recipe.path} && sha256sum {f.source} >> {MANIFEST_FILE})")  # fmt: skip
+            raise RecipeError(
+                f"{f.source}: no line in {src}",
+                fix=f"add its line: (cd {recipe.path} && sha256sum {f.source} >> {MANIFEST_FILE})",
+            )
         have = hashlib.sha256(recipe.contents[f.target]).hexdigest()
         if have != want:
             raise RecipeError(
@@ -188,8 +192,10 @@ def check_manifest(recipe: LoadedRecipe) -> None:
             )
     extra = sorted(set(recipe.manifest) - set(by_source))
     if extra:
-        raise RecipeError(f"{src} lists {extra[0]}, which is not an overlay file of recipe.yaml",
-                          fix="remove the line or add the file under files:")  # fmt: skip
+        raise RecipeError(
+            f"{src} lists {extra[0]}, which is not an overlay file of recipe.yaml",
+            fix="remove the line or add the file under files:",
+        )
 
 
 def load_recipe(path: Path) -> LoadedRecipe:
@@ -211,8 +217,10 @@ def load_recipe(path: Path) -> LoadedRecipe:
     try:
         manifest_text = (path / MANIFEST_FILE).read_text()
     except OSError as exc:
-        raise RecipeError(f"cannot read {path / MANIFEST_FILE}: {exc.strerror}",
-                          fix=f"create it: (cd {path} && sha256sum <overlay files> > {MANIFEST_FILE})") from None  # fmt: skip
+        raise RecipeError(
+            f"cannot read {path / MANIFEST_FILE}: {exc.strerror}",
+            fix=f"create it: (cd {path} && sha256sum <overlay files> > {MANIFEST_FILE})",
+        ) from None
     manifest = parse_manifest(manifest_text, str(path / MANIFEST_FILE))
     if not NAME_RE.match(path.name):
         raise RecipeError(f"{path}: a recipe directory name must be a lowercase image name ([a-z0-9._-])")

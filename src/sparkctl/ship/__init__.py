@@ -129,9 +129,20 @@ def ship(
     try:
         from sparkctl.ship.run import run_ship
 
-        return run_ship(profile, plan, pool, mode_nodes, image, weights, to, source, progress,
-                     dict(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
-                     transfers, raise_on_error)  # fmt: skip
+        return run_ship(
+            profile,
+            plan,
+            pool,
+            mode_nodes,
+            image,
+            weights,
+            to,
+            source,
+            progress,
+            dict(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
+            transfers,
+            raise_on_error,
+        )
     except BaseException:
         transfers.stop()  # Ctrl-C or a crash: every push ends now, on every node
         raise

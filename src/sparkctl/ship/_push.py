@@ -249,10 +249,13 @@ def op_push_image(req):
     peers = flatten(sink.close()) if line or sent is not None else flatten(_closed(sink))
     save_rc = save.wait()
     return {
-        "sent": sent, "peers": peers, "save_rc": save_rc, "save_err": save.stderr.read().decode(errors="replace")[-2000:],
+        "sent": sent,
+        "peers": peers,
+        "save_rc": save_rc,
+        "save_err": save.stderr.read().decode(errors="replace")[-2000:],
         "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
         "skipped_bytes": filt.skipped_bytes if filt else 0,
-    }  # fmt: skip
+    }
 
 
 def _closed(sink):
@@ -261,8 +264,12 @@ def _closed(sink):
     sink.proc.wait()
     for t in sink.readers:
         t.join()
-    return {"node": sink.node, "rc": sink.proc.returncode, "out": b"".join(sink.out).decode(errors="replace"),
-            "err": b"".join(sink.err).decode(errors="replace")[-2000:]}  # fmt: skip
+    return {
+        "node": sink.node,
+        "rc": sink.proc.returncode,
+        "out": b"".join(sink.out).decode(errors="replace"),
+        "err": b"".join(sink.err).decode(errors="replace")[-2000:],
+    }
 
 
 def _send_stream(repo, items, sink, meter, hashes, errors):
@@ -326,8 +333,13 @@ def op_push_weights(req):
     for dest, (st, digest) in hashes.items():
         cache.record(dest, st, digest)
     cache.save()
-    return {"streams": streams, "errors": errors, "bytes": meter.n,
-            "hashes": {d: v[1] for d, v in hashes.items()}, "ranged": ranged}  # fmt: skip
+    return {
+        "streams": streams,
+        "errors": errors,
+        "bytes": meter.n,
+        "hashes": {d: v[1] for d, v in hashes.items()},
+        "ranged": ranged,
+    }
 
 
 def main(argv):

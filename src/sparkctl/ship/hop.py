@@ -39,10 +39,27 @@ def hop_argv(profile: Profile, peer: str) -> list[str]:
     n = profile.node(peer)
     user = n.user or profile.ssh.user
     host = peer_address(profile, peer)
-    return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-            "-o", f"Ciphers={CIPHERS}", "-o", "Compression=no", "-o", "LogLevel=ERROR",
-            "-o", "ServerAliveInterval=15", "-p", str(n.port or profile.ssh.port),
-            f"{user}@{host}" if user else host, "--"]  # fmt: skip
+    return [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "ConnectTimeout=10",
+        "-o",
+        f"Ciphers={CIPHERS}",
+        "-o",
+        "Compression=no",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ServerAliveInterval=15",
+        "-p",
+        str(n.port or profile.ssh.port),
+        f"{user}@{host}" if user else host,
+        "--",
+    ]
 
 
 class Transfers:
@@ -126,6 +143,9 @@ def hop_error(src: str, peer: str, host: str, rc: int, stderr: str) -> ShipError
     elif "permission denied" in low:
         fix = f"on {src}: `ssh-copy-id {host}` (or `sparkctl init --ssh-setup` run on {src})"
     else:  # unreachable, or the link broke mid-way: the peer's side
-        return ShipError(f"SSH from {src} to {peer} ({host}) failed or broke: {last}", node=peer,
-                         fix=f"check that {src} reaches {host} (`sparkctl preflight`), then {RERUN}")  # fmt: skip
+        return ShipError(
+            f"SSH from {src} to {peer} ({host}) failed or broke: {last}",
+            node=peer,
+            fix=f"check that {src} reaches {host} (`sparkctl preflight`), then {RERUN}",
+        )
     return ShipError(f"{src} cannot SSH to {peer} ({host}) to send the data: {last}", node=src, fix=fix)

@@ -105,8 +105,16 @@ def _space_error(peer: str, need: int, free: int) -> DiskFullError:
     )
 
 
-def ship_image(src: SourceImage, src_conn: Connector, peers: list[Peer], transfers: Transfers, progress: Progress,
-               *, check_space: bool = True, dry_run: bool = False) -> dict[str, ImageResult | SparkctlError]:  # fmt: skip
+def ship_image(
+    src: SourceImage,
+    src_conn: Connector,
+    peers: list[Peer],
+    transfers: Transfers,
+    progress: Progress,
+    *,
+    check_space: bool = True,
+    dry_run: bool = False,
+) -> dict[str, ImageResult | SparkctlError]:
     """One `docker save` on the source, piped through every peer that lacks the image (a pipeline
     when there are several), minus the bottom layers all of them already have."""
     out: dict[str, ImageResult | SparkctlError] = {}
@@ -125,9 +133,16 @@ def ship_image(src: SourceImage, src_conn: Connector, peers: list[Peer], transfe
         if check_space and free is not None and free < need * LOAD_SPACE_FACTOR + SPACE_MARGIN:
             out[p.conn.node] = _space_error(p.conn.node, need, free)
         elif dry_run:
-            out[p.conn.node] = ImageResult(p.conn.node, "would ship", src.id, src.node, bytes_sent=need,
-                                           bytes_skipped=sum(src.layer_sizes[:k]),
-                                           layers_sent=len(src.layers) - k, layers_skipped=k)  # fmt: skip
+            out[p.conn.node] = ImageResult(
+                p.conn.node,
+                "would ship",
+                src.id,
+                src.node,
+                bytes_sent=need,
+                bytes_skipped=sum(src.layer_sizes[:k]),
+                layers_sent=len(src.layers) - k,
+                layers_skipped=k,
+            )
         else:
             todo.append((p, k))
     if todo:
@@ -135,8 +150,13 @@ def ship_image(src: SourceImage, src_conn: Connector, peers: list[Peer], transfe
     return out
 
 
-def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]], transfers: Transfers,
-              progress: Progress) -> dict[str, ImageResult | SparkctlError]:  # fmt: skip
+def _load_all(
+    src: SourceImage,
+    src_conn: Connector,
+    todo: list[tuple[Peer, int]],
+    transfers: Transfers,
+    progress: Progress,
+) -> dict[str, ImageResult | SparkctlError]:
     k = min(k for _p, k in todo)
     need = sum(src.layer_sizes[k:])
     key = ",".join(p.conn.node for p, _k in todo) + ":image"
@@ -166,16 +186,26 @@ def _load_all(src: SourceImage, src_conn: Connector, todo: list[tuple[Peer, int]
             _check(res, src, p, retryable=False)
             got = peer_image_id(p.conn, src.ref)
             if got != src.id:
-                raise ShipError(f"after loading, {src.ref} on the peer is {got and got[:19]}, expected {src.id[:19]}",
-                                node=p.conn.node, fix=RERUN)  # fmt: skip
+                raise ShipError(
+                    f"after loading, {src.ref} on the peer is {got and got[:19]}, expected {src.id[:19]}",
+                    node=p.conn.node,
+                    fix=RERUN,
+                )
         except SparkctlError as exc:
             out[p.conn.node] = exc
             continue
         skipped = res["skipped_layers"]
-        out[p.conn.node] = ImageResult(p.conn.node, "shipped", src.id, src.node,
-                                       bytes_sent=res["sent"] if res["sent"] is not None else need,
-                                       bytes_skipped=res["skipped_bytes"], layers_sent=len(src.layers) - len(skipped),
-                                       layers_skipped=len(skipped), seconds=time.monotonic() - t0)  # fmt: skip
+        out[p.conn.node] = ImageResult(
+            p.conn.node,
+            "shipped",
+            src.id,
+            src.node,
+            bytes_sent=res["sent"] if res["sent"] is not None else need,
+            bytes_skipped=res["skipped_bytes"],
+            layers_sent=len(src.layers) - len(skipped),
+            layers_skipped=len(skipped),
+            seconds=time.monotonic() - t0,
+        )
         progress.finish(f"{p.conn.node}:image", f"loaded, {len(skipped)} layer(s) already there")
     return out
 
@@ -184,8 +214,9 @@ def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
     node = peer.conn.node
     got = res["peers"].get(node)
     if got is None:
-        raise ShipError("the image never reached this node: a node before it in the pipeline failed",
-                        node=node, fix=RERUN)  # fmt: skip
+        raise ShipError(
+            "the image never reached this node: a node before it in the pipeline failed", node=node, fix=RERUN
+        )
     host = peer.hop[-2].rpartition("@")[2] if peer.hop else node
     err = hop_error(src.node, node, host, got["rc"], got["err"])
     if err is not None:

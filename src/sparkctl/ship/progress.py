@@ -48,7 +48,7 @@ class ByteCounter:
 class PlainProgress:
     """Not a terminal (piped, CI): a plain line per item at start, every `every` seconds, and at the end."""
 
-    def __init__(self, console, every: float = 10.0) -> None:  # noqa: ANN001 - rich Console
+    def __init__(self, console, every: float = 10.0) -> None:  # rich Console
         import time
 
         self._out, self._every, self._clock = console, every, time.monotonic
@@ -101,7 +101,7 @@ class PlainProgress:
             self._say(f"{item[0]}: {note or 'done'} ({human_bytes(item[2])} in {secs:.1f}s)")
 
 
-def make_progress(console):  # noqa: ANN001, ANN201 - rich Console -> RichProgress | PlainProgress
+def make_progress(console):  # rich Console -> RichProgress | PlainProgress
     """Live bars on a terminal, periodic plain lines otherwise (no squashed frame in a log)."""
     return RichProgress(console) if console is not None and console.is_terminal else PlainProgress(console)
 
@@ -126,7 +126,7 @@ class FanOut:
 class RichProgress:
     """A rich live display: one bar per (peer, item) with bytes, rate and ETA."""
 
-    def __init__(self, console=None) -> None:  # noqa: ANN001 - rich Console
+    def __init__(self, console=None) -> None:  # rich Console
         from rich.progress import (
             BarColumn,
             DownloadColumn,

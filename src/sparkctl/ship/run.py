@@ -18,9 +18,20 @@ if TYPE_CHECKING:
     from sparkctl.ship import ShipReport
 
 
-def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: list[str], image: bool,
-             weights: bool, to: list[str] | None, source: str | None, progress: Progress, opts: dict,
-             transfers: Transfers, raise_on_error: bool) -> ShipReport:  # fmt: skip
+def run_ship(
+    profile: Profile,
+    plan: Plan | None,
+    pool: NodePool,
+    mode_nodes: list[str],
+    image: bool,
+    weights: bool,
+    to: list[str] | None,
+    source: str | None,
+    progress: Progress,
+    opts: dict,
+    transfers: Transfers,
+    raise_on_error: bool,
+) -> ShipReport:
     from sparkctl.ship import ShipReport, default_streams, raise_first
 
     wanted = to or mode_nodes
@@ -81,7 +92,7 @@ def run_ship(profile: Profile, plan: Plan | None, pool: NodePool, mode_nodes: li
     return report
 
 
-def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: ANN001, ANN202, PLR0913
+def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: PLR0913
     """One item (the image, or one model) from its source to every peer that lacks it."""
     from sparkctl.fanout import Cancelled
 
@@ -92,17 +103,36 @@ def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, 
             from sparkctl.ship.image import Peer, ship_image
 
             group = [Peer(conns[n], states[n].image or {}, hop_argv(profile, n)) for n in peers]
-            out = ship_image(obj, src_conn, group, transfers, progress,
-                             check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
+            out = ship_image(
+                obj,
+                src_conn,
+                group,
+                transfers,
+                progress,
+                check_space=opts["check_space"],
+                dry_run=opts["dry_run"],
+            )
         else:
             from sparkctl.ship.weights import WeightsPeer, ship_weights
 
             ref, manifest = obj
-            group = [WeightsPeer(conns[n], hf_cache_for(profile, n), hop_argv(profile, n), states[n].models.get(ref.id))
-                     for n in peers]  # fmt: skip
-            out = ship_weights(manifest, src_conn, group, progress, transfers=transfers,
-                               streams=opts["streams"] or default_streams(states[src].cores), deep=opts["deep"],
-                               check_space=opts["check_space"], dry_run=opts["dry_run"])  # fmt: skip
+            group = [
+                WeightsPeer(
+                    conns[n], hf_cache_for(profile, n), hop_argv(profile, n), states[n].models.get(ref.id)
+                )
+                for n in peers
+            ]
+            out = ship_weights(
+                manifest,
+                src_conn,
+                group,
+                progress,
+                transfers=transfers,
+                streams=opts["streams"] or default_streams(states[src].cores),
+                deep=opts["deep"],
+                check_space=opts["check_space"],
+                dry_run=opts["dry_run"],
+            )
     except Cancelled:
         raise
     except SparkctlError as exc:

@@ -30,18 +30,33 @@ class NodeState:
     error: BaseException | None = None
 
 
-def gather(profile: Profile, pool: NodePool, nodes: list[str], image_ref: str | None,
-           models: list[ModelRef], *, deep: bool, cancel: CancelToken) -> dict[str, NodeState]:  # fmt: skip
+def gather(
+    profile: Profile,
+    pool: NodePool,
+    nodes: list[str],
+    image_ref: str | None,
+    models: list[ModelRef],
+    *,
+    deep: bool,
+    cancel: CancelToken,
+) -> dict[str, NodeState]:
     """The `state` op on every node at once: image ID/layers/free space and each model's manifest
     (hashes from the quick check, or every byte rehashed when `deep`)."""
 
     def one(node: str) -> NodeState:
         repos = {m.id: repo_dir(hf_cache_for(profile, node), m.id) for m in models}
-        req = {"image": image_ref, "models": [[repos[m.id], revision_of(m)] for m in models],
-               "mode": "deep" if deep else "lazy"}  # fmt: skip
+        req = {
+            "image": image_ref,
+            "models": [[repos[m.id], revision_of(m)] for m in models],
+            "mode": "deep" if deep else "lazy",
+        }
         doc = run_op(pool.get(node), "state", payload=req, timeout=None)
-        return NodeState(node, doc.get("image"), {m.id: doc["models"][repos[m.id]] for m in models},
-                         int(doc.get("cores") or 1))  # fmt: skip
+        return NodeState(
+            node,
+            doc.get("image"),
+            {m.id: doc["models"][repos[m.id]] for m in models},
+            int(doc.get("cores") or 1),
+        )
 
     states = {}
     for node, outcome in fan_out(nodes, one, cancel=cancel).items():

@@ -116,16 +116,28 @@ class _Need:
     probe: dict  # the peer's probe: hashes by destination, marker, free space
 
 
-def ship_weights(source: Manifest, src: Connector, peers: list[WeightsPeer], progress: Progress, *,
-                 transfers: Transfers, streams: int = 1, deep: bool = False, check_space: bool = True,
-                 dry_run: bool = False) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+def ship_weights(
+    source: Manifest,
+    src: Connector,
+    peers: list[WeightsPeer],
+    progress: Progress,
+    *,
+    transfers: Transfers,
+    streams: int = 1,
+    deep: bool = False,
+    check_space: bool = True,
+    dry_run: bool = False,
+) -> dict[str, WeightsResult | SparkctlError]:
     """Every peer that lacks files of the snapshot gets them in one pass from the source (several
     peers: a pipeline through them, each byte leaving the source once). `source` may be lazy (some
     sha256 None): files the peers lack are hashed while being sent."""
     out: dict[str, WeightsResult | SparkctlError] = {}
     needs: list[_Need] = []
-    for peer, outcome in fan_out([p.conn.node for p in peers], lambda n: _compare(
-            source, next(p for p in peers if p.conn.node == n), deep), cancel=transfers.cancel).items():  # fmt: skip
+    for peer, outcome in fan_out(
+        [p.conn.node for p in peers],
+        lambda n: _compare(source, next(p for p in peers if p.conn.node == n), deep),
+        cancel=transfers.cancel,
+    ).items():
         if not outcome.ok:
             out[peer] = (
                 outcome.error
@@ -168,8 +180,9 @@ def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult |
     return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
 
 
-def _settle_need(source: Manifest, need: _Need, check_space: bool, dry_run: bool,
-                 progress: Progress) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+def _settle_need(
+    source: Manifest, need: _Need, check_space: bool, dry_run: bool, progress: Progress
+) -> dict[str, WeightsResult | SparkctlError]:
     """Final diff of one peer; a result when nothing moves (identical, dry run) or an error (disk)."""
     node, probe = need.peer.conn.node, need.probe
     diff = need.diff = diff_files(source, probe["hashes"])  # again: the source may have hashed more
@@ -182,10 +195,14 @@ def _settle_need(source: Manifest, need: _Need, check_space: bool, dry_run: bool
         return {node: need.result}
     free = int(probe["free"])
     if check_space and diff.bytes + SPACE_MARGIN > free:
-        return {node: DiskFullError(
-            f"not enough disk for {source.model_id}: {human_bytes(diff.bytes)} to copy, {human_bytes(free)} free "
-            f"under {need.peer.hf_cache}", node=node,
-            fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`")}  # fmt: skip
+        return {
+            node: DiskFullError(
+                f"not enough disk for {source.model_id}: {human_bytes(diff.bytes)} to copy, {human_bytes(free)} free "
+                f"under {need.peer.hf_cache}",
+                node=node,
+                fix=f"free at least {human_bytes(diff.bytes + SPACE_MARGIN - free)} there, then rerun `sparkctl ship`",
+            )
+        }
     if dry_run:
         need.result.action = "would ship"
         need.result.bytes_sent, need.result.files_sent = diff.bytes, len(diff.send)
@@ -199,17 +216,29 @@ def _skip_note(check: str) -> str:
     )
 
 
-def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progress, transfers: Transfers,
-          streams: int) -> dict[str, WeightsResult | SparkctlError]:  # fmt: skip
+def _copy(
+    source: Manifest,
+    src: Connector,
+    todo: list[_Need],
+    progress: Progress,
+    transfers: Transfers,
+    streams: int,
+) -> dict[str, WeightsResult | SparkctlError]:
     """begin on every peer, one push through all that need bytes, finish on every peer."""
     t0 = time.monotonic()
     for n in todo:
-        progress.start(f"{n.peer.conn.node}:{source.model_id}",
-                       f"{n.peer.conn.node} {source.model_id} (from {src.node})", n.diff.bytes)  # fmt: skip
+        progress.start(
+            f"{n.peer.conn.node}:{source.model_id}",
+            f"{n.peer.conn.node} {source.model_id} (from {src.node})",
+            n.diff.bytes,
+        )
     out: dict[str, WeightsResult | SparkctlError] = {}
     by_node = {n.peer.conn.node: n for n in todo}
-    begun = fan_out(list(by_node), lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
-                    cancel=transfers.cancel)  # fmt: skip
+    begun = fan_out(
+        list(by_node),
+        lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
+        cancel=transfers.cancel,
+    )
     for o in begun.failed:
         out[o.key] = o.as_error()
     todo = [n for n in todo if n.peer.conn.node not in out]
@@ -232,8 +261,11 @@ def _copy(source: Manifest, src: Connector, todo: list[_Need], progress: Progres
                     len(plan),
                 )
     todo = [n for n in todo if n.peer.conn.node not in out]
-    done = fan_out([n.peer.conn.node for n in todo], lambda k: _finish(source, by_node[k], arrived[k], progress, t0),
-                   cancel=transfers.cancel)  # fmt: skip
+    done = fan_out(
+        [n.peer.conn.node for n in todo],
+        lambda k: _finish(source, by_node[k], arrived[k], progress, t0),
+        cancel=transfers.cancel,
+    )
     for o in done.values():
         out[o.key] = o.value if o.ok else o.as_error()
     return out
@@ -262,13 +294,25 @@ def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0
     return result
 
 
-def _push(src: Connector, source: Manifest, senders: list[_Need], plan: list, ranged: list[str],
-          transfers: Transfers, progress: Progress) -> dict:  # fmt: skip
+def _push(
+    src: Connector,
+    source: Manifest,
+    senders: list[_Need],
+    plan: list,
+    ranged: list[str],
+    transfers: Transfers,
+    progress: Progress,
+) -> dict:
     """The source sends through the chain of peers; per peer the files written or its error."""
     known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
     chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
-    req = {"repo": source.repo_dir, "streams": plan, "chain": chain, "prog": node_script(),
-           "ranged": {d: known.get(d) for d in ranged}}  # fmt: skip
+    req = {
+        "repo": source.repo_dir,
+        "streams": plan,
+        "chain": chain,
+        "prog": node_script(),
+        "ranged": {d: known.get(d) for d in ranged},
+    }
     fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
     res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
     peers: dict[str, dict | SparkctlError] = {}
@@ -292,8 +336,11 @@ def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_e
     node = need.peer.conn.node
     got = stream.get(node)
     if got is None:
-        raise ShipError(f"{source.model_id} never reached this node: a node before it in the pipeline failed",
-                        node=node, fix=RERUN)  # fmt: skip
+        raise ShipError(
+            f"{source.model_id} never reached this node: a node before it in the pipeline failed",
+            node=node,
+            fix=RERUN,
+        )
     host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
     err = hop_error(src, node, host, got["rc"], got["err"])
     if err is not None:
@@ -311,8 +358,11 @@ def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: l
             fix="free disk under the HF cache, then rerun `sparkctl ship`",
         )
     if err.get("error") == "unsafe":
-        raise ShipError(f"refused to write {source.model_id}: {err.get('message')}", node=peer,
-                        fix="the source's snapshot has a name outside the HF cache layout: re-download it there")  # fmt: skip
+        raise ShipError(
+            f"refused to write {source.model_id}: {err.get('message')}",
+            node=peer,
+            fix="the source's snapshot has a name outside the HF cache layout: re-download it there",
+        )
     if err.get("error") == "truncated" and send_errors:
         raise ShipError(
             f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN

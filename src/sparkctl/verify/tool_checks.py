@@ -139,7 +139,9 @@ def _chat_ask(ctx: Context, tool_choice: Any, messages: list | None = None) -> A
 def _chat_valid_call(msg: Any) -> Any:
     calls = msg.tool_calls or []
     if not calls:
-        raise CheckFailed(f"tool_choice='required' ignored: no tool_calls (content {(msg.content or '')[:60]!r})")
+        raise CheckFailed(
+            f"tool_choice='required' ignored: no tool_calls (content {(msg.content or '')[:60]!r})"
+        )
     fn = calls[0].function
     _valid_call(SimpleNamespace(name=fn.name, arguments=fn.arguments))
     return calls[0]
@@ -160,8 +162,16 @@ def chat_tool_round_trip(ctx: Context) -> Passed:
     word = f"zx{ctx.nonce[:6]}"  # fresh per run; fixed when a test fixes the nonce
     history = [
         *ASK,
-        {"role": "assistant", "content": msg.content or "", "tool_calls": [call.model_dump(exclude_none=True)]},
-        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": "Paris", "conditions": word})},
+        {
+            "role": "assistant",
+            "content": msg.content or "",
+            "tool_calls": [call.model_dump(exclude_none=True)],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": json.dumps({"city": "Paris", "conditions": word}),
+        },
         user("Repeat the conditions the tool reported, verbatim."),
     ]
     answer = _chat_ask(ctx, "none", history).content or ""

@@ -61,7 +61,12 @@ class SGLang:
 
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
         # Keys go in SGLang's --config file (hardening.auth_flags): never on a process list.
-        argv = list(profile.engine.command) + self.model_flags(profile) + F.render_args(args) + auth_flags(profile)
+        argv = (
+            list(profile.engine.command)
+            + self.model_flags(profile)
+            + F.render_args(args)
+            + auth_flags(profile)
+        )
         argv += ["--tp", str(layout.tp)]
         if layout.nnodes > 1:
             argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]

@@ -87,11 +87,26 @@ def check_disk(node: str, needs: Mapping[str, tuple[int, DiskUsage]], margin: fl
                 )
             )
         elif size * margin > free:
-            out.append(Finding("DiskFree", ERROR, f"{what} to ship need {human_bytes(size)}, only {human_bytes(free)} free on "
-                               f"{mount} ({disk.path})", f"free space on {node}:{mount} (`docker system prune`, "
-                               "old HF snapshots) or move the cache", node=node,
-                               data={"need": size, "free": free}))  # fmt: skip
+            out.append(
+                Finding(
+                    "DiskFree",
+                    ERROR,
+                    f"{what} to ship need {human_bytes(size)}, only {human_bytes(free)} free on "
+                    f"{mount} ({disk.path})",
+                    f"free space on {node}:{mount} (`docker system prune`, "
+                    "old HF snapshots) or move the cache",
+                    node=node,
+                    data={"need": size, "free": free},
+                )
+            )
         else:
-            out.append(Finding("DiskFree", OK, f"{what} to ship {human_bytes(size)}, {human_bytes(free)} free on {mount}",
-                               node=node, data={"need": size, "free": free}))  # fmt: skip
+            out.append(
+                Finding(
+                    "DiskFree",
+                    OK,
+                    f"{what} to ship {human_bytes(size)}, {human_bytes(free)} free on {mount}",
+                    node=node,
+                    data={"need": size, "free": free},
+                )
+            )
     return out

@@ -53,14 +53,28 @@ class DockerEngine(Check):
 def check_docker(
     node: str, facts: DockerFacts, gpus_requested: bool, hook_present: bool | None
 ) -> list[Finding]:
-    out = [Finding("DockerEngine", OK, f"Docker {facts.version} ({facts.root_dir})", node=node,
-                   data={"version": facts.version, "runtimes": list(facts.runtimes)})]  # fmt: skip
+    out = [
+        Finding(
+            "DockerEngine",
+            OK,
+            f"Docker {facts.version} ({facts.root_dir})",
+            node=node,
+            data={"version": facts.version, "runtimes": list(facts.runtimes)},
+        )
+    ]
     if gpus_requested:
         if "nvidia" in facts.runtimes or facts.default_runtime == "nvidia" or hook_present:
             out.append(Finding("DockerEngine", OK, "NVIDIA container runtime present", node=node))
         else:
-            out.append(Finding("DockerEngine", ERROR, f"no NVIDIA runtime in Docker on {node} (runtimes: "
-                               f"{', '.join(facts.runtimes) or 'none'}); containers cannot get GPUs",
-                               "install nvidia-container-toolkit, then `sudo nvidia-ctk runtime configure "
-                               "--runtime=docker && sudo systemctl restart docker`", node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "DockerEngine",
+                    ERROR,
+                    f"no NVIDIA runtime in Docker on {node} (runtimes: "
+                    f"{', '.join(facts.runtimes) or 'none'}); containers cannot get GPUs",
+                    "install nvidia-container-toolkit, then `sudo nvidia-ctk runtime configure "
+                    "--runtime=docker && sudo systemctl restart docker`",
+                    node=node,
+                )
+            )
     return out

@@ -97,33 +97,67 @@ def check_fabric_netdevs(node: Node, netdevs: Mapping[str, Netdev], mtu: int) ->
         dev = netdevs.get(name)
         if dev is None:
             present = ", ".join(n for n in sorted(netdevs) if n != "lo")
-            out.append(Finding("FabricNetdev", ERROR, f"netdev {name} does not exist (present: {present})",
-                               f"fix nodes[{node.name}].fabric.netdevs (`ip -br link` on {node.name})",
-                               node=node.name))  # fmt: skip
+            out.append(
+                Finding(
+                    "FabricNetdev",
+                    ERROR,
+                    f"netdev {name} does not exist (present: {present})",
+                    f"fix nodes[{node.name}].fabric.netdevs (`ip -br link` on {node.name})",
+                    node=node.name,
+                )
+            )
             out.append(Finding("Mtu", SKIP, f"{name}: netdev missing", node=node.name))
             continue
         if not dev.up:
-            out.append(Finding("FabricNetdev", ERROR, f"{name} is {dev.operstate} (flags {','.join(dev.flags)})",
-                               f"`sudo ip link set {name} up` on {node.name}; check the cable", node=node.name,
-                               data=dev.to_json()))  # fmt: skip
+            out.append(
+                Finding(
+                    "FabricNetdev",
+                    ERROR,
+                    f"{name} is {dev.operstate} (flags {','.join(dev.flags)})",
+                    f"`sudo ip link set {name} up` on {node.name}; check the cable",
+                    node=node.name,
+                    data=dev.to_json(),
+                )
+            )
         else:
             speed = f", {dev.speed_mbps // 1000} Gb/s" if dev.speed_mbps else ""
-            out.append(Finding("FabricNetdev", OK, f"{name} up{speed} {','.join(dev.ipv4) or 'no IPv4'}",
-                               node=node.name, data=dev.to_json()))  # fmt: skip
+            out.append(
+                Finding(
+                    "FabricNetdev",
+                    OK,
+                    f"{name} up{speed} {','.join(dev.ipv4) or 'no IPv4'}",
+                    node=node.name,
+                    data=dev.to_json(),
+                )
+            )
         if dev.mtu != mtu:
             sev = ERROR if dev.mtu < mtu else WARN
-            out.append(Finding("Mtu", sev, f"{node.name} {name} has MTU {dev.mtu}, profile fabric.mtu is {mtu}",
-                               f"`sudo ip link set dev {name} mtu {mtu}` on {node.name} (and persist it in "
-                               "netplan/NetworkManager); every fabric netdev on every node must match",
-                               node=node.name, data={"netdev": name, "mtu": dev.mtu, "want": mtu}))  # fmt: skip
+            out.append(
+                Finding(
+                    "Mtu",
+                    sev,
+                    f"{node.name} {name} has MTU {dev.mtu}, profile fabric.mtu is {mtu}",
+                    f"`sudo ip link set dev {name} mtu {mtu}` on {node.name} (and persist it in "
+                    "netplan/NetworkManager); every fabric netdev on every node must match",
+                    node=node.name,
+                    data={"netdev": name, "mtu": dev.mtu, "want": mtu},
+                )
+            )
         else:
             out.append(Finding("Mtu", OK, f"{name} MTU {dev.mtu}", node=node.name))
     holders = [d.name for d in netdevs.values() if ip in d.ips]
     if not any(h in node.fabric.netdevs for h in holders):
         where = f"it is on {', '.join(holders)}" if holders else "no netdev has it"
-        out.append(Finding("FabricNetdev", ERROR, f"fabric IP {ip} is not on {','.join(node.fabric.netdevs)} ({where})",
-                           f"assign it: `sudo ip addr add {ip}/24 dev {node.fabric.netdevs[0]}` on {node.name} "
-                           "(persist in netplan), or fix nodes[].fabric.ip", node=node.name))  # fmt: skip
+        out.append(
+            Finding(
+                "FabricNetdev",
+                ERROR,
+                f"fabric IP {ip} is not on {','.join(node.fabric.netdevs)} ({where})",
+                f"assign it: `sudo ip addr add {ip}/24 dev {node.fabric.netdevs[0]}` on {node.name} "
+                "(persist in netplan), or fix nodes[].fabric.ip",
+                node=node.name,
+            )
+        )
     return out
 
 

@@ -76,16 +76,38 @@ def check_gpus(node: Node, report: GpuReport | None, need: int, gpus_requested: 
     data = report.to_json()
     out: list[Finding] = []
     if len(gpus) < need:
-        out.append(Finding("Gpus", ERROR, f"{len(gpus)} GPU(s) visible, the mode needs {need} here",
-                           f"fix nodes[{node.name}].gpus or the mode's tp", node=node.name, data=data))  # fmt: skip
+        out.append(
+            Finding(
+                "Gpus",
+                ERROR,
+                f"{len(gpus)} GPU(s) visible, the mode needs {need} here",
+                f"fix nodes[{node.name}].gpus or the mode's tp",
+                node=node.name,
+                data=data,
+            )
+        )
     else:
-        out.append(Finding("Gpus", OK, f"{len(gpus)} x {desc}{memtxt}, driver {report.driver_version or '?'}",
-                           node=node.name, data=data))  # fmt: skip
+        out.append(
+            Finding(
+                "Gpus",
+                OK,
+                f"{len(gpus)} x {desc}{memtxt}, driver {report.driver_version or '?'}",
+                node=node.name,
+                data=data,
+            )
+        )
     facts = node.gpu
     if facts is not None:
         caps = {g.compute_cap for g in gpus if g.compute_cap}
         if caps and caps != {facts.compute_capability}:
-            out.append(Finding("Gpus", WARN, f"profile says compute capability {facts.compute_capability}, "
-                               f"nvidia-smi says {','.join(sorted(caps))}",
-                               f"update nodes[{node.name}].gpu (the launch rules use it)", node=node.name))  # fmt: skip
+            out.append(
+                Finding(
+                    "Gpus",
+                    WARN,
+                    f"profile says compute capability {facts.compute_capability}, "
+                    f"nvidia-smi says {','.join(sorted(caps))}",
+                    f"update nodes[{node.name}].gpu (the launch rules use it)",
+                    node=node.name,
+                )
+            )
     return out

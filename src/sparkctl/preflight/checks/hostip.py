@@ -53,20 +53,42 @@ class HostIpReachable(Check):
         return out
 
 
-def check_host_ip(rank: int, node: str, host_ip: str, netdevs: Mapping[str, Netdev] | None,
-                  fabric_netdevs: list[str], pings: Mapping[str, PingResult]) -> list[Finding]:  # fmt: skip
+def check_host_ip(
+    rank: int,
+    node: str,
+    host_ip: str,
+    netdevs: Mapping[str, Netdev] | None,
+    fabric_netdevs: list[str],
+    pings: Mapping[str, PingResult],
+) -> list[Finding]:
     """HostIpReachable: SGLANG_HOST_IP of one rank: assigned on its node, reachable from every peer."""
     out: list[Finding] = []
     if netdevs is not None:
         holders = [d.name for d in netdevs.values() if host_ip in d.ips]
         if not holders:
-            out.append(Finding("HostIpReachable", ERROR, f"SGLANG_HOST_IP {host_ip} of rank {rank} is not assigned on {node}",
-                               f"set nodes[{node}].fabric.ip to an address of {node}'s fabric netdev "
-                               "(or fix the SGLANG_HOST_IP override in engine/mode env)", node=node, rank=rank))  # fmt: skip
+            out.append(
+                Finding(
+                    "HostIpReachable",
+                    ERROR,
+                    f"SGLANG_HOST_IP {host_ip} of rank {rank} is not assigned on {node}",
+                    f"set nodes[{node}].fabric.ip to an address of {node}'s fabric netdev "
+                    "(or fix the SGLANG_HOST_IP override in engine/mode env)",
+                    node=node,
+                    rank=rank,
+                )
+            )
         elif fabric_netdevs and not set(holders) & set(fabric_netdevs):
-            out.append(Finding("HostIpReachable", WARN, f"SGLANG_HOST_IP {host_ip} of rank {rank} is on "
-                               f"{','.join(holders)}, not the fabric ({','.join(fabric_netdevs)})",
-                               "rendezvous traffic would take the LAN; use the fabric IP", node=node, rank=rank))  # fmt: skip
+            out.append(
+                Finding(
+                    "HostIpReachable",
+                    WARN,
+                    f"SGLANG_HOST_IP {host_ip} of rank {rank} is on "
+                    f"{','.join(holders)}, not the fabric ({','.join(fabric_netdevs)})",
+                    "rendezvous traffic would take the LAN; use the fabric IP",
+                    node=node,
+                    rank=rank,
+                )
+            )
     for peer, res in sorted(pings.items()):
         if res.ok:
             out.append(
@@ -79,7 +101,15 @@ def check_host_ip(rank: int, node: str, host_ip: str, netdevs: Mapping[str, Netd
                 )
             )
         else:
-            out.append(Finding("HostIpReachable", ERROR, f"rank {rank} {host_ip} not reachable from {peer} ({res.error})",
-                               f"the engine on {peer} cannot reach rank {rank}'s advertised address: check routing "
-                               "and firewalls between the fabric IPs", node=node, rank=rank))  # fmt: skip
+            out.append(
+                Finding(
+                    "HostIpReachable",
+                    ERROR,
+                    f"rank {rank} {host_ip} not reachable from {peer} ({res.error})",
+                    f"the engine on {peer} cannot reach rank {rank}'s advertised address: check routing "
+                    "and firewalls between the fabric IPs",
+                    node=node,
+                    rank=rank,
+                )
+            )
     return out

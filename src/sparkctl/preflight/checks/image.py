@@ -59,8 +59,9 @@ class ImageSame(_Images):
     skip_when_unreachable = False  # judged across the nodes that answered
 
 
-def check_images(ref: str, images: Mapping[str, ImageFacts | None], rank0: str, pinned: str | None,
-                 source: str) -> list[Finding]:  # fmt: skip
+def check_images(
+    ref: str, images: Mapping[str, ImageFacts | None], rank0: str, pinned: str | None, source: str
+) -> list[Finding]:
     """ImagePresent per node, then ImageSame across the nodes that have it (and vs image.id)."""
     out: list[Finding] = []
     have = {n: i for n, i in images.items() if i is not None}
@@ -75,8 +76,15 @@ def check_images(ref: str, images: Mapping[str, ImageFacts | None], rank0: str, 
                 fix = f"`docker pull {ref}` on one node, then `sparkctl ship --image`"
             out.append(Finding("ImagePresent", ERROR, f"image {ref} not on {node}", fix, node=node))
         else:
-            out.append(Finding("ImagePresent", OK, f"{ref} {img.id[:19]} ({human_bytes(img.size)})", node=node,
-                               data={"id": img.id, "size": img.size}))  # fmt: skip
+            out.append(
+                Finding(
+                    "ImagePresent",
+                    OK,
+                    f"{ref} {img.id[:19]} ({human_bytes(img.size)})",
+                    node=node,
+                    data={"id": img.id, "size": img.size},
+                )
+            )
     if not have:
         return out
     want = pinned or (have[donor].id if donor else None)
@@ -86,15 +94,37 @@ def check_images(ref: str, images: Mapping[str, ImageFacts | None], rank0: str, 
             out.append(Finding("ImageSame", OK, f"same ID as {why}", node=node))
             continue
         ref_img = have.get(donor) if donor else None
-        same_content = (ref_img is not None and img.layers and img.layers == ref_img.layers
-                        and img.created == ref_img.created)  # fmt: skip
+        same_content = (
+            ref_img is not None
+            and img.layers
+            and img.layers == ref_img.layers
+            and img.created == ref_img.created
+        )
         if same_content and not pinned:
-            out.append(Finding("ImageSame", WARN, f"{ref} on {node} has ID {img.id[:19]}, {why} has {want[:19]} "
-                               "but the same layers (different image store/snapshotter?)",
-                               "use the same Docker storage driver on every node", node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "ImageSame",
+                    WARN,
+                    f"{ref} on {node} has ID {img.id[:19]}, {why} has {want[:19]} "
+                    "but the same layers (different image store/snapshotter?)",
+                    "use the same Docker storage driver on every node",
+                    node=node,
+                )
+            )
             continue
-        fix = (f"`sparkctl ship --image --to {node}` to replace it with {donor}'s copy" if not pinned
-               else f"rebuild or pull the pinned image, or update image.id (now {pinned[:19]})")  # fmt: skip
-        out.append(Finding("ImageSame", ERROR, f"{ref} on {node} is {img.id[:19]}, {why} has {want[:19]}",
-                           fix, node=node, data={"id": img.id, "want": want}))  # fmt: skip
+        fix = (
+            f"`sparkctl ship --image --to {node}` to replace it with {donor}'s copy"
+            if not pinned
+            else f"rebuild or pull the pinned image, or update image.id (now {pinned[:19]})"
+        )
+        out.append(
+            Finding(
+                "ImageSame",
+                ERROR,
+                f"{ref} on {node} is {img.id[:19]}, {why} has {want[:19]}",
+                fix,
+                node=node,
+                data={"id": img.id, "want": want},
+            )
+        )
     return out

@@ -68,8 +68,9 @@ class UnifiedMemory(Check):
         return out
 
 
-def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: int | None,
-                         frac: float, headroom: int = 4 * GIB) -> Finding:  # fmt: skip
+def check_unified_memory(
+    node: str, meminfo: Mapping[str, int], weights_bytes: int | None, frac: float, headroom: int = 4 * GIB
+) -> Finding:
     """UnifiedMemory: SGLang (0.5.23) sizes the pool from MemAvailable P: rest = P*frac - weights
     must leave room for KV; page cache counts as available to SGLang but can freeze a GB10."""
     avail = meminfo.get("MemAvailable", 0) * 1024
@@ -77,22 +78,39 @@ def check_unified_memory(node: str, meminfo: Mapping[str, int], weights_bytes: i
     total = meminfo.get("MemTotal", 0) * 1024
     data = {"mem_available": avail, "mem_free": free, "mem_total": total, "weights": weights_bytes}
     if weights_bytes is None:
-        return Finding("UnifiedMemory", OK, f"MemAvailable {human_bytes(avail)} of {human_bytes(total)} (weights size unknown)",
-                       node=node, data=data)  # fmt: skip
+        return Finding(
+            "UnifiedMemory",
+            OK,
+            f"MemAvailable {human_bytes(avail)} of {human_bytes(total)} (weights size unknown)",
+            node=node,
+            data=data,
+        )
     need = int(weights_bytes / frac) + headroom
     data["need"] = need
     basis = (
         f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac:g} + {human_bytes(headroom)} KV"
     )
     if avail < need:
-        return Finding("UnifiedMemory", ERROR, f"MemAvailable {human_bytes(avail)} < {human_bytes(need)} needed ({basis})",
-                       "stop what holds memory (other containers, `docker ps`), then drop caches: "
-                       "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`", node=node, data=data)  # fmt: skip
+        return Finding(
+            "UnifiedMemory",
+            ERROR,
+            f"MemAvailable {human_bytes(avail)} < {human_bytes(need)} needed ({basis})",
+            "stop what holds memory (other containers, `docker ps`), then drop caches: "
+            "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`",
+            node=node,
+            data=data,
+        )
     if free < need:
-        return Finding("UnifiedMemory", WARN, f"MemFree {human_bytes(free)} < {human_bytes(need)} needed: "
-                       f"{human_bytes(avail - free)} is page cache",
-                       "drop caches before `up` (page cache on a GB10 can freeze the box during load): "
-                       "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`", node=node, data=data)  # fmt: skip
+        return Finding(
+            "UnifiedMemory",
+            WARN,
+            f"MemFree {human_bytes(free)} < {human_bytes(need)} needed: "
+            f"{human_bytes(avail - free)} is page cache",
+            "drop caches before `up` (page cache on a GB10 can freeze the box during load): "
+            "`sync; echo 3 | sudo tee /proc/sys/vm/drop_caches`",
+            node=node,
+            data=data,
+        )
     return Finding(
         "UnifiedMemory",
         OK,

@@ -66,8 +66,9 @@ def _plan_container(plan: Plan, node: str) -> tuple[str, str] | None:
     return None
 
 
-def check_ports(node: str, ports: set[int], wanted: Mapping[int, str], containers: list[ContainerFacts] | None,
-                plan: Plan) -> list[Finding]:  # fmt: skip
+def check_ports(
+    node: str, ports: set[int], wanted: Mapping[int, str], containers: list[ContainerFacts] | None, plan: Plan
+) -> list[Finding]:
     """PortFree on rank 0: a port held by this very plan's running container is fine (up is a no-op)."""
     ours = _plan_container(plan, node)
     ours_running = bool(ours) and any(
@@ -87,9 +88,17 @@ def check_ports(node: str, ports: set[int], wanted: Mapping[int, str], container
                 )
             )
         else:
-            out.append(Finding("PortFree", ERROR, f"{what} port {port} already in use on {node}",
-                               f"find the owner with `sudo ss -ltnp 'sport = :{port}'` on {node} and stop it, "
-                               "or change the port in the profile", node=node, data={"port": port}))  # fmt: skip
+            out.append(
+                Finding(
+                    "PortFree",
+                    ERROR,
+                    f"{what} port {port} already in use on {node}",
+                    f"find the owner with `sudo ss -ltnp 'sport = :{port}'` on {node} and stop it, "
+                    "or change the port in the profile",
+                    node=node,
+                    data={"port": port},
+                )
+            )
     return out
 
 
@@ -104,25 +113,60 @@ def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile
         state = f"{c.name} ({c.state}, {c.image})"
         if c.name in planned:
             if cluster != profile.cluster:
-                out.append(Finding("StrayContainers", ERROR, f"{state} has a planned name but is not sparkctl's",
-                                   f"rename or remove it: `docker rm -f {c.name}` on {node}", node=node))  # fmt: skip
+                out.append(
+                    Finding(
+                        "StrayContainers",
+                        ERROR,
+                        f"{state} has a planned name but is not sparkctl's",
+                        f"rename or remove it: `docker rm -f {c.name}` on {node}",
+                        node=node,
+                    )
+                )
             elif labels.get("sparkctl.config_hash") == plan.config_hash:
                 out.append(Finding("StrayContainers", OK, f"{state} is this plan (up is a no-op)", node=node))
             else:
-                out.append(Finding("StrayContainers", WARN, f"{state} runs an older config "
-                                   f"({labels.get('sparkctl.config_hash', '?')} != {plan.config_hash})",
-                                   "`sparkctl up` replaces it", node=node))  # fmt: skip
+                out.append(
+                    Finding(
+                        "StrayContainers",
+                        WARN,
+                        f"{state} runs an older config "
+                        f"({labels.get('sparkctl.config_hash', '?')} != {plan.config_hash})",
+                        "`sparkctl up` replaces it",
+                        node=node,
+                    )
+                )
         elif cluster == profile.cluster:
             if c.name in other_modes or labels.get("sparkctl.mode") in profile.modes:
                 sev = WARN if c.state == "running" else OK
-                out.append(Finding("StrayContainers", sev, f"{state} of mode {labels.get('sparkctl.mode')}",
-                                   "`sparkctl up` stops it first" if sev is WARN else None, node=node))  # fmt: skip
+                out.append(
+                    Finding(
+                        "StrayContainers",
+                        sev,
+                        f"{state} of mode {labels.get('sparkctl.mode')}",
+                        "`sparkctl up` stops it first" if sev is WARN else None,
+                        node=node,
+                    )
+                )
             else:
-                out.append(Finding("StrayContainers", ERROR, f"{state} is labelled for this cluster but no mode "
-                                   "plans it", f"`docker rm -f {c.name}` on {node}", node=node))  # fmt: skip
+                out.append(
+                    Finding(
+                        "StrayContainers",
+                        ERROR,
+                        f"{state} is labelled for this cluster but no mode plans it",
+                        f"`docker rm -f {c.name}` on {node}",
+                        node=node,
+                    )
+                )
         elif cluster is not None and c.state == "running":
-            out.append(Finding("StrayContainers", WARN, f"{state} belongs to sparkctl cluster {cluster}",
-                               "it may hold GPUs and ports: `sparkctl down` with that cluster's profile", node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "StrayContainers",
+                    WARN,
+                    f"{state} belongs to sparkctl cluster {cluster}",
+                    "it may hold GPUs and ports: `sparkctl down` with that cluster's profile",
+                    node=node,
+                )
+            )
     if not out:
         out.append(Finding("StrayContainers", OK, "no stray container", node=node))
     return out

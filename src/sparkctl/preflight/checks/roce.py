@@ -75,7 +75,7 @@ def check_hcas(
             err(
                 f"RoCE device(s) {', '.join(missing)} not found in {where} (present: {', '.join(sorted(devs)) or 'none'})",
                 suggest,
-            )  # fmt: skip
+            )
         )
     present = [devs[h] for h in hcas if h in devs]
     for dev in present:
@@ -107,6 +107,14 @@ def check_hcas(
                 )
             )
     if not any(f.severity is Severity.ERROR for f in findings):
-        findings.insert(0, Finding(CHECK, Severity.OK, f"{','.join(hcas)} ACTIVE on {fabric}", node=node,
-                                   data={**data, "hcas": list(hcas)}))  # fmt: skip
+        findings.insert(
+            0,
+            Finding(
+                CHECK,
+                Severity.OK,
+                f"{','.join(hcas)} ACTIVE on {fabric}",
+                node=node,
+                data={**data, "hcas": list(hcas)},
+            ),
+        )
     return findings

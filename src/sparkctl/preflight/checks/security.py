@@ -27,9 +27,13 @@ def check_api_exposure(profile: Profile) -> Finding:
     eng = profile.engine
     if binds_everywhere(profile) and eng.api_key is None:
         if eng.expose == "public":
-            return Finding("ApiExposure", Severity.WARN, f"the API listens on {eng.host} without a key (expose: public)")
+            return Finding(
+                "ApiExposure", Severity.WARN, f"the API listens on {eng.host} without a key (expose: public)"
+            )
         return Finding(
-            "ApiExposure", Severity.ERROR, f"engine.host {eng.host or '(empty)'} binds every interface and the API has no key",
+            "ApiExposure",
+            Severity.ERROR,
+            f"engine.host {eng.host or '(empty)'} binds every interface and the API has no key",
             fix="set engine.api_key: {env: NAME} or {file: PATH}, bind one address (engine.host), "
             "or say engine.expose: public",
         )
@@ -41,7 +45,9 @@ def check_privileged(profile: Profile) -> Finding | None:
     if not profile.engine.container.privileged:
         return None
     return Finding(
-        "Privileged", Severity.WARN, "engine.container.privileged: true gives the containers every device and capability",
+        "Privileged",
+        Severity.WARN,
+        "engine.container.privileged: true gives the containers every device and capability",
         fix="remove it: the rdma preset (engine.container.preset) grants what NCCL over RoCE needs",
     )
 
@@ -51,12 +57,22 @@ def check_remote_code(profile: Profile) -> list[Finding]:
     refs = [("model.target", profile.model.target), ("model.draft", profile.model.draft)]
     for what, ref in refs:
         if ref is not None and not is_pinned(ref.revision):
-            out.append(Finding(
-                "UnpinnedRevision", Severity.WARN, f"{what} {ref.id} revision {ref.revision or 'main'} is a branch, not a commit",
-                fix=f"pin {what}.revision to the commit you reviewed (ship copies that; up serves it offline)",
-            ))  # fmt: skip
+            out.append(
+                Finding(
+                    "UnpinnedRevision",
+                    Severity.WARN,
+                    f"{what} {ref.id} revision {ref.revision or 'main'} is a branch, not a commit",
+                    fix=f"pin {what}.revision to the commit you reviewed (ship copies that; up serves it offline)",
+                )
+            )
     if profile.engine.trust_remote_code:
-        out.append(Finding("RemoteCode", Severity.WARN, "engine.trust_remote_code: the model repo's Python runs in the container"))
+        out.append(
+            Finding(
+                "RemoteCode",
+                Severity.WARN,
+                "engine.trust_remote_code: the model repo's Python runs in the container",
+            )
+        )
     return out
 
 
@@ -66,11 +82,25 @@ def parse_modes(node: str, stdout: str) -> list[Finding]:
     for line in stdout.splitlines():
         mode, _, path = line.partition(" ")
         if mode == "missing":
-            out.append(Finding("SecretFileMode", Severity.ERROR, f"secret file {path} is missing", node=node,
-                               fix=f"create it on {node} with mode 0400 (install -m 0400 ... {path})"))  # fmt: skip
+            out.append(
+                Finding(
+                    "SecretFileMode",
+                    Severity.ERROR,
+                    f"secret file {path} is missing",
+                    node=node,
+                    fix=f"create it on {node} with mode 0400 (install -m 0400 ... {path})",
+                )
+            )
         elif mode.isdigit() and int(mode, 8) & 0o077:
-            out.append(Finding("SecretFileMode", Severity.ERROR, f"secret file {path} has mode {mode}: others can read it",
-                               node=node, fix=f"chmod 0400 {path}  (on {node})"))  # fmt: skip
+            out.append(
+                Finding(
+                    "SecretFileMode",
+                    Severity.ERROR,
+                    f"secret file {path} has mode {mode}: others can read it",
+                    node=node,
+                    fix=f"chmod 0400 {path}  (on {node})",
+                )
+            )
     return out
 
 
@@ -78,7 +108,9 @@ def secret_files(plan: Plan) -> dict[str, list[str]]:
     """Every `file:` secret (HF token, API keys) of the plan, by the node that must hold it."""
     wanted: dict[str, set[str]] = {}
     for spec in plan.ranks:
-        refs = spec.secret_refs() + ([plan.endpoint.api_key] if plan.endpoint.api_key and spec.rank == 0 else [])
+        refs = spec.secret_refs() + (
+            [plan.endpoint.api_key] if plan.endpoint.api_key and spec.rank == 0 else []
+        )
         for ref in refs:
             if ref.file and ref.node == spec.node:
                 wanted.setdefault(spec.node, set()).add(ref.file)

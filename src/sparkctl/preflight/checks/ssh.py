@@ -67,13 +67,23 @@ def check_ssh_peer(rank0: str, peer: str, host: str, rc: int, stderr: str) -> Fi
             "SshRank0ToPeer", WARN, f"no ssh client on {rank0}", "install openssh-client", node=rank0
         )
     if any(s in low for s in ("refused", "timed out", "no route", "unreachable", "could not resolve")):
-        return Finding("SshRank0ToPeer", ERROR, f"{where}: {last}",
-                       f"{peer} is not reachable from {rank0} over the fabric: check the link, routing "
-                       f"and that sshd on {peer} listens on {host}", node=rank0)  # fmt: skip
+        return Finding(
+            "SshRank0ToPeer",
+            ERROR,
+            f"{where}: {last}",
+            f"{peer} is not reachable from {rank0} over the fabric: check the link, routing "
+            f"and that sshd on {peer} listens on {host}",
+            node=rank0,
+        )
     hint = (
         f"on {rank0}: `ssh-keyscan -H {host} >> ~/.ssh/known_hosts` after checking the fingerprint"
         if "host key" in low
         else f"on {rank0}: `ssh-copy-id {host}` (or `sparkctl init --ssh-setup`)"
     )
-    return Finding("SshRank0ToPeer", WARN, f"{where}: path works, login does not: {last}",
-                   hint + "; sparkctl itself only needs SSH from this machine", node=rank0)  # fmt: skip
+    return Finding(
+        "SshRank0ToPeer",
+        WARN,
+        f"{where}: path works, login does not: {last}",
+        hint + "; sparkctl itself only needs SSH from this machine",
+        node=rank0,
+    )

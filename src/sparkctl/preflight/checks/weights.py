@@ -116,8 +116,13 @@ class WeightsContent(Check):
         ]
 
 
-def check_weights(role: str, repo_id: str, revision: str | None, listings: Mapping[str, RepoListing],
-                  cache_dirs: Mapping[str, str]) -> tuple[list[Finding], dict[str, str]]:  # fmt: skip
+def check_weights(
+    role: str,
+    repo_id: str,
+    revision: str | None,
+    listings: Mapping[str, RepoListing],
+    cache_dirs: Mapping[str, str],
+) -> tuple[list[Finding], dict[str, str]]:
     """Weights for one model (target or draft) on every node. Returns findings and node -> commit."""
     out: list[Finding] = []
     commits: dict[str, str] = {}
@@ -134,21 +139,48 @@ def check_weights(role: str, repo_id: str, revision: str | None, listings: Mappi
                 else f"snapshots {', '.join(c[:8] for c in listing.snapshots)}"
             )
             why = "not in the cache" if not listing.exists else f"revision {rev} not found ({seen})"
-            out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: {why} under {cache_dirs[node]}",
-                               f"`sparkctl ship --weights --to {node}` (another node has it), or {download}"
-                               if anywhere else f"no node has it, download it: {download}", node=node))
+            out.append(
+                Finding(
+                    "Weights",
+                    ERROR,
+                    f"{role} {repo_id}@{rev}: {why} under {cache_dirs[node]}",
+                    f"`sparkctl ship --weights --to {node}` (another node has it), or {download}"
+                    if anywhere
+                    else f"no node has it, download it: {download}",
+                    node=node,
+                )
+            )
         elif listing.snapshots.get(commit, 0) == 0:
-            out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev}: snapshot {commit[:12]} is empty",
-                               f"re-download or `sparkctl ship --weights --to {node}`", node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "Weights",
+                    ERROR,
+                    f"{role} {repo_id}@{rev}: snapshot {commit[:12]} is empty",
+                    f"re-download or `sparkctl ship --weights --to {node}`",
+                    node=node,
+                )
+            )
         else:
             commits[node] = commit
-            out.append(Finding("Weights", OK, f"{role} {repo_id}@{rev} -> {commit[:12]} "
-                               f"({listing.snapshots[commit]} files)", node=node,
-                               data={"role": role, "commit": commit}))  # fmt: skip
+            out.append(
+                Finding(
+                    "Weights",
+                    OK,
+                    f"{role} {repo_id}@{rev} -> {commit[:12]} ({listing.snapshots[commit]} files)",
+                    node=node,
+                    data={"role": role, "commit": commit},
+                )
+            )
     if len(set(commits.values())) > 1:
         seen = ", ".join(f"{n}={c[:12]}" for n, c in sorted(commits.items()))
-        out.append(Finding("Weights", ERROR, f"{role} {repo_id}@{rev} resolves to different commits: {seen}",
-                           "pin model revision to a commit hash and ship that snapshot to every node"))  # fmt: skip
+        out.append(
+            Finding(
+                "Weights",
+                ERROR,
+                f"{role} {repo_id}@{rev} resolves to different commits: {seen}",
+                "pin model revision to a commit hash and ship that snapshot to every node",
+            )
+        )
     return out, commits
 
 
@@ -161,25 +193,56 @@ def check_weights_content(
     ref = manifests.get(reference)
     for node, m in manifests.items():
         if isinstance(m, Exception):
-            out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: hashing the snapshot failed: "
-                               f"{getattr(m, 'message', None) or m}", getattr(m, "fix", None), node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "WeightsContent",
+                    ERROR,
+                    f"{role} {repo_id}: hashing the snapshot failed: {getattr(m, 'message', None) or m}",
+                    getattr(m, "fix", None),
+                    node=node,
+                )
+            )
         elif m.broken:
-            out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
-                               f"missing blobs (e.g. {m.broken[0]})", f"`sparkctl ship --weights --to {node}`",
-                               node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "WeightsContent",
+                    ERROR,
+                    f"{role} {repo_id}: {len(m.broken)} snapshot file(s) point at "
+                    f"missing blobs (e.g. {m.broken[0]})",
+                    f"`sparkctl ship --weights --to {node}`",
+                    node=node,
+                )
+            )
     if ref is None or isinstance(ref, Exception) or not ref.present:
         return out
     for node, m in manifests.items():
         if node == reference or isinstance(m, Exception) or not m.present:
             continue
         if m.digest == ref.digest:
-            out.append(Finding("WeightsContent", OK, f"{role} {repo_id}: content identical to {reference} "
-                               f"(sha256 {ref.digest[:12]}, {len(m.files)} files)", node=node))  # fmt: skip
+            out.append(
+                Finding(
+                    "WeightsContent",
+                    OK,
+                    f"{role} {repo_id}: content identical to {reference} "
+                    f"(sha256 {ref.digest[:12]}, {len(m.files)} files)",
+                    node=node,
+                )
+            )
             continue
-        differ = sorted(rel for rel in ref.files.keys() | m.files.keys()
-                        if (ref.files.get(rel) and ref.files[rel].sha256) != (m.files.get(rel) and m.files[rel].sha256))  # fmt: skip
-        out.append(Finding("WeightsContent", ERROR, f"{role} {repo_id}: content differs from {reference} in "
-                           f"{len(differ)} file(s): {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}",
-                           f"`sparkctl ship --weights --from {reference} --to {node}` replaces exactly those files",
-                           node=node, data={"differ": differ}))  # fmt: skip
+        differ = sorted(
+            rel
+            for rel in ref.files.keys() | m.files.keys()
+            if (ref.files.get(rel) and ref.files[rel].sha256) != (m.files.get(rel) and m.files[rel].sha256)
+        )
+        out.append(
+            Finding(
+                "WeightsContent",
+                ERROR,
+                f"{role} {repo_id}: content differs from {reference} in "
+                f"{len(differ)} file(s): {', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}",
+                f"`sparkctl ship --weights --from {reference} --to {node}` replaces exactly those files",
+                node=node,
+                data={"differ": differ},
+            )
+        )
     return out

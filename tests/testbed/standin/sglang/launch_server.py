@@ -124,7 +124,9 @@ def record(argv: list[str]) -> None:
     leak = os.environ.get("STANDIN_LEAK_ENV")
     if leak:
         log(f"STANDIN: {leak}={os.environ.get(leak, '')}")
-    for path in filter(None, os.environ.get("STANDIN_LEAK_FILES", "").split(",")):  # e.g. HF_TOKEN_PATH's file
+    for path in filter(
+        None, os.environ.get("STANDIN_LEAK_FILES", "").split(",")
+    ):  # e.g. HF_TOKEN_PATH's file
         with open(path) as fh:
             log(f"STANDIN: {path}={fh.read().strip()}")
 
