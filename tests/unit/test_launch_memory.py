@@ -12,13 +12,11 @@ from sparkctl.launch.memory import (
     ERR_KV,
     ERR_MAMBA,
     ERR_WEIGHTS,
-    MIB,
     MemoryInputs,
     default_mem_fraction,
-    mamba_per_req,
     plan_memory,
-    ruleset_for,
 )
+from sparkctl.launch.memory_terms import MIB, mamba_per_req, ruleset_for
 from sparkctl.launch.model_meta import load_model_facts
 
 MODELS = Path(__file__).parent.parent / "fixtures" / "models"

@@ -16,7 +16,8 @@ from sparkctl.launch.fixes import MIN_DRAFT_TOKENS, Margin
 from sparkctl.launch.flags import FlagCheck, flag_findings
 from sparkctl.launch.inputs import GpuFacts, LaunchSettings, human_readable_int, with_flags
 from sparkctl.launch.mem_fraction import default_mem_fraction
-from sparkctl.launch.memory import ERR_MAMBA, ERR_WEIGHTS_TOO_BIG, MIB, MemoryInputs, plan_memory
+from sparkctl.launch.memory import ERR_MAMBA, ERR_WEIGHTS_TOO_BIG, MemoryInputs, plan_memory
+from sparkctl.launch.memory_terms import MIB
 from sparkctl.launch.model_meta import facts_from_config, load_model_facts
 from sparkctl.launch.pipeline import gpu_facts_from_report
 from sparkctl.profile.schema import GpuSpec as ProfileGpu

@@ -13,7 +13,8 @@ from sparkctl.launch import rules
 from sparkctl.launch.fixes import Margin, MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
 from sparkctl.launch.flags import FlagCheck, flag_findings
 from sparkctl.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
-from sparkctl.launch.memory import GIB, MemoryInputs, MemoryPlan, plan_memory, ruleset_for
+from sparkctl.launch.memory import MemoryInputs, MemoryPlan, plan_memory
+from sparkctl.launch.memory_terms import GIB, ruleset_for
 from sparkctl.launch.model_meta import ModelFacts
 
 MEMORY_CHECK = "MemoryFit"

@@ -12,15 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sparkctl.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
-from sparkctl.launch.memory import (
-    MIB,
-    MemoryInputs,
-    MemoryPlan,
-    default_mem_fraction,
-    free_before_load,
-    plan_memory,
-)
+from sparkctl.launch.memory import MemoryInputs, MemoryPlan, default_mem_fraction, plan_memory
 from sparkctl.launch.memory import max_mem_fraction as _cap
+from sparkctl.launch.memory_terms import MIB, free_before_load
 
 MIN_DRAFT_TOKENS = 2  # one draft token drafts nothing: never propose fewer than 2
 DEFAULT_MIN_REQUESTS = 4

@@ -11,7 +11,7 @@ import json
 
 from sparkctl.findings import Finding, Severity
 from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, HUMAN_INT_FLAGS, GpuFacts, LaunchSettings, bad_value
-from sparkctl.launch.memory import resolved_strategy
+from sparkctl.launch.memory_terms import resolved_strategy
 from sparkctl.launch.model_meta import ModelFacts
 
 ERROR, WARN, OK = Severity.ERROR, Severity.WARN, Severity.OK
