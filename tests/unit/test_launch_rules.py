@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sparkctl.findings import Severity
-from sparkctl.launch import rules
+from sparkctl.launch import rules, rules_attention, rules_dflash
 from sparkctl.launch.check import LaunchContext, accepted, check_launch, context_for
 from sparkctl.launch.inputs import GpuFacts, LaunchSettings, read_flags, server_flags, with_flags
 from sparkctl.launch.model_meta import load_model_facts
@@ -52,33 +52,42 @@ def test_argv_helpers() -> None:
 
 
 def test_fa4_and_fa3_by_compute_capability() -> None:
-    fa4_86 = rules.backend_vs_gpu("fa4", RTX3090, GPTQ, role="draft")
+    fa4_86 = rules_attention.backend_vs_gpu("fa4", RTX3090, GPTQ, role="draft")
     assert fa4_86[0].severity == Severity.ERROR and "paged KV not supported on SM 8.0" in fa4_86[0].message
-    assert rules.backend_vs_gpu("fa4", H100, GPTQ, role="t") == []  # head_dim 256 is within SM90's range
-    assert rules.backend_vs_gpu("fa4", GB10, GPTQ, role="t") == []  # separate SM120 module
-    fa3_gb10 = rules.backend_vs_gpu("fa3", GB10, GPTQ, role="t")
-    assert fa3_gb10[0].severity == Severity.ERROR and rules.FA3_ERROR in fa3_gb10[0].message
-    assert rules.backend_vs_gpu("fa3", H100, GPTQ, role="t") == []
-    assert rules.backend_vs_gpu("fa3", RTX3090, GPTQ, role="t")[0].severity == Severity.WARN  # hd 256 on sm86
-    trt = rules.backend_vs_gpu("trtllm_mha", RTX3090, GPTQ, role="target prefill")
+    assert (
+        rules_attention.backend_vs_gpu("fa4", H100, GPTQ, role="t") == []
+    )  # head_dim 256 is within SM90's range
+    assert rules_attention.backend_vs_gpu("fa4", GB10, GPTQ, role="t") == []  # separate SM120 module
+    fa3_gb10 = rules_attention.backend_vs_gpu("fa3", GB10, GPTQ, role="t")
+    assert fa3_gb10[0].severity == Severity.ERROR and rules_attention.FA3_ERROR in fa3_gb10[0].message
+    assert rules_attention.backend_vs_gpu("fa3", H100, GPTQ, role="t") == []
+    assert (
+        rules_attention.backend_vs_gpu("fa3", RTX3090, GPTQ, role="t")[0].severity == Severity.WARN
+    )  # hd 256 on sm86
+    trt = rules_attention.backend_vs_gpu("trtllm_mha", RTX3090, GPTQ, role="target prefill")
     assert "TRTLLM MHA backend for prefill requires Hopper" in trt[0].message
-    fp8 = rules.backend_vs_gpu("trtllm_mha", GB10, GPTQ, role="target prefill", kv_cache_dtype="fp8_e4m3")
+    fp8 = rules_attention.backend_vs_gpu(
+        "trtllm_mha", GB10, GPTQ, role="target prefill", kv_cache_dtype="fp8_e4m3"
+    )
     assert "does not support fp8_e4m3" in fp8[0].message
-    assert rules.backend_vs_gpu("flashinfer", RTX3090, GPTQ, role="t") == []
+    assert rules_attention.backend_vs_gpu("flashinfer", RTX3090, GPTQ, role="t") == []
 
 
 def test_hybrid_gdn_on_gb10_rejects_fa4_target() -> None:
-    out = rules.check_attention(s_("--attention-backend", "fa4"), [GB10], NVFP4, None)
+    out = rules_attention.check_attention(s_("--attention-backend", "fa4"), [GB10], NVFP4, None)
     assert any("hybrid GDN" in f.message for f in out if f.severity == Severity.ERROR)
-    assert checks(rules.check_attention(s_("--attention-backend", "flashinfer"), [GB10], NVFP4, None)) == []
+    assert (
+        checks(rules_attention.check_attention(s_("--attention-backend", "flashinfer"), [GB10], NVFP4, None))
+        == []
+    )
 
 
 def test_draft_backend_defaults_to_target_and_falls_back() -> None:
     dflash = ("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
     # target fa3 on sm86 is allowed (non-MLA), the draft inherits it
-    out = rules.check_attention(s_("--attention-backend", "fa4", *dflash), [RTX3090], GPTQ, DRAFT)
+    out = rules_attention.check_attention(s_("--attention-backend", "fa4", *dflash), [RTX3090], GPTQ, DRAFT)
     assert len([f for f in out if f.severity == Severity.ERROR]) == 2  # target and draft
-    odd = rules.check_attention(
+    odd = rules_attention.check_attention(
         s_(*dflash, "--speculative-draft-attention-backend", "torch_native"), [H100], GPTQ, DRAFT
     )
     assert any("falls back to flashinfer" in f.message for f in odd)
@@ -86,31 +95,33 @@ def test_draft_backend_defaults_to_target_and_falls_back() -> None:
 
 def test_dflash_constraints() -> None:
     base = ("--speculative-algorithm", "DFLASH", "--stream-interval", "1")
-    assert checks(rules.check_dflash(s_(*base), GPTQ, DRAFT)) == ["DflashDraftPath"]
+    assert checks(rules_dflash.check_dflash(s_(*base), GPTQ, DRAFT)) == ["DflashDraftPath"]
     d = (*base, "--speculative-draft-model-path", "d")
-    assert checks(rules.check_dflash(s_(*d, "--pp-size", "2"), GPTQ, DRAFT)) == ["DflashPipeline"]
-    mismatch = rules.check_dflash(
+    assert checks(rules_dflash.check_dflash(s_(*d, "--pp-size", "2"), GPTQ, DRAFT)) == ["DflashPipeline"]
+    mismatch = rules_dflash.check_dflash(
         s_(*d, "--speculative-num-draft-tokens", "8", "--speculative-dflash-block-size", "16"), GPTQ, DRAFT
     )
     assert checks(mismatch) == ["DflashBlockSize"] and "For DFLASH they must match" in mismatch[0].message
-    window = rules.check_dflash(
+    window = rules_dflash.check_dflash(
         s_(*d, "--speculative-draft-window-size", "8"), GPTQ, DRAFT
     )  # block 16 from config
     assert checks(window) == ["DflashDraftWindow"]
-    track = rules.check_dflash(
+    track = rules_dflash.check_dflash(
         s_(*d, "--speculative-num-draft-tokens", "8", "--mamba-track-interval", "4"), GPTQ, DRAFT
     )
     assert checks(track) == ["MambaTrackInterval"]
-    paged = rules.check_dflash(s_(*d, "--page-size", "64", "--mamba-track-interval", "100"), GPTQ, DRAFT)
+    paged = rules_dflash.check_dflash(
+        s_(*d, "--page-size", "64", "--mamba-track-interval", "100"), GPTQ, DRAFT
+    )
     assert checks(paged) == ["MambaTrackInterval"]
-    assert checks(rules.check_dflash(s_(*d), GPTQ, DRAFT)) == []
+    assert checks(rules_dflash.check_dflash(s_(*d), GPTQ, DRAFT)) == []
     # 0.5.12 and older resolve mamba 'auto' to no_buffer (as the memory planner does): no
     # extra_buffer, so the track-interval assert cannot fire there.
-    old = rules.check_dflash(
+    old = rules_dflash.check_dflash(
         s_(*d, "--speculative-num-draft-tokens", "8", "--mamba-track-interval", "4"), GPTQ, DRAFT, "0.5.12"
     )
     assert checks(old) == []
-    no_stream = rules.check_dflash(
+    no_stream = rules_dflash.check_dflash(
         s_("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d"), GPTQ, DRAFT
     )
     assert checks(no_stream, Severity.WARN) == ["StreamInterval"]

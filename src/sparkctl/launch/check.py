@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch import rules
+from sparkctl.launch import rules, rules_attention, rules_dflash
 from sparkctl.launch.fixes import Margin, MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
 from sparkctl.launch.flags import FlagCheck, flag_findings
 from sparkctl.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
@@ -64,7 +64,7 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     ruleset, _ = ruleset_for(ctx.sglang_version)
     out = rules.check_values(s) if values else []
     out += rules.check_version(s, ruleset)
-    out += rules.check_dflash(s, ctx.target, ctx.draft, ruleset)
+    out += rules_dflash.check_dflash(s, ctx.target, ctx.draft, ruleset)
     out += rules.check_context(s, ctx.target, ctx.draft, ctx.env)
     out += rules.check_mem_fraction(s, ctx.gpus)
     out += rules.check_tp(s, ctx.gpus_per_node)
@@ -73,7 +73,7 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     )
     out += rules.check_sleep_on_idle(s)
     if ctx.gpus:
-        out += rules.check_attention(s, ctx.gpus, ctx.target, ctx.draft)
+        out += rules_attention.check_attention(s, ctx.gpus, ctx.target, ctx.draft)
     else:
         out.append(
             Finding(
