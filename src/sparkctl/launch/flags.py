@@ -198,59 +198,16 @@ def flag_findings(
     check: FlagCheck, node: str | None = None, expected: dict[str, str] | None = None
 ) -> list[Finding]:
     if check.method == "skipped":
-        return [
-            Finding(
-                CHECK,
-                Severity.WARN,
-                "flag names and choices NOT checked with SGLang's parser "
-                f"({check.problem}); only the value syntax sparkctl knows was checked",
-                fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
-                node=node,
-                data={"checked": False},
-            )
-        ]
+        return [_skipped(check, node)]
     version = check.sglang_version or "unknown version"
     where = "in the image" if check.method == "image" else "installed locally"
     mismatch = version_mismatch(check.sglang_version, expected or {})
     about = f"SGLang {version} ({where}" + (f"; but {', '.join(mismatch)}" if mismatch else "") + ")"
-    out: list[Finding] = []
-    for err in check.errors:
-        data = {"flag": err["flag"], "sglang_version": version, "mismatch": mismatch}
-        if err["kind"] == "unknown":
-            near = nearest_flag(err["flag"], check.valid_flags)
-            out.append(
-                Finding(
-                    CHECK,
-                    Severity.ERROR,
-                    f"{about} has no flag {err['flag']}",
-                    fix=f"use {near}" if near else "remove it",
-                    node=node,
-                    data={**data, "suggestion": near},
-                )
-            )
-        elif err["kind"] == "value":
-            out.append(
-                Finding(
-                    CHECK,
-                    Severity.ERROR,
-                    f"{about}: {err['flag']} {err['value']!r} is not a valid value ({err.get('error', '')})",
-                    fix=f"give {err['flag']} a valid value",
-                    node=node,
-                    data={**data, "value": err["value"]},
-                )
-            )
-        elif err["kind"] == "choice":
-            allowed = err.get("allowed", [])
-            out.append(
-                Finding(
-                    CHECK,
-                    Severity.ERROR,
-                    f"{about}: {err['flag']} {err['value']!r} is not allowed",
-                    fix=f"one of: {', '.join(allowed)}",
-                    node=node,
-                    data={**data, "value": err["value"], "allowed": allowed},
-                )
-            )
+    out = [
+        f
+        for err in check.errors
+        if (f := _flag_error(check, err, about, version, mismatch, node)) is not None
+    ]
     if check.parser_error and not out:
         out.append(
             Finding(
@@ -264,18 +221,7 @@ def flag_findings(
     for flag in check.deprecated:
         out.append(Finding(CHECK, Severity.WARN, f"{about}: {flag} is deprecated", node=node))
     if mismatch:
-        out.append(
-            Finding(
-                CHECK,
-                Severity.WARN,
-                f"flags checked with SGLang {version}'s parser ({where}), but "
-                f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
-                fix="install the declared SGLang locally, run where the image is reachable, or fix "
-                "engine.sglang_version",
-                node=node,
-                data={"sglang_version": version, "mismatch": mismatch},
-            )
-        )
+        out.append(_mismatch_warning(version, where, mismatch, node))
     elif not out:
         out.append(
             Finding(
@@ -287,6 +233,68 @@ def flag_findings(
             )
         )
     return out
+
+
+def _skipped(check: FlagCheck, node: str | None) -> Finding:
+    return Finding(
+        CHECK,
+        Severity.WARN,
+        "flag names and choices NOT checked with SGLang's parser "
+        f"({check.problem}); only the value syntax sparkctl knows was checked",
+        fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
+        node=node,
+        data={"checked": False},
+    )
+
+
+def _flag_error(
+    check: FlagCheck, err: dict, about: str, version: str, mismatch: list[str], node: str | None
+) -> Finding | None:
+    """One flag the parser rejected: an unknown name, a bad value or a value outside the choices."""
+    data = {"flag": err["flag"], "sglang_version": version, "mismatch": mismatch}
+    if err["kind"] == "unknown":
+        near = nearest_flag(err["flag"], check.valid_flags)
+        return Finding(
+            CHECK,
+            Severity.ERROR,
+            f"{about} has no flag {err['flag']}",
+            fix=f"use {near}" if near else "remove it",
+            node=node,
+            data={**data, "suggestion": near},
+        )
+    if err["kind"] == "value":
+        return Finding(
+            CHECK,
+            Severity.ERROR,
+            f"{about}: {err['flag']} {err['value']!r} is not a valid value ({err.get('error', '')})",
+            fix=f"give {err['flag']} a valid value",
+            node=node,
+            data={**data, "value": err["value"]},
+        )
+    if err["kind"] == "choice":
+        allowed = err.get("allowed", [])
+        return Finding(
+            CHECK,
+            Severity.ERROR,
+            f"{about}: {err['flag']} {err['value']!r} is not allowed",
+            fix=f"one of: {', '.join(allowed)}",
+            node=node,
+            data={**data, "value": err["value"], "allowed": allowed},
+        )
+    return None
+
+
+def _mismatch_warning(version: str, where: str, mismatch: list[str], node: str | None) -> Finding:
+    return Finding(
+        CHECK,
+        Severity.WARN,
+        f"flags checked with SGLang {version}'s parser ({where}), but "
+        f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
+        fix="install the declared SGLang locally, run where the image is reachable, or fix "
+        "engine.sglang_version",
+        node=node,
+        data={"sglang_version": version, "mismatch": mismatch},
+    )
 
 
 def local_python() -> str | None:
