@@ -19,9 +19,12 @@ API_VERSION_FLOOR = "1.41"  # Docker 20.10; only used to bootstrap version negot
 class _SharedClientAdapter(SSHHTTPAdapter):
     """SSHHTTPAdapter that uses an already-connected paramiko client and never closes it."""
 
-    def __init__(self, client: paramiko.SSHClient, timeout: int = 60, max_pool_size: int = 10) -> None:
+    def __init__(
+        self, client: paramiko.SSHClient, node: str, timeout: int = 60, max_pool_size: int = 10
+    ) -> None:
         import urllib3
 
+        self.node = node
         self.ssh_client = client
         self.ssh_host = "sparkctl-node"
         self.ssh_params = {}
@@ -33,6 +36,18 @@ class _SharedClientAdapter(SSHHTTPAdapter):
     def _connect(self) -> None:  # the connector owns the connection
         pass
 
+    def get_connection(self, url, proxies=None):  # requests.adapters API
+        # With our client closed, docker-py would fall back to running the system `ssh` to a host
+        # named after ssh_host: say the connection is gone instead (a connection loss, exit 5).
+        transport = self.ssh_client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(
+                f"the SSH connection to node {self.node} is closed",
+                node=self.node,
+                fix=f"check that {self.node} is up and its sshd answers",
+            )
+        return super().get_connection(url, proxies)
+
     def close(self) -> None:
         self.pools.clear()
 
@@ -42,7 +57,7 @@ def docker_over_ssh(client: paramiko.SSHClient, node: str, timeout: int = 120) -
         base_url="unix:///var/run/docker.sock", version=API_VERSION_FLOOR, timeout=timeout
     )
     api = dc.api
-    adapter = _SharedClientAdapter(client, timeout=timeout)
+    adapter = _SharedClientAdapter(client, node, timeout=timeout)
     api.close()
     api.mount("http+docker://ssh", adapter)
     api._custom_adapter = adapter

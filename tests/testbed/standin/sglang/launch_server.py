@@ -262,9 +262,10 @@ def _histogram(name: str, labels: str, buckets: tuple, shares: tuple, count: flo
     lines = [f"# HELP {name} Histogram.", f"# TYPE {name} histogram"]
     for i, le in enumerate(buckets):
         share = shares[i] if i < len(shares) else 1.0
-        lines.append(f'{name}_bucket{{{labels},le="{float(le)}"}} {float(int(count * share))}')
-    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(int(count))}')
-    lines += [f"{name}_count{{{labels}}} {float(int(count))}", f"{name}_sum{{{labels}}} {int(count) * mean}"]
+        # Unrounded: the shares hold over any interval, so percentiles do not depend on scrape timing.
+        lines.append(f'{name}_bucket{{{labels},le="{float(le)}"}} {count * share}')
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}')
+    lines += [f"{name}_count{{{labels}}} {float(count)}", f"{name}_sum{{{labels}}} {count * mean}"]
     return lines
 
 
