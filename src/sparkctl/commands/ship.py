@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
@@ -76,22 +77,8 @@ def ship(
     with NodePool(prof) as pool:
         display = NullProgress() if json_out or dry_run else make_progress(err)
         try:
-            if not isinstance(display, NullProgress):
-                with display:
-                    report = do_ship(
-                        prof,
-                        plan,
-                        pool,
-                        image=image or both,
-                        weights=weights or both,
-                        to=to or None,
-                        source=from_node,
-                        progress=display,
-                        dry_run=dry_run,
-                        verify=verify,
-                        streams=streams,
-                    )
-            else:
+            live = contextlib.nullcontext() if isinstance(display, NullProgress) else display
+            with live:
                 report = do_ship(
                     prof,
                     plan,
