@@ -57,9 +57,8 @@ def main() -> None:
         sparkctl(profile, "preflight", "tp2")
         sparkctl(profile, "up", "tp2")
         sparkctl(profile, "status")
-        sparkctl(
-            profile, "verify", "tp2", "--only", "ModelsList", "--only", "Chat"
-        )  # what the stand-in serves
+        # what the stand-in serves: plain and streamed chat (it makes no tool calls)
+        sparkctl(profile, "verify", "tp2", "--only", "ChatStream", "--only", "ChatToolChoiceNone")
         url = f"http://{lab.nodes[0].mgmt_ip}:30000/v1/chat/completions"
         body = json.dumps({"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}]}).encode()
         try:
