@@ -7,32 +7,18 @@ import time
 
 import pytest
 
-from sparkctl.connectors.ssh import SshConnector, resolve_target
+from sparkctl.connectors.ssh import SshConnector
 from sparkctl.launch.flags import check_flags
 from sparkctl.launch.in_image import InImageError, image_runner
 from tests.testbed.images import ENGINE_TAG, build_image_with_files
+from tests.testbed_tests.test_connectors import connector as ssh_connector
 
 pytestmark = pytest.mark.testbed
 HANGING_TAG = "sparkctl-test/engine-hanging-python:latest"
 
 
 def connector(lab, node: str = "spark1") -> SshConnector:
-    n = lab.node(node)
-    return SshConnector(
-        resolve_target(
-            node,
-            n.mgmt_ip,
-            user="root",
-            port=n.ssh_port,
-            key=lab.ssh_key,
-            default_user=None,
-            default_port=22,
-            default_key=None,
-            known_hosts=lab.known_hosts,
-            accept_new=False,
-            connect_timeout=5,
-        )
-    )
+    return ssh_connector(lab, node)
 
 
 @pytest.fixture(scope="module")
