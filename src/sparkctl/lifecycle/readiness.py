@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Readiness
 from sparkctl.plan import Endpoint
@@ -42,10 +43,6 @@ class EndpointHealth:
             "served": self.served,
             "detail": self.detail,
         }
-
-
-# The engines sit on the cluster's own network: a proxy from the environment would only get in the way.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:

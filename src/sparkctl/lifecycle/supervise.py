@@ -8,6 +8,7 @@ import json
 import time
 import urllib.request
 
+from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
@@ -21,7 +22,6 @@ from sparkctl.plan import Plan, build_plan
 from sparkctl.profile.schema import Profile
 
 CANARY_TIMEOUT = 20.0
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def api_key(plan: Plan, pool: NodePool) -> str | None:

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkctl.cluster_http import OPENER
 from sparkctl.errors import SparkctlError
 
 
@@ -42,7 +43,7 @@ class RouterClient:
         if self._api_key:
             req.add_header("Authorization", f"Bearer {self._api_key}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with OPENER.open(req, timeout=self.timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             raise RouterError(

@@ -137,7 +137,7 @@ def rank_rows(plan: Plan, containers: list[ContainerInfo], unreachable: dict[str
 
 def scrape(url: str, timeout: float = METRICS_TIMEOUT) -> str:
     """GET /metrics (no proxy: the engine sits on the cluster's own network)."""
-    from sparkctl.lifecycle.readiness import _OPENER  # the same proxy-less opener as readiness
+    from sparkctl.cluster_http import OPENER as _OPENER
 
     with _OPENER.open(url, timeout=timeout) as resp:
         return resp.read().decode("utf-8", errors="replace")
