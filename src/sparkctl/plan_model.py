@@ -6,7 +6,7 @@ Built by plan.build_plan (pure) and executed unchanged by the lifecycle; `to_jso
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
@@ -141,7 +141,22 @@ class Plan:
         return [r.node for r in self.ranks]
 
     def rank(self, n: int) -> RankSpec:
-        return self.ranks[n]
+        """The rank whose `rank` is n (a replica's sub-plan holds only some of them)."""
+        spec = self.ranks[n] if n < len(self.ranks) and self.ranks[n].rank == n else None
+        return spec or next(r for r in self.ranks if r.rank == n)
+
+    def replica(self, index: int) -> Plan:
+        """This plan cut to one replica: its ranks, its own endpoint and rendezvous, no router.
+        What `up` waits on per group and what a rolling switch stops and starts."""
+        group = self.groups[index]
+        return replace(
+            self,
+            ranks=self.group_ranks(index),
+            endpoint=group.endpoint,
+            dist_init_addr=group.dist_init_addr,
+            groups=[group],
+            router=None,
+        )
 
     def to_json(self) -> dict:
         return {

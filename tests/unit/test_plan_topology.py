@@ -169,3 +169,18 @@ def test_a_port_used_twice_on_one_node_is_rejected() -> None:
 def test_unknown_router_node_is_rejected() -> None:
     with pytest.raises(ProfileError, match="router.node: unknown node 'spark9'"):
         load(quad(router__node="spark9"))
+
+
+def test_a_replica_sub_plan_is_that_group_alone_with_its_own_endpoint() -> None:
+    plan = build_plan(load(quad()), "tp2x2")
+    sub = plan.replica(1)
+    assert [r.container_name for r in sub.ranks] == [
+        "sparkctl-sparkquad-tp2x2-g1-r0",
+        "sparkctl-sparkquad-tp2x2-g1-r1",
+    ]
+    assert (sub.endpoint.url, sub.dist_init_addr, sub.router) == (
+        "http://spark3.local:8889",
+        "192.168.100.12:50051",
+        None,
+    )
+    assert sub.rank(3).node == "spark4" and sub.config_hash == plan.config_hash
