@@ -8,132 +8,43 @@ the router to the replicas over the fabric. Also: the router as its own image, a
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import pytest
 
-from sparkctl.cluster_http import OPENER
-from sparkctl.router.client import RouterClient
 from tests.testbed.images import ENGINE_TAG, ROUTER_TAG, build_router_image
 from tests.testbed.lab import Lab
+from tests.testbed.routerlab import ENGINE_PORT, ROUTER_PORT, RouterLab, chat, replica_of, wait_for
 
 pytestmark = pytest.mark.testbed
-ENGINE_PORT = 31100
-ROUTER_PORT = 31190
-# Fast health checking so a dead replica is noticed within seconds (the router's default is 60 s).
-HEALTH_FLAGS = ["--health-check-interval-secs", "1", "--health-failure-threshold", "2"]
-HEALTH_FLAGS += ["--health-success-threshold", "1", "--worker-startup-check-interval", "1"]
-
-
-def chat(base: str, timeout: float = 30) -> tuple[int, str]:
-    """(HTTP status, answer text or error) of one chat request through the router."""
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    req = urllib.request.Request(base + "/v1/chat/completions", data=body, method="POST")
-    req.add_header("Content-Type", "application/json")
-    try:
-        with OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")[:200]
-    except OSError as exc:
-        return -1, repr(exc)
-
-
-def replica_of(answer: str) -> str:
-    """The stand-in names its replica in every answer: '... (replica=spark2).'"""
-    return answer.split("replica=", 1)[1].split(")", 1)[0] if "replica=" in answer else "?"
-
-
-def wait_for(what: str, cond: Callable[[], object], timeout: float = 60, interval: float = 0.1) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(interval)
-    return value
-
-
-@dataclass
-class RouterLab:
-    lab: Lab
-    tag: str
-    containers: list = field(default_factory=list)
-
-    def engine_url(self, node: str) -> str:
-        return f"http://{self.lab.node(node).fabric_ip}:{ENGINE_PORT}"
-
-    @property
-    def router_base(self) -> str:
-        return f"http://{self.lab.node('spark1').mgmt_ip}:{ROUTER_PORT}"
-
-    def run(self, node: str, name: str, argv: list[str], image: str = ENGINE_TAG, **env: str):
-        container = self.lab.docker(node).containers.run(
-            image,
-            argv,
-            name=f"rl-{name}-{self.tag}",
-            network_mode="host",
-            detach=True,
-            environment=env,
-            labels={"sparkctl-test": "router-lab"},
-        )
-        self.containers.append(container)
-        return container
-
-    def start_engine(self, node: str, **env: str):
-        argv = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/m"]
-        argv += ["--served-model-name", "m", "--host", "0.0.0.0", "--port", str(ENGINE_PORT)]
-        return self.run(node, f"engine-{node}", argv, STANDIN_REPLICA=node, **env)
-
-    def start_router(self, image: str = ENGINE_TAG, port: int = ROUTER_PORT) -> RouterClient:
-        argv = ["python3", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(port)]
-        argv += ["--worker-urls", self.engine_url("spark1"), self.engine_url("spark2")]
-        argv += ["--policy", "round_robin", *HEALTH_FLAGS]
-        self.run("spark1", f"router-{port}", argv, image=image)
-        base = f"http://{self.lab.node('spark1').mgmt_ip}:{port}"
-        client = RouterClient(base, timeout=2)
-        urls = {self.engine_url("spark1"), self.engine_url("spark2")}
-        wait_for("the router to list both replicas healthy", lambda: urls <= healthy_urls(client))
-        return client
-
-    def cleanup(self) -> None:
-        for container in self.containers:
-            container.remove(force=True)
-
-
-def healthy_urls(client: RouterClient) -> set[str]:
-    try:
-        return {w.url for w in client.workers() if w.healthy}
-    except Exception:  # router still starting: not listening yet
-        return set()
+NODES = ("spark1", "spark2")
 
 
 @pytest.fixture
 def rlab(lab: Lab) -> Iterator[RouterLab]:
-    """A stand-in replica on each of the shared lab's two nodes; the test starts the router."""
+    """The shared 2-node lab; the test starts its replicas and router, removed afterwards."""
     setup = RouterLab(lab, tag=uuid.uuid4().hex[:6])
     try:
-        for node in ("spark1", "spark2"):
-            setup.start_engine(node)
         yield setup
     finally:
         setup.cleanup()
 
 
+def start_both(rlab: RouterLab, **env: str) -> list[str]:
+    for node in NODES:
+        rlab.start_engine(node, **env)
+    return [rlab.engine_url(n) for n in NODES]
+
+
 def test_requests_through_the_router_reach_both_replicas(rlab: RouterLab) -> None:
-    client = rlab.start_router()
-    listing = client.workers()
-    assert sorted((w.url, w.healthy) for w in listing) == sorted(
-        (rlab.engine_url(n), True) for n in ("spark1", "spark2")
-    )
-    answers = [chat(rlab.router_base) for _ in range(8)]
+    client = rlab.start_router(start_both(rlab))
+    assert sorted((w.url, w.healthy) for w in client.workers()) == [(rlab.engine_url(n), True) for n in NODES]
+    answers = [chat(rlab.router_base()) for _ in range(8)]
     assert all(code == 200 for code, _ in answers), answers
     spread = Counter(replica_of(text) for _, text in answers)
     print(f"8 requests through the router: {dict(spread)}")
@@ -142,26 +53,25 @@ def test_requests_through_the_router_reach_both_replicas(rlab: RouterLab) -> Non
 
 def test_the_router_image_routes_too(rlab: RouterLab) -> None:
     build_router_image(rlab.lab.docker("spark1"))
-    client = rlab.start_router(image=ROUTER_TAG, port=ROUTER_PORT + 1)
-    base = client.base_url
-    assert {replica_of(chat(base)[1]) for _ in range(4)} == {"spark1", "spark2"}
+    client = rlab.start_router(start_both(rlab), image=ROUTER_TAG, port=ROUTER_PORT + 1)
+    assert {replica_of(chat(client.base_url)[1]) for _ in range(4)} == {"spark1", "spark2"}
 
 
 def test_a_killed_replica_is_marked_unhealthy_and_requests_keep_succeeding(rlab: RouterLab) -> None:
-    client = rlab.start_router()
+    client = rlab.start_router(start_both(rlab))
     dead = rlab.engine_url("spark2")
     results: list[tuple[int, str]] = []
     stop = threading.Event()
 
     def load() -> None:  # a steady client through the router while the replica dies
         while not stop.is_set():
-            results.append(chat(rlab.router_base))
+            results.append(chat(rlab.router_base()))
 
     loader = threading.Thread(target=load, daemon=True)
     loader.start()
     try:
         wait_for("requests flowing", lambda: len(results) >= 4)
-        rlab.lab.kill_container("spark2", f"rl-engine-spark2-{rlab.tag}")
+        rlab.lab.kill_container("spark2", rlab.name(f"engine-spark2-{ENGINE_PORT}"))
         killed = time.monotonic()
         listing = client.wait_for(
             "spark2 unhealthy", lambda ws: any(w.url == dead and not w.healthy for w in ws), timeout=60
@@ -175,41 +85,24 @@ def test_a_killed_replica_is_marked_unhealthy_and_requests_keep_succeeding(rlab:
         loader.join(60)
     failed = [r for r in results if r[0] != 200]
     print(f"{len(results)} requests during the kill, {len(failed)} failed")
-    assert not failed, failed[:3]
+    assert not failed, failed[:3]  # the router retries a refused request on the other replica
     assert {replica_of(text) for _, text in results[after:]} == {"spark1"}
 
 
-def test_a_removed_replica_finishes_its_in_flight_requests(lab: Lab) -> None:
+def test_a_removed_replica_finishes_its_in_flight_requests(rlab: RouterLab) -> None:
     """DELETE /workers/<id> takes the replica out of rotation at once and does not cut the
     requests it is serving (what the rolling switch's drain relies on)."""
-    setup = RouterLab(lab, tag=uuid.uuid4().hex[:6])
-    try:
-        for node in ("spark1", "spark2"):
-            setup.start_engine(node, STANDIN_GEN_DELAY="3")
-        client = setup.start_router()
-        with ThreadPoolExecutor(2) as pool:
-            in_flight = [pool.submit(chat, setup.router_base) for _ in range(2)]  # one per replica
-            wait_for("both requests in flight", lambda: busy(setup) == {"spark1", "spark2"})
-            assert client.remove(setup.engine_url("spark2"))
-            client.wait_for(
-                "spark2 out", lambda ws: all(w.url != setup.engine_url("spark2") for w in ws), timeout=10
-            )
-            assert not any(f.done() for f in in_flight)  # taken out while its request still runs
-            answers = [f.result() for f in in_flight]
-        assert sorted(replica_of(text) for code, text in answers if code == 200) == ["spark1", "spark2"]
-        assert {replica_of(chat(setup.router_base)[1]) for _ in range(2)} == {"spark1"}
-    finally:
-        setup.cleanup()
-
-
-def busy(setup: RouterLab) -> set[str]:
-    """Replicas whose stand-in has begun a generation request (`STANDIN_GEN begin` in its log)."""
-    seen = set()
-    for node in ("spark1", "spark2"):
-        logs = setup.lab.docker(node).containers.get(f"rl-engine-{node}-{setup.tag}").logs().decode()
-        if "STANDIN_GEN begin" in logs:
-            seen.add(node)
-    return seen
+    client = rlab.start_router(start_both(rlab, STANDIN_GEN_DELAY="3"))
+    out = rlab.engine_url("spark2")
+    with ThreadPoolExecutor(2) as pool:
+        in_flight = [pool.submit(chat, rlab.router_base()) for _ in range(2)]  # one per replica
+        wait_for("a request in flight on each replica", lambda: all(rlab.in_flight(n) for n in NODES))
+        assert client.remove(out)
+        client.wait_for("spark2 out", lambda ws: all(w.url != out for w in ws), timeout=10)
+        assert not any(f.done() for f in in_flight)  # out of rotation while its request still runs
+        answers = [f.result() for f in in_flight]
+    assert sorted(replica_of(text) for code, text in answers if code == 200) == ["spark1", "spark2"]
+    assert {replica_of(chat(rlab.router_base())[1]) for _ in range(2)} == {"spark1"}
 
 
 def test_a_four_node_lab_comes_up_and_every_node_reaches_the_others(make_lab) -> None:
@@ -217,20 +110,19 @@ def test_a_four_node_lab_comes_up_and_every_node_reaches_the_others(make_lab) ->
     four = make_lab(nodes=4, engine_image=False)
     up_s = time.monotonic() - started
     four.install_engine_image()
-    image_s = time.monotonic() - started - up_s
-    print(f"4-node lab: up {up_s:.1f}s, engine image on all nodes {image_s:.1f}s")
-    ids = {four.docker(n).images.get(ENGINE_TAG).id for n in four.nodes}
-    assert len(ids) == 1
+    print(f"4-node lab: up {up_s:.1f}s, engine image on all nodes {time.monotonic() - started - up_s:.1f}s")
+    assert len({four.docker(n).images.get(ENGINE_TAG).id for n in four.nodes}) == 1
     size = four.mtu - 28  # ICMP payload filling the fabric MTU, don't-fragment
     for src in four.nodes:
         for dst in four.nodes:
-            if src is dst:
+            if dst is src:
                 continue
             ping = four.exec(
                 src, ["ping", "-M", "do", "-s", str(size), "-c1", "-W2", dst.fabric_ip], check=False
             )
             assert ping.returncode == 0, f"{src.name} -> {dst.name}: {ping.stdout}{ping.stderr}"
-        peers = [n.fabric_ip for n in four.nodes if n is not src]
-        for ip in peers:  # node-to-node SSH over the fabric, as rank 0 logs in to its peers
-            ssh = four.exec(src, ["ssh", "-o", "BatchMode=yes", ip, "hostname"], check=False)
-            assert ssh.returncode == 0, f"{src.name} -> {ip}: {ssh.stderr}"
+            # node-to-node SSH over the fabric, as rank 0 logs in to its peers
+            ssh = four.exec(src, ["ssh", "-o", "BatchMode=yes", dst.fabric_ip, "hostname"], check=False)
+            assert (ssh.returncode, ssh.stdout.strip()) == (0, dst.name), (
+                f"{src.name} -> {dst.name}: {ssh.stderr}"
+            )
