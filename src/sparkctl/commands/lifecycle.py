@@ -33,6 +33,14 @@ SuperviseOpt = Annotated[
         "exits or generation keeps failing (`sparkctl supervise --help`; `down` stops it).",
     ),
 ]
+RollingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rolling/--no-rolling",
+        help="With 2+ replicas behind the router: replace them one at a time, so clients see no "
+        "failed request (default when possible); --no-rolling stops all, then starts all.",
+    ),
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -155,17 +163,18 @@ def _run_up(
     verb: str = "up",
     ship_opt: bool | None = None,
     supervise: bool = False,
+    rolling: bool = True,
 ) -> None:
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.up import PreflightFailedError, curl_example
+    from sparkctl.lifecycle.up import PreflightFailedError
     from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
     prof = load_profile(profile)
     _interrupt_on_sigterm()
     reporter = _Reporter(stderr=json_out)
-    if verb == "switch":
-        reporter.phase(f"switching cluster {prof.cluster} to mode {mode}")
+    if verb in ("switch", "upgrade"):
+        reporter.phase(f"{verb}: cluster {prof.cluster}, mode {mode}")
 
     def offer(exc: PreflightFailedError) -> set[str]:
         reporter.close()  # the live display stops before a question
@@ -188,6 +197,7 @@ def _run_up(
                 skip_preflight=skip_preflight,
                 timeout=timeout,
                 reporter=reporter,
+                rolling=rolling,
             )
     except (RankFailedError, ReadyTimeoutError) as exc:
         reporter.close()
@@ -204,16 +214,24 @@ def _run_up(
     if json_out:
         print_json({**result.to_json(), "supervisor": sup})
         return
+    _print_up(result, reporter.elapsed(), sup)
+
+
+def _print_up(result, elapsed: float, sup: dict | None) -> None:  # UpResult
     out = console()
     plan = result.plan
     ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
-    if result.action == "noop":
+    if result.action == "rolled":
+        from sparkctl.commands.upgrade import print_rolled
+
+        print_rolled(out, result, elapsed)
+    elif result.action == "noop":
         out.print(
             f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
             "nothing changed"
         )
     else:  # from the command's start, as the timeline shows (shipping included)
-        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+        out.print(f"[green]ready[/] in {elapsed:.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
     if sup:
         out.print(
@@ -233,15 +251,27 @@ def up_cmd(
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
+    rolling: RollingOpt = True,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
-    rank 0, wait for /v1/models and /health while watching every rank; roll back on failure."""
+    rank 0, wait for /v1/models and /health while watching every rank; roll back on failure.
+    The running MODE with a changed config and 2+ replicas is replaced replica by replica."""
     if dry_run:
         _print_preview(profile, mode, tp, json_out)
         return
-    _run_up(mode, tp, skip_preflight, timeout, profile, json_out, ship_opt=ship, supervise=supervise)
+    _run_up(
+        mode,
+        tp,
+        skip_preflight,
+        timeout,
+        profile,
+        json_out,
+        ship_opt=ship,
+        supervise=supervise,
+        rolling=rolling,
+    )
 
 
 @handle_errors
@@ -252,10 +282,12 @@ def switch_cmd(
     ship: ShipOpt = None,
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
+    rolling: RollingOpt = True,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Switch to MODE: `up MODE`, which stops the running mode's containers first."""
+    """Switch to MODE. Same replica layout behind the same router (e.g. dp2 -> dp2b): replica by
+    replica, no failed request (--timeout is per replica); else stop the running mode, start MODE."""
     if dry_run:
         _print_preview(profile, mode, None, json_out)
         return
@@ -269,6 +301,7 @@ def switch_cmd(
         verb="switch",
         ship_opt=ship,
         supervise=supervise,
+        rolling=rolling,
     )
 
 
@@ -322,10 +355,32 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
 
 def register(app: typer.Typer) -> None:
     from sparkctl.commands.lifecycle_view import logs_cmd, status_cmd, supervise_cmd
+    from sparkctl.commands.upgrade import upgrade_cmd
 
     app.command("up")(up_cmd)
     app.command("down")(down_cmd)
     app.command("switch")(switch_cmd)
+    app.command("upgrade")(upgrade_cmd)
     app.command("status")(status_cmd)
     app.command("logs")(logs_cmd)
     app.command("supervise")(supervise_cmd)
+
+
+def curl_example(plan) -> str:  # sparkctl.plan.Plan
+    """A curl line for the endpoint; the key by its variable or file, never its value."""
+    import json
+    import shlex
+
+    ep = plan.endpoint
+    body = {
+        "model": ep.served_model_name,
+        "messages": [{"role": "user", "content": "Hello!"}],
+        "max_tokens": 64,
+    }
+    url = f"{ep.api_base}/chat/completions"
+    cmd = shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
+    key = ep.api_key
+    if key is not None:  # the variable's name or the file's path, never the value
+        value = f"${key.env}" if key.env else f"$(cat {shlex.quote(key.file or '')})"
+        cmd += f' -H "Authorization: Bearer {value}"'
+    return cmd

@@ -9,7 +9,6 @@ exits, the deadline passes, Ctrl-C).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -235,15 +234,22 @@ def up(
     timeout: float | None = None,
     reporter: Reporter | None = None,
     lock: bool = True,
+    rolling: bool = True,  # replace replicas one at a time behind the router when possible
 ) -> UpResult:
     rep = reporter or QuietReporter()
     plan = build_plan(profile, choose_mode(profile, mode, tp))
     with ClusterLock(plan.cluster) if lock else contextlib.nullcontext():
-        return _up_locked(profile, pool, plan, skip_preflight, timeout, rep)
+        return _up_locked(profile, pool, plan, skip_preflight, timeout, rep, rolling)
 
 
 def _up_locked(
-    profile: Profile, pool: NodePool, plan: Plan, skip_preflight: bool, timeout: float | None, rep: Reporter
+    profile: Profile,
+    pool: NodePool,
+    plan: Plan,
+    skip_preflight: bool,
+    timeout: float | None,
+    rep: Reporter,
+    rolling: bool = True,
 ) -> UpResult:
     t0 = time.monotonic()
     budget = timeout if timeout is not None else profile.engine.ready_timeout
@@ -277,7 +283,11 @@ def _up_locked(
         # Our own containers that are about to be removed hold the port and look stray: expected.
         ignore = {"StrayContainers", "PortFree"} if rec.remove else set()
         rep.phase(run_fast_preflight(profile, plan, pool, ignore))
+    if rolling and rec.remove:
+        from sparkctl.lifecycle.rolling import roll_if_possible
 
+        if (rolled := roll_if_possible(profile, pool, plan, budget, rep)) is not None:
+            return rolled
     if rec.remove:
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
         remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
@@ -376,21 +386,3 @@ def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:
     return f"full log: `sparkctl logs --rank {spec.rank}` (file {spec.node}:{log_path(profile, spec)})"
-
-
-def curl_example(plan: Plan) -> str:
-    import shlex
-
-    ep = plan.endpoint
-    body = {
-        "model": ep.served_model_name,
-        "messages": [{"role": "user", "content": "Hello!"}],
-        "max_tokens": 64,
-    }
-    url = f"{ep.api_base}/chat/completions"
-    cmd = shlex.join(["curl", "-s", url, "-H", "Content-Type: application/json", "-d", json.dumps(body)])
-    key = ep.api_key
-    if key is not None:  # the variable's name or the file's path, never the value
-        value = f"${key.env}" if key.env else f"$(cat {shlex.quote(key.file or '')})"
-        cmd += f' -H "Authorization: Bearer {value}"'
-    return cmd

@@ -28,6 +28,7 @@ def up_or_ship(
     skip_preflight: bool = False,
     timeout: float | None = None,
     reporter: Reporter | None = None,
+    rolling: bool = True,
 ) -> UpResult:
     """`offer(exc)` says what to ship ({"image", "weights"} or nothing: the error stands);
     `progress()` gives the transfer display. One deadline from the start: shipping spends it,
@@ -35,6 +36,7 @@ def up_or_ship(
     start = time.monotonic()
     rep = reporter or QuietReporter()
     kwargs = {"mode": mode, "tp": tp, "skip_preflight": skip_preflight, "timeout": timeout, "reporter": rep}
+    kwargs["rolling"] = rolling
     try:
         return up(profile, pool, **kwargs)  # type: ignore[arg-type]
     except PreflightFailedError as exc:

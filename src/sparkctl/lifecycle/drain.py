@@ -1,0 +1,105 @@
+"""How many requests a replica is serving, read from the replica itself (the rolling switch's drain).
+
+The signal is SGLang's `sglang:http_requests_active` gauge on the replica head's `/metrics`
+(0.5.23, `--enable-metrics`): its pure-ASGI middleware counts a request from arrival until the
+last byte of its response, streams included. The router cannot tell: sglang-router 0.3.2 reports
+`load` 0 for in-flight requests under round_robin and cache_aware (measured), and a removed worker
+leaves its `GET /workers` listing at once, while its requests still run. Scrapes and health probes
+are not requests to wait for, so their endpoints are left out of the count.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from sparkctl.cluster_http import OPENER
+from sparkctl.errors import SparkctlError
+
+IN_FLIGHT = "sglang:http_requests_active"
+# Endpoints that are not work to drain: the scrape itself, health checks, metadata lookups.
+PROBES = frozenset(
+    {
+        "/metrics",
+        "/health",
+        "/health_generate",
+        "/ready",
+        "/ping",
+        "/v1/models",
+        "/model_info",
+        "/get_model_info",
+        "/server_info",
+        "/get_server_info",
+    }
+)
+SCRAPE_TIMEOUT = 5.0
+
+
+class NoInFlightSignal(SparkctlError):
+    """The replica does not say how many requests it is serving."""
+
+
+def count_in_flight(text: str) -> int | None:
+    """Requests in flight per the exposition text; None when the gauge is absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, seen = 0.0, False
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return None
+    for family in families:
+        for s in family.samples:
+            if s.name == IN_FLIGHT:
+                seen = True
+                if s.labels.get("endpoint") not in PROBES:
+                    total += s.value
+    return round(total) if seen else None
+
+
+def in_flight(url: str, api_key: str | None = None) -> int:
+    """Requests the replica at `url` is serving now; NoInFlightSignal when it cannot tell."""
+    req = urllib.request.Request(url.rstrip("/") + "/metrics")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    fix = "set engine.args enable-metrics: true (SGLang then serves /metrics), `sparkctl up` it once"
+    try:
+        with OPENER.open(req, timeout=SCRAPE_TIMEOUT) as resp:
+            text = resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        raise NoInFlightSignal(f"{url}/metrics: HTTP {exc.code}", fix=fix) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise NoInFlightSignal(f"{url}/metrics: {getattr(exc, 'reason', exc)}", fix=fix) from None
+    count = count_in_flight(text)
+    if count is None:
+        raise NoInFlightSignal(f"{url}/metrics has no {IN_FLIGHT}", fix=fix)
+    return count
+
+
+def wait_drained(
+    read: Callable[[], int],
+    timeout: float,
+    *,
+    interval: float = 0.2,
+    quiet_reads: int = 2,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, int]:
+    """Poll `read()` until it says 0 `quiet_reads` times in a row (a request the router had already
+    sent may reach the replica just after its removal) or `timeout` passes.
+    Returns (drained, last count). A read that fails counts as not drained yet."""
+    deadline = clock() + timeout
+    zeros, last = 0, -1
+    while True:
+        try:
+            last = read()
+        except NoInFlightSignal:
+            last = -1
+        zeros = zeros + 1 if last == 0 else 0
+        if zeros >= quiet_reads:
+            return True, 0
+        if clock() >= deadline:
+            return False, last
+        sleep(interval)

@@ -1,0 +1,388 @@
+"""Rolling `switch` / `upgrade`: replace a mode's replicas one at a time behind the router, so
+clients see no failed request.
+
+Per replica: take it out of the router, wait until it serves no request (drain.py), stop it, start
+it with the new config (`up.start_group` on `Plan.replica(i)`), wait ready, put it back; then the
+next one. `can_roll` (pure) decides from the two plans, the containers and the router's listing;
+when it says no, `up` stops everything and starts the new mode as before, saying why in one line.
+A replica already on the new config and healthy in the router is skipped, so rerunning the same
+command after a failed or interrupted roll continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sparkctl.connectors.pool import NodePool
+from sparkctl.errors import SparkctlError
+from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
+from sparkctl.lifecycle.readiness import probe
+from sparkctl.lifecycle.up import Reporter, UpResult, involved_nodes, observe, remove_all, start_group
+from sparkctl.plan import Plan, PlanFacts, build_plan
+from sparkctl.profile.schema import Profile
+from sparkctl.router.client import RouterClient, RouterError, Worker
+from sparkctl.router.spec import ROLE_LABEL
+
+GROUP_LABEL = "sparkctl.group"
+HASH_LABEL = "sparkctl.config_hash"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether old -> new rolls; `order` is the replicas to replace (unhealthy ones first), `skip`
+    those already on the new config and serving; `reason` says why not, in one line."""
+
+    ok: bool
+    reason: str = ""
+    order: list[int] = field(default_factory=list)
+    skip: list[int] = field(default_factory=list)
+
+
+def is_router(c: ContainerInfo) -> bool:
+    return c.labels.get(ROLE_LABEL) == "router"
+
+
+def running_mode(observed: list[ContainerInfo], new_mode: str) -> str | None:
+    """The mode the running replicas belong to (the new one itself for an upgrade or a roll to
+    resume); None when nothing runs or several other modes do."""
+    modes = {c.mode for c in observed if c.running and not is_router(c) and c.mode}
+    others = modes - {new_mode}
+    if len(others) == 1:
+        return others.pop()
+    return new_mode if not others and new_mode in modes else None
+
+
+def replica_containers(
+    observed: list[ContainerInfo], plan: Plan, index: int, modes: set[str]
+) -> list[ContainerInfo]:
+    """The containers (any state) of replica `index` of the given modes, on that replica's nodes."""
+    nodes = {r.node for r in plan.group_ranks(index)}
+    return [
+        c
+        for c in observed
+        if not is_router(c)
+        and c.mode in modes
+        and c.labels.get(GROUP_LABEL) == str(index)
+        and c.node in nodes
+    ]
+
+
+def on_new_config(containers: list[ContainerInfo], new: Plan, index: int) -> bool:
+    """Replica `index` runs exactly the new plan's containers with its config hash."""
+    want = {(r.node, r.container_name) for r in new.group_ranks(index)}
+    have = {(c.node, c.name) for c in containers}
+    return have == want and all(c.running and c.config_hash == new.config_hash for c in containers)
+
+
+def layout_blocker(old: Plan, new: Plan) -> str | None:
+    """Why the layouts do not allow replacing replica i by replica i (pure); None when they do."""
+    for p in (old, new):
+        if p.replicas < 2:
+            return f"mode {p.mode} has {p.replicas} replica: a rolling switch needs 2 or more on both sides"
+    if old.replicas != new.replicas:
+        return f"the replica count changes ({old.replicas} -> {new.replicas})"
+    for a, b in zip(old.groups, new.groups, strict=True):
+        na = [r.node for r in old.group_ranks(a.index)]
+        nb = [r.node for r in new.group_ranks(b.index)]
+        if na != nb:
+            return f"replica {a.index} moves from {'+'.join(na)} to {'+'.join(nb)}"
+        if a.worker_url != b.worker_url:
+            return f"replica {a.index}'s address changes ({a.worker_url} -> {b.worker_url})"
+    if old.router is None or new.router is None:
+        return "no router in the plan"
+    if old.router.node != new.router.node:
+        return f"the router moves from {old.router.node} to {new.router.node}"
+    if old.router.labels.get(HASH_LABEL) != new.router.labels.get(HASH_LABEL):
+        return "the router's own settings change (router.policy, image or health checks): it must restart"
+    return None
+
+
+def can_roll(
+    old: Plan | None, new: Plan, observed: list[ContainerInfo], workers: list[Worker] | None
+) -> Verdict:
+    """Pure: old = the running mode's plan (None: no single mode runs), `workers` = the router's
+    listing (None: it did not answer)."""
+    if old is None:
+        return Verdict(False, "no single mode with replicas is running")
+    if (why := layout_blocker(old, new)) is not None:
+        return Verdict(False, why)
+    assert new.router is not None
+    router = [c for c in observed if is_router(c) and c.node == new.router.node and c.running]
+    if not router:
+        return Verdict(False, f"the router is not running on {new.router.node}")
+    if router[0].config_hash != new.router.labels.get(HASH_LABEL):
+        return Verdict(False, "the running router has other settings than the profile's: it must restart")
+    if workers is None:
+        return Verdict(False, f"the router on {new.router.node} does not answer")
+    healthy = {w.url for w in workers if w.healthy}
+    serving, order, skip = [], [], []
+    for g in new.groups:
+        conts = replica_containers(observed, new, g.index, {old.mode, new.mode})
+        if g.worker_url in healthy:
+            serving.append(g.index)
+        if g.worker_url in healthy and on_new_config(conts, new, g.index):
+            skip.append(g.index)
+        else:
+            order.append(g.index)
+    if not serving:
+        return Verdict(False, "the router lists no healthy replica: nothing would serve during a roll")
+    # Replicas that serve nothing go first: replacing them costs no capacity.
+    order.sort(key=lambda i: i in serving)
+    return Verdict(True, order=order, skip=skip)
+
+
+# ------------------------------------------------------------------------------------ I/O steps
+class RollError(SparkctlError):
+    """A replica did not come back; the message says what runs where now."""
+
+
+@dataclass
+class ReplicaRoll:
+    """One replica's roll, for progress lines and `--json`."""
+
+    index: int
+    nodes: list[str]
+    url: str
+    old: dict[str, str | None]  # {"mode", "config_hash"} before
+    new: dict[str, str | None]  # after (the old one again when it was restored)
+    action: str = "pending"  # rolled, skipped (already on the new config), failed
+    in_router: bool = True
+    in_flight: int = 0  # requests it served when it left the router
+    drain_s: float = 0.0
+    stop_s: float = 0.0
+    start_s: float = 0.0
+    total_s: float = 0.0
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if not k.endswith("_s")}
+        return out | {k: round(v, 3) for k, v in self.__dict__.items() if k.endswith("_s")}
+
+
+@dataclass
+class RolledUp(UpResult):
+    replicas: list[ReplicaRoll] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "replicas": [r.to_json() for r in self.replicas]}
+
+
+@dataclass
+class _Roll:
+    """What every step of one roll needs."""
+
+    profile: Profile
+    pool: NodePool
+    old: Plan
+    new: Plan
+    client: RouterClient
+    budget: float
+    rep: Reporter
+    key: str | None = None
+
+    def settle_timeout(self) -> float:
+        """How long the router may take to act on an add or remove (health checks included)."""
+        r = self.profile.router
+        return 30.0 + r.health_check_interval * (r.health_failure_threshold + 2)
+
+
+def roll_if_possible(
+    profile: Profile, pool: NodePool, new: Plan, budget: float, rep: Reporter
+) -> RolledUp | None:
+    """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before)."""
+    t0 = time.monotonic()
+    if new.router is None:
+        return None  # one replica: nothing to roll, and nothing to say
+    observed = observe(pool, new.cluster, list(dict.fromkeys([*involved_nodes(new), *new.all_nodes])))
+    mode = running_mode(observed, new.mode)
+    old = build_plan(profile, mode, _hcas(new)) if mode else None
+    key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None
+    client = RouterClient(new.endpoint.url, api_key=key)
+    try:
+        workers: list[Worker] | None = client.workers()
+    except RouterError:
+        workers = None
+    verdict = can_roll(old, new, observed, workers)
+    if verdict.ok:
+        verdict = _check_signal(new, verdict, workers or [], key)
+    if not verdict.ok:
+        rep.phase(f"not rolling: {verdict.reason}; stopping all replicas, then starting the new ones")
+        return None
+    assert old is not None
+    ctx = _Roll(profile, pool, old, new, client, budget, rep, key)
+    results = {i: _record(ctx, observed, i) for i in range(new.replicas)}
+    for i in verdict.skip:
+        results[i].action = "skipped"
+        rep.phase(f"replica {i}: already on config {new.config_hash} and serving")
+    for i in verdict.order:
+        _roll_one(ctx, observed, results, i)
+    stopped = [c for i in verdict.order for c in replica_containers(observed, new, i, {old.mode, new.mode})]
+    health = probe(new.endpoint)
+    return RolledUp(new, "rolled", health, stopped, time.monotonic() - t0, replicas=list(results.values()))
+
+
+def _hcas(plan: Plan) -> PlanFacts:
+    """The facts `up` resolved for the new plan (fabric.hcas: auto) hold for the old one too."""
+    hcas: dict[str, list[str]] = {}
+    for r in plan.ranks:
+        if "NCCL_IB_HCA" in r.env:
+            hcas[r.node] = str(r.env["NCCL_IB_HCA"]).split(",")
+    return PlanFacts(hcas=hcas)
+
+
+def _check_signal(new: Plan, verdict: Verdict, workers: list[Worker], key: str | None) -> Verdict:
+    """Every serving replica to replace must say how many requests it serves, or no drain is possible."""
+    listed = {w.url for w in workers}
+    for i in verdict.order:
+        url = new.groups[i].worker_url
+        if url in listed:
+            try:
+                in_flight(url, key)
+            except NoInFlightSignal as exc:
+                return Verdict(False, f"replica {i} cannot be drained ({exc.message}; fix: {exc.fix})")
+    return verdict
+
+
+def _record(ctx: _Roll, observed: list[ContainerInfo], i: int) -> ReplicaRoll:
+    conts = replica_containers(observed, ctx.new, i, {ctx.old.mode, ctx.new.mode})
+    running = [c for c in conts if c.running]
+    was = (
+        {"mode": running[0].mode, "config_hash": running[0].config_hash}
+        if running
+        else {"mode": None, "config_hash": None}
+    )
+    nodes = [r.node for r in ctx.new.group_ranks(i)]
+    return ReplicaRoll(i, nodes, ctx.new.groups[i].worker_url, was, dict(was))
+
+
+def _roll_one(ctx: _Roll, observed: list[ContainerInfo], results: dict[int, ReplicaRoll], i: int) -> None:
+    """Out of the router, drain, stop, start new, back in. On failure or Ctrl-C the router is left
+    listing exactly the replicas that serve, and RollError says which replica runs what."""
+    rr, url, t0 = results[i], ctx.new.groups[i].worker_url, time.monotonic()
+    conts = replica_containers(observed, ctx.new, i, {ctx.old.mode, ctx.new.mode})
+    stage = "serving"
+    try:
+        listed = ctx.client.find(url)
+        if listed is not None:
+            stage = "listed"  # runs, and if Ctrl-C comes while it drains it goes back in
+            _take_out(ctx, rr, drain=listed.healthy)
+        stage, t = "stopping", time.monotonic()
+        ctx.rep.phase(
+            f"replica {i}: stopping " + (", ".join(f"{c.name} on {c.node}" for c in conts) or "nothing")
+        )
+        remove_all(ctx.pool, conts, grace=ctx.profile.engine.stop_grace)
+        rr.stop_s, rr.new, stage = time.monotonic() - t, {"mode": None, "config_hash": None}, "stopped"
+        t = time.monotonic()
+        ctx.rep.phase(f"replica {i}: starting mode {ctx.new.mode} (config {ctx.new.config_hash})")
+        start_group(
+            ctx.profile, ctx.pool, ctx.new.replica(i), time.monotonic() + ctx.budget, ctx.budget, ctx.rep
+        )
+        rr.start_s, stage = time.monotonic() - t, "started"
+        rr.new = {"mode": ctx.new.mode, "config_hash": ctx.new.config_hash}
+        _put_back(ctx, rr)
+    except BaseException as exc:
+        rr.action = "failed"
+        _recover(ctx, rr, stage, exc)
+        err = _stopped_at(ctx, results, i, exc)
+        if not isinstance(exc, Exception):  # Ctrl-C: say what runs where, then stop as interrupted
+            ctx.rep.phase(err.message)
+            raise
+        raise err from exc
+    rr.action, rr.total_s = "rolled", time.monotonic() - t0
+    ctx.rep.phase(f"replica {i}: on config {ctx.new.config_hash}, back in the router ({rr.total_s:.1f}s)")
+
+
+def _take_out(ctx: _Roll, rr: ReplicaRoll, drain: bool) -> None:
+    """Remove the replica from the router (only while another one serves), then wait for its
+    requests (a replica the router already found unhealthy gets none to wait for)."""
+    url, wait = rr.url, ctx.settle_timeout()
+    ctx.client.wait_for(
+        "another healthy replica (the router must never be left empty)",
+        lambda ws: any(w.healthy and w.url != url for w in ws),
+        timeout=wait,
+    )
+    ctx.rep.phase(f"replica {rr.index} ({'+'.join(rr.nodes)}): taking it out of the router")
+    rr.in_router = False  # from here on a Ctrl-C puts it back (adding a listed URL is harmless)
+    ctx.client.remove(url)
+    ctx.client.wait_for(
+        f"replica {rr.index} out of the router", lambda ws: all(w.url != url for w in ws), timeout=wait
+    )
+    if not drain:
+        return
+    t = time.monotonic()
+    rr.in_flight = max(0, _read(rr.url, ctx.key))
+    drained, left = wait_drained(lambda: in_flight(url, ctx.key), ctx.profile.router.drain_timeout)
+    rr.drain_s = time.monotonic() - t
+    if drained:
+        ctx.rep.phase(
+            f"replica {rr.index}: drained ({rr.in_flight} request(s) in flight finished, {rr.drain_s:.1f}s)"
+        )
+    else:
+        ctx.rep.phase(
+            f"replica {rr.index}: still {left} request(s) in flight after router.drain_timeout "
+            f"({ctx.profile.router.drain_timeout:.0f}s): stopping it anyway"
+        )
+
+
+def _read(url: str, key: str | None) -> int:
+    try:
+        return in_flight(url, key)
+    except NoInFlightSignal:
+        return -1
+
+
+def _put_back(ctx: _Roll, rr: ReplicaRoll) -> None:
+    url = rr.url
+    ctx.client.add(url)
+    ctx.client.wait_for(
+        f"replica {rr.index} healthy in the router",
+        lambda ws: any(w.url == url and w.healthy for w in ws),
+        timeout=ctx.settle_timeout(),
+    )
+    rr.in_router = True
+
+
+def _recover(ctx: _Roll, rr: ReplicaRoll, stage: str, exc: BaseException) -> None:
+    """Leave the router listing what serves: the old replica when it still runs (taken out, not
+    stopped yet), the new one once it started, else the old config again when the profile still
+    describes it and this was no Ctrl-C; else nothing for this replica."""
+    interrupted = not isinstance(exc, Exception)
+    try:
+        if (stage == "listed" and not rr.in_router) or stage == "started":
+            ctx.client.add(rr.url)  # it runs (the old one not stopped yet, or the new one ready)
+            rr.in_router = True
+        elif stage == "stopped" and not interrupted and rr.old["config_hash"] == ctx.old.config_hash:
+            ctx.rep.phase(f"replica {rr.index}: starting its old config {ctx.old.config_hash} again")
+            start_group(
+                ctx.profile,
+                ctx.pool,
+                ctx.old.replica(rr.index),
+                time.monotonic() + ctx.budget,
+                ctx.budget,
+                ctx.rep,
+            )
+            rr.new = dict(rr.old)
+            _put_back(ctx, rr)
+    except Exception as again:  # noqa: BLE001 - the first failure is the one to report
+        ctx.rep.phase(f"replica {rr.index}: could not put it back ({again})")
+
+
+def _stopped_at(ctx: _Roll, results: dict[int, ReplicaRoll], i: int, exc: BaseException) -> RollError:
+    def where(r: ReplicaRoll) -> str:
+        runs = f"{r.new['mode']} (config {r.new['config_hash']})" if r.new["config_hash"] else "nothing"
+        return f"replica {r.index} runs {runs}{'' if r.in_router else ', not in the router'}"
+
+    cause = exc.message if isinstance(exc, SparkctlError) else str(exc)
+    fix = getattr(exc, "fix", None)
+    return RollError(
+        f"rolling switch to {ctx.new.mode} stopped at replica {i}: {cause}. Now: "
+        + "; ".join(where(r) for r in results.values()),
+        fix=(f"{fix}; then " if fix else "fix that, then ")
+        + f"rerun the same command: it replaces only the replicas not on config {ctx.new.config_hash} yet"
+        + (
+            f" (`sparkctl switch {ctx.old.mode}` rolls back the same way)"
+            if ctx.old.mode != ctx.new.mode
+            else ""
+        ),
+    )
