@@ -257,6 +257,7 @@ class Metrics:
     started = time.monotonic() - 3600  # as if it had served for an hour: full histograms from the start
     scrapes = 0
     lock = threading.Lock()
+    active: dict[str, int] = {}  # POST path -> requests being served (sglang:http_requests_active)
 
 
 def metric_knobs() -> dict[str, float]:
@@ -314,6 +315,12 @@ def metrics_text(model: str) -> str:
             f"# TYPE sglang:{name}_total counter",
             f'sglang:{name}_total{{{tok},is_streaming="true"}} {rate * t}',
         ]
+    with Metrics.lock:  # this scrape is active too, as in SGLang
+        active = {"/metrics": 1, **Metrics.active}
+    lines += ["# HELP sglang:http_requests_active Active.", "# TYPE sglang:http_requests_active gauge"]
+    for path, count in active.items():
+        method = "GET" if path == "/metrics" else "POST"
+        lines.append(f'sglang:http_requests_active{{endpoint="{path}",method="{method}"}} {float(count)}')
     lines += _histogram(
         "sglang:time_to_first_token_seconds",
         tok + ',is_streaming="true"',
@@ -387,7 +394,17 @@ class Rank0Handler(BaseHTTPRequestHandler):
         else:
             self.reply(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # counted from arrival to the last byte, as SGLang's middleware does
+        path = self.path.split("?")[0]
+        with Metrics.lock:
+            Metrics.active[path] = Metrics.active.get(path, 0) + 1
+        try:
+            self._post()
+        finally:
+            with Metrics.lock:
+                Metrics.active[path] -= 1
+
+    def _post(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
             req = json.loads(self.rfile.read(length) or b"{}")
