@@ -1,8 +1,10 @@
 """Local test images (no registry is reachable): the stand-in SGLang engine and layered variants.
 
 The engine rootfs is busybox-static plus the host's /usr/bin/python3.11, its stdlib and the shared
-libraries it needs, plus the stdlib-only stand-in `sglang.launch_server` from ./standin. The
-rootfs tar is cached on the host (keyed by its inputs); each call imports it into an engine.
+libraries it needs, plus the stdlib-only stand-in `sglang.launch_server` from ./standin, plus the
+real `sglang_router` (PyPI sglang-router) with its dependency closure copied from this host's
+installed distributions, as real SGLang images ship it. The rootfs tar is cached on the host
+(keyed by its inputs, the distributions' versions among them); each call imports it into an engine.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import io
 import os
 import re
@@ -23,6 +26,10 @@ if TYPE_CHECKING:
     import docker
 
 ENGINE_TAG = "sparkctl-test/engine:latest"
+# The same rootfs with the router as its command, for profiles that name a router image.
+ROUTER_TAG = "sparkctl-test/router:latest"
+ROUTER_DIST = "sglang-router"
+SITE_PACKAGES = "/usr/lib/python3/dist-packages"  # on Debian's python3.11's sys.path
 STANDIN_SGLANG_VERSION = "0.5.23"
 STANDIN_DIR = Path(__file__).parent / "standin"
 CACHE_DIR = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
@@ -61,15 +68,54 @@ def _standin_files() -> dict[str, bytes]:
     }
 
 
+def _router_dists() -> list[importlib.metadata.Distribution]:
+    """sglang-router and its runtime Requires closure (extras left out), as installed on this host."""
+    from packaging.requirements import Requirement
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [ROUTER_DIST]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in found:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError as e:
+            from tests.testbed.lab import LabError
+
+            raise LabError(f"router image: {name} is not installed here (pip install -e '.[test]')") from e
+        found[name] = dist
+        for spec in dist.requires or []:
+            req = Requirement(spec)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return [found[k] for k in sorted(found)]
+
+
+def _router_files() -> dict[str, Path]:
+    """Image path -> host file of every installed file of the closure that lives in site-packages
+    (console scripts outside it are left out; the router runs as `python3 -m`)."""
+    files: dict[str, Path] = {}
+    for dist in _router_dists():
+        for f in dist.files or []:
+            if f.parts[0] == ".." or not (path := Path(f.locate())).is_file():
+                continue
+            files[f"{SITE_PACKAGES}/{f.as_posix()}"] = path
+    return files
+
+
 def _shared_libs(binaries: list[str]) -> set[str]:
+    """The libraries the binaries load (ldd's headers naming the binaries themselves left out)."""
     out = subprocess.run(["ldd", *binaries], capture_output=True, text=True).stdout
-    return set(re.findall(r"(/\S+\.so[.\d]*)", out))
+    return set(re.findall(r"(/\S+\.so[.\d]*)", out)) - set(binaries)
 
 
 def _rootfs_key() -> str:
-    h = hashlib.sha256(b"rootfs-v2")
+    h = hashlib.sha256(b"rootfs-v3")
     for content in _standin_files().values():
         h.update(content)
+    for dist in _router_dists():
+        h.update(f"{dist.metadata['Name']}=={dist.version}".encode())
     for p in (PYTHON, BUSYBOX):
         st = os.stat(p)
         h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -144,8 +190,12 @@ def _write_rootfs(path: Path) -> None:
 
         tar.add(PY_STDLIB, arcname=PY_STDLIB.lstrip("/"), filter=keep)
         dynload = [str(p) for p in Path(PY_STDLIB, "lib-dynload").glob("*.so")]
+        router = _router_files()
+        for name, path in sorted(router.items()):
+            tar.add(str(path), arcname=name.lstrip("/"), recursive=False)  # keeps mtimes: .pyc stay valid
+        extensions = [str(p) for p in router.values() if p.suffix == ".so"]
         added = set()
-        for lib in sorted(_shared_libs([PYTHON, *dynload])):
+        for lib in sorted(_shared_libs([PYTHON, *dynload, *extensions])):
             # Place each lib under its resolved directory (merged /usr), named as the loader asks.
             dest = os.path.join(os.path.realpath(os.path.dirname(lib)), os.path.basename(lib))
             if dest not in added and os.path.exists(lib) and not dest.startswith(PY_STDLIB):
@@ -210,6 +260,22 @@ def build_engine_image(client: docker.DockerClient, tag: str = ENGINE_TAG, pad_m
     if not pad_mb:
         return client.images.get(tag).id
     return _build(client, f"FROM {base_tag}\nCOPY pad.bin /opt/pad/pad.bin\n", {"pad.bin": pad_mb << 20}, tag)
+
+
+def router_version() -> str:
+    """The sglang-router version the images carry (this host's installed one)."""
+    return importlib.metadata.version(ROUTER_DIST)
+
+
+def build_router_image(client: docker.DockerClient, tag: str = ROUTER_TAG, base: str = ENGINE_TAG) -> str:
+    """The router as its own image: the engine image (already in this engine) with the router as
+    its command, sharing every layer with it. Returns the image id."""
+    dockerfile = (
+        f"FROM {base}\n"
+        'CMD ["python3", "-m", "sglang_router.launch_router"]\n'
+        f"LABEL org.sparkctl.router.version={router_version()}\n"
+    )
+    return _build(client, dockerfile, {}, tag)
 
 
 def build_overlay_image(client: docker.DockerClient, base: str, tag: str, extra_kb: int = 64) -> str:
