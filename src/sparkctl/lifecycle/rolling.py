@@ -19,11 +19,12 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
 from sparkctl.lifecycle.readiness import probe
-from sparkctl.lifecycle.up import Reporter, UpResult, involved_nodes, observe, remove_all, start_group
+from sparkctl.lifecycle import router as routers
+from sparkctl.lifecycle.reconcile import involved_nodes
+from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.plan import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterClient, RouterError, Worker
-from sparkctl.router.spec import ROLE_LABEL
 
 GROUP_LABEL = "sparkctl.group"
 HASH_LABEL = "sparkctl.config_hash"
@@ -41,7 +42,7 @@ class Verdict:
 
 
 def is_router(c: ContainerInfo) -> bool:
-    return c.labels.get(ROLE_LABEL) == "router"
+    return c.role == "router"
 
 
 def running_mode(observed: list[ContainerInfo], new_mode: str) -> str | None:
@@ -165,7 +166,7 @@ class RolledUp(UpResult):
     replicas: list[ReplicaRoll] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {**super().to_json(), "replicas": [r.to_json() for r in self.replicas]}
+        return {**super().to_json(), "rolling": [r.to_json() for r in self.replicas]}
 
 
 @dataclass
@@ -194,11 +195,11 @@ def roll_if_possible(
     t0 = time.monotonic()
     if new.router is None:
         return None  # one replica: nothing to roll, and nothing to say
-    observed = observe(pool, new.cluster, list(dict.fromkeys([*involved_nodes(new), *new.all_nodes])))
+    observed = observe(pool, new.cluster, involved_nodes(new, profile))
     mode = running_mode(observed, new.mode)
     old = build_plan(profile, mode, _hcas(new)) if mode else None
+    client = routers.client(pool, new)
     key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None
-    client = RouterClient(new.endpoint.url, api_key=key)
     try:
         workers: list[Worker] | None = client.workers()
     except RouterError:

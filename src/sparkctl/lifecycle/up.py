@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
+from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
+from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
-from sparkctl.lifecycle.watch import Snapshot, WaitResult, wait_ready
+from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan, node_path
 from sparkctl.profile.schema import Profile
 
@@ -81,60 +83,16 @@ class UpResult:
             "elapsed_s": round(self.elapsed, 3),
             "settled": self.settled,
             "ranks": [
-                {"rank": r.rank, "node": r.node, "container": r.container_name} for r in self.plan.ranks
+                {"rank": r.rank, "replica": r.group, "node": r.node, "container": r.container_name}
+                for r in self.plan.ranks
             ],
+            "replicas": [{"index": g.index, "url": g.worker_url, "ranks": g.ranks} for g in self.plan.groups],
+            "router": (
+                {"node": self.plan.router.node, "container": self.plan.router.container_name}
+                if self.plan.router
+                else None
+            ),
         }
-
-
-# ------------------------------------------------------------------------------------ pure steps
-def choose_mode(profile: Profile, mode: str | None, tp: int | None) -> str:
-    """MODE argument, or the mode with `--tp N`, or the profile's default."""
-    if tp is None:
-        return mode or profile.default_mode()
-    matches = [name for name, m in profile.modes.items() if m.tp == tp]
-    if mode is not None:
-        if mode in profile.modes and profile.modes[mode].tp != tp:
-            raise UsageError(f"mode '{mode}' has tp={profile.modes[mode].tp}, not --tp {tp}")
-        return mode
-    if not matches:
-        have = ", ".join(f"{n} (tp={m.tp})" for n, m in profile.modes.items())
-        raise UsageError(f"no mode with tp={tp} in this profile", fix=f"modes: {have}")
-    if len(matches) > 1:
-        raise UsageError(
-            f"several modes have tp={tp}: {', '.join(matches)}", fix="name the mode instead of --tp"
-        )
-    return matches[0]
-
-
-@dataclass(frozen=True)
-class Reconcile:
-    up_to_date: bool  # every planned rank runs with the plan's config hash
-    remove: list[ContainerInfo]  # what must go before starting (other modes, changed or dead ranks)
-    leftovers: list[ContainerInfo]  # not-running containers of the cluster that are not planned
-
-
-def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
-    planned = {(s.node, s.container_name) for s in plan.ranks}
-    mine = {(c.node, c.name): c for c in observed if (c.node, c.name) in planned}
-    others = [c for c in observed if (c.node, c.name) not in planned]
-    up_to_date = len(mine) == len(planned) and all(
-        c.running and c.config_hash == plan.config_hash for c in mine.values()
-    )
-    if up_to_date and not any(c.running for c in others):
-        return Reconcile(True, [], [c for c in others if not c.running])
-    return Reconcile(False, [*others, *mine.values()], [])
-
-
-def settle(rec: Reconcile, observed: list[ContainerInfo], healthy: bool) -> Reconcile:
-    """The right config running but not serving: restart it, i.e. stop everything observed."""
-    if rec.up_to_date and not healthy:
-        return Reconcile(False, list(observed), [])
-    return rec
-
-
-def involved_nodes(plan: Plan) -> list[str]:
-    """Nodes holding the plan's ranks or anything plan.stop_first names (order kept, no repeats)."""
-    return list(dict.fromkeys([*plan.nodes, *(c.node for c in plan.stop_first)]))
 
 
 # ------------------------------------------------------------------------------------ I/O steps
@@ -262,10 +220,10 @@ def _up_locked(
         rep.phase(line)
     for node in still_lost:
         rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
-    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
-        health = probe(plan.endpoint)
+        health = serving(profile, pool, plan, deadline, rep)
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
@@ -300,19 +258,25 @@ def _up_locked(
 def start_group(
     profile: Profile, pool: NodePool, plan: Plan, deadline: float, budget: float, rep: Reporter
 ) -> WaitResult:
-    """Start every rank (ranks >= 1, then rank 0, as the recipe does) and wait for the endpoint;
-    on any failure kill what this call started (SIGKILL: nothing to save) and raise."""
+    """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
+    0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
+    replicas, bring up the router (a running one with this config is kept) until it routes to
+    each. On any failure kill what this call started (SIGKILL: nothing to save) and raise.
+    A replica's sub-plan (`plan.replica(i)`: no router) starts that group alone."""
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
         _prepare(profile, pool, plan)
-        peers, rank0 = plan.ranks[1:], plan.ranks[0]
+        peers = [s for s in plan.ranks if s.node_rank > 0]
+        heads = [s for s in plan.ranks if s.node_rank == 0]
         if peers:
-            rep.phase("starting " + ", ".join(f"rank {s.rank} on {s.node}" for s in peers))
+            rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
             _start(profile, pool, peers, started)
-        rep.phase(f"starting rank 0 on {rank0.node}")
-        _start(profile, pool, [rank0], started)
-        rep.phase(f"waiting for {plan.endpoint.api_base} (deadline {deadline - time.monotonic():.0f}s)")
+        rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
+        _start(profile, pool, heads, started)
+        eps = endpoints(plan)
+        what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
+        rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")
         result = wait_ready(
             pool,
             plan,
@@ -321,9 +285,11 @@ def start_group(
             on_update=rep.update,
             log_hint=lambda s: _log_hint(profile, s),
         )
+        if plan.router is not None:
+            routers.bring_up(pool, plan, deadline, rep.phase, lambda s: _start(profile, pool, [s], started))
     except BaseException as exc:
         record_attempt(plan, "failed")
-        rep.phase("rolling back the ranks this run started")
+        rep.phase("rolling back the containers this run started")
         problems, left = _rollback(pool, plan, started)
         note = orphans.record_leftovers(plan.cluster, left)
         if isinstance(exc, SparkctlError):
@@ -335,9 +301,26 @@ def start_group(
     return result
 
 
+def serving(profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter) -> EndpointHealth:
+    """Whether a mode found running as planned serves: every replica's endpoint ready, and with
+    replicas the router routing to each (its worker set reconciled; a missing router is started,
+    and removed again if it fails to route)."""
+    health = combined([probe(ep) for ep in endpoints(plan)])
+    if not health.ready or plan.router is None:
+        return health
+    started: list[RankSpec] = []
+    try:
+        _prepare(profile, pool, replace(plan, ranks=[]))
+        routers.bring_up(pool, plan, deadline, rep.phase, lambda s: _start(profile, pool, [s], started))
+    except BaseException:
+        _rollback(pool, plan, started)
+        raise
+    return probe(plan.endpoint)
+
+
 def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
     by_node: dict[str, list[RankSpec]] = {}
-    for spec in plan.ranks:
+    for spec in [*plan.ranks, *([plan.router] if plan.router else [])]:
         by_node.setdefault(spec.node, []).append(spec)
 
     def prep(node: str) -> None:
