@@ -108,7 +108,9 @@ class LoadGen:
         deadline = time.monotonic() + timeout
         while self.stats.ok < target:
             if time.monotonic() > deadline:
-                raise AssertionError(f"load: {self.stats.line()}, not {answers} more answers in {timeout:.0f}s")
+                raise AssertionError(
+                    f"load: {self.stats.line()}, not {answers} more answers in {timeout:.0f}s"
+                )
             time.sleep(0.05)
 
     def stop(self) -> LoadStats:

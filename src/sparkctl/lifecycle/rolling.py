@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
+from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
 from sparkctl.lifecycle.readiness import probe
-from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.reconcile import involved_nodes
 from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.plan import Plan, PlanFacts, build_plan
