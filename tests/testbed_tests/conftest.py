@@ -62,3 +62,19 @@ def setup(lab, tmp_path):
     cluster = load_profile_file(written[0]).cluster if written else None
     if cluster:
         assert not any(cluster_containers(lab, cluster).values())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's TerminalReporter
+    """Figures a test reported (user property "figure", e.g. failed requests under load), shown
+    in the summary whether or not output was captured."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for rep in reports
+        for key, value in getattr(rep, "user_properties", [])
+        if key == "figure" and getattr(rep, "when", "call") == "call"
+    ]
+    if lines:
+        terminalreporter.section("testbed figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -11,6 +11,7 @@ command after a failed or interrupted roll continues where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -193,24 +194,24 @@ def roll_if_possible(
 ) -> RolledUp | None:
     """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before)."""
     t0 = time.monotonic()
-    if new.router is None:
-        return None  # one replica: nothing to roll, and nothing to say
     observed = observe(pool, new.cluster, involved_nodes(new, profile))
     mode = running_mode(observed, new.mode)
-    old = build_plan(profile, mode, _hcas(new)) if mode else None
-    client = routers.client(pool, new)
-    key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None
-    try:
-        workers: list[Worker] | None = client.workers()
-    except RouterError:
-        workers = None
+    old = build_plan(profile, mode, _hcas(new)) if mode in profile.modes else None
+    if new.router is None and (old is None or old.router is None):
+        return None  # one replica on both sides: nothing to roll, and nothing to say
+    workers: list[Worker] | None = None
+    client = routers.client(pool, new) if new.router is not None else None
+    key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None  # read by client()
+    if client is not None:
+        with contextlib.suppress(RouterError):
+            workers = client.workers()
     verdict = can_roll(old, new, observed, workers)
     if verdict.ok:
         verdict = _check_signal(new, verdict, workers or [], key)
     if not verdict.ok:
         rep.phase(f"not rolling: {verdict.reason}; stopping all replicas, then starting the new ones")
         return None
-    assert old is not None
+    assert old is not None and client is not None
     ctx = _Roll(profile, pool, old, new, client, budget, rep, key)
     results = {i: _record(ctx, observed, i) for i in range(new.replicas)}
     for i in verdict.skip:

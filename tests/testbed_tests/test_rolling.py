@@ -1,0 +1,125 @@
+"""Rolling `switch` and `upgrade` on the 2-node lab (issue #19): `dp2` = one stand-in replica per
+node behind the real sglang-router, a steady client load through the router the whole time, and
+the replicas replaced one at a time with zero failed requests. Every stand-in request takes
+STANDIN_GEN_DELAY, so requests really are in flight when a replica leaves the router.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkctl.plan import build_plan
+from sparkctl.profile import load_profile_file
+from tests.testbed.loadgen import LoadGen, LoadStats
+from tests.testbed.profiles import seed_weights, write_lab_profile
+from tests.testbed_tests.conftest import SOLO, cli, cluster_containers
+
+pytestmark = pytest.mark.testbed
+
+DP2 = {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2}
+GEN_DELAY = "0.3"  # seconds per request: with 4 clients each replica always has some in flight
+
+
+def rolling_profile(lab, tmp_path: Path, **engine_env: str) -> Path:
+    modes = {
+        "solo": dict(SOLO),
+        "dp2": dict(DP2),
+        "dp2b": {**DP2, "env": {"ROLL_MARK": "b"}},  # same layout, another config
+    }
+    engine = {
+        "args": {"context-length": 4096, "enable-metrics": True},  # /metrics: the drain signal
+        "env": {"STANDIN_GEN_DELAY": GEN_DELAY, **engine_env},
+        "stop_grace": 5,
+    }
+    router = {"health_check_interval": 1, "health_failure_threshold": 2, "drain_timeout": 30}
+    return write_lab_profile(lab, tmp_path / "sparkctl.yaml", modes=modes, engine=engine, router=router)
+
+
+def report(request: pytest.FixtureRequest, line: str) -> None:
+    """Printed now (-s) and in the run's summary (testbed_tests/conftest.py), whatever the flags."""
+    print(line)
+    request.node.user_properties.append(("figure", line))
+
+
+def rolled_under_load(state: Path, path: Path, url: str, *args: str) -> tuple[dict, LoadStats]:
+    with LoadGen(url, model="tiny-test", threads=4) as load:
+        load.wait_for(20)  # requests flowing through the router before the switch
+        res = cli(state, path, *args, "--json")
+        assert res.returncode == 0, res.stderr
+        load.wait_for(20)  # and still after it
+    return json.loads(res.stdout), load.stats
+
+
+def runs_config(lab, cluster: str, mode: str, config_hash: str) -> dict[str, str]:
+    """{container: config hash} of the cluster's running engine containers; all must be `mode`'s."""
+    found = {}
+    for containers in cluster_containers(lab, cluster).values():
+        for c in containers:
+            if c.labels.get("sparkctl.role", "engine") == "engine":
+                assert c.status == "running" and c.labels["sparkctl.mode"] == mode, (c.name, c.status)
+                found[c.name] = c.labels["sparkctl.config_hash"]
+    return found
+
+
+@pytest.fixture
+def rolling_lab(lab, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(profile, state dir) with dp2/dp2b; the cluster is taken down and checked empty after."""
+    state = tmp_path / "state"
+    seed_weights(lab)
+    path = rolling_profile(lab, tmp_path)
+    yield path, state
+    cli(state, path, "down")
+    assert not any(cluster_containers(lab, load_profile_file(path).cluster).values())
+
+
+def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -> None:
+    path, state = rolling_lab
+    prof = load_profile_file(path)
+    res = cli(state, path, "up", "dp2")
+    assert res.returncode == 0, res.stderr
+    url = build_plan(prof, "dp2").endpoint.url
+
+    out, stats = rolled_under_load(state, path, url, "switch", "dp2b")
+    report(request, f"rolling switch dp2 -> dp2b under load: {stats.line()}")
+    assert stats.failed == 0, f"rolling switch: {stats.line()}"
+    new = build_plan(prof, "dp2b")
+    assert out["action"] == "rolled"
+    assert [(r["index"], r["action"], r["old"]["mode"], r["new"]) for r in out["rolling"]] == [
+        (i, "rolled", "dp2", {"mode": "dp2b", "config_hash": new.config_hash}) for i in (0, 1)
+    ]
+    assert sum(r["in_flight"] for r in out["rolling"]) > 0  # the drain had requests to wait for
+    assert set(runs_config(lab, prof.cluster, "dp2b", new.config_hash).values()) == {new.config_hash}
+    assert set(stats.replicas) == {"spark1", "spark2"}  # both replicas served throughout
+
+    # upgrade: the profile changes under the running mode (as an edited image.ref does)
+    raw = yaml.safe_load(path.read_text())
+    raw["engine"]["env"]["ROLL_UPGRADE"] = "2"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    upgraded = build_plan(load_profile_file(path), "dp2b")
+    assert upgraded.config_hash != new.config_hash
+    out, stats = rolled_under_load(state, path, url, "upgrade")
+    report(request, f"rolling upgrade of dp2b under load: {stats.line()}")
+    assert stats.failed == 0, f"rolling upgrade: {stats.line()}"
+    assert [r["old"]["config_hash"] for r in out["rolling"]] == [new.config_hash] * 2
+    hashes = runs_config(lab, prof.cluster, "dp2b", upgraded.config_hash)
+    assert set(hashes.values()) == {upgraded.config_hash}
+
+
+def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:
+    path, state = rolling_lab
+    res = cli(state, path, "up", "dp2")
+    assert res.returncode == 0, res.stderr
+    res = cli(state, path, "switch", "solo")
+    assert res.returncode == 0, res.stderr
+    assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout
+    res = cli(state, path, "switch", "dp2")
+    assert res.returncode == 0, res.stderr
+    assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout
+    res = cli(state, path, "switch", "dp2b", "--no-rolling")  # forced: stop all, start all
+    assert res.returncode == 0, res.stderr
+    assert "not rolling" not in res.stdout and "taking it out of the router" not in res.stdout
