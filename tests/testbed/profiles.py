@@ -95,3 +95,24 @@ def seed_weights(lab: Lab, nodes: list[str] | None = None, commit: str = SEED_CO
             (repo / "refs" / "main").write_text(commit)
             (snap / "config.json").write_text('{"model_type": "qwen3"}\n')
             (snap / "model.safetensors").write_bytes(model_id.encode() * 1024)
+
+
+DP2 = {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2}
+
+
+def write_rolling_profile(lab: Lab, path: Path, gen_delay: float = 0.3, **engine_env: str) -> Path:
+    """`dp2` (a stand-in replica per node behind the real sglang-router) and `dp2b` (same layout,
+    another config), metrics on (the rolling switch's drain signal), every request taking
+    `gen_delay` s so requests are in flight when a replica leaves the router; fast router checks."""
+    modes = {
+        "solo": {"nodes": ["spark1"], "tp": 1, "default": True},
+        "dp2": dict(DP2),
+        "dp2b": {**DP2, "env": {"ROLL_MARK": "b"}},
+    }
+    engine = {
+        "args": {"context-length": 4096, "enable-metrics": True},
+        "env": {"STANDIN_GEN_DELAY": str(gen_delay), **engine_env},
+        "stop_grace": 5,
+    }
+    router = {"health_check_interval": 1, "health_failure_threshold": 2, "drain_timeout": 30}
+    return write_lab_profile(lab, path, modes=modes, engine=engine, router=router)

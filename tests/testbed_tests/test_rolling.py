@@ -16,28 +16,10 @@ import yaml
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed.loadgen import LoadGen, LoadStats
-from tests.testbed.profiles import seed_weights, write_lab_profile
-from tests.testbed_tests.conftest import SOLO, cli, cluster_containers
+from tests.testbed.profiles import seed_weights, write_rolling_profile
+from tests.testbed_tests.conftest import cli, cluster_containers
 
 pytestmark = pytest.mark.testbed
-
-DP2 = {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2}
-GEN_DELAY = "0.3"  # seconds per request: with 4 clients each replica always has some in flight
-
-
-def rolling_profile(lab, tmp_path: Path, **engine_env: str) -> Path:
-    modes = {
-        "solo": dict(SOLO),
-        "dp2": dict(DP2),
-        "dp2b": {**DP2, "env": {"ROLL_MARK": "b"}},  # same layout, another config
-    }
-    engine = {
-        "args": {"context-length": 4096, "enable-metrics": True},  # /metrics: the drain signal
-        "env": {"STANDIN_GEN_DELAY": GEN_DELAY, **engine_env},
-        "stop_grace": 5,
-    }
-    router = {"health_check_interval": 1, "health_failure_threshold": 2, "drain_timeout": 30}
-    return write_lab_profile(lab, tmp_path / "sparkctl.yaml", modes=modes, engine=engine, router=router)
 
 
 def report(request: pytest.FixtureRequest, line: str) -> None:
@@ -71,7 +53,7 @@ def rolling_lab(lab, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(profile, state dir) with dp2/dp2b; the cluster is taken down and checked empty after."""
     state = tmp_path / "state"
     seed_weights(lab)
-    path = rolling_profile(lab, tmp_path)
+    path = write_rolling_profile(lab, tmp_path / "sparkctl.yaml")
     yield path, state
     cli(state, path, "down")
     assert not any(cluster_containers(lab, load_profile_file(path).cluster).values())
