@@ -4,10 +4,12 @@ plain stop-all/start-all switch (`--no-rolling`, the baseline) vs the rolling sw
 
     python bench/rolling.py [--rounds 3] [--threads 4] [--gen-delay 0.3] [--delay-load 2]   (root, repo root)
 
-Each round switches dp2 -> dp2b with --no-rolling, then dp2b -> dp2 rolling (and again the other
-way in the next round, so both kinds replace the same configs). A LoadGen (N client threads
+Each round switches dp2 -> dp2b with --no-rolling, then dp2b -> dp2 rolling: both replace the
+same two replicas between the same two configs. A LoadGen (N client threads
 through the router) runs across every switch; it counts answers and failed requests (HTTP
-error, connection error, timeout) and the window from the first to the last failure.
+error, connection error, timeout) and the window from the first to the last failure. The
+clients retry at once, so the baseline's failed count grows with how fast the router answers
+503 while it has no replica; the window is the outage.
 STANDIN_DELAY_LOAD makes a replica take --delay-load s to come up, as a model load does.
 """
 
@@ -64,8 +66,20 @@ def switch_under_load(state: str, profile: Path, url: str, mode: str, rolling: b
     stats = load.stats
     action = json.loads(proc.stdout)["action"]
     window = stats.failed_at[-1] - stats.failed_at[0] if stats.failed_at else 0.0
-    print(f"  switch {mode} {flag}: {action} in {took:.1f}s, {stats.line()}", flush=True)
-    return {"s": took, "failed": stats.failed, "ok": stats.ok - before, "window": window, "action": action}
+    print(
+        f"  switch {mode} {flag}: {action} in {took:.1f}s, {stats.line()}, failures over {window:.1f}s "
+        f"(slowest failed request {stats.slowest_failure:.1f}s)",
+        flush=True,
+    )
+    slowest = stats.slowest_failure
+    return {
+        "s": took,
+        "failed": stats.failed,
+        "ok": stats.ok - before,
+        "window": window,
+        "slowest": slowest,
+        "action": action,
+    }
 
 
 def main() -> int:
@@ -86,11 +100,10 @@ def main() -> int:
         )
         url = build_plan(load_profile_file(profile), "dp2").endpoint.url
         must(cli(state, profile, "up", "dp2", "--skip-preflight")[1], "up dp2")
-        for i in range(args.rounds):
-            there, back = ("dp2b", "dp2") if i % 2 == 0 else ("dp2", "dp2b")
+        for i in range(args.rounds):  # dp2 -> dp2b stop-all/start-all, then dp2b -> dp2 rolling
             print(f"round {i + 1}/{args.rounds}", flush=True)
-            runs["baseline"].append(switch_under_load(state, profile, url, there, False, args.threads))
-            runs["rolling"].append(switch_under_load(state, profile, url, back, True, args.threads))
+            runs["baseline"].append(switch_under_load(state, profile, url, "dp2b", False, args.threads))
+            runs["rolling"].append(switch_under_load(state, profile, url, "dp2", True, args.threads))
         must(cli(state, profile, "down")[1], "down")
     assert all(r["action"] == "rolled" for r in runs["rolling"]), runs["rolling"]
     assert all(r["action"] == "started" for r in runs["baseline"]), runs["baseline"]
@@ -109,11 +122,11 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> None:
         f"\nswitch between two dp2 configs under load ({args.threads} clients, {args.gen_delay}s per request, "
         f"replica load {args.delay_load}s), {args.rounds} round(s); medians, failed = sum over rounds:"
     )
-    print(f"{'':<28}{'failed':>8}{'answered':>10}{'fail window s':>15}{'switch s':>10}")
+    print(f"{'':<22}{'failed':>8}{'answered':>10}{'fail window s':>15}{'slowest fail s':>16}{'switch s':>10}")
     for kind, name in (("baseline", "stop-all/start-all"), ("rolling", "rolling")):
         print(
-            f"{name:<28}{total(kind, 'failed'):>8}{total(kind, 'ok'):>10}"
-            f"{med(kind, 'window'):>15.1f}{med(kind, 's'):>10.1f}"
+            f"{name:<22}{total(kind, 'failed'):>8}{total(kind, 'ok'):>10}"
+            f"{med(kind, 'window'):>15.1f}{med(kind, 'slowest'):>16.1f}{med(kind, 's'):>10.1f}"
         )
     base_failed, roll_failed = total("baseline", "failed"), total("rolling", "failed")
     share = roll_failed / base_failed if base_failed else float("nan")

@@ -27,7 +27,8 @@ class LoadStats:
     failed: int = 0
     reasons: Counter = field(default_factory=Counter)  # failure reason -> count
     replicas: Counter = field(default_factory=Counter)  # which replica answered (the stand-in says)
-    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
+    failed_at: list[float] = field(default_factory=list)  # time.monotonic() each failure ended
+    slowest_failure: float = 0.0  # seconds the longest failed request took
 
     @property
     def total(self) -> int:
@@ -82,13 +83,16 @@ class LoadGen:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            t0 = time.monotonic()
             try:
                 text = self._one()
             except Exception as exc:  # noqa: BLE001 - every failure is counted with its reason
+                now = time.monotonic()
                 with self._lock:
                     self.stats.failed += 1
                     self.stats.reasons[_reason(exc)] += 1
-                    self.stats.failed_at.append(time.monotonic())
+                    self.stats.failed_at.append(now)
+                    self.stats.slowest_failure = max(self.stats.slowest_failure, now - t0)
                 continue
             replica = text.split("replica=", 1)[1].split(")", 1)[0] if "replica=" in text else "?"
             with self._lock:

@@ -12,6 +12,7 @@ from tests.unit.test_lifecycle_groups import running
 
 from sparkctl.lifecycle import rolling
 from sparkctl.lifecycle.drain import count_in_flight, wait_drained
+from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
 from sparkctl.lifecycle.up import QuietReporter
 from sparkctl.plan import build_plan
@@ -200,7 +201,7 @@ def harness(monkeypatch: pytest.MonkeyPatch):
             lambda pool, infos, grace: calls.append(("stop", sorted(c.name for c in infos))),
         )
         monkeypatch.setattr(rolling, "start_group", start_group)
-        monkeypatch.setattr(rolling, "probe", lambda ep: None)
+        monkeypatch.setattr(rolling, "probe", lambda ep: EndpointHealth())
         return prof, new, router, calls
 
     return make
@@ -291,3 +292,31 @@ def test_a_switch_from_or_to_one_replica_is_not_rolled(harness) -> None:
         "stopping all replicas, then starting the new ones"
     ]
     assert calls == []
+
+
+def test_the_cli_shows_each_replicas_roll_and_json_lists_old_and_new(harness) -> None:
+    import io
+
+    from rich.console import Console
+
+    from sparkctl.commands.upgrade import print_rolled
+
+    old = build_plan(profile(), "dp2")
+    prof, new, _, _ = harness(containers(old))
+    result = rolling.roll_if_possible(prof, None, new, 60, QuietReporter())  # type: ignore[arg-type]
+    assert result is not None
+    buf = io.StringIO()
+    print_rolled(Console(file=buf, width=200, color_system=None), result, 12.5)
+    text = buf.getvalue()
+    assert f"rolled 2 of 2 replica(s) onto mode dp2b (config {new.config_hash}) in 12.5s" in text
+    assert (
+        f"replica 1 (spark2): dp2 {old.config_hash} -> dp2b {new.config_hash}: drained 3 request(s)" in text
+    )
+    rows = result.to_json()["rolling"]
+    assert [(r["index"], r["old"]["config_hash"], r["new"]["config_hash"]) for r in rows] == [
+        (0, old.config_hash, new.config_hash),
+        (1, old.config_hash, new.config_hash),
+    ]
+    assert {"drain_s", "stop_s", "start_s", "total_s", "in_flight", "in_router", "url", "nodes"} <= set(
+        rows[0]
+    )
