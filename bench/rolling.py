@@ -2,7 +2,7 @@
 plain stop-all/start-all switch (`--no-rolling`, the baseline) vs the rolling switch, on a real
 2-node lab (stand-in replicas, the real sglang-router, the real CLI).
 
-    python bench/rolling.py [--rounds 3] [--threads 4] [--gen-delay 0.3] [--delay-load 2]   (root, repo root)
+    python bench/rolling.py [--rounds 3] [--threads 8] [--gen-delay 2] [--delay-load 2]   (root, repo root)
 
 Each round switches dp2 -> dp2b with --no-rolling, then dp2b -> dp2 rolling: both replace the
 same two replicas between the same two configs. A LoadGen (N client threads
@@ -57,14 +57,21 @@ def must(proc: subprocess.CompletedProcess, what: str) -> None:
 
 def switch_under_load(state: str, profile: Path, url: str, mode: str, rolling: bool, threads: int) -> dict:
     flag = "--rolling" if rolling else "--no-rolling"
-    with LoadGen(url, model="tiny-test", threads=threads, timeout=60) as load:
-        load.wait_for(20)
+    with LoadGen(url, model="tiny-test", threads=threads, timeout=60, stream=True) as load:
+        load.wait_for(8)
         before = load.stats.ok
         took, proc = cli(state, profile, "switch", mode, flag, "--skip-preflight", "--json")
         must(proc, f"switch {mode} {flag}")
-        load.wait_for(20, timeout=120)  # served again after the switch
+        load.wait_for(8, timeout=120)  # served again after the switch
     stats = load.stats
-    action = json.loads(proc.stdout)["action"]
+    out = json.loads(proc.stdout)
+    action = out["action"]
+    for r in out.get("rolling", []):  # where a rolling switch spends its time
+        print(
+            f"    replica {r['index']}: {r['in_flight']} in flight, drained {r['drain_s']:.1f}s, "
+            f"stopped {r['stop_s']:.1f}s, ready {r['start_s']:.1f}s, total {r['total_s']:.1f}s",
+            flush=True,
+        )
     window = stats.failed_at[-1] - stats.failed_at[0] if stats.failed_at else 0.0
     print(
         f"  switch {mode} {flag}: {action} in {took:.1f}s, {stats.line()}, failures over {window:.1f}s "
@@ -85,8 +92,8 @@ def switch_under_load(state: str, profile: Path, url: str, mode: str, rolling: b
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=4, help="client threads of the load")
-    ap.add_argument("--gen-delay", type=float, default=0.3, help="seconds per request (stand-in)")
+    ap.add_argument("--threads", type=int, default=8, help="client threads of the load (streaming)")
+    ap.add_argument("--gen-delay", type=float, default=2.0, help="seconds per request (stand-in)")
     ap.add_argument("--delay-load", type=float, default=2.0, help="seconds a replica takes to load")
     args = ap.parse_args()
 
