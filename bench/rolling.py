@@ -5,7 +5,7 @@ plain stop-all/start-all switch (`--no-rolling`, the baseline) vs the rolling sw
     python bench/rolling.py [--rounds 3] [--threads 8] [--gen-delay 2] [--delay-load 2]   (root, repo root)
 
 Each round switches dp2 -> dp2b with --no-rolling, then dp2b -> dp2 rolling: both replace the
-same two replicas between the same two configs. A LoadGen (N client threads
+same two replicas between the same two configs. A LoadGen (N client threads streaming chat requests
 through the router) runs across every switch; it counts answers and failed requests (HTTP
 error, connection error, timeout) and the window from the first to the last failure. The
 clients retry at once, so the baseline's failed count grows with how fast the router answers
