@@ -178,16 +178,46 @@ def test_router_on_a_node_without_ranks_is_checked_for_its_paths_only(quad: Lab,
     modes = {"dp2": {"nodes": ["spark3", "spark4"], "tp": 1, "replicas": 2, "default": True}}
     prof = write_lab_profile(quad, tmp_path / "p.yaml", modes=modes, router={"node": "spark1"})
     before = controller_log(quad)
-    rc, report = preflight(prof, "dp2", only=f"SshReachable,{FABRIC},DockerEngine")
+    rc, report = preflight(prof, "dp2")
     cost = spent(before, controller_log(quad))
     assert rc == 0, errors(report)
     assert report["nodes"] == ["spark3", "spark4", "spark1"]
     assert pairs(report, "RouterReach", "ok") == {("spark1", "spark3"), ("spark1", "spark4")}
-    on_router = {f["check"] for f in report["findings"] if f["node"] == "spark1"}
-    assert on_router == {"SshReachable", "RouterReach"}  # no engine checks where no rank runs
-    # spark3/spark4: the probe batch + DockerEngine's `docker system dial-stdio`; spark1: its batch.
+    # One session per node the mode uses (the router's included; none on spark2). dp2 has no fabric
+    # pair, so only the router's node has targets: its one command; the heads run none.
     assert {n: c for n, c in cost.items() if c != (0, 0)} == {
         "spark1": (1, 1),
-        "spark3": (1, 2),
-        "spark4": (1, 2),
+        "spark3": (1, 0),
+        "spark4": (1, 0),
+    }
+    rc, report = preflight(prof, "dp2", only=f"SshReachable,{FABRIC},DockerEngine,PortFree")
+    assert rc == 0, errors(report)
+    on_router = {f["check"] for f in report["findings"] if f["node"] == "spark1"}
+    assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree"}  # no engine checks
+    (port,) = [f for f in report["findings"] if f["check"] == "PortFree" and f["node"] == "spark1"]
+    assert port["message"] == "router HTTP port 30000 free"
+
+
+def test_a_busy_port_on_the_second_replicas_head_is_found(quad: Lab, profile: Path) -> None:
+    """tp2x2: replica 1's head is spark3, not rank 0 of the mode; its API port is checked there."""
+    listen = "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 30001)); s.listen(); print('ready', flush=True); time.sleep(300)"
+    argv = ["nsenter", f"--net={quad.node('spark3').netns_path}", sys.executable, "-c", listen]
+    holder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        rc, report = preflight(profile, "tp2x2", only="PortFree")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 1
+    (busy,) = errors(report)
+    assert (
+        busy["node"] == "spark3" and busy["message"] == "replica 1 HTTP port 30001 already in use on spark3"
+    )
+    free = {(f["node"], f["message"]) for f in report["findings"] if f["severity"] == "ok"}
+    assert free == {
+        ("spark1", "replica 0 HTTP port 30001 free"),
+        ("spark1", "replica 0 dist-init port 50051 free"),
+        ("spark1", "router HTTP port 30000 free"),
+        ("spark3", "replica 1 dist-init port 50051 free"),
     }

@@ -1,5 +1,6 @@
-"""Pairwise preflight on N nodes: which pairs each layout probes (tp4 / tp2x2 / dp4 / a router on a
-node without ranks), and the pure judges and parsers of what a node's batch brings back."""
+"""Preflight on N nodes: which pairs each layout probes (tp4 / tp2x2 / dp4 / a router on a node
+without ranks), the pure judges and parsers of what a node's batch brings back, and the ports and
+containers of every replica and the router."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import pytest
 import yaml
 
 from sparkctl.connectors.local import LocalConnector
+from sparkctl.facts.docker import ContainerFacts, DockerFacts
 from sparkctl.facts.net import PingResult, TcpReach, parse_tcp_reach, path_mtu_hint, tcp_probe
 from sparkctl.facts.probe import ProbeError, run_batch
 from sparkctl.findings import Severity
 from sparkctl.plan import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
+from sparkctl.preflight.checks.docker import DockerEngine
 from sparkctl.preflight.checks.pingdf import PairPing, PingDf, check_pair
+from sparkctl.preflight.checks.ports import PortFree, check_stray, planned_ports
 from sparkctl.preflight.checks.router import RouterReach, check_router_reach
 from sparkctl.preflight.pairs import ReplicaHead, fabric_peers, pair_count, router_targets, ssh_peers
 from sparkctl.preflight.registry import CHECKS, REGISTRY
@@ -23,7 +27,7 @@ from sparkctl.preflight.runner import _active, _wanted
 from sparkctl.profile.load import load_profile_text
 
 ROOT = Path(__file__).resolve().parents[2]
-E, OK = Severity.ERROR, Severity.OK
+E, W, OK = Severity.ERROR, Severity.WARN, Severity.OK
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 
 
@@ -98,9 +102,11 @@ def test_router_on_a_node_without_ranks_runs_only_router_checks_there() -> None:
     assert c.nodes == ["spark3", "spark4"] and c.router_only == "spark1"
     assert [h.node for h in router_targets(c.plan)] == ["spark3", "spark4"]
     on_router = {REGISTRY[k.name].name for k in _active(c) if c.covers(k, "spark1")}
-    assert on_router == {"SshReachable", "RouterReach"}
+    # The router's paths, its port and container, the Docker engine it runs on; no GPU/image/weights.
+    assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree", "StrayContainers"}
     probes, tasks = _wanted(_active(c), c, "spark1")
-    assert set(probes) == {"router:0", "router:1"} and not tasks
+    assert set(probes) == {"router:0", "router:1", "ports"} and set(tasks) == {"docker", "containers"}
+    assert planned_ports(c.plan)["spark1"] == {8888: "router HTTP"}
 
 
 def test_replicas_sharing_a_box_are_one_node_with_no_pair() -> None:
@@ -229,3 +235,57 @@ def test_router_reach_judge_reports_a_failed_probe() -> None:
     facts = {"spark1": NodeFacts("spark1", errors={"router:1": ProbeError("TCP probe failed (exit 127)")})}
     (f,) = RouterReach().judge(c, facts)
     assert f.severity is E and f.check == "RouterReach" and "exit 127" in f.message
+
+
+# ----------------------------------------------------------------------------- ports and containers of every replica
+def test_every_replica_head_and_the_router_get_their_ports_checked() -> None:
+    assert planned_ports(build_plan(quad(), "tp4")) == {"spark1": {8888: "HTTP", 50051: "dist-init"}}
+    assert planned_ports(build_plan(quad(), "tp2x2")) == {
+        "spark1": {8889: "replica 0 HTTP", 50051: "replica 0 dist-init", 8888: "router HTTP"},
+        "spark3": {8889: "replica 1 HTTP", 50051: "replica 1 dist-init"},
+    }
+    c = ctx(quad(), "tp2x2")
+    facts = {
+        "spark1": NodeFacts("spark1", values={"ports": set(), "containers": []}),
+        "spark3": NodeFacts("spark3", values={"ports": {8889}, "containers": []}),
+    }
+    found = PortFree().judge(c, facts)
+    (busy,) = [f for f in found if f.severity is E]
+    assert busy.node == "spark3" and busy.message == "replica 1 HTTP port 8889 already in use on spark3"
+    assert len([f for f in found if f.severity is OK]) == 4
+    assert PortFree().skips_node(c, "spark3") and not PortFree().skips_node(c, "spark2")
+
+
+def test_the_plans_router_container_is_not_a_stray() -> None:
+    prof = quad()
+    plan = build_plan(prof, "dp4")
+    router = plan.router
+    assert router is not None
+    mine = ContainerFacts("1", router.container_name, "running", "img", dict(router.labels))
+    (f,) = check_stray("spark1", [mine], plan, prof)
+    assert f.severity is OK and "is this plan" in f.message
+    older = ContainerFacts(
+        "2", router.container_name, "running", "img", {**router.labels, "sparkctl.config_hash": "0ld"}
+    )
+    (f,) = check_stray("spark1", [older], plan, prof)
+    assert f.severity is W and "older config" in f.message
+    # tp4 runs no router: this cluster's router left running is named, not called unlabelled.
+    (f,) = check_stray("spark1", [mine], build_plan(prof, "tp4"), prof)
+    assert f.severity is W and "a router mode tp4 does not use" in f.message and "docker rm -f" in f.fix
+
+
+def test_docker_on_a_router_only_node_needs_no_gpu_runtime() -> None:
+    prof = quad({"dp2": {"nodes": ["spark3", "spark4"], "replicas": 2}}, {"node": "spark1"})
+    prof = prof.model_copy(
+        update={
+            "engine": prof.engine.model_copy(
+                update={"container": prof.engine.container.model_copy(update={"gpus": True})}
+            )
+        }
+    )
+    c = ctx(prof, "dp2")
+    assert "hook" not in DockerEngine().probes(c, "spark1") and "hook" in DockerEngine().probes(c, "spark3")
+    plain = DockerFacts("27.0", ("runc",), "runc", "/var/lib/docker")
+    facts = {n: NodeFacts(n, values={"docker": plain}) for n in ("spark1", "spark3")}
+    found = DockerEngine().judge(c, facts)
+    assert [f.node for f in found if f.severity is E] == ["spark3"]  # no NVIDIA runtime where ranks run
