@@ -289,3 +289,21 @@ def test_docker_on_a_router_only_node_needs_no_gpu_runtime() -> None:
     facts = {n: NodeFacts(n, values={"docker": plain}) for n in ("spark1", "spark3")}
     found = DockerEngine().judge(c, facts)
     assert [f.node for f in found if f.severity is E] == ["spark3"]  # no NVIDIA runtime where ranks run
+
+
+def test_replicas_sharing_a_node_need_the_sum_of_their_gpus() -> None:
+    from sparkctl.facts.gpu import report_from_table
+    from sparkctl.preflight.checks.gpus import Gpus
+
+    fixtures = ROOT / "tests" / "fixtures" / "gpu" / "gb10"
+    one_gpu = report_from_table(
+        (fixtures / "nvidia-smi.txt").read_text(), (fixtures / "meminfo.txt").read_text()
+    )
+    assert len(one_gpu.gpus) == 1
+    prof = quad({"two": {"nodes": ["spark1"], "replicas": 2}}, gpus=2)
+    engine = prof.engine.model_copy(
+        update={"container": prof.engine.container.model_copy(update={"gpus": True})}
+    )
+    c = ctx(prof.model_copy(update={"engine": engine}), "two")
+    found = Gpus().judge(c, {"spark1": NodeFacts("spark1", values={"gpus": one_gpu})})
+    assert any(f.severity is E and "1 GPU(s) visible, the mode needs 2 here" in f.message for f in found)
