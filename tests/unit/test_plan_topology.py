@@ -184,3 +184,13 @@ def test_a_replica_sub_plan_is_that_group_alone_with_its_own_endpoint() -> None:
         None,
     )
     assert sub.rank(3).node == "spark4" and sub.config_hash == plan.config_hash
+
+
+def test_fabric_test_runs_per_replica_and_refuses_single_gpu_replicas() -> None:
+    from sparkctl.gpu.fabric import plans_to_test
+
+    subs = plans_to_test(build_plan(load(quad()), "tp2x2"))
+    assert [[r.node for r in s.ranks] for s in subs] == [["spark1", "spark2"], ["spark3", "spark4"]]
+    assert [s.dist_init_addr for s in subs] == ["192.168.100.10:50051", "192.168.100.12:50051"]
+    with pytest.raises(UsageError, match="single-GPU replicas"):
+        plans_to_test(build_plan(load(quad()), "dp4"))
