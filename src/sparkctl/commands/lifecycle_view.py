@@ -68,9 +68,9 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
             state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
             color = "green" if c.running else "red"
             table.add_row(
-                str(c.rank),
+                "router" if c.role == "router" else str(c.rank),
                 c.node,
-                c.mode or "?",
+                c.mode or ("-" if c.role == "router" else "?"),
                 f"[{color}]{state}[/]",
                 _fmt_uptime(c.uptime_s()),
                 c.config_hash or "?",
@@ -81,6 +81,9 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
             out.print(f"[red]unknown on {unknown}[/]")
     for m in st.modes:
         health = "[green]ready[/]" if m.health.ready else f"[red]not ready[/] ({m.health.detail})"
+        serving = [r for r in m.replicas if r.state == "ready"]
+        if m.health.ready and len(serving) < len(m.replicas):
+            health = f"[yellow]degraded[/] ({len(serving)} of {len(m.replicas)} replicas serving)"
         url = m.plan.endpoint.api_base if m.plan else "?"
         served = ", ".join(m.health.served) or "-"
         out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
@@ -89,6 +92,7 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
                 f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
                 "`sparkctl up` would restart the ranks[/]"
             )
+        _render_replicas(m)
     for p in st.pending:
         out.print(
             f"[yellow]{p.node} may still run {escape(p.describe())}[/]: removed when {p.node} answers "
@@ -97,6 +101,32 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     for node, why in st.unreachable.items():
         out.print(f"[red]node {node}[/]: {escape(why)}")
     _render_supervision(st)
+
+
+def _render_replicas(m) -> None:  # sparkctl.lifecycle.status.ModeStatus
+    """A mode with replicas: the router (its container and worker list), then each replica."""
+    from rich.markup import escape
+
+    out = console()
+    r = m.router
+    if r is not None:
+        state = r.container.status if r.container else "missing"
+        color = "green" if r.container and r.container.running and not r.error else "red"
+        listed = ", ".join(
+            f"{w.url} {'healthy' if w.healthy else '[red]unhealthy[/]'} (load {w.load})" for w in r.workers
+        )
+        seen = f"[red]{escape(r.error)}[/]" if r.error else listed or "no workers"
+        out.print(f"  router on {r.node} [{color}]{state}[/] at {r.url}: {seen}")
+    for rep in m.replicas:
+        color = {"ready": "green", "unhealthy": "yellow"}.get(rep.state, "red")
+        ranks = ", ".join(str(n) for n in rep.ranks)
+        routed = f", router: {rep.routed}" if rep.routed else ""
+        out.print(
+            f"  replica {rep.index} on {rep.node} {rep.url} (ranks {ranks}): [{color}]{rep.state}[/]{routed}"
+        )
+        problem = rep.problem()
+        if problem:
+            out.print(f"    {escape(problem[0])}; fix: {escape(problem[1])}")
 
 
 def _render_supervision(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus

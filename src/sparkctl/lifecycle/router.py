@@ -185,10 +185,12 @@ class RouterView:
     workers: list[Worker] = field(default_factory=list)
     error: str | None = None  # why the worker list could not be read
 
-    def health_of(self, url: str) -> bool | None:
-        """True/False as the router sees the replica; None when it does not list it (or no view)."""
+    def health_of(self, url: str) -> str | None:
+        """How the router sees a replica: "healthy", "unhealthy" or "not listed"; None without a view."""
+        if self.error is not None:
+            return None
         w = next((w for w in self.workers if w.url == url.rstrip("/")), None)
-        return None if w is None else w.healthy
+        return "not listed" if w is None else "healthy" if w.healthy else "unhealthy"
 
     def to_json(self) -> dict:
         return {
