@@ -103,8 +103,18 @@ def source_label(spec: RankSpec) -> str:
     return f"router@{spec.node}" if spec.role == "router" else f"rank{spec.rank}@{spec.node}"
 
 
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """Without terminal colour codes (sglang-router colours its log lines even into a pipe)."""
+    return ANSI_RE.sub("", text)
+
+
 def _spec_line(spec: RankSpec, raw: str) -> LogLine:
-    return parse_line(spec.rank, spec.node, raw, source_label(spec) if spec.role == "router" else None)
+    if spec.role != "router":
+        return parse_line(spec.rank, spec.node, raw)
+    return parse_line(spec.rank, spec.node, plain(raw), source_label(spec))
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")

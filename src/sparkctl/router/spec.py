@@ -93,13 +93,7 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
         secrets.append(SecretFile(ROUTER_KEY_FILE, ref))
     options = sec.RunOptions(shm_size="64m", gpus=None)
     spec_image = profile.router.image or image
-    env = {"NO_COLOR": "1"}  # plain log lines (`sparkctl logs --router`), not terminal colours
-    material = {
-        "image": spec_image,
-        "argv": argv[: argv.index("--worker-urls")],
-        "env": env,
-        "options": asdict(options),
-    }
+    material = {"image": spec_image, "argv": argv[: argv.index("--worker-urls")], "options": asdict(options)}
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
     labels = {
         f"{LABEL_PREFIX}cluster": profile.cluster,
@@ -113,7 +107,7 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
         container_name=router_container_name(profile.cluster),
         image=spec_image,
         argv=argv,
-        env=dict(env),
+        env={},
         mounts=[],
         options=options,
         labels=labels,
