@@ -77,3 +77,20 @@ def test_sync_workers_adds_the_planned_and_removes_the_rest(router: str, workers
         assert not sync_workers(client, listing, want)  # already the plan's: nothing changes
     finally:
         w3.close()
+
+
+def test_renew_takes_restarted_workers_out_so_sync_adds_them_fresh(router: str, workers) -> None:
+    import time
+
+    from sparkctl.lifecycle.router import renew, sync_workers
+
+    client = RouterClient(router)
+    before = {w.url: w.id for w in client.workers()}
+    urls = [w.url for w in workers]
+    renew(client, urls, time.monotonic() + 15)
+    assert not {w.url for w in client.workers()} & set(urls)
+    assert sync_workers(client, client.workers(), urls)
+    listing = client.wait_for(
+        "both back, healthy", lambda ws: {w.url for w in ws if w.healthy} == set(urls), timeout=15
+    )
+    assert all(before[w.url] != w.id for w in listing)  # new worker entries, not the old ones

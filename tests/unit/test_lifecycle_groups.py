@@ -155,3 +155,16 @@ def test_verify_and_bench_talk_to_the_router_when_the_mode_has_replicas() -> Non
     assert ep.api_key == "sk-router-secret-value"
     single = resolve_endpoint(lambda: profile, "tp4", None, None)
     assert single.url == build_plan(profile, "tp4").groups[0].worker_url
+
+
+def test_router_log_lines_are_labelled_and_plain_text() -> None:
+    from sparkctl.lifecycle.logs import _spec_line
+
+    plan = build_plan(quad(), "dp4")
+    assert plan.router is not None
+    raw = "2026-11-30T09:54:31.5Z \x1b[2m2026-11-30 09:54:31\x1b[0m \x1b[32m INFO\x1b[0m Starting router"
+    line = _spec_line(plan.router, raw)
+    assert line.prefix == "router@spark1" and line.text == "2026-11-30 09:54:31  INFO Starting router"
+    assert line.ts is not None
+    rank = _spec_line(plan.ranks[1], "2026-11-30T09:54:31.5Z \x1b[0mhi")
+    assert rank.prefix == "rank1@spark2" and rank.text == "\x1b[0mhi"  # engines' lines untouched

@@ -18,6 +18,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import containers
 from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle.logs import plain
 from sparkctl.plan import LABEL_PREFIX, Plan, RankSpec
 from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.secrets import redact, secret_values
@@ -76,15 +77,21 @@ def bring_up(
     deadline: float,
     phase: Callable[[str], None],
     start: Callable[[RankSpec], None],
+    *,
+    restarted: bool = True,
 ) -> list[Worker]:
     """Keep the running router (same config) or replace it (`start` creates the container and is
-    what rollback knows about), then wait until it lists every replica healthy."""
+    what rollback knows about), then wait until it lists every replica healthy. `restarted`: the
+    replicas were just (re)started, so a kept router gets them as new workers (what it knew of
+    the old processes, e.g. an open circuit breaker after a crash, would keep them out)."""
     spec = plan.router
     assert spec is not None
     conn = pool.get(spec.node)
     info = containers.inspect(conn, spec.container_name)
     if matches(info, spec):
         phase(f"router on {spec.node} runs this config: keeping it, updating its replicas")
+        if restarted:
+            renew(client(pool, plan), worker_urls(plan), deadline)
     else:
         if info is not None:  # stopped, or another config: it has no requests to save
             containers.remove(conn, spec.container_name, grace=None)
@@ -92,6 +99,17 @@ def bring_up(
         start(spec)
     phase(f"waiting for the router at {plan.endpoint.url} to route to {plan.replicas} replicas")
     return wait_routing(pool, plan, deadline)
+
+
+def renew(rc: RouterClient, urls: list[str], deadline: float) -> None:
+    """Take these workers out of the router (they come back through sync_workers as new)."""
+    gone = [url for url in urls if rc.remove(url)]
+    if gone:
+        rc.wait_for(
+            "the restarted replicas out of its worker list",
+            lambda ws: not {w.url for w in ws} & set(gone),
+            timeout=max(0.1, deadline - time.monotonic()),
+        )
 
 
 def sync_workers(rc: RouterClient, listing: list[Worker], want: list[str]) -> bool:
@@ -141,7 +159,7 @@ def _router_log(pool: NodePool, spec: RankSpec, lines: int) -> list[str]:
         masks = secret_values(spec.secret_refs(), conn)
     except Exception as exc:  # noqa: BLE001 - logs are best effort on the failure path
         return [f"(could not read the router's log: {exc})"]
-    return [redact(line, masks) for line in text]
+    return [plain(redact(line, masks)) for line in text]
 
 
 def _died(pool: NodePool, spec: RankSpec, info: ContainerInfo | None) -> RouterFailedError:
@@ -185,10 +203,12 @@ class RouterView:
     workers: list[Worker] = field(default_factory=list)
     error: str | None = None  # why the worker list could not be read
 
-    def health_of(self, url: str) -> bool | None:
-        """True/False as the router sees the replica; None when it does not list it (or no view)."""
+    def health_of(self, url: str) -> str | None:
+        """How the router sees a replica: "healthy", "unhealthy" or "not listed"; None without a view."""
+        if self.error is not None:
+            return None
         w = next((w for w in self.workers if w.url == url.rstrip("/")), None)
-        return None if w is None else w.healthy
+        return "not listed" if w is None else "healthy" if w.healthy else "unhealthy"
 
     def to_json(self) -> dict:
         return {

@@ -311,7 +311,8 @@ def serving(profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: 
     started: list[RankSpec] = []
     try:
         _prepare(profile, pool, replace(plan, ranks=[]))
-        routers.bring_up(pool, plan, deadline, rep.phase, lambda s: _start(profile, pool, [s], started))
+        start = lambda s: _start(profile, pool, [s], started)  # noqa: E731
+        routers.bring_up(pool, plan, deadline, rep.phase, start, restarted=False)
     except BaseException:
         _rollback(pool, plan, started)
         raise
