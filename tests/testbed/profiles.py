@@ -115,13 +115,14 @@ DP2 = {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2}
 
 
 def write_rolling_profile(lab: Lab, path: Path, gen_delay: float = 0.3, **engine_env: str) -> Path:
-    """`dp2` (a stand-in replica per node behind the real sglang-router) and `dp2b` (same layout,
-    another config), metrics on (the rolling switch's drain signal), every request taking
+    """`dp2` (a stand-in replica per node behind the real sglang-router), `dp2b` (same layout,
+    another config) and `dp2bad` (same layout, never comes up), metrics on (the rolling switch's drain signal), every request taking
     `gen_delay` s so requests are in flight when a replica leaves the router; fast router checks."""
     modes = {
         "solo": {"nodes": ["spark1"], "tp": 1, "default": True},
         "dp2": dict(DP2),
         "dp2b": {**DP2, "env": {"ROLL_MARK": "b"}},
+        "dp2bad": {**DP2, "env": {"STANDIN_FAIL_AT": "0:load"}},  # every replica dies loading
     }
     engine = {
         "args": {"context-length": 4096, "enable-metrics": True},

@@ -19,6 +19,7 @@ import yaml
 
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
+from sparkctl.router.client import RouterClient
 from tests.testbed.loadgen import LoadGen, LoadStats
 from tests.testbed.profiles import seed_weights, write_rolling_profile
 from tests.testbed_tests.conftest import cli, cluster_containers
@@ -112,3 +113,30 @@ def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:
     res = cli(state, path, "switch", "dp2b", "--no-rolling")  # forced: stop all, start all
     assert res.returncode == 0, res.stderr
     assert "not rolling" not in res.stdout and "taking it out of the router" not in res.stdout
+
+
+def test_a_replica_that_fails_in_a_roll_gets_its_old_config_back_and_nothing_fails(
+    lab, rolling_lab, request
+) -> None:
+    """dp2bad dies while loading: replica 0 is taken out, drained, stopped, fails to start, gets
+    dp2 back and returns to the router; replica 1 served throughout and was never touched."""
+    path, state = rolling_lab
+    prof = load_profile_file(path)
+    assert cli(state, path, "up", "dp2").returncode == 0
+    old = build_plan(prof, "dp2")
+    with LoadGen(old.endpoint.url, model="tiny-test", threads=8, stream=True) as load:
+        load.wait_for(8)
+        res = cli(state, path, "switch", "dp2bad")
+        load.wait_for(8)
+    report(request, f"failed rolling switch dp2 -> dp2bad under load: {load.stats.line()}")
+    assert res.returncode == 3, res.stdout + res.stderr
+    err = " ".join(res.stderr.split())
+    assert "rolling switch to dp2bad stopped at replica 0" in err, err
+    assert (
+        f"replica 0 runs dp2 (config {old.config_hash}); replica 1 runs dp2 (config {old.config_hash})" in err
+    )
+    assert "rerun the same command" in err and "sparkctl switch dp2" in err
+    assert load.stats.failed == 0, f"failed roll: {load.stats.line()}"
+    assert set(runs_config(lab, prof.cluster, "dp2", old.config_hash).values()) == {old.config_hash}
+    workers = RouterClient(old.endpoint.url).workers()  # both back in the router, healthy
+    assert sorted((w.url, w.healthy) for w in workers) == sorted((g.worker_url, True) for g in old.groups)
