@@ -106,6 +106,8 @@ def test_a_half_done_roll_continues_and_replicas_that_serve_nothing_go_first() -
     assert running_mode(mixed, "dp2b") == "dp2"
     verdict = can_roll(old, new, mixed, listing(new))
     assert verdict.ok and verdict.skip == [0] and verdict.order == [1]
+    done = can_roll(new, new, containers(new), listing(new))  # nothing left to replace
+    assert not done.ok and done.reason == "every replica already runs the new config and serves"
     # replica 1 unhealthy in the router: replaced first (no capacity lost), then replica 0
     verdict = can_roll(old, new, containers(old), listing(old, (True, False)))
     assert verdict.order == [1, 0]
@@ -177,9 +179,9 @@ class FakeRouter:
 def harness(monkeypatch: pytest.MonkeyPatch):
     """Patch the I/O under roll_if_possible: containers observed, router, drain, stop, start."""
 
-    def make(observed: list, old_mode: str = "dp2", prof=None, fail_start: set | None = None):
+    def make(observed: list, prof=None, fail_start: set | None = None, new_mode: str = "dp2b"):
         prof = prof or profile()
-        new = build_plan(prof, "dp2b")
+        new = build_plan(prof, new_mode)
         calls: list = []
         router = FakeRouter([g.worker_url for g in new.groups], calls)
         # per replica: the check before the roll, at its removal, then until idle
@@ -320,3 +322,43 @@ def test_the_cli_shows_each_replicas_roll_and_json_lists_old_and_new(harness) ->
     assert {"drain_s", "stop_s", "start_s", "total_s", "in_flight", "in_router", "url", "nodes"} <= set(
         rows[0]
     )
+
+
+def test_a_replica_that_cannot_say_what_it_serves_is_not_rolled(
+    harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl.lifecycle.drain import NoInFlightSignal
+
+    old = build_plan(profile(), "dp2")
+    prof, new, _, calls = harness(containers(old))
+
+    def no_metrics(url: str, key: str | None = None) -> int:
+        raise NoInFlightSignal(f"{url}/metrics: HTTP 404", fix="set engine.args enable-metrics: true")
+
+    monkeypatch.setattr(rolling, "in_flight", no_metrics)
+    said: list[str] = []
+
+    class Rep(QuietReporter):
+        def phase(self, text: str) -> None:
+            said.append(text)
+
+    assert rolling.roll_if_possible(prof, None, new, 60, Rep()) is None  # type: ignore[arg-type]
+    assert said and said[0].startswith("not rolling: replica 0 cannot be drained (")
+    assert "/metrics: HTTP 404; fix: set engine.args enable-metrics: true" in said[0]
+    assert calls == []
+
+
+def test_a_tp_group_is_one_replica_its_ranks_stop_and_start_together(harness) -> None:
+    doc = yaml.safe_load((ROOT / "profiles" / "quad-spark.yaml").read_text())
+    doc["modes"]["tp2x2b"] = {**doc["modes"]["tp2x2"], "env": {"ROLL_MARK": "b"}, "default": False}
+    prof = load_profile_text(yaml.safe_dump(doc), "quad.yaml")
+    old = build_plan(prof, "tp2x2")
+    _, new, _, calls = harness(containers(old), prof=prof, new_mode="tp2x2b")
+    result = rolling.roll_if_possible(prof, None, new, 60, QuietReporter())  # type: ignore[arg-type]
+    assert result is not None and [r.nodes for r in result.replicas] == [
+        ["spark1", "spark2"],
+        ["spark3", "spark4"],
+    ]
+    stops = [c[1] for c in calls if c[0] == "stop"]
+    assert stops == [sorted(r.container_name for r in old.group_ranks(i)) for i in (0, 1)]
+    assert [c for c in calls if c[0] == "start"] == [("start", "tp2x2b", 0), ("start", "tp2x2b", 1)]

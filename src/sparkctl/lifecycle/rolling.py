@@ -130,6 +130,8 @@ def can_roll(
             order.append(g.index)
     if not serving:
         return Verdict(False, "the router lists no healthy replica: nothing would serve during a roll")
+    if not order:  # what is wrong is not a replica (the router, say): restarting replicas won't fix it
+        return Verdict(False, "every replica already runs the new config and serves")
     # Replicas that serve nothing go first: replacing them costs no capacity.
     order.sort(key=lambda i: i in serving)
     return Verdict(True, order=order, skip=skip)
@@ -235,7 +237,7 @@ def _hcas(plan: Plan) -> PlanFacts:
 
 def _check_signal(new: Plan, verdict: Verdict, workers: list[Worker], key: str | None) -> Verdict:
     """Every serving replica to replace must say how many requests it serves, or no drain is possible."""
-    listed = {w.url for w in workers}
+    listed = {w.url for w in workers if w.healthy}
     for i in verdict.order:
         url = new.groups[i].worker_url
         if url in listed:
