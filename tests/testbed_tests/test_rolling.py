@@ -102,11 +102,16 @@ def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -
 
 def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:
     path, state = rolling_lab
+    res = cli(state, path, "upgrade")
+    assert res.returncode == 2 and "no single mode of this profile is running" in res.stderr, res.stderr
     res = cli(state, path, "up", "dp2")
     assert res.returncode == 0, res.stderr
     res = cli(state, path, "switch", "solo")
     assert res.returncode == 0, res.stderr
     assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout
+    res = cli(state, path, "upgrade")  # nothing changed: nothing to do, and it says it cannot roll solo
+    assert res.returncode == 0 and "already up" in res.stdout, res.stdout
+    assert "mode solo has 1 replica: upgrading restarts it" in " ".join(res.stderr.split())
     res = cli(state, path, "switch", "dp2")
     assert res.returncode == 0, res.stderr
     assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout

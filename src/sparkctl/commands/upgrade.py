@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, handle_errors, load_profile
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile
 from sparkctl.commands.lifecycle import RollingOpt, SkipPreflightOpt, TimeoutOpt, _run_up
 
 
@@ -47,5 +47,10 @@ def upgrade_cmd(
         raise UsageError(
             "no single mode of this profile is running to upgrade",
             fix="`sparkctl status` shows what runs; `sparkctl switch MODE` names the mode",
+        )
+    if prof.modes[mode].replicas < 2 and not json_out:
+        console(stderr=True).print(
+            f"mode {mode} has 1 replica: upgrading restarts it (requests fail until it is back); "
+            "a mode with 2+ replicas behind the router is upgraded one replica at a time"
         )
     _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)
