@@ -184,3 +184,37 @@ def test_a_replica_sub_plan_is_that_group_alone_with_its_own_endpoint() -> None:
         None,
     )
     assert sub.rank(3).node == "spark4" and sub.config_hash == plan.config_hash
+
+
+def test_fabric_test_runs_per_replica_and_refuses_single_gpu_replicas() -> None:
+    from sparkctl.gpu.fabric import plans_to_test
+
+    subs = plans_to_test(build_plan(load(quad()), "tp2x2"))
+    assert [[r.node for r in s.ranks] for s in subs] == [["spark1", "spark2"], ["spark3", "spark4"]]
+    assert [s.dist_init_addr for s in subs] == ["192.168.100.10:50051", "192.168.100.12:50051"]
+    with pytest.raises(UsageError, match="single-GPU replicas"):
+        plans_to_test(build_plan(load(quad()), "dp4"))
+
+
+def test_top_reads_each_replicas_own_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkctl.top import snapshot
+
+    text = (ROOT / "tests" / "fixtures" / "sglang" / "metrics-0.5.23-a.txt").read_text()
+    asked: list[str] = []
+
+    def scrape(url: str, timeout: float = 0) -> str:
+        asked.append(url)
+        if "spark3" in url:
+            raise ConnectionRefusedError("refused")
+        return text
+
+    monkeypatch.setattr(snapshot, "scrape", scrape)
+    plan = build_plan(load(quad()), "dp4")
+    rows = snapshot.Collector(load(quad()), pool=None)._engines(plan)  # type: ignore[arg-type]
+    assert sorted(asked) == [f"{g.endpoint.url}/metrics" for g in plan.groups]
+    assert [(r.name, r.error is None) for r in rows] == [
+        ("dp4 replica 0", True),
+        ("dp4 replica 1", True),
+        ("dp4 replica 2", False),
+        ("dp4 replica 3", True),
+    ]
