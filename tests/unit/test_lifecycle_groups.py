@@ -179,7 +179,8 @@ def test_status_says_what_is_wrong_with_a_replica_and_the_fix() -> None:
     ranks = {n: running(plan.rank(n)) for n in g.ranks}
 
     def replica(health=ok, ranks=ranks, routed="healthy") -> ReplicaStatus:
-        return ReplicaStatus(g.index, g.head_node, g.worker_url, health, dict(ranks), routed, "tp2x2")
+        nodes = {n: plan.rank(n).node for n in g.ranks}
+        return ReplicaStatus(g.index, g.head_node, g.worker_url, health, dict(ranks), routed, "tp2x2", nodes)
 
     assert replica().problem() is None and replica().state == "ready"
     assert replica(routed=None).state == "ready"  # no router view: nothing said about it
@@ -197,6 +198,6 @@ def test_status_says_what_is_wrong_with_a_replica_and_the_fix() -> None:
     what, fix = down.problem()
     assert what.startswith("rank 3 on spark4 is exited") and "sparkctl logs --rank 3" in fix
     gone = replica(ranks={2: ranks[2], 3: None})
-    assert gone.problem()[0] == "rank 3 on spark3 is missing"
+    assert gone.problem()[0] == "rank 3 on spark4 is missing"
     js = down.to_json()
     assert (js["state"], js["router"], js["ranks"]) == ("down", "unhealthy", {"2": "running", "3": "exited"})
