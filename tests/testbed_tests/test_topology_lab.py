@@ -64,7 +64,7 @@ def status(cluster: tuple[Path, Path]) -> dict:
     return json.loads(res.stdout)
 
 
-def chat(base: str) -> tuple[int, str]:
+def chat(base: str, key: str | None = None) -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request for the lab profile's model."""
     import urllib.error
     import urllib.request
@@ -74,6 +74,8 @@ def chat(base: str) -> tuple[int, str]:
     body = {"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     try:
         with OPENER.open(req, timeout=30) as resp:
             return resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]
@@ -224,7 +226,18 @@ def test_a_killed_replica_is_taken_out_by_the_router_and_status_says_so(quad: La
     assert set(spread(plan.endpoint.url)) == {"spark1", "spark3"}
 
 
-def test_down_leaves_nothing_on_any_node(quad: Lab, cluster) -> None:
+def test_a_single_replica_mode_removes_the_router_and_down_leaves_nothing(quad: Lab, cluster) -> None:
+    prof = load_profile_file(cluster[1])
+    router = build_plan(prof, "tp2x2").router
+    assert router is not None
+    assert up(cluster, "solo")["router"] is None
+    assert running(quad, prof.cluster) == {
+        "spark1": [build_plan(prof, "solo").ranks[0].container_name],
+        "spark2": [],
+        "spark3": [],
+        "spark4": [],
+    }
+    assert up(cluster, "dp2")["action"] == "started"  # the router back, for `down` to remove
     res = cli(*cluster, "down", "--json")
     assert res.returncode == 0, res.stderr
     removed = {c["name"] for c in json.loads(res.stdout)["removed"]}
@@ -254,3 +267,40 @@ def test_a_router_that_cannot_start_fails_up_with_its_log_and_rolls_back(quad: L
     assert "[node spark1] the router (sparkctl-" in res.stderr and "exited (exit code 1)" in res.stderr
     assert "No module named no_such_router" in res.stderr  # its log, shown
     assert not any(cluster_containers(quad, load_profile_file(broken).cluster).values())
+
+
+def test_with_an_api_key_the_router_gets_it_off_its_command_line_and_up_status_use_it(
+    quad: Lab, cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-lab-router-key-0451"
+    monkeypatch.setenv("SPARKCTL_LAB_KEY", key)  # `cli` passes this environment on
+    state, path = cluster
+    keyed = write_lab_profile(
+        quad,
+        path.parent / "keyed.yaml",
+        modes=topology_modes(),
+        router=ROUTER,
+        engine={"api_key": {"env": "SPARKCTL_LAB_KEY"}},
+    )
+    prof = load_profile_file(keyed)
+    plan = build_plan(prof, "dp2")
+    assert plan.router is not None
+    try:
+        res = cli(state, keyed, "up", "dp2", "--json")
+        assert res.returncode == 0, res.stderr  # it read /workers, which wants the key
+        assert key not in res.stdout + res.stderr
+        attrs = quad.docker("spark1").containers.get(plan.router.container_name).attrs
+        assert key not in json.dumps(attrs)  # not in its argv, env or labels
+        assert chat(plan.endpoint.url)[0] == 401
+        answers = [chat(plan.endpoint.url, key) for _ in range(4)]
+        assert {replica_of(text) for code, text in answers if code == 200} == {"spark1", "spark2"}
+        st = cli(state, keyed, "status", "--json")
+        assert st.returncode == 0 and key not in st.stdout
+        [mode] = json.loads(st.stdout)["modes"]
+        assert mode["router"]["error"] is None and [w["healthy"] for w in mode["router"]["workers"]] == [
+            True,
+            True,
+        ]
+    finally:
+        cli(state, keyed, "down")
+    assert not any(cluster_containers(quad, prof.cluster).values())

@@ -168,3 +168,36 @@ def test_router_log_lines_are_labelled_and_plain_text() -> None:
     assert line.ts is not None
     rank = _spec_line(plan.ranks[1], "2026-11-30T09:54:31.5Z \x1b[0mhi")
     assert rank.prefix == "rank1@spark2" and rank.text == "\x1b[0mhi"  # engines' lines untouched
+
+
+def test_status_says_what_is_wrong_with_a_replica_and_the_fix() -> None:
+    from sparkctl.lifecycle.status import ReplicaStatus
+
+    plan = build_plan(quad(), "tp2x2")
+    ok = EndpointHealth(True, ["m"], True, "ready")
+    g = plan.groups[1]
+    ranks = {n: running(plan.rank(n)) for n in g.ranks}
+
+    def replica(health=ok, ranks=ranks, routed="healthy") -> ReplicaStatus:
+        nodes = {n: plan.rank(n).node for n in g.ranks}
+        return ReplicaStatus(g.index, g.head_node, g.worker_url, health, dict(ranks), routed, "tp2x2", nodes)
+
+    assert replica().problem() is None and replica().state == "ready"
+    assert replica(routed=None).state == "ready"  # no router view: nothing said about it
+
+    shunned = replica(routed="unhealthy")
+    assert shunned.state == "unhealthy"
+    what, fix = shunned.problem()
+    assert "router marks it unhealthy" in what and g.worker_url in fix and "sparkctl up tp2x2" in fix
+
+    assert "not in its worker list" in replica(routed="not listed").problem()[0]
+
+    exited = {**ranks, 3: running(plan.rank(3), "exited")}
+    down = replica(EndpointHealth(detail="/v1/models: connection refused"), exited, "unhealthy")
+    assert down.state == "down"
+    what, fix = down.problem()
+    assert what.startswith("rank 3 on spark4 is exited") and "sparkctl logs --rank 3" in fix
+    gone = replica(ranks={2: ranks[2], 3: None})
+    assert gone.problem()[0] == "rank 3 on spark4 is missing"
+    js = down.to_json()
+    assert (js["state"], js["router"], js["ranks"]) == ("down", "unhealthy", {"2": "running", "3": "exited"})

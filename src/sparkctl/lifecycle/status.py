@@ -28,6 +28,7 @@ class ReplicaStatus:
     ranks: dict[int, ContainerInfo | None]  # planned rank -> its container (None: missing)
     routed: str | None  # the router's view: "healthy", "unhealthy", "not listed"; None: no view
     mode: str = ""
+    rank_nodes: dict[int, str] = field(default_factory=dict)  # where each rank is planned
 
     def problem(self) -> tuple[str, str] | None:
         """(what is wrong, the fix), or None when it serves and the router sends it requests."""
@@ -35,7 +36,7 @@ class ReplicaStatus:
         for rank, c in self.ranks.items():
             if c is None or not c.running:
                 how = "is missing" if c is None else f"is {c.status} ({c.describe_exit()})"
-                where = c.node if c else self.node
+                where = c.node if c else self.rank_nodes.get(rank, self.node)
                 return f"rank {rank} on {where} {how}", f"`sparkctl logs --rank {rank}` shows why; {again}"
         if not self.health.ready:
             return f"not serving ({self.health.detail})", f"`sparkctl logs --rank {min(self.ranks)}`; {again}"
@@ -198,8 +199,9 @@ def _replicas(pool: NodePool, plan: Plan, found: list[ContainerInfo], st: ModeSt
         ranks = {n: by_name.get((plan.rank(n).node, plan.rank(n).container_name)) for n in g.ranks}
         health = healths.get(g.index) or EndpointHealth(detail="not probed")
         routed = st.router.health_of(g.worker_url) if st.router else None
+        nodes = {n: plan.rank(n).node for n in g.ranks}
         st.replicas.append(
-            ReplicaStatus(g.index, g.head_node, g.worker_url, health, ranks, routed, plan.mode)
+            ReplicaStatus(g.index, g.head_node, g.worker_url, health, ranks, routed, plan.mode, nodes)
         )
 
 

@@ -341,10 +341,13 @@ def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: lis
         containers.start_rank(conn, spec)
         logs.start_follower(conn, spec.container_name, log_path(profile, spec))
 
-    results = fan_out(list(by_rank), start_one, where=lambda r: (by_rank[r].node, r))
+    results = fan_out(
+        list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))
+    )
     for o in results.failed:
         if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
-            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting rank {o.rank}")  # type: ignore[arg-type]
+            what = "the router" if o.rank is None else f"rank {o.rank}"
+            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}")  # type: ignore[arg-type]
     results.values_or_raise()
 
 
@@ -362,7 +365,11 @@ def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list
     for rank, exc in fan_out(list(by_rank), kill).errors.items():
         spec = by_rank[rank]
         if orphans.is_connection_loss(exc):
-            left.append(orphans.pending_item(spec.node, spec.container_name, rank, plan.mode, str(exc)))
+            left.append(
+                orphans.pending_item(
+                    spec.node, spec.container_name, containers.rank_of(spec), plan.mode, str(exc)
+                )
+            )
         else:
             problems.append(f"{spec.container_name} on {spec.node}: {exc}")
     return problems, left
