@@ -21,13 +21,14 @@ from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.router.client import RouterClient
 from tests.testbed.loadgen import LoadGen, LoadStats
-from tests.testbed.profiles import seed_weights, write_rolling_profile
+from tests.testbed.profiles import ENGINE_IMAGE, seed_weights, write_rolling_profile
 from tests.testbed_tests.conftest import cli, cluster_containers
 
 pytestmark = pytest.mark.testbed
 # Seconds per request: longer than taking a replica out and stopping it takes, so one stopped
 # without draining would cut streams.
 GEN_DELAY = 2.0
+NEXT_IMAGE = "sparkctl-test/engine:next"
 
 
 def report(request: pytest.FixtureRequest, line: str) -> None:
@@ -58,13 +59,19 @@ def runs_config(lab, cluster: str, mode: str, config_hash: str) -> dict[str, str
 
 @pytest.fixture
 def rolling_lab(lab, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """(profile, state dir) with dp2/dp2b; the cluster is taken down and checked empty after."""
+    """(profile, state dir) with dp2/dp2b; the engine image also tagged NEXT_IMAGE on every node
+    (an "upgrade" to it); the cluster is taken down and checked empty after."""
     state = tmp_path / "state"
     seed_weights(lab)
+    repo, tag = NEXT_IMAGE.split(":")
+    for node in lab.nodes:
+        lab.docker(node).images.get(ENGINE_IMAGE).tag(repo, tag)
     path = write_rolling_profile(lab, tmp_path / "sparkctl.yaml", gen_delay=GEN_DELAY)
     yield path, state
     cli(state, path, "down")
     assert not any(cluster_containers(lab, load_profile_file(path).cluster).values())
+    for node in lab.nodes:
+        lab.docker(node).images.remove(NEXT_IMAGE)
 
 
 def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -> None:
@@ -86,18 +93,24 @@ def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -
     assert set(runs_config(lab, prof.cluster, "dp2b", new.config_hash).values()) == {new.config_hash}
     assert set(stats.replicas) == {"spark1", "spark2"}  # both replicas served throughout
 
-    # upgrade: the profile changes under the running mode (as an edited image.ref does)
+    # upgrade: a new image.ref under the running mode (the same image under a second tag here)
+    router_before = lab.docker("spark1").containers.get(new.router.container_name).id
     raw = yaml.safe_load(path.read_text())
-    raw["engine"]["env"]["ROLL_UPGRADE"] = "2"
+    raw["image"]["ref"] = NEXT_IMAGE
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     upgraded = build_plan(load_profile_file(path), "dp2b")
     assert upgraded.config_hash != new.config_hash
     out, stats = rolled_under_load(state, path, url, "upgrade")
-    report(request, f"rolling upgrade of dp2b under load: {stats.line()}")
+    report(request, f"rolling upgrade of dp2b (new image.ref) under load: {stats.line()}")
     assert stats.failed == 0, f"rolling upgrade: {stats.line()}"
     assert [r["old"]["config_hash"] for r in out["rolling"]] == [new.config_hash] * 2
     hashes = runs_config(lab, prof.cluster, "dp2b", upgraded.config_hash)
     assert set(hashes.values()) == {upgraded.config_hash}
+    for node in ("spark1", "spark2"):
+        (engine,) = [c for c in lab.docker(node).containers.list() if c.name in hashes]
+        assert engine.attrs["Config"]["Image"] == NEXT_IMAGE
+    # the router, the endpoint clients hold, was kept throughout
+    assert lab.docker("spark1").containers.get(new.router.container_name).id == router_before
 
 
 def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:

@@ -84,6 +84,23 @@ def test_a_router_whose_settings_change_must_restart_so_nothing_rolls() -> None:
     assert not can_roll(old, new, containers(old), listing(old)).ok
 
 
+def test_a_new_image_ref_rolls_and_keeps_the_router_unless_router_image_is_set() -> None:
+    def with_image(ref: str, router_image: str | None = None):
+        doc = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
+        doc["image"] = {"ref": ref}
+        if router_image:
+            doc["router"] = {**doc.get("router", {}), "image": router_image}
+        return build_plan(load_profile_text(yaml.safe_dump(doc), "dual.yaml"), "dp2")
+
+    old, new = with_image("sglang:v1"), with_image("sglang:v2")
+    assert old.config_hash != new.config_hash and new.router is not None and old.router is not None
+    assert new.router.image == "sglang:v2"  # a router started from now on uses the new image
+    assert new.router.labels == old.router.labels  # the running one is kept: same config hash
+    assert can_roll(old, new, containers(old), listing(old)).ok
+    pinned_old, pinned_new = with_image("sglang:v1", "router:1"), with_image("sglang:v1", "router:2")
+    assert "router's own settings change" in (layout_blocker(pinned_old, pinned_new) or "")
+
+
 def test_the_router_must_run_answer_and_serve() -> None:
     prof = profile()
     old, new = build_plan(prof, "dp2"), build_plan(prof, "dp2b")

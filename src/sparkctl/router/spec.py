@@ -2,7 +2,9 @@
 
 Pure, like plan.py. The router listens on engine.port (the user's one endpoint) on `router.node`
 and starts with every replica's URL; a rolling switch then adds and removes replicas through its
-worker API (router/client.py), so the worker set is not part of the router's config hash.
+worker API (router/client.py), so the worker set is not part of the router's config hash, and
+neither is the serving image it runs from when `router.image` is unset (an image upgrade rolls the
+replicas and keeps the router).
 """
 
 from __future__ import annotations
@@ -93,7 +95,11 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
         secrets.append(SecretFile(ROUTER_KEY_FILE, ref))
     options = sec.RunOptions(shm_size="64m", gpus=None)
     spec_image = profile.router.image or image
-    material = {"image": spec_image, "argv": argv[: argv.index("--worker-urls")], "options": asdict(options)}
+    # The worker set is not hashed (changed through the API), nor the serving image the router
+    # borrows when router.image is unset: a new image.ref restarts replicas one at a time
+    # (rolling upgrade) and keeps the running router, the one endpoint clients hold.
+    hashed = {"image": profile.router.image, "argv": argv[: argv.index("--worker-urls")]}
+    material = {**hashed, "options": asdict(options)}
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
     labels = {
         f"{LABEL_PREFIX}cluster": profile.cluster,
