@@ -1,6 +1,6 @@
 """Measure how the real sglang-router treats its workers, on a real 2-node lab (docs/topology.md).
 
-    python bench/router_facts.py [--rounds 3]   (root, repo root)
+    python bench/router_facts.py [--rounds 3] [--policy round_robin]   (root, repo root)
 
 The router (`python3 -m sglang_router.launch_router` in the serving test image, a container on
 spark1) in front of one stand-in replica per node, over the fabric. Each figure is printed with the
@@ -15,7 +15,8 @@ bound it is compared against (a ratio), medians of --rounds where timed:
       the in-flight request's result and latency against its own generation time; POST /workers
       back: listed healthy after, first request routed to it after;
   (6) a replica answering HTTP 500: retried elsewhere? when does the router stop sending to it?
-  (7) the router started before a replica is up: time from the replica ready to listed healthy.
+  (7) the router started before a replica is up: time from the replica ready to listed healthy,
+      with --worker-startup-check-interval 1 and the default.
 """
 
 from __future__ import annotations
@@ -42,19 +43,15 @@ from sparkctl.router.client import RouterClient  # noqa: E402
 
 NODES = ("spark1", "spark2")
 GEN_S = 2.0  # generation time of the stand-in for the in-flight probes
+POLICY = "round_robin"  # --policy
 
 
-def flags(failure: int = 2, success: int = 1) -> list[str]:
-    return [
-        "--health-check-interval-secs",
-        "1",
-        "--health-failure-threshold",
-        str(failure),
-        "--health-success-threshold",
-        str(success),
-        "--worker-startup-check-interval",
-        "1",
-    ]
+def flags(failure: int = 2, success: int = 1, startup_check: int | None = 1) -> list[str]:
+    argv = ["--health-check-interval-secs", "1", "--health-failure-threshold", str(failure)]
+    argv += ["--health-success-threshold", str(success)]
+    if startup_check is not None:  # else the router's default (30 s)
+        argv += ["--worker-startup-check-interval", str(startup_check)]
+    return argv
 
 
 def listed(client: RouterClient, url: str, healthy: bool) -> bool:
@@ -88,7 +85,7 @@ class Load:
 
 def kill_and_back(rl: RouterLab, rounds: int, failure: int, success: int, port: int) -> dict:
     urls = [rl.engine_url(n) for n in NODES]
-    client = rl.start_router(urls, port=port, flags=flags(failure, success))
+    client = rl.start_router(urls, port=port, flags=flags(failure, success), policy=POLICY)
     dead, name = urls[1], rl.name(f"engine-spark2-{ENGINE_PORT}")
     down, up, failed, sent = [], [], 0, 0
     for _ in range(rounds):
@@ -123,16 +120,17 @@ def in_flight_kill(rl: RouterLab, port: int, stream: bool) -> list[tuple[int, st
     for n in NODES:
         rl.start_engine(n, port=ENGINE_PORT + 1, STANDIN_GEN_DELAY=str(GEN_S))
     urls = [rl.engine_url(n, ENGINE_PORT + 1) for n in NODES]
-    rl.start_router(urls, port=port)
-    with ThreadPoolExecutor(2) as pool:
+    rl.start_router(urls, port=port, policy=POLICY)
+
+    def timed() -> tuple[int, str, float]:
         start = time.monotonic()
-        futs = [pool.submit(chat, rl.router_base(port), 30, stream) for _ in range(2)]
+        return (*chat(rl.router_base(port), 30, stream), time.monotonic() - start)
+
+    with ThreadPoolExecutor(2) as pool:
+        futs = [pool.submit(timed) for _ in range(2)]
         wait_for("in flight", lambda: all(rl.in_flight(n, ENGINE_PORT + 1) for n in NODES), interval=0.05)
         rl.lab.kill_container("spark2", rl.name(f"engine-spark2-{ENGINE_PORT + 1}"))
-        results = []
-        for f in futs:
-            code, text = f.result()
-            results.append((code, text, time.monotonic() - start))
+        results = [f.result() for f in futs]
     rl.cleanup()
     return results
 
@@ -141,7 +139,7 @@ def delete_in_flight(rl: RouterLab, port: int) -> dict:
     for n in NODES:
         rl.start_engine(n, port=ENGINE_PORT + 2, STANDIN_GEN_DELAY=str(GEN_S))
     urls = [rl.engine_url(n, ENGINE_PORT + 2) for n in NODES]
-    client = rl.start_router(urls, port=port)
+    client = rl.start_router(urls, port=port, policy=POLICY)
     with ThreadPoolExecutor(2) as pool:
         start = time.monotonic()
         futs = [pool.submit(chat, rl.router_base(port)) for _ in range(2)]
@@ -156,7 +154,9 @@ def delete_in_flight(rl: RouterLab, port: int) -> dict:
     after = Counter(replica_of(chat(rl.router_base(port))[1]) for _ in range(4))
     client.add(urls[1])
     readd = poll_until(lambda: listed(client, urls[1], True))
-    routed = poll_until(lambda: replica_of(chat(rl.router_base(port))[1]) == "spark2", interval=0)
+    routed = 1
+    while replica_of(chat(rl.router_base(port))[1]) != "spark2":
+        routed += 1
     rl.cleanup()
     return {
         "readd_s": readd,
@@ -173,7 +173,7 @@ def failing_replica(rl: RouterLab, port: int) -> dict:
     rl.start_engine("spark1", port=ENGINE_PORT + 3)
     rl.start_engine("spark2", port=ENGINE_PORT + 3, STANDIN_STALL_AFTER="0")
     urls = [rl.engine_url(n, ENGINE_PORT + 3) for n in NODES]
-    client = rl.start_router(urls, port=port)
+    client = rl.start_router(urls, port=port, policy=POLICY)
     answers = [chat(rl.router_base(port)) for _ in range(40)]
     logs = rl.lab.docker("spark2").containers.get(rl.name(f"engine-spark2-{ENGINE_PORT + 3}")).logs().decode()
     got = logs.count("generation stalled")
@@ -187,15 +187,18 @@ def failing_replica(rl: RouterLab, port: int) -> dict:
     }
 
 
-def late_replica(rl: RouterLab, port: int) -> dict:
+def late_replica(rl: RouterLab, port: int, startup_check: int | None, load_s: float) -> dict:
+    """spark2's replica starts after the router and loads for load_s (its /health answers 503)."""
     rl.start_engine("spark1", port=ENGINE_PORT + 4)
     urls = [rl.engine_url(n, ENGINE_PORT + 4) for n in NODES]
-    client = rl.start_router(urls, port=port, wait_healthy=False)
+    client = rl.start_router(
+        urls, port=port, wait_healthy=False, flags=flags(startup_check=startup_check), policy=POLICY
+    )
     wait_for("spark1 healthy", lambda: listed(client, urls[0], True))
     before = [w.url for w in client.workers()]
     ok = sum(1 for _ in range(4) if chat(rl.router_base(port))[0] == 200)
     name = rl.name(f"engine-spark2-{ENGINE_PORT + 4}")
-    rl.start_engine("spark2", port=ENGINE_PORT + 4)
+    rl.start_engine("spark2", port=ENGINE_PORT + 4, STANDIN_DELAY_LOAD=str(load_s))
     wait_for(
         "engine ready", lambda: "fired up" in rl.lab.docker("spark2").containers.get(name).logs().decode()
     )
@@ -217,9 +220,12 @@ def med(xs: list[float]) -> str:
 
 
 def main() -> int:
+    global POLICY
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--policy", default="round_robin")
     args = ap.parse_args()
+    POLICY = args.policy
     with Lab(nodes=2) as lab:
         lab.install_engine_image()
         rl = RouterLab(lab, tag=uuid.uuid4().hex[:6])
@@ -249,10 +255,15 @@ def main() -> int:
                 f"(5) DELETE: gone from listing after {d['gone_s']:.3f}s with {d['pending']} requests still "
                 f"running; their answers {[(c, replica_of(t)) for c, t in d['answers']]} after {d['took']:.2f}s "
                 f"(ratio to gen time {d['took'] / GEN_S:.2f}); next requests {dict(d['after'])}; "
-                f"POST /workers back: healthy after {d['readd_s']:.2f}s, then routed to after {d['routed_s']:.2f}s"
+                f"POST /workers back: healthy after {d['readd_s']:.2f}s, its first request is request {d['routed_s']} after that"
             )
             print("(6) replica answering 500:", failing_replica(rl, 31230))
-            print("(7) replica up after the router:", late_replica(rl, 31240))
+            for i, (check, load_s) in enumerate(((1, 0), (None, 0), (1, 40), (None, 40))):
+                got = late_replica(rl, 31240 + i, check, load_s)
+                print(
+                    f"(7) replica up after the router, loading {load_s}s, "
+                    f"--worker-startup-check-interval {check or 'default'}: {got}"
+                )
         finally:
             rl.cleanup()
     return 0

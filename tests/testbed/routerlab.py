@@ -109,10 +109,11 @@ class RouterLab:
         port: int = ROUTER_PORT,
         flags: list[str] | None = None,
         wait_healthy: bool = True,
+        policy: str = "round_robin",
     ) -> RouterClient:
         """Start the router on spark1 in front of worker URLs; wait until it lists them healthy."""
         argv = ["python3", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(port)]
-        argv += ["--worker-urls", *workers, "--policy", "round_robin"]
+        argv += ["--worker-urls", *workers, "--policy", policy]
         # Its Prometheus exporter defaults to 0.0.0.0:29000; a second router on the node would panic.
         argv += ["--prometheus-port", str(port + 1000)]
         argv += HEALTH_FLAGS if flags is None else flags
