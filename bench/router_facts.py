@@ -74,20 +74,20 @@ class Load:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self.stop.is_set():
-            self.results.append(chat(self.base))
+        while not self.stop.is_set():  # distinct prompts, so cache_aware spreads them too
+            self.results.append(chat(self.base, prompt=f"question {len(self.results)}"))
 
-    def finish(self) -> tuple[int, int]:
+    def finish(self) -> tuple[int, list[tuple[int, str]]]:
         self.stop.set()
         self.thread.join(60)
-        return len(self.results), sum(1 for code, _ in self.results if code != 200)
+        return len(self.results), [r for r in self.results if r[0] != 200]
 
 
 def kill_and_back(rl: RouterLab, rounds: int, failure: int, success: int, port: int) -> dict:
     urls = [rl.engine_url(n) for n in NODES]
     client = rl.start_router(urls, port=port, flags=flags(failure, success), policy=POLICY)
     dead, name = urls[1], rl.name(f"engine-spark2-{ENGINE_PORT}")
-    down, up, failed, sent = [], [], 0, 0
+    down, up, failed, sent = [], [], [], 0
     for _ in range(rounds):
         n, f, gone = one_kill(rl, client, port, dead, name)
         sent, failed = sent + n, failed + f
@@ -97,7 +97,7 @@ def kill_and_back(rl: RouterLab, rounds: int, failure: int, success: int, port: 
     return {"down": down, "up": up, "sent": sent, "failed": failed}
 
 
-def one_kill(rl: RouterLab, client: RouterClient, port: int, url: str, name: str) -> tuple[int, int, float]:
+def one_kill(rl: RouterLab, client: RouterClient, port: int, url: str, name: str) -> tuple[int, list, float]:
     """SIGKILL the replica under a steady load; (requests sent, failed, seconds to unhealthy)."""
     load = Load(rl.router_base(port))
     wait_for("load", lambda: len(load.results) >= 3)
@@ -122,12 +122,12 @@ def in_flight_kill(rl: RouterLab, port: int, stream: bool) -> list[tuple[int, st
     urls = [rl.engine_url(n, ENGINE_PORT + 1) for n in NODES]
     rl.start_router(urls, port=port, policy=POLICY)
 
-    def timed() -> tuple[int, str, float]:
+    def timed(prompt: str) -> tuple[int, str, float]:
         start = time.monotonic()
-        return (*chat(rl.router_base(port), 30, stream), time.monotonic() - start)
+        return (*chat(rl.router_base(port), 30, stream, prompt), time.monotonic() - start)
 
     with ThreadPoolExecutor(2) as pool:
-        futs = [pool.submit(timed) for _ in range(2)]
+        futs = [pool.submit(timed, p) for p in ("alpha", "beta")]  # distinct: cache_aware spreads them
         wait_for("in flight", lambda: all(rl.in_flight(n, ENGINE_PORT + 1) for n in NODES), interval=0.05)
         rl.lab.kill_container("spark2", rl.name(f"engine-spark2-{ENGINE_PORT + 1}"))
         results = [f.result() for f in futs]
@@ -142,7 +142,7 @@ def delete_in_flight(rl: RouterLab, port: int) -> dict:
     client = rl.start_router(urls, port=port, policy=POLICY)
     with ThreadPoolExecutor(2) as pool:
         start = time.monotonic()
-        futs = [pool.submit(chat, rl.router_base(port)) for _ in range(2)]
+        futs = [pool.submit(chat, rl.router_base(port), 30, False, p) for p in ("alpha", "beta")]
         wait_for("in flight", lambda: all(rl.in_flight(n, ENGINE_PORT + 2) for n in NODES), interval=0.05)
         t = time.monotonic()
         client.remove(urls[1])
@@ -154,9 +154,14 @@ def delete_in_flight(rl: RouterLab, port: int) -> dict:
     after = Counter(replica_of(chat(rl.router_base(port))[1]) for _ in range(4))
     client.add(urls[1])
     readd = poll_until(lambda: listed(client, urls[1], True))
-    routed = 1
-    while replica_of(chat(rl.router_base(port))[1]) != "spark2":
-        routed += 1
+    routed = next(  # distinct prompts (cache_aware would keep one prompt on its replica)
+        (
+            i
+            for i in range(1, 21)
+            if replica_of(chat(rl.router_base(port), prompt=f"next {i}")[1]) == "spark2"
+        ),
+        None,
+    )
     rl.cleanup()
     return {
         "readd_s": readd,
@@ -238,7 +243,7 @@ def main() -> int:
                 print(
                     f"(2) threshold {failure}: unhealthy after {med(r['down'])}; "
                     f"ratio to N x interval {statistics.median(r['down']) / bound:.2f}; "
-                    f"{r['failed']} of {r['sent']} client requests failed"
+                    f"{len(r['failed'])} of {r['sent']} client requests failed {r['failed'][:2]}"
                 )
                 print(f"(3) success threshold {success}: healthy again after {med(r['up'])}")
             print("(1) worker routes called:", dict(routes(rl)))
@@ -255,7 +260,7 @@ def main() -> int:
                 f"(5) DELETE: gone from listing after {d['gone_s']:.3f}s with {d['pending']} requests still "
                 f"running; their answers {[(c, replica_of(t)) for c, t in d['answers']]} after {d['took']:.2f}s "
                 f"(ratio to gen time {d['took'] / GEN_S:.2f}); next requests {dict(d['after'])}; "
-                f"POST /workers back: healthy after {d['readd_s']:.2f}s, its first request is request {d['routed_s']} after that"
+                f"POST /workers back: healthy after {d['readd_s']:.2f}s, its first request is request {d['routed_s']} after that (None: not in 20)"
             )
             print("(6) replica answering 500:", failing_replica(rl, 31230))
             for i, (check, load_s) in enumerate(((1, 0), (None, 0), (1, 40), (None, 40))):

@@ -29,9 +29,9 @@ HEALTH_FLAGS = ["--health-check-interval-secs", "1", "--health-failure-threshold
 HEALTH_FLAGS += ["--health-success-threshold", "1", "--worker-startup-check-interval", "1"]
 
 
-def chat(base: str, timeout: float = 30, stream: bool = False) -> tuple[int, str]:
+def chat(base: str, timeout: float = 30, stream: bool = False, prompt: str = "hi") -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request; a stream's text is its raw body."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "stream": stream}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
     try:
