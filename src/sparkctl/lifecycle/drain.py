@@ -2,9 +2,9 @@
 
 The signal is SGLang's `sglang:http_requests_active` gauge on the replica head's `/metrics`
 (0.5.23, `--enable-metrics`): its pure-ASGI middleware counts a request from arrival until the
-last byte of its response, streams included. The router cannot tell: sglang-router 0.3.2 reports
-`load` 0 for in-flight requests under round_robin and cache_aware (measured), and a removed worker
-leaves its `GET /workers` listing at once, while its requests still run. Scrapes and health probes
+last byte of its response, streams included. The router cannot tell: sglang-router 0.3.2's
+`load` counts in-flight requests only under some policies (0 under round_robin, measured), and a
+removed worker leaves its `GET /workers` listing at once, while its requests still run. Scrapes and health probes
 are not requests to wait for, so their endpoints are left out of the count.
 """
 
