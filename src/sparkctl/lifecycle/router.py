@@ -229,7 +229,7 @@ def view(pool: NodePool, plan: Plan, info: ContainerInfo | None) -> RouterView:
         out.error = "the router's container is " + (info.status if info else "missing")
         return out
     try:
-        out.workers = client(pool, plan).workers()
+        out.workers = sorted(client(pool, plan).workers(), key=lambda w: w.url)
     except RouterError as exc:
         out.error = exc.message
     return out
