@@ -159,6 +159,15 @@ def test_up_dp2_puts_the_router_in_front_and_requests_reach_both_replicas(quad: 
     again = up(cluster, "dp2")
     assert again["action"] == "noop"
 
+    # The router gone while the replicas run: `up` starts the router alone.
+    ranks = {s.container_name: quad.docker(s.node).containers.get(s.container_name).id for s in plan.ranks}
+    quad.docker("spark1").containers.get(plan.router.container_name).remove(force=True)
+    assert up(cluster, "dp2")["action"] == "router"
+    assert {
+        s.container_name: quad.docker(s.node).containers.get(s.container_name).id for s in plan.ranks
+    } == ranks
+    assert spread(plan.endpoint.url, 4) == {"spark1": 2, "spark2": 2}
+
 
 def test_up_tp2x2_keeps_the_router_and_gives_it_the_new_replicas(quad: Lab, cluster) -> None:
     prof = load_profile_file(cluster[1])

@@ -65,7 +65,7 @@ class QuietReporter:
 @dataclass
 class UpResult:
     plan: Plan
-    action: str  # "noop" or "started"
+    action: str  # "noop", "started", or "router" (the ranks ran as planned; only the router started)
     endpoint: EndpointHealth
     removed: list[ContainerInfo] = field(default_factory=list)
     elapsed: float = 0.0
@@ -218,12 +218,14 @@ def _up_locked(
     observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
-        health = serving(profile, pool, plan, deadline, rep)
+        health, router_started = serving(profile, pool, plan, deadline, rep)
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
-            rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
-            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0, settled=settled)
+            action = "router" if router_started else "noop"  # only the router was (re)started
+            if not router_started:
+                rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
+            return UpResult(plan, action, health, rec.leftovers, time.monotonic() - t0, settled=settled)
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
@@ -294,33 +296,39 @@ def start_group(
     return result
 
 
-def serving(profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter) -> EndpointHealth:
+def serving(
+    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter
+) -> tuple[EndpointHealth, bool]:
     """Whether a mode found running as planned serves: every replica's endpoint ready, and with
     replicas the router routing to each (its worker set reconciled; a missing router is started,
     and removed again if it fails to route). A kept router that does not route to a replica
-    within a few of its health checks means not serving: `up` then restarts the replicas."""
+    within a few of its health checks means not serving: `up` then restarts the replicas.
+    Also says whether it started the router."""
     health = combined([probe(ep) for ep in endpoints(plan)])
     if not health.ready or plan.router is None:
-        return health
+        return health, False
     started: list[RankSpec] = []
 
     def start_router(spec: RankSpec) -> None:
         prepare_nodes(profile, pool, replace(plan, ranks=[]))  # the router's log directory
         start_specs(profile, pool, [spec], started)
 
-    r = profile.router
-    settle_by = time.monotonic() + r.health_check_interval * (r.health_failure_threshold + 1) + 5
+    spec, r = plan.router, profile.router
+    if routers.matches(containers.inspect(pool.get(spec.node), spec.container_name), spec):
+        deadline = min(
+            deadline, time.monotonic() + r.health_check_interval * (r.health_failure_threshold + 1) + 5
+        )
     try:
-        routers.bring_up(pool, plan, min(deadline, settle_by), rep.phase, start_router, restarted=False)
+        routers.bring_up(pool, plan, deadline, rep.phase, start_router, restarted=False)
     except routers.RouterFailedError as exc:
         if not started:  # the kept router shuns a replica sparkctl finds ready
-            return EndpointHealth(True, health.served, False, f"router: {exc.message}")
+            return EndpointHealth(True, health.served, False, f"router: {exc.message}"), False
         remove_started(pool, plan, started)
         raise
     except BaseException:
         remove_started(pool, plan, started)
         raise
-    return probe(plan.endpoint)
+    return probe(plan.endpoint), bool(started)
 
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:
