@@ -46,6 +46,7 @@ def cluster(quad: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True}, **topology_modes()}
     # node rank 1 of every group dies while loading: a failure inside a replica group
     modes["tp2x2_broken"] = {**topology_modes()["tp2x2"], "env": {"STANDIN_FAIL_AT": "1:load"}}
+    modes["dp2_never"] = {**topology_modes()["dp2"], "env": {"STANDIN_NEVER_READY": "1"}}
     path = write_lab_profile(quad, tmp / "sparkctl.yaml", modes=modes, router=ROUTER)
     yield tmp / "state", path
     cli(tmp / "state", path, "down")
@@ -158,6 +159,15 @@ def test_up_dp2_puts_the_router_in_front_and_requests_reach_both_replicas(quad: 
     again = up(cluster, "dp2")
     assert again["action"] == "noop"
 
+    # The router gone while the replicas run: `up` starts the router alone.
+    ranks = {s.container_name: quad.docker(s.node).containers.get(s.container_name).id for s in plan.ranks}
+    quad.docker("spark1").containers.get(plan.router.container_name).remove(force=True)
+    assert up(cluster, "dp2")["action"] == "router"
+    assert {
+        s.container_name: quad.docker(s.node).containers.get(s.container_name).id for s in plan.ranks
+    } == ranks
+    assert spread(plan.endpoint.url, 4) == {"spark1": 2, "spark2": 2}
+
 
 def test_up_tp2x2_keeps_the_router_and_gives_it_the_new_replicas(quad: Lab, cluster) -> None:
     prof = load_profile_file(cluster[1])
@@ -254,6 +264,17 @@ def test_a_rank_dying_in_a_group_fails_up_naming_it_and_rolls_back_every_group(q
     assert "node rank 1" in err and "(replica " in err and "exited (exit code 1)" in err, err
     assert "spark2" in err or "spark4" in err
     assert not any(running(quad, load_profile_file(cluster[1]).cluster).values())
+
+
+def test_a_replica_never_ready_fails_up_at_the_deadline_naming_it_and_rolls_back(quad: Lab, cluster) -> None:
+    prof = load_profile_file(cluster[1])
+    plan = build_plan(prof, "dp2_never")
+    res = cli(*cluster, "up", "dp2_never", "--timeout", "10")
+    assert res.returncode == 3, res.stderr
+    flat = " ".join(res.stderr.split())
+    assert f"replica 0's endpoint {plan.groups[0].worker_url} not ready within the 10s deadline" in flat, flat
+    assert "[node spark1, rank 0]" in flat
+    assert not any(cluster_containers(quad, prof.cluster).values())  # no router was started either
 
 
 def test_a_router_that_cannot_start_fails_up_with_its_log_and_rolls_back(quad: Lab, cluster) -> None:

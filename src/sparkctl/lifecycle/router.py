@@ -89,15 +89,16 @@ def bring_up(
     conn = pool.get(spec.node)
     info = containers.inspect(conn, spec.container_name)
     if matches(info, spec):
-        phase(f"router on {spec.node} runs this config: keeping it, updating its replicas")
         if restarted:
+            phase(f"keeping the router on {spec.node} (same config): giving it the restarted replicas")
             renew(client(pool, plan), worker_urls(plan), deadline)
     else:
         if info is not None:  # stopped, or another config: it has no requests to save
             containers.remove(conn, spec.container_name, grace=None)
         phase(f"starting the router on {spec.node} ({spec.container_name})")
         start(spec)
-    phase(f"waiting for the router at {plan.endpoint.url} to route to {plan.replicas} replicas")
+    if restarted or not matches(info, spec):
+        phase(f"waiting for the router at {plan.endpoint.url} to route to {plan.replicas} replicas")
     return wait_routing(pool, plan, deadline)
 
 
@@ -228,7 +229,7 @@ def view(pool: NodePool, plan: Plan, info: ContainerInfo | None) -> RouterView:
         out.error = "the router's container is " + (info.status if info else "missing")
         return out
     try:
-        out.workers = client(pool, plan).workers()
+        out.workers = sorted(client(pool, plan).workers(), key=lambda w: w.url)
     except RouterError as exc:
         out.error = exc.message
     return out

@@ -22,9 +22,10 @@ from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
+from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
 from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
-from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan, node_path
+from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
 
 
@@ -63,7 +64,7 @@ class QuietReporter:
 @dataclass
 class UpResult:
     plan: Plan
-    action: str  # "noop" or "started"
+    action: str  # "noop", "started", or "router" (the ranks ran as planned; only the router started)
     endpoint: EndpointHealth
     removed: list[ContainerInfo] = field(default_factory=list)
     elapsed: float = 0.0
@@ -223,12 +224,14 @@ def _up_locked(
     observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
-        health = serving(profile, pool, plan, deadline, rep)
+        health, router_started = serving(profile, pool, plan, deadline, rep)
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
-            rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
-            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0, settled=settled)
+            action = "router" if router_started else "noop"  # only the router was (re)started
+            if not router_started:
+                rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
+            return UpResult(plan, action, health, rec.leftovers, time.monotonic() - t0, settled=settled)
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
@@ -266,14 +269,14 @@ def start_group(
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
-        _prepare(profile, pool, plan)
+        prepare_nodes(profile, pool, plan)
         peers = [s for s in plan.ranks if s.node_rank > 0]
         heads = [s for s in plan.ranks if s.node_rank == 0]
         if peers:
             rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
-            _start(profile, pool, peers, started)
+            start_specs(profile, pool, peers, started)
         rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
-        _start(profile, pool, heads, started)
+        start_specs(profile, pool, heads, started)
         eps = endpoints(plan)
         what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
         rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")
@@ -286,11 +289,13 @@ def start_group(
             log_hint=lambda s: _log_hint(profile, s),
         )
         if plan.router is not None:
-            routers.bring_up(pool, plan, deadline, rep.phase, lambda s: _start(profile, pool, [s], started))
+            routers.bring_up(
+                pool, plan, deadline, rep.phase, lambda s: start_specs(profile, pool, [s], started)
+            )
     except BaseException as exc:
         record_attempt(plan, "failed")
         rep.phase("rolling back the containers this run started")
-        problems, left = _rollback(pool, plan, started)
+        problems, left = remove_started(pool, plan, started)
         note = orphans.record_leftovers(plan.cluster, left)
         if isinstance(exc, SparkctlError):
             extra = "; ".join([*problems, note] if note else problems)
@@ -301,78 +306,39 @@ def start_group(
     return result
 
 
-def serving(profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter) -> EndpointHealth:
+def serving(
+    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter
+) -> tuple[EndpointHealth, bool]:
     """Whether a mode found running as planned serves: every replica's endpoint ready, and with
     replicas the router routing to each (its worker set reconciled; a missing router is started,
-    and removed again if it fails to route)."""
+    and removed again if it fails to route). A kept router that does not route to a replica
+    within a few of its health checks means not serving: `up` then restarts the replicas.
+    Also says whether it started the router."""
     health = combined([probe(ep) for ep in endpoints(plan)])
     if not health.ready or plan.router is None:
-        return health
+        return health, False
     started: list[RankSpec] = []
-    try:
-        _prepare(profile, pool, replace(plan, ranks=[]))
-        start = lambda s: _start(profile, pool, [s], started)  # noqa: E731
-        routers.bring_up(pool, plan, deadline, rep.phase, start, restarted=False)
-    except BaseException:
-        _rollback(pool, plan, started)
-        raise
-    return probe(plan.endpoint)
 
+    def start_router(spec: RankSpec) -> None:
+        prepare_nodes(profile, pool, replace(plan, ranks=[]))  # the router's log directory
+        start_specs(profile, pool, [spec], started)
 
-def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
-    by_node: dict[str, list[RankSpec]] = {}
-    for spec in [*plan.ranks, *([plan.router] if plan.router else [])]:
-        by_node.setdefault(spec.node, []).append(spec)
-
-    def prep(node: str) -> None:
-        log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
-        containers.prepare_node(pool.get(node), by_node[node], log_dirs)
-
-    fan_out(list(by_node), prep).values_or_raise()
-
-
-def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
-    by_rank = {s.rank: s for s in specs}
-
-    def start_one(rank: int) -> None:
-        spec = by_rank[rank]
-        conn = pool.get(spec.node)
-        started.append(spec)  # before creating it: rollback must also see a half-started container
-        containers.start_rank(conn, spec)
-        logs.start_follower(conn, spec.container_name, log_path(profile, spec))
-
-    results = fan_out(
-        list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))
-    )
-    for o in results.failed:
-        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
-            what = "the router" if o.rank is None else f"rank {o.rank}"
-            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}")  # type: ignore[arg-type]
-    results.values_or_raise()
-
-
-def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list[str], list[state.Pending]]:
-    """SIGKILL and remove what this run started. Returns (problems, containers on lost nodes)."""
-    by_rank = {s.rank: s for s in started}
-
-    def kill(rank: int) -> bool:
-        spec = by_rank[rank]
-        return orphans.on_node(
-            pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None)
+    spec, r = plan.router, profile.router
+    if routers.matches(containers.inspect(pool.get(spec.node), spec.container_name), spec):
+        deadline = min(
+            deadline, time.monotonic() + r.health_check_interval * (r.health_failure_threshold + 1) + 5
         )
-
-    problems, left = [], []
-    for rank, exc in fan_out(list(by_rank), kill).errors.items():
-        spec = by_rank[rank]
-        if orphans.is_connection_loss(exc):
-            left.append(
-                orphans.pending_item(
-                    spec.node, spec.container_name, containers.rank_of(spec), plan.mode, str(exc)
-                )
-            )
-        else:
-            problems.append(f"{spec.container_name} on {spec.node}: {exc}")
-    return problems, left
+    try:
+        routers.bring_up(pool, plan, deadline, rep.phase, start_router, restarted=False)
+    except routers.RouterFailedError as exc:
+        if not started:  # the kept router shuns a replica sparkctl finds ready
+            return EndpointHealth(True, health.served, False, f"router: {exc.message}"), False
+        remove_started(pool, plan, started)
+        raise
+    except BaseException:
+        remove_started(pool, plan, started)
+        raise
+    return probe(plan.endpoint), bool(started)
 
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:
