@@ -87,7 +87,8 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "1",
     ]
     argv += ["--shutdown-grace-period-secs", "0", "--worker-startup-check-interval", "1"]
-    # Its metrics exporter binds 0.0.0.0:29000 by default: a second router on this host would panic.
+    # The router's Prometheus exporter defaults to 0.0.0.0:29000: another router on this host
+    # (another test session) would make it panic at start.
     argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
     log_path = tmp_path_factory.mktemp("router") / "router.log"
     with open(log_path, "w") as log:

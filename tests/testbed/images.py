@@ -14,11 +14,14 @@ import fcntl
 import hashlib
 import importlib.metadata
 import io
+import json
 import os
+import platform
 import re
 import subprocess
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,13 +51,12 @@ STDLIB_SKIP = {
     "site-packages",
     "dist-packages",
 }
-IMAGE_CHANGES = [
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    "WORKDIR /",
-    'CMD ["python3", "-m", "sglang.launch_server"]',
-    "LABEL org.sparkctl.standin=1 org.sparkctl.sglang.version=" + STANDIN_SGLANG_VERSION,
-]
+IMAGE_CONFIG = {
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
+    "WorkingDir": "/",
+    "Cmd": ["python3", "-m", "sglang.launch_server"],
+    "Labels": {"org.sparkctl.standin": "1", "org.sparkctl.sglang.version": STANDIN_SGLANG_VERSION},
+}
 
 
 def _standin_files() -> dict[str, bytes]:
@@ -111,7 +113,7 @@ def _shared_libs(binaries: list[str]) -> set[str]:
 
 
 def _rootfs_key() -> str:
-    h = hashlib.sha256(b"rootfs-v3")
+    h = hashlib.sha256(b"rootfs-v4")
     for content in _standin_files().values():
         h.update(content)
     for dist in _router_dists():
@@ -205,17 +207,48 @@ def _write_rootfs(path: Path) -> None:
             _add_file(tar, name, content)
 
 
-def engine_rootfs() -> Path:
-    """Path of the cached rootfs tar of the stand-in engine (built once per host and input set)."""
+def engine_archive() -> tuple[Path, str]:
+    """(path, image id) of the cached `docker load` archive of the stand-in engine: one layer (the
+    rootfs) and a fixed config, so every engine that loads it holds the same image id without a
+    `docker save` from another node. Built once per host and input set."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / f"engine-rootfs-{_rootfs_key()}.tar"
+    path = CACHE_DIR / f"engine-{_rootfs_key()}.tar"
     with open(CACHE_DIR / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            _write_rootfs(tmp)
-            tmp.replace(path)
-    return path
+            with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+                _write_rootfs(Path(tmp, "layer.tar"))
+                _write_archive(Path(tmp, "layer.tar"), Path(tmp, "image.tar"))
+                Path(tmp, "image.tar").replace(path)
+    with tarfile.open(path) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+    return path, "sha256:" + manifest[0]["Config"].removesuffix(".json")
+
+
+def _write_archive(layer: Path, dest: Path) -> None:
+    """A docker-save style archive (manifest.json, config, one layer.tar), untagged."""
+    digest = hashlib.sha256()
+    with open(layer, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "created": created,
+        "config": IMAGE_CONFIG,
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + digest.hexdigest()]},
+        "history": [{"created": created, "created_by": "sparkctl testbed: stand-in engine rootfs"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    manifest = [{"Config": config_name, "RepoTags": None, "Layers": ["rootfs/layer.tar"]}]
+    with tarfile.open(dest, "w") as tar:
+        _add_file(tar, "manifest.json", json.dumps(manifest).encode())
+        _add_file(tar, config_name, config_bytes)
+        _add_dir(tar, "rootfs")
+        tar.add(str(layer), arcname="rootfs/layer.tar")
 
 
 def _build(client: docker.DockerClient, dockerfile: str, files: dict[str, int], tag: str) -> str:
@@ -248,17 +281,16 @@ class _RandomReader(io.RawIOBase):
 
 
 def build_engine_image(client: docker.DockerClient, tag: str = ENGINE_TAG, pad_mb: int = 0) -> str:
-    """Import the stand-in engine into this engine as `tag`; pad_mb adds a random layer. Returns the id."""
+    """Load the stand-in engine into this engine as `tag`; pad_mb adds a random layer. Returns the id
+    (without pad_mb the same on every engine)."""
     repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
     base_tag = f"{repo}:{version}" if not pad_mb else f"{repo}-base:{version}"
-    client.api.import_image(
-        src=str(engine_rootfs()),
-        repository=base_tag.rsplit(":", 1)[0],
-        tag=base_tag.rsplit(":", 1)[1],
-        changes=IMAGE_CHANGES,
-    )
+    path, image_id = engine_archive()
+    with open(path, "rb") as fh:
+        client.api.load_image(fh, quiet=True)
+    client.api.tag(image_id, base_tag.rsplit(":", 1)[0], base_tag.rsplit(":", 1)[1])
     if not pad_mb:
-        return client.images.get(tag).id
+        return image_id
     return _build(client, f"FROM {base_tag}\nCOPY pad.bin /opt/pad/pad.bin\n", {"pad.bin": pad_mb << 20}, tag)
 
 

@@ -8,6 +8,7 @@ replicas over the fabric; the controller reaches the router over the management 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -28,9 +29,9 @@ HEALTH_FLAGS = ["--health-check-interval-secs", "1", "--health-failure-threshold
 HEALTH_FLAGS += ["--health-success-threshold", "1", "--worker-startup-check-interval", "1"]
 
 
-def chat(base: str, timeout: float = 30, stream: bool = False) -> tuple[int, str]:
+def chat(base: str, timeout: float = 30, stream: bool = False, prompt: str = "hi") -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request; a stream's text is its raw body."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "stream": stream}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
     try:
@@ -108,10 +109,13 @@ class RouterLab:
         port: int = ROUTER_PORT,
         flags: list[str] | None = None,
         wait_healthy: bool = True,
+        policy: str = "round_robin",
     ) -> RouterClient:
         """Start the router on spark1 in front of worker URLs; wait until it lists them healthy."""
         argv = ["python3", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(port)]
-        argv += ["--worker-urls", *workers, "--policy", "round_robin"]
+        argv += ["--worker-urls", *workers, "--policy", policy]
+        # Its Prometheus exporter defaults to 0.0.0.0:29000; a second router on the node would panic.
+        argv += ["--prometheus-port", str(port + 1000)]
         argv += HEALTH_FLAGS if flags is None else flags
         self.run("spark1", f"router-{port}", argv, image=image)
         client = RouterClient(self.router_base(port), timeout=2)
@@ -127,8 +131,11 @@ class RouterLab:
         return logs.decode().count("STANDIN_GEN begin")
 
     def cleanup(self) -> None:
+        import docker.errors
+
         for container in self.containers:
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound):  # a test removed it already
+                container.remove(force=True)
         self.containers.clear()
 
 

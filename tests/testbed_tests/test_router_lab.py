@@ -89,20 +89,22 @@ def test_a_killed_replica_is_marked_unhealthy_and_requests_keep_succeeding(rlab:
     assert {replica_of(text) for _, text in results[after:]} == {"spark1"}
 
 
-def test_a_removed_replica_finishes_its_in_flight_requests(rlab: RouterLab) -> None:
+@pytest.mark.parametrize("policy", ["round_robin", "cache_aware"])
+def test_a_removed_replica_finishes_its_in_flight_requests(rlab: RouterLab, policy: str) -> None:
     """DELETE /workers/<id> takes the replica out of rotation at once and does not cut the
     requests it is serving (what the rolling switch's drain relies on)."""
-    client = rlab.start_router(start_both(rlab, STANDIN_GEN_DELAY="3"))
+    client = rlab.start_router(start_both(rlab, STANDIN_GEN_DELAY="3"), policy=policy)
     out = rlab.engine_url("spark2")
     with ThreadPoolExecutor(2) as pool:
-        in_flight = [pool.submit(chat, rlab.router_base()) for _ in range(2)]  # one per replica
+        # one per replica (distinct prompts: cache_aware sends a repeated one to the same replica)
+        in_flight = [pool.submit(chat, rlab.router_base(), 30, False, p) for p in ("alpha", "beta")]
         wait_for("a request in flight on each replica", lambda: all(rlab.in_flight(n) for n in NODES))
         assert client.remove(out)
         client.wait_for("spark2 out", lambda ws: all(w.url != out for w in ws), timeout=10)
         assert not any(f.done() for f in in_flight)  # out of rotation while its request still runs
         answers = [f.result() for f in in_flight]
     assert sorted(replica_of(text) for code, text in answers if code == 200) == ["spark1", "spark2"]
-    assert {replica_of(chat(rlab.router_base())[1]) for _ in range(2)} == {"spark1"}
+    assert {replica_of(chat(rlab.router_base(), prompt=f"after {i}")[1]) for i in range(2)} == {"spark1"}
 
 
 def test_a_four_node_lab_comes_up_and_every_node_reaches_the_others(make_lab) -> None:
