@@ -163,6 +163,20 @@ def test_wait_drained_wants_two_zeros_in_a_row_and_stops_at_the_deadline() -> No
     ) == (False, 2)
 
 
+def test_wait_drained_stops_waiting_for_a_replica_that_no_longer_answers() -> None:
+    from sparkctl.lifecycle.drain import NoInFlightSignal
+
+    now, reads = [0.0], [0]
+
+    def gone() -> int:
+        reads[0] += 1
+        raise NoInFlightSignal("refused")
+
+    tick = {"clock": lambda: now[0], "sleep": lambda s: now.__setitem__(0, now[0] + s)}
+    assert wait_drained(gone, 120, **tick) == (False, -1)
+    assert reads[0] == 5 and now[0] < 2  # five failed reads in a row, not the 120 s timeout
+
+
 # ------------------------------------------------------------------------------------ the steps
 class FakeRouter:
     """The router's worker API as a dict; refuses to be emptied, records every call."""

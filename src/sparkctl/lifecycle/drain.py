@@ -84,22 +84,25 @@ def wait_drained(
     *,
     interval: float = 0.2,
     quiet_reads: int = 2,
+    failed_reads: int = 5,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[bool, int]:
     """Poll `read()` until it says 0 `quiet_reads` times in a row (a request the router had already
-    sent may reach the replica just after its removal) or `timeout` passes.
-    Returns (drained, last count). A read that fails counts as not drained yet."""
+    sent may reach the replica just after its removal) or `timeout` passes. Returns (drained,
+    last count); the count is -1 when the replica stopped answering (`failed_reads` reads in a
+    row failed: it died, so there is nothing left to wait for)."""
     deadline = clock() + timeout
-    zeros, last = 0, -1
+    zeros = fails = 0
+    last = -1
     while True:
         try:
-            last = read()
+            last, fails = read(), 0
         except NoInFlightSignal:
-            last = -1
+            last, fails = -1, fails + 1
         zeros = zeros + 1 if last == 0 else 0
         if zeros >= quiet_reads:
             return True, 0
-        if clock() >= deadline:
+        if fails >= failed_reads or clock() >= deadline:
             return False, last
         sleep(interval)

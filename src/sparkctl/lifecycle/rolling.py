@@ -322,6 +322,8 @@ def _take_out(ctx: _Roll, rr: ReplicaRoll, drain: bool) -> None:
         ctx.rep.phase(
             f"replica {rr.index}: drained ({rr.in_flight} request(s) in flight finished, {rr.drain_s:.1f}s)"
         )
+    elif left < 0:
+        ctx.rep.phase(f"replica {rr.index}: stopped answering /metrics while draining: stopping it")
     else:
         ctx.rep.phase(
             f"replica {rr.index}: still {left} request(s) in flight after router.drain_timeout "
