@@ -103,7 +103,11 @@ def main() -> int:
         lab.install_engine_image()
         seed_weights(lab)
         profile = write_rolling_profile(
-            lab, Path(state) / "sparkctl.yaml", args.gen_delay, STANDIN_DELAY_LOAD=str(args.delay_load)
+            lab,
+            Path(state) / "sparkctl.yaml",
+            args.gen_delay,
+            policy="cache_aware",  # the profile default
+            STANDIN_DELAY_LOAD=str(args.delay_load),
         )
         url = build_plan(load_profile_file(profile), "dp2").endpoint.url
         must(cli(state, profile, "up", "dp2", "--skip-preflight")[1], "up dp2")

@@ -114,10 +114,15 @@ def seed_weights(lab: Lab, nodes: list[str] | None = None, commit: str = SEED_CO
 DP2 = {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2}
 
 
-def write_rolling_profile(lab: Lab, path: Path, gen_delay: float = 0.3, **engine_env: str) -> Path:
+def write_rolling_profile(
+    lab: Lab, path: Path, gen_delay: float = 0.3, policy: str = "round_robin", **engine_env: str
+) -> Path:
     """`dp2` (a stand-in replica per node behind the real sglang-router), `dp2b` (same layout,
-    another config) and `dp2bad` (same layout, never comes up), metrics on (the rolling switch's drain signal), every request taking
-    `gen_delay` s so requests are in flight when a replica leaves the router; fast router checks."""
+    another config) and `dp2bad` (same layout, never comes up); metrics on (the rolling switch's
+    drain signal); every request taking `gen_delay` s so requests are in flight when a replica
+    leaves the router; fast router checks. `round_robin` spreads a load of identical prompts
+    over both replicas (`cache_aware`, the default, may keep them all on one).
+    """
     modes = {
         "solo": {"nodes": ["spark1"], "tp": 1, "default": True},
         "dp2": dict(DP2),
@@ -129,5 +134,10 @@ def write_rolling_profile(lab: Lab, path: Path, gen_delay: float = 0.3, **engine
         "env": {"STANDIN_GEN_DELAY": str(gen_delay), **engine_env},
         "stop_grace": 5,
     }
-    router = {"health_check_interval": 1, "health_failure_threshold": 2, "drain_timeout": 30}
+    router = {
+        "policy": policy,
+        "health_check_interval": 1,
+        "health_failure_threshold": 2,
+        "drain_timeout": 30,
+    }
     return write_lab_profile(lab, path, modes=modes, engine=engine, router=router)
