@@ -162,7 +162,7 @@ def layout(
     return Layout(tuple(groups))
 
 
-def _check_ports(lay: Layout, router: tuple[str, int] | None) -> None:
+def _check_ports(lay: Layout, router: tuple[str, int] | None, metrics_port: int = 0) -> None:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's."""
     used: dict[str, dict[int, str]] = {}
 
@@ -178,6 +178,7 @@ def _check_ports(lay: Layout, router: tuple[str, int] | None) -> None:
 
     if router is not None:
         take(router[0], router[1], "the router's port")
+        take(router[0], metrics_port, "the router's metrics port")
     for g in lay.groups:
         take(g.head.node, g.port, f"replica {g.index}'s API port")
         if g.nnodes > 1:
@@ -204,5 +205,5 @@ def mode_layout(profile: Profile, mode: Mode) -> Layout:
     router = None
     if lay.replicas > 1:
         router = (profile.router.node or lay.groups[0].head.node, profile.engine.port)
-    _check_ports(lay, router)
+    _check_ports(lay, router, profile.router.metrics_port)
     return lay

@@ -218,3 +218,15 @@ def test_top_reads_each_replicas_own_metrics(monkeypatch: pytest.MonkeyPatch) ->
         ("dp4 replica 2", False),
         ("dp4 replica 3", True),
     ]
+
+
+def test_router_metrics_exporter_is_node_local_on_its_own_port() -> None:
+    plan = build_plan(load(quad()), "dp4")
+    assert plan.router is not None
+    argv = plan.router.argv
+    assert (flag(argv, "--prometheus-host"), flag(argv, "--prometheus-port")) == ("127.0.0.1", "29000")
+    with pytest.raises(
+        ProfileError,
+        match=r"\[ports-distinct\] port 8888 on node 'spark1' is both the router's port and the router's metrics port",
+    ):
+        load(quad(router__metrics_port=8888))

@@ -296,7 +296,12 @@ class Router(Strict):
         None, description="Node that runs the router container (default: the first replica's rank 0)."
     )
     policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = Field(
-        "cache_aware", description="How the router picks a replica (sglang-router --policy)."
+        "round_robin",
+        description="How the router picks a replica (sglang-router --policy). cache_aware reuses "
+        "prefix caches but fails a few requests when a replica dies (docs/topology.md).",
+    )
+    metrics_port: Port = Field(
+        29000, description="The router's Prometheus exporter, bound to 127.0.0.1 on its node."
     )
     image: str | None = Field(
         None, description="Image with sglang-router (default: the serving image, which ships it)."

@@ -77,6 +77,9 @@ def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
         "--health-check-interval-secs", str(r.health_check_interval),
         "--health-failure-threshold", str(r.health_failure_threshold),
         "--health-success-threshold", "1",
+        # Its Prometheus exporter defaults to 0.0.0.0:29000, open without a key: node-local only.
+        "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(r.metrics_port),
         "--worker-urls", *urls,
     ]  # fmt: skip
 
