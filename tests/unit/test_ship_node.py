@@ -18,7 +18,7 @@ from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
 from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
-from sparkctl.ship.manifest import node_argv
+from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.weights import WeightsPeer, plan_streams, ship_weights
 
 MODEL = "org/model"
@@ -279,7 +279,7 @@ def test_source_symlink_leading_out_of_the_cache_is_reported_not_followed(nodes:
 
 def test_paths_outside_the_repo_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", node_argv("probe", "x")[2], "probe", str(tmp_path)],
+        [sys.executable, "-c", node_script(), "probe", str(tmp_path)],
         input=json.dumps({"paths": ["blobs/../../etc/passwd"]}).encode(),
         capture_output=True,
     )
@@ -297,8 +297,6 @@ def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(
 
 def test_node_program_is_stdlib_only_and_fits_one_remote_argument() -> None:
     import shlex
-
-    from sparkctl.ship.manifest import node_script
 
     prog = node_script()
     assert "from sparkctl" not in prog and "import sparkctl" not in prog

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 
-from sparkctl.ship._node import CHUNK  # node: strip
+from sparkctl.ship._node import CHUNK, big_pipe  # node: strip
 
 BOOT = (
     "import sys,json;h=json.loads(sys.stdin.buffer.readline());sys.argv=['-c','relay'];"
@@ -41,6 +41,7 @@ class Sink:
     def __init__(self, node, argv, line, spawn):
         self.node = node
         self.proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        big_pipe(self.proc.stdin.fileno())
         self.out, self.err = [], []
         self.readers = [
             threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True),
@@ -80,6 +81,7 @@ def op_relay(head, spawn):
     argv, line = first_hop(chain[1:], prog)
     down = Sink(chain[1]["node"], argv, line, spawn)
     inp = sys.stdin.buffer
+    big_pipe(inp.fileno())
     while True:
         data = inp.read1(CHUNK) if hasattr(inp, "read1") else inp.read(CHUNK)
         if not data:

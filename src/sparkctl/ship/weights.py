@@ -1,11 +1,11 @@
 """Ship a Hugging Face snapshot: only missing or different files, never leaving a half-done copy.
 
-Order on the peer: `begin` removes the old completion marker and leftover part files; the source
-then sends the files straight to the peer (hop.py) over several streams, each whole file written
+Order on the peer: the source sends the files straight to the peer (hop.py) over several streams,
+each receiver first removing the old completion marker, each whole file written
 under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
 in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
-renames it, makes the snapshot links, checks every file against the source's sha256, writes
-refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
+renames it, makes the snapshot links, checks every file against the source's sha256, removes part
+files left by an interrupted run, writes refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
 not there intact.
 """
 
@@ -173,10 +173,14 @@ def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult |
         result.digest, result.files_kept = source.digest, len(source.files)
         return result
     repo = repo_dir(peer.hf_cache, source.model_id)
-    mode = ["deep"] if deep else []
-    probe = run_op(
-        peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
-    )
+    if peer.doc is not None and peer.doc.get("exists") is False and "free" in peer.doc:
+        # Nothing of this repo on the peer (its `state` says so): everything goes, no probe.
+        probe = {"hashes": dict.fromkeys(dest_paths(source)), "free": peer.doc["free"], "marker": None}
+    else:
+        mode = ["deep"] if deep else []
+        probe = run_op(
+            peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
+        )
     return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
 
 
@@ -224,7 +228,8 @@ def _copy(
     transfers: Transfers,
     streams: int,
 ) -> dict[str, WeightsResult | SparkctlError]:
-    """begin on every peer, one push through all that need bytes, finish on every peer."""
+    """One push through all peers that need bytes (each receiver first drops its completion
+    marker), then finish on every peer."""
     t0 = time.monotonic()
     for n in todo:
         progress.start(
@@ -234,14 +239,6 @@ def _copy(
         )
     out: dict[str, WeightsResult | SparkctlError] = {}
     by_node = {n.peer.conn.node: n for n in todo}
-    begun = fan_out(
-        list(by_node),
-        lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
-        cancel=transfers.cancel,
-    )
-    for o in begun.failed:
-        out[o.key] = o.as_error()
-    todo = [n for n in todo if n.peer.conn.node not in out]
     senders = [n for n in todo if n.diff.send]
     arrived: dict[str, dict] = {n.peer.conn.node: {"written": {}, "ranged": {}} for n in todo}
     if senders:
@@ -305,7 +302,10 @@ def _push(
 ) -> dict:
     """The source sends through the chain of peers; per peer the files written or its error."""
     known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
-    chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
+    chain = [
+        {"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo, source.commit or "")}
+        for n in senders
+    ]
     req = {
         "repo": source.repo_dir,
         "streams": plan,
