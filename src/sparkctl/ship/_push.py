@@ -30,7 +30,7 @@ from sparkctl.ship._node import (  # node: strip
     op_manifest,
 )
 from sparkctl.ship._recv import weights_op  # node: strip
-from sparkctl.ship._relay import Sink, first_hop, flatten, op_relay  # node: strip
+from sparkctl.ship._relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
 from sparkctl.ship.tarfilter import LayerFilter  # node: strip
 
 CHILDREN = []
@@ -207,8 +207,9 @@ def _closed(sink):
     }
 
 
-def _send_stream(repo, items, sink, meter, hashes, errors):
-    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line."""
+def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
+    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line
+    (for the first stream, `trailer()` adds what its receiver needs to finish the snapshot)."""
     view = memoryview(bytearray(CHUNK))
     try:
         for dest, offset, length in items:
@@ -232,20 +233,45 @@ def _send_stream(repo, items, sink, meter, hashes, errors):
                     left -= n
                 if h is not None and not left:
                     hashes[dest] = (st, h.hexdigest())
-        sink.write(frame({"end": True}))
+        end = {"end": True}
+        if trailer is not None and sink.alive:
+            end.update(trailer())
+        sink.write(frame(end))
     except (OSError, EOFError, ValueError) as exc:
         errors.append(str(exc))
+
+
+def _finish_doc(req, hashes, ranged, errors, others, sinks):
+    """Stream 0's trailer, once every other stream has ended: the plan with every sha256 now known
+    and what the other streams' receivers wrote (their own hashes), per peer. The receiver of
+    stream 0 then finishes the snapshot itself, saving sparkctl a round trip to the peer."""
+    for t in others:
+        t.join()
+    plan = req.get("finish")
+    if plan is None or errors:
+        return {}
+    known = dict(ranged, **{d: v[1] for d, v in hashes.items()})
+    files = {}
+    for rel, (sha, size, blob) in plan["files"].items():
+        dest = "blobs/" + blob if blob else "snapshots/%s/%s" % (plan["commit"], rel)  # noqa: UP031
+        files[rel] = [sha or known.get(dest), size, blob]
+    written = {}
+    for sink in sinks:
+        for node, res in flatten(sink.close()).items():
+            if res["rc"] == 0:
+                written.setdefault(node, {}).update(last_json(res["out"]).get("written", {}))
+    return {"finish": {"plan": dict(plan, files=files), "ranged": ranged, "written": written}}
 
 
 def op_push_weights(req):
     repo, meter, hashes, errors = req["repo"], Meter(), {}, []
     sinks, threads = [], []
-    for items in req["streams"]:
+    for _items in req["streams"]:
         argv, line = first_hop(req["chain"], req["prog"])
-        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
-        sinks.append(sink)
-        threads.append(meter.run(_send_stream, repo, items, sink, meter, hashes, errors))
+        sinks.append(Sink(req["chain"][0]["node"], argv, line, spawn))
     ranged = dict(req.get("ranged", {}))
+    for i, items in enumerate(req["streams"][1:], 1):
+        threads.append(meter.run(_send_stream, repo, items, sinks[i], meter, hashes, errors))
     todo = [d for d, sha in ranged.items() if not sha]
 
     def hash_ranged():
@@ -256,6 +282,19 @@ def op_push_weights(req):
 
     if todo:
         threads.append(meter.run(hash_ranged))
+    others = list(threads)
+    threads.append(
+        meter.run(
+            _send_stream,
+            repo,
+            req["streams"][0],
+            sinks[0],
+            meter,
+            hashes,
+            errors,
+            lambda: _finish_doc(req, hashes, ranged, errors, others, sinks[1:]),
+        )
+    )
     meter.report_until(lambda: not any(t.is_alive() for t in threads))
     streams = [flatten(sink.close()) for sink in sinks]
     cache = HashCache(repo)

@@ -109,17 +109,23 @@ def _recv_one(inp, repo, head, view):
     return h.hexdigest()
 
 
-def op_recv(repo, commit=None):
+def op_recv(repo, commit=None, node=None):
+    """Receive one stream; the first stream's end line may carry `finish` (plan, ranged, what the
+    other streams wrote per node): then this receiver finishes the snapshot too."""
     inp = sys.stdin.buffer
     big_pipe(inp.fileno())
     view = memoryview(bytearray(CHUNK))
-    written, total = {}, 0
+    written, total, done = {}, 0, None
     try:
         if commit:
             _drop_marker(repo, commit)
         while True:
             head = _header(inp)
             if head.get("end"):
+                fin = head.get("finish")
+                if fin is not None:
+                    mine = dict(fin["written"].get(node or "", {}), **written)
+                    done = op_finish(repo, {"plan": fin["plan"], "written": mine, "ranged": fin["ranged"]})
                 break
             digest = _recv_one(inp, repo, head, view)
             if digest is not None:
@@ -132,7 +138,7 @@ def op_recv(repo, commit=None):
         _fail({"error": "unsafe", "message": str(exc), "written": len(written)}, 4)
     except (EOFError, KeyError) as exc:
         _fail({"error": "truncated", "message": str(exc), "written": len(written)}, 3)
-    return {"written": written, "bytes": total}
+    return {"written": written, "bytes": total, "finish": done}
 
 
 def _fail(doc, rc):
@@ -224,7 +230,7 @@ def weights_op(op, args):
     if op == "probe":
         return op_probe(repo, json.load(sys.stdin), deep=args[1:] == ["deep"])
     if op == "recv":
-        return op_recv(repo, args[1] if len(args) > 1 else None)
+        return op_recv(repo, *args[1:3])
     if op == "finish":
         return op_finish(repo, json.load(sys.stdin))
     return None

@@ -91,12 +91,18 @@ def op_relay(head, spawn):
     return {"node": chain[0]["node"], "local": local.close(), "next": down.close()}
 
 
+def last_json(text):
+    """The last line of a child's output as a JSON object ({} when it is not one)."""
+    try:
+        doc = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def flatten(res):
     """{node: {rc, out, err}} from a sink's result, unfolding the relays' nested reports."""
-    try:
-        doc = json.loads(res["out"].strip().splitlines()[-1]) if res["rc"] == 0 else None
-    except (ValueError, IndexError):
-        doc = None
+    doc = last_json(res["out"]) if res["rc"] == 0 else None
     if isinstance(doc, dict) and "local" in doc and "next" in doc:
         out = {doc["node"]: doc["local"]}
         out.update(flatten(doc["next"]))

@@ -11,7 +11,6 @@ not there intact.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,18 +19,16 @@ from sparkctl.errors import SparkctlError
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.hop import hop_error, run_push
 from sparkctl.ship.manifest import (
     Manifest,
     WeightsDiff,
     dest_paths,
     diff_files,
-    node_argv,
-    node_script,
     parse_op_result,
     run_op,
 )
-from sparkctl.ship.progress import FanOut, Progress
+from sparkctl.ship.progress import Progress
+from sparkctl.ship.weights_push import plan_doc, push_weights
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
@@ -244,14 +241,14 @@ def _copy(
     if senders:
         send = {d: s for n in senders for d, s in n.diff.send.items()}
         plan, ranged_dests = plan_streams(send, streams)
-        sent = _push(src, source, senders, plan, ranged_dests, transfers, progress)
+        sent = push_weights(src, source, senders, plan, ranged_dests, transfers, progress)
         source = source.with_hashes({**sent["hashes"], **sent["ranged"]})
         for n in senders:
             node = n.peer.conn.node
             if isinstance(sent["peers"][node], SparkctlError):
                 out[node] = sent["peers"][node]
             else:
-                arrived[node] = {"written": sent["peers"][node], "ranged": sent["ranged"]}
+                arrived[node] = {**sent["peers"][node], "ranged": sent["ranged"]}
                 n.result.bytes_sent, n.result.files_sent, n.result.streams = (
                     sent["bytes"],
                     len(n.diff.send),
@@ -269,13 +266,13 @@ def _copy(
 
 
 def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
+    """The peer's `finish` result: done by its first stream's receiver (see _recv.op_recv), else
+    (nothing sent, or an older peer answer) one round trip here."""
     node = need.peer.conn.node
-    plan_doc = {
-        "commit": source.commit,
-        "revision": source.revision,
-        "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
-    }
-    done = run_op(need.peer.conn, "finish", need.repo, payload={"plan": plan_doc, **arrived})
+    done = arrived.get("finish")
+    if done is None:
+        payload = {"plan": plan_doc(source), "written": arrived["written"], "ranged": arrived["ranged"]}
+        done = run_op(need.peer.conn, "finish", need.repo, payload=payload)
     if not done["ok"]:
         raise ShipError(
             f"{source.model_id} on the node does not match the source after the copy: "
@@ -289,100 +286,6 @@ def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0
     result.seconds = time.monotonic() - t0
     progress.finish(f"{node}:{source.model_id}", f"verified ({need.diff.have} file(s) already there)")
     return result
-
-
-def _push(
-    src: Connector,
-    source: Manifest,
-    senders: list[_Need],
-    plan: list,
-    ranged: list[str],
-    transfers: Transfers,
-    progress: Progress,
-) -> dict:
-    """The source sends through the chain of peers; per peer the files written or its error."""
-    known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
-    chain = [
-        {"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo, source.commit or "")}
-        for n in senders
-    ]
-    req = {
-        "repo": source.repo_dir,
-        "streams": plan,
-        "chain": chain,
-        "prog": node_script(),
-        "ranged": {d: known.get(d) for d in ranged},
-    }
-    fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
-    res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
-    peers: dict[str, dict | SparkctlError] = {}
-    for n in senders:
-        node, written = n.peer.conn.node, {}
-        try:
-            for stream in res["streams"]:
-                written.update(_stream_result(stream, n, source, src.node, res["errors"]))
-        except SparkctlError as exc:
-            peers[node] = exc
-            continue
-        peers[node] = written
-    if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
-        raise ShipError(
-            f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
-        )
-    return {**res, "peers": peers}
-
-
-def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
-    node = need.peer.conn.node
-    got = stream.get(node)
-    if got is None:
-        raise ShipError(
-            f"{source.model_id} never reached this node: a node before it in the pipeline failed",
-            node=node,
-            fix=RERUN,
-        )
-    host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
-    err = hop_error(src, node, host, got["rc"], got["err"])
-    if err is not None:
-        raise err
-    if got["rc"] != 0:
-        _raise_receiver_error(_error_doc(got["err"]), source, node, send_errors, src)
-    return _error_doc(got["out"]).get("written", {})
-
-
-def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: list[str], src: str) -> None:
-    if err.get("error") == "enospc":
-        raise DiskFullError(
-            f"disk full while copying {source.model_id} ({err.get('message', '')}); the partial file was removed",
-            node=peer,
-            fix="free disk under the HF cache, then rerun `sparkctl ship`",
-        )
-    if err.get("error") == "unsafe":
-        raise ShipError(
-            f"refused to write {source.model_id}: {err.get('message')}",
-            node=peer,
-            fix="the source's snapshot has a name outside the HF cache layout: re-download it there",
-        )
-    if err.get("error") == "truncated" and send_errors:
-        raise ShipError(
-            f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN
-        )
-    raise ShipError(
-        f"receiving {source.model_id} failed: {err.get('message') or err.get('raw') or 'no report'}",
-        node=peer,
-        fix=RERUN,
-    )
-
-
-def _error_doc(text: str) -> dict:
-    for line in reversed(text.strip().splitlines()):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            return doc
-    return {"raw": text.strip().splitlines()[-1] if text.strip() else ""}
 
 
 __all__ = ["WeightsPeer", "WeightsResult", "identical", "parse_op_result", "plan_streams", "ship_weights"]
