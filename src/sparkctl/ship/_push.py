@@ -126,7 +126,7 @@ class Meter:
         last = -1
         while True:
             finished = done()
-            now = self.n + (extra() if extra else 0)
+            now = max(last, self.n + (extra() if extra else 0))  # never backwards
             if now != last:
                 sys.stdout.write(json.dumps({"progress": now}) + "\n")
                 sys.stdout.flush()
@@ -164,8 +164,17 @@ def op_push_image(req):
     if not req["skip"] and not line:  # one peer, nothing to drop: ssh reads the engine's stream itself
         sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.fd}))
         save.detach()
-        meter.run(sink.proc.wait)
-        meter.report_until(lambda: sink.proc.poll() is not None, lambda: _rchar(sink.proc.pid))
+        final = []
+
+        def ended():  # ssh exited: read its count before it is reaped (a zombie's /proc/PID/io stays)
+            with contextlib.suppress(OSError):
+                os.waitid(os.P_PID, sink.proc.pid, os.WEXITED | os.WNOWAIT)
+            final.append(_rchar(sink.proc.pid))
+
+        waiter = meter.run(ended)
+        meter.report_until(
+            lambda: not waiter.is_alive(), lambda: final[0] if final else _rchar(sink.proc.pid)
+        )
         sent = None
     else:
         sink = Sink(req["chain"][0]["node"], argv, line, spawn)

@@ -41,7 +41,8 @@ class Sink:
     def __init__(self, node, argv, line, spawn):
         self.node = node
         self.proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        big_pipe(self.proc.stdin.fileno())
+        if self.proc.stdin is not None:  # None: fed by another process directly (see op_push_image)
+            big_pipe(self.proc.stdin.fileno())
         self.out, self.err = [], []
         self.readers = [
             threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True),
