@@ -3,10 +3,12 @@ a node in one round trip, and the source side of a transfer straight to a peer o
 
   state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
           manifest per model, in one run (what `ship` compares)
-  push-image    (stdin: one JSON line {ref, diff_ids, skip, hop}) -> `docker save REF`, minus the layers
-                the peer has, piped into `ssh PEER docker load -q`
-  push-weights  (stdin: one JSON line {repo, streams, ranged, hop, recv}) -> each stream a `recv` on
-                the peer through its own ssh, fed files or ranges of large files
+  push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
+                engine socket (_engine.SaveStream), minus the layers the peers have, into `ssh PEER
+                <loader>` (the socket itself is ssh's stdin when nothing is dropped)
+  push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
+                on the peer through its own ssh, fed files or ranges of large files; the first
+                stream's end line carries `finish` for its receiver
 A push prints {"progress": bytes} lines, then {"result": ...}. Its stdin stays open: when it closes
 (sparkctl was interrupted or lost the node) every child is killed at once, and a child also dies
 with its parent (PR_SET_PDEATHSIG), so no transfer outlives the command that started it.
