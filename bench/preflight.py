@@ -6,7 +6,10 @@ Brings up a 2-node lab, then an 8-node lab (one at a time), each with the stand-
 and weights on every node, a mode spanning all nodes (so every fabric pair is pinged both ways)
 and transport roce on fixture sysfs trees. Times a full preflight (fresh connections, all
 checks) `--runs` times per lab and prints the medians and their ratio (target: 8 nodes within
-1.5x of 2 nodes: the nodes are checked in parallel over one connection each). Also prints how busy
+1.5x of 2 nodes: the nodes are checked in parallel over one connection each). Also counts, in
+every node's sshd log, the controller's logins and remote commands per run: per node they stay
+the same from 2 nodes (1 fabric pair) to 8 (28 pairs), since each node pings its peers from its
+own probe batch (the Docker API adds its own `dial-stdio` commands). Also prints how busy
 the machine's CPUs were: every testbed node shares them, so a ratio measured while they are
 saturated reflects the testbed's cores, not sparkctl's fan-out (real nodes bring their own CPUs).
 """
@@ -52,13 +55,26 @@ def _cpu_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(nodes: int, runs: int) -> tuple[float, list[float], int, float]:
+def _controller_ssh(lab: Lab) -> tuple[int, int]:
+    """(logins, remote commands) from the controller so far, summed over the lab's sshd logs."""
+    logins = commands = 0
+    src = f" for root from {lab.mgmt_host_ip} port "
+    for n in lab.nodes:
+        log = Path(n.data_dir, "sshd.log").read_text(errors="replace")
+        logins += log.count(f"Accepted publickey{src}")
+        commands += log.count(f"Starting session: command{src}")
+    return logins, commands
+
+
+def measure(nodes: int, runs: int) -> tuple[float, list[float], int, float, tuple[float, float]]:
     with Lab(nodes=nodes) as lab:
         lab.install_engine_image()
         profile = load_profile_file(_prepare(lab, Path(f"/tmp/bench-preflight-{lab.id}.yaml")))
         plan = build_plan(profile, "all")
         times, findings, busy = [], 0, []
-        for _ in range(runs + 1):  # the first run warms caches (page cache, docker CLI binary)
+        for i in range(runs + 1):  # the first run warms caches (page cache, docker CLI binary)
+            if i == 1:
+                ssh0 = _controller_ssh(lab)
             cpu0, start = _cpu_busy_seconds(), time.perf_counter()
             with NodePool(profile) as pool:
                 report = run_preflight(profile, plan, pool, sysfs_root=f"{NODE_MOUNT}/sys")
@@ -67,7 +83,9 @@ def measure(nodes: int, runs: int) -> tuple[float, list[float], int, float]:
             findings = len(report.findings)
             if not report.ok:
                 raise SystemExit(f"{nodes}-node lab is not healthy: {[f.message for f in report.errors]}")
-        return statistics.median(times[1:]), times[1:], findings, statistics.median(busy[1:])
+        ssh1 = _controller_ssh(lab)
+        per_node = tuple((b - a) / runs / nodes for a, b in zip(ssh0, ssh1, strict=True))
+        return statistics.median(times[1:]), times[1:], findings, statistics.median(busy[1:]), per_node  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -76,11 +94,13 @@ def main() -> None:
     args = ap.parse_args()
     results = {}
     for n in (2, 8):
-        med, times, findings, busy = measure(n, args.runs)
+        med, times, findings, busy, (logins, commands) = measure(n, args.runs)
         results[n] = med
         print(
             f"{n} nodes: median {med:.3f}s over {len(times)} runs ({', '.join(f'{t:.2f}' for t in times)}); "
-            f"{findings} findings; machine CPU busy {busy:.0%} of {os.cpu_count()} cores",
+            f"{findings} findings; machine CPU busy {busy:.0%} of {os.cpu_count()} cores; "
+            f"controller per node per run: {logins:g} SSH login(s), {commands:g} remote command(s) "
+            f"for {n - 1} peer(s) ({n * (n - 1) // 2} fabric pairs)",
             flush=True,
         )
     ratio = results[8] / results[2]

@@ -58,9 +58,10 @@ class RunOptions:
 
 
 def uses_rdma(profile: Profile, mode: Mode) -> bool:
-    """The rdma preset applies to multi-node modes over RoCE; solo modes never get RDMA devices."""
+    """The rdma preset applies to replicas spanning nodes over RoCE; single-node replicas never
+    get RDMA devices."""
     preset = profile.engine.container.preset
-    if preset == "none" or len(mode.nodes) < 2:
+    if preset == "none" or mode.nodes_per_replica < 2:
         return False
     return preset == "rdma" or profile.fabric.transport == "roce"
 

@@ -11,7 +11,7 @@ import getpass
 import hashlib
 import json
 import posixpath
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sparkctl import hardening as sec
@@ -19,128 +19,46 @@ from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
 from sparkctl.hardening import SECRETS_DIR, Mount, RunOptions
+from sparkctl.plan_model import ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
 from sparkctl.profile.schema import Mode, Node, Profile
-from sparkctl.secrets import SecretFile, SecretRef, masked
+from sparkctl.secrets import SecretFile, SecretRef
+from sparkctl.topology import Group
 
-__all__ = ["SECRETS_DIR", "Mount", "RunOptions"]  # re-exported: callers import them from here
+# Re-exported: callers import them from here.
+__all__ = [
+    "SECRETS_DIR",
+    "ContainerRef",
+    "Endpoint",
+    "GroupSpec",
+    "Mount",
+    "Plan",
+    "PlanFacts",
+    "RankSpec",
+    "RunOptions",
+]
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_TRITON = "/root/.triton"
 LABEL_PREFIX = "sparkctl."
 
 
-@dataclass(frozen=True)
-class RankSpec:
-    rank: int
-    node: str
-    container_name: str
-    image: str
-    argv: list[str]
-    env: dict[str, str | SecretRef]
-    mounts: list[Mount]
-    options: RunOptions
-    labels: dict[str, str] = field(default_factory=dict)
-    gpus: int = 1
-    secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
-
-    def secret_refs(self) -> list[SecretRef]:
-        return [f.ref for f in self.secrets]
-
-    def env_masked(self) -> dict[str, str]:
-        return {k: masked(v) for k, v in self.env.items()}
-
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["env"] = self.env_masked()
-        out["secrets"] = [
-            {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
-        ]
-        return out
+def container_name(cluster: str, mode: str, rank: int, group: int | None = None) -> str:
+    """`sparkctl-<cluster>-<mode>-r<rank>`; with replicas, `-g<group>-r<node rank>`."""
+    if group is None:
+        return f"sparkctl-{cluster}-{mode}-r{rank}"
+    return f"sparkctl-{cluster}-{mode}-g{group}-r{rank}"
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-    served_model_name: str
-    api_key: SecretRef | None = None  # sent as a bearer token by readiness and status
+def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
+    """(node, container name) of every rank of a mode, without building its plan."""
+    from sparkctl.topology import mode_layout
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def api_base(self) -> str:
-        return f"{self.url}/v1"
-
-
-@dataclass(frozen=True)
-class ContainerRef:
-    node: str
-    name: str
-    mode: str
-
-
-@dataclass(frozen=True)
-class PlanFacts:
-    """What only the nodes can tell (from preflight probes), needed to finish a plan."""
-
-    hcas: dict[str, list[str]] = field(default_factory=dict)  # node -> RoCE devices (for hcas: auto)
-
-
-@dataclass(frozen=True)
-class Plan:
-    cluster: str
-    mode: str
-    tp: int
-    nnodes: int
-    ranks: list[RankSpec]
-    endpoint: Endpoint
-    stop_first: list[ContainerRef]
-    dist_init_addr: str | None
-    config_hash: str
-    image_source: str  # "ref" or "recipe:<name>"
-    unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
-    warnings: list[str] = field(default_factory=list)  # security notes `plan` shows (docs/security.md)
-
-    @property
-    def settled_hash(self) -> str | None:
-        """The config hash running containers of this plan carry; None while something is
-        unresolved (`hcas: auto` is read from the nodes at `up`, which changes the hash)."""
-        return None if self.unresolved else self.config_hash
-
-    @property
-    def nodes(self) -> list[str]:
-        return [r.node for r in self.ranks]
-
-    def rank(self, n: int) -> RankSpec:
-        return self.ranks[n]
-
-    def to_json(self) -> dict:
-        return {
-            "cluster": self.cluster,
-            "mode": self.mode,
-            "tp": self.tp,
-            "nnodes": self.nnodes,
-            "config_hash": self.config_hash,
-            "image_source": self.image_source,
-            "dist_init_addr": self.dist_init_addr,
-            "endpoint": {
-                "host": self.endpoint.host,
-                "port": self.endpoint.port,
-                "served_model_name": self.endpoint.served_model_name,
-                "url": self.endpoint.url,
-                "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
-            },
-            "warnings": self.warnings,
-            "stop_first": [asdict(c) for c in self.stop_first],
-            "unresolved": self.unresolved,
-            "ranks": [r.to_json() for r in self.ranks],
-        }
-
-
-def container_name(cluster: str, mode: str, rank: int) -> str:
-    return f"sparkctl-{cluster}-{mode}-r{rank}"
+    lay = mode_layout(profile, profile.modes[mode_name])
+    many = lay.replicas > 1
+    return [
+        (s.node, container_name(profile.cluster, mode_name, s.node_rank, s.group if many else None))
+        for s in lay.slots
+    ]
 
 
 def node_home(node: Node, profile: Profile) -> str:
@@ -189,10 +107,11 @@ def _fabric_env(
     return env
 
 
-def _gpu_request(node: Node, per_rank: int, profile: Profile) -> str | None:
+def _gpu_request(node: Node, gpu_ids: tuple[int, ...], profile: Profile) -> str | None:
+    """Docker's GPU request: every GPU of the node, or the ids of this rank's share of them."""
     if not profile.engine.container.gpus:
         return None
-    return "all" if per_rank >= node.gpus else ",".join(str(i) for i in range(per_rank))
+    return "all" if len(gpu_ids) >= node.gpus else ",".join(str(i) for i in gpu_ids)
 
 
 def _config_hash(ranks: list[RankSpec]) -> str:
@@ -263,78 +182,127 @@ def _rank_env_mounts(
     return env, mounts, secret_files
 
 
-def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
-    mode_name = mode_name or profile.default_mode()
-    _check_mode(profile, mode_name)
-    facts = facts or PlanFacts()
+def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}cluster": profile.cluster,
+        f"{LABEL_PREFIX}mode": mode_name,
+        f"{LABEL_PREFIX}rank": str(spec.rank),
+        f"{LABEL_PREFIX}group": str(spec.group),
+        f"{LABEL_PREFIX}node": spec.node,
+        f"{LABEL_PREFIX}config_hash": config_hash,
+    }
+
+
+@dataclass
+class _Build:
+    """What build_plan accumulates while it walks the layout's groups."""
+
+    ranks: list[RankSpec] = field(default_factory=list)
+    groups: list[GroupSpec] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+
+
+def _build_group(
+    profile: Profile, mode_name: str, group: Group, replicas: int, facts: PlanFacts, out: _Build
+) -> None:
     mode = profile.modes[mode_name]
-    nodes = [profile.node(n) for n in mode.nodes]
-    nnodes = len(nodes)
-    per_rank = mode.tp // nnodes
-    image, image_source = image_ref(profile)
-    unresolved: list[str] = []
-
-    dist_init_addr = None
-    if nnodes > 1:
-        assert nodes[0].fabric is not None
-        dist_init_addr = f"{nodes[0].fabric.ip}:{profile.fabric.dist_init_port}"
-
     engine = get_engine(profile.engine.kind)
     args = engine.serving_args(profile, mode)
-    ranks: list[RankSpec] = []
-    for rank, node in enumerate(nodes):
-        layout = RankLayout(rank, nnodes, mode.tp, dist_init_addr, host=sec.bind_host(profile, node, rank))
+    image, _ = image_ref(profile)
+    head = profile.node(group.head.node)
+    dist_init_addr = None
+    if group.nnodes > 1:
+        assert head.fabric is not None  # the schema requires it for groups over several nodes
+        dist_init_addr = f"{head.fabric.ip}:{group.dist_init_port}"
+    indices = []
+    for slot in group.slots:
+        node = profile.node(slot.node)
+        host = sec.bind_host(profile, node, slot.node_rank)
+        layout = RankLayout(
+            slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host=host, port=group.port, pp=mode.pp
+        )
         argv = engine.rank_argv(profile, args, layout)
-        env, mounts, secret_files = _rank_env_mounts(profile, mode, node, layout, engine, facts, unresolved)
-        options = sec.container_options(profile, mode, _gpu_request(node, per_rank, profile))
-        name = container_name(profile.cluster, mode_name, rank)
-        ranks.append(
+        env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
+        options = sec.container_options(profile, mode, _gpu_request(node, slot.gpu_ids, profile))
+        name = container_name(
+            profile.cluster, mode_name, slot.node_rank, group.index if replicas > 1 else None
+        )
+        indices.append(len(out.ranks))
+        out.ranks.append(
             RankSpec(
-                rank, node.name, name, image, argv, env, mounts, options, gpus=per_rank, secrets=secret_files
+                len(out.ranks),
+                node.name,
+                name,
+                image,
+                argv,
+                env,
+                mounts,
+                options,
+                gpus=len(slot.gpu_ids),
+                secrets=secrets,
+                group=group.index,
+                node_rank=slot.node_rank,
             )
         )
-
-    config_hash = _config_hash(ranks)
-    ranks = [
-        RankSpec(
-            **{
-                **r.__dict__,
-                "labels": {
-                    f"{LABEL_PREFIX}cluster": profile.cluster,
-                    f"{LABEL_PREFIX}mode": mode_name,
-                    f"{LABEL_PREFIX}rank": str(r.rank),
-                    f"{LABEL_PREFIX}node": r.node,
-                    f"{LABEL_PREFIX}config_hash": config_hash,
-                },
-            }
-        )
-        for r in ranks
-    ]
-
-    stop_first = [
-        ContainerRef(node=n, name=container_name(profile.cluster, other, i), mode=other)
-        for other, other_mode in profile.modes.items()
-        if other != mode_name
-        for i, n in enumerate(other_mode.nodes)
-    ]
-    key = profile.engine.api_key
     endpoint = Endpoint(
-        host=sec.endpoint_host(profile, nodes[0]),
-        port=profile.engine.port,
+        host=sec.endpoint_host(profile, head),
+        port=group.port,
         served_model_name=served_model_name(profile),
-        api_key=sec.secret_ref("api-key", key, nodes[0], profile, node_path) if key else None,
+        api_key=_api_key_ref(profile, head),
     )
+    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name))
+
+
+def _api_key_ref(profile: Profile, node: Node) -> SecretRef | None:
+    key = profile.engine.api_key
+    return sec.secret_ref("api-key", key, node, profile, node_path) if key else None
+
+
+def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
+    from sparkctl.router.spec import router_spec
+    from sparkctl.topology import mode_layout
+
+    mode_name = mode_name or profile.default_mode()
+    _check_mode(profile, mode_name)
+    mode = profile.modes[mode_name]
+    lay = mode_layout(profile, mode)
+    out = _Build()
+    for group in lay.groups:
+        _build_group(profile, mode_name, group, lay.replicas, facts or PlanFacts(), out)
+    config_hash = _config_hash(out.ranks)
+    ranks = [replace(r, labels=_labels(profile, mode_name, r, config_hash)) for r in out.ranks]
+    router = router_spec(profile, out.groups, image_ref(profile)[0]) if lay.replicas > 1 else None
+    stop_first = [
+        ContainerRef(node=n, name=name, mode=other)
+        for other in profile.modes
+        if other != mode_name
+        for n, name in mode_containers(profile, other)
+    ]
+    g0 = out.groups[0]
     return Plan(
         cluster=profile.cluster,
         mode=mode_name,
         tp=mode.tp,
-        nnodes=nnodes,
+        nnodes=lay.groups[0].nnodes,
         ranks=ranks,
-        endpoint=endpoint,
+        endpoint=router_endpoint(profile, router) if router else g0.endpoint,
         stop_first=stop_first,
-        dist_init_addr=dist_init_addr,
+        dist_init_addr=g0.dist_init_addr,
         config_hash=config_hash,
-        image_source=image_source,
-        unresolved=unresolved,
+        image_source=image_ref(profile)[1],
+        unresolved=out.unresolved,
         warnings=sec.plan_warnings(profile, mode),
+        pp=mode.pp,
+        groups=out.groups,
+        router=router,
+    )
+
+
+def router_endpoint(profile: Profile, router: RankSpec) -> Endpoint:
+    node = profile.node(router.node)
+    return Endpoint(
+        host=sec.endpoint_host(profile, node),
+        port=profile.engine.port,
+        served_model_name=served_model_name(profile),
+        api_key=_api_key_ref(profile, node),
     )

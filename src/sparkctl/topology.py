@@ -1,5 +1,6 @@
 """Replica groups from a mode's layout: which node runs which rank of which group, on which GPUs
-and ports. Pure: no I/O, no profile objects, so `profile check`, `plan` and the tests share it.
+and ports. Pure: no I/O; `layout` takes plain values and `mode_layout` reads a profile's mode, so
+`profile check`, `plan` and the tests share one set of rules.
 
 A mode is `nodes` x (`tp`, `pp`, `replicas`):
 - more nodes than replicas: the nodes are cut, in order, into `replicas` groups of equal size,
@@ -13,10 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkctl.profile.schema import Mode, Profile
 
 # Ports a group binds beyond its API port: SGLang binds dist_init_port+1..+6 with DP attention,
 # so groups that share a node keep their rendezvous ports this far apart.
 DIST_PORT_STRIDE = 10
+DIST_PORT_SPAN = 7  # dist_init_port .. +6
 
 
 class TopologyError(ValueError):
@@ -154,3 +160,49 @@ def layout(
             )
         )
     return Layout(tuple(groups))
+
+
+def _check_ports(lay: Layout, router: tuple[str, int] | None) -> None:
+    """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's."""
+    used: dict[str, dict[int, str]] = {}
+
+    def take(node: str, port: int, what: str) -> None:
+        taken = used.setdefault(node, {})
+        if port in taken:
+            raise TopologyError(
+                "ports-distinct",
+                f"port {port} on node '{node}' is both {taken[port]} and {what}",
+                fix="move engine.port, fabric.dist_init_port or the router apart",
+            )
+        taken[port] = what
+
+    if router is not None:
+        take(router[0], router[1], "the router's port")
+    for g in lay.groups:
+        take(g.head.node, g.port, f"replica {g.index}'s API port")
+        if g.nnodes > 1:
+            for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
+                take(g.head.node, p, f"replica {g.index}'s rendezvous port")
+
+
+def worker_port_base(engine_port: int, replicas: int) -> int:
+    """Replicas listen above the router, which takes engine.port (the user's one endpoint)."""
+    return engine_port + 1 if replicas > 1 else engine_port
+
+
+def mode_layout(profile: Profile, mode: Mode) -> Layout:
+    """The layout of a profile's mode, with its ports checked (the router's included)."""
+    lay = layout(
+        mode.nodes,
+        {n.name: n.gpus for n in profile.nodes},
+        tp=mode.tp,
+        pp=mode.pp,
+        replicas=mode.replicas,
+        port=worker_port_base(profile.engine.port, mode.replicas),
+        dist_init_port=profile.fabric.dist_init_port,
+    )
+    router = None
+    if lay.replicas > 1:
+        router = (profile.router.node or lay.groups[0].head.node, profile.engine.port)
+    _check_ports(lay, router)
+    return lay

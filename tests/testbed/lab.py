@@ -494,6 +494,9 @@ class Lab:
                     "PrintMotd no",
                     "MaxStartups 100:30:200",
                     "MaxSessions 100",
+                    # VERBOSE logs each exec ("Starting session: command for root from <ip>"), so
+                    # tests count the remote commands a sparkctl run cost, not only its logins.
+                    "LogLevel VERBOSE",
                     "Subsystem sftp internal-sftp",
                     # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; root
                     # gets the node's own HOME (its hash cache, a plain shell without this host's rc

@@ -156,7 +156,9 @@ def test_mtu_1500_on_node2(ready: Lab, tmp_path: Path) -> None:
     assert find(report, "Mtu", "spark1", "ok")
     # The DF ping fails in both directions (spark2's own send is refused locally).
     assert find(report, "PingDf", "spark1", "error") and find(report, "PingDf", "spark2", "error")
-    assert "mtu=1500" in find(report, "PingDf", "spark2", "error")[0]["message"]
+    assert "spark2 -> spark1" in find(report, "PingDf", "spark2", "error")[0]["message"]
+    for ping in find(report, "PingDf", severity="error"):  # both name the short end, from either side
+        assert "path MTU 1500?" in ping["message"] and "on spark2 (it is at 1500)" in ping["fix"]
     assert {f["check"] for f in errors(report)} == {"Mtu", "PingDf"}
     # --ignore downgrades exactly those, and then the run passes.
     rc2, _, _ = preflight(prof, "tp2", "--ignore", "Mtu,PingDf")

@@ -68,16 +68,29 @@ def test_node_names_from_hostnames_are_valid_and_unique() -> None:
 
 def test_modes_for_the_three_shapes() -> None:
     def shape(names, gpus, multi):
-        return [(m.name, m.nodes, m.tp, m.default) for m in propose_modes(names, gpus, multi)]
+        return [(m.name, m.nodes, m.tp, m.replicas, m.default) for m in propose_modes(names, gpus, multi)]
 
     assert shape(["spark1", "spark2"], [1, 1], True) == [
-        ("solo", ("spark1",), 1, True),
-        ("solo-spark2", ("spark2",), 1, False),
-        ("tp2", ("spark1", "spark2"), 2, False),
+        ("solo", ("spark1",), 1, 1, True),
+        ("solo-spark2", ("spark2",), 1, 1, False),
+        ("tp2", ("spark1", "spark2"), 2, 1, False),
     ]
-    assert shape(["box"], [2], False) == [("solo", ("box",), 1, True), ("tp2", ("box",), 2, False)]
-    # Two nodes with 2 GPUs each: TP 4 across, and TP 2 on each node under its own name.
-    assert [m[0] for m in shape(["a", "b"], [2, 2], True)] == ["solo", "solo-b", "tp4", "tp2-a", "tp2-b"]
+    assert shape(["box"], [2], False) == [
+        ("solo", ("box",), 1, 1, True),
+        ("tp2", ("box",), 2, 1, False),
+        ("dp2", ("box",), 1, 2, False),
+    ]
+    # Two nodes with 2 GPUs each: TP 4 across, and TP 2 / a replica per GPU on each node under
+    # its own name.
+    assert [m[0] for m in shape(["a", "b"], [2, 2], True)] == [
+        "solo",
+        "solo-b",
+        "tp4",
+        "tp2-a",
+        "dp2-a",
+        "tp2-b",
+        "dp2-b",
+    ]
 
 
 def test_parse_caches_and_sglang_images() -> None:

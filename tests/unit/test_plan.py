@@ -130,7 +130,11 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
         assert spec.labels["sparkctl.rank"] == str(rank) and spec.labels["sparkctl.mode"] == "tp2"
         assert spec.labels["sparkctl.config_hash"] == plan.config_hash
     assert plan.endpoint.url == "http://127.0.0.1:8888"
-    assert [(c.node, c.name) for c in plan.stop_first] == [("spark1", "sparkctl-sparkduo-solo-r0")]
+    assert [(c.node, c.name) for c in plan.stop_first] == [
+        ("spark1", "sparkctl-sparkduo-solo-r0"),
+        ("spark1", "sparkctl-sparkduo-dp2-g0-r0"),
+        ("spark2", "sparkctl-sparkduo-dp2-g1-r0"),
+    ]
 
 
 def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
@@ -145,7 +149,12 @@ def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
     )
     # Solo modes never get the RDMA devices or capabilities.
     assert spec.options.rdma_devices_dir is None and spec.options.cap_add == [] and spec.options.ulimits == {}
-    assert {c.name for c in plan.stop_first} == {"sparkctl-sparkduo-tp2-r0", "sparkctl-sparkduo-tp2-r1"}
+    assert {c.name for c in plan.stop_first} == {
+        "sparkctl-sparkduo-tp2-r0",
+        "sparkctl-sparkduo-tp2-r1",
+        "sparkctl-sparkduo-dp2-g0-r0",
+        "sparkctl-sparkduo-dp2-g1-r0",
+    }
 
 
 def test_two_gpu_box_is_one_rank_with_two_gpus(home: str) -> None:
@@ -167,6 +176,11 @@ def test_two_gpu_box_is_one_rank_with_two_gpus(home: str) -> None:
         ("solo-spark.yaml", "solo"),
         ("two-gpu-box.yaml", "tp2"),
         ("two-gpu-box.yaml", "solo"),
+        ("two-gpu-box.yaml", "dp2"),
+        ("dual-spark.yaml", "dp2"),
+        ("quad-spark.yaml", "tp4"),
+        ("quad-spark.yaml", "tp2x2"),
+        ("quad-spark.yaml", "dp4"),
     ],
 )
 def test_plan_golden(home: str, profile: str, mode: str) -> None:

@@ -74,8 +74,8 @@ def test_tp_larger_than_the_gpus() -> None:
     text = DUAL.replace("    tp: 2", "    tp: 4")
     err = error_for(text)
     assert err.message == (
-        f"p.yaml:{line_of(text, 'tp: 4')}: modes.tp2.tp: tp=4 needs 2 GPU(s) on node "
-        "'spark1', which has gpus: 1"
+        f"p.yaml:{line_of(text, 'tp: 4')}: modes.tp2.tp: [gpus-per-node] node 'spark1' needs 2 GPU(s) "
+        "for its groups but has 1 (fix: lower tp or replicas, or add nodes)"
     )
 
 
@@ -100,7 +100,7 @@ def test_managed_flag_and_plain_secret_are_rejected() -> None:
 def test_multi_node_mode_needs_fabric() -> None:
     text = re.sub(r"(- name: spark2\n(?:.*\n)*?)    fabric:\n(?:      .*\n)+", r"\1", DUAL)
     err = error_for(text)
-    assert "modes.tp2.nodes: spans several nodes, so node 'spark2' needs a fabric" in err.message
+    assert "modes.tp2.nodes: replica 0 spans several nodes, so node 'spark2' needs a fabric" in err.message
 
 
 def test_invalid_yaml_names_the_line() -> None:

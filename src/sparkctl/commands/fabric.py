@@ -73,28 +73,33 @@ def register(app: typer.Typer) -> None:
         exact NCCL/GLOO environment `up` gives them; report bus bandwidth and a verdict."""
         from sparkctl.connectors import NodePool
         from sparkctl.errors import ExitCode
-        from sparkctl.gpu.fabric import run_fabric_test
+        from sparkctl.gpu.fabric import plans_to_test, run_fabric_test
         from sparkctl.plan import build_plan
 
         prof = load_profile(profile)
         plan = build_plan(prof, mode or mode_opt)  # --mode kept for old scripts; MODE is positional
         if threshold is None:
             threshold = prof.fabric.min_busbw_gbps
+        reports = []
         with NodePool(prof) as pool:
-            conns = {n: pool.get(n) for n in dict.fromkeys(plan.nodes)}
-            report = run_fabric_test(
-                plan,
-                conns,
-                backend=backend,
-                sizes=sizes,
-                iters=iters,
-                timeout_s=timeout,
-                threshold_gbps=threshold,
-                keep=keep,
-            )
+            for sub in plans_to_test(plan):  # each replica's own ranks (one plan without replicas)
+                conns = {n: pool.get(n) for n in dict.fromkeys(sub.nodes)}
+                reports.append(
+                    run_fabric_test(
+                        sub,
+                        conns,
+                        backend=backend,
+                        sizes=sizes,
+                        iters=iters,
+                        timeout_s=timeout,
+                        threshold_gbps=threshold,
+                        keep=keep,
+                    )
+                )
         if json_out:
-            print_json(report.to_json())
+            print_json(reports[0].to_json() if len(reports) == 1 else [r.to_json() for r in reports])
         else:
-            _render(report)
-        if report.severity.value == "error":
+            for report in reports:
+                _render(report)
+        if any(r.severity.value == "error" for r in reports):
             raise typer.Exit(ExitCode.CHECK_FAILED)

@@ -198,7 +198,7 @@ def show_proposal(draft) -> None:  # sparkctl.discover.Draft
     for m in draft.modes:
         star = " [green](default)[/]" if m.default else ""
         out.print(
-            f"[bold]mode[/] {escape(m.name)}{star}: {', '.join(m.nodes)} tp={m.tp}  [dim]{escape(m.why)}[/]"
+            f"[bold]mode[/] {escape(m.name)}{star}: {', '.join(m.nodes)} tp={m.tp}{f' replicas={m.replicas}' if m.replicas > 1 else ''}  [dim]{escape(m.why)}[/]"
         )
     for w in draft.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}")

@@ -73,27 +73,30 @@ def render_plan(plan) -> None:  # sparkctl.plan.Plan, imported lazily
 
     out = console()
     out.print(
-        f"[bold]cluster[/] {plan.cluster}  [bold]mode[/] {plan.mode}  tp={plan.tp} over "
-        f"{plan.nnodes} node(s)  [bold]config[/] {plan.config_hash}  [bold]image[/] "
+        f"[bold]cluster[/] {plan.cluster}  [bold]mode[/] {plan.mode}  {plan.shape}  "
+        f"[bold]config[/] {plan.config_hash}  [bold]image[/] "
         f"{plan.ranks[0].image} ({plan.image_source})"
     )
     if plan.stop_first:
         out.print("[bold]stops first:[/] " + ", ".join(f"{c.name} on {c.node}" for c in plan.stop_first))
-    for spec in plan.ranks:
+    for spec in [*plan.ranks, *([plan.router] if plan.router else [])]:
         table = Table.grid(padding=(0, 1))
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column(overflow="fold")
         table.add_row("container", f"{spec.container_name} ({spec.options.describe()})")
-        table.add_row("env", "\n".join(f"{k}={shlex.quote(v)}" for k, v in spec.env_masked().items()))
+        if spec.env:
+            table.add_row("env", "\n".join(f"{k}={shlex.quote(v)}" for k, v in spec.env_masked().items()))
         if spec.secrets:
             table.add_row("secrets", "\n".join(_secret_line(f) for f in spec.secrets))
-        table.add_row(
-            "mounts",
-            "\n".join(f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts),
-        )
+        if spec.mounts:
+            table.add_row(
+                "mounts",
+                "\n".join(
+                    f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts
+                ),
+            )
         table.add_row("argv", " \\\n  ".join(_argv_lines(spec.argv)))
-        title = f"rank {spec.rank} on {spec.node}" + (" (serves HTTP)" if spec.rank == 0 else " (headless)")
-        out.print(Panel(table, title=title, title_align="left"))
+        out.print(Panel(table, title=_panel_title(plan, spec), title_align="left"))
     key = plan.endpoint.api_key
     auth = f"  key {key.describe()}" if key else "  [yellow]no API key[/]"
     out.print(
@@ -103,6 +106,13 @@ def render_plan(plan) -> None:  # sparkctl.plan.Plan, imported lazily
         out.print(f"[yellow]security:[/] {item}")
     for item in plan.unresolved:
         out.print(f"[yellow]resolved at up:[/] {item}")
+
+
+def _panel_title(plan, spec) -> str:
+    if spec.role == "router":
+        return f"router on {spec.node} (serves the endpoint, sglang-router)"
+    where = f"rank {spec.node_rank} of replica {spec.group}" if plan.replicas > 1 else f"rank {spec.rank}"
+    return f"{where} on {spec.node}" + (" (serves HTTP)" if spec.node_rank == 0 else " (headless)")
 
 
 def _secret_line(f: SecretFile) -> str:

@@ -24,7 +24,15 @@ def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
                 "cluster": prof.cluster,
                 "nodes": [n.name for n in prof.nodes],
                 "modes": {
-                    m: {"nodes": p.nodes, "tp": p.tp, "config_hash": p.config_hash} for m, p in plans.items()
+                    m: {
+                        "nodes": p.nodes,
+                        "tp": p.tp,
+                        "pp": p.pp,
+                        "replicas": p.replicas,
+                        "shape": p.shape,
+                        "config_hash": p.config_hash,
+                    }
+                    for m, p in plans.items()
                 },
             }
         )
@@ -32,8 +40,7 @@ def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     out = console()
     out.print(
         f"[green]ok[/] profile for cluster [bold]{prof.cluster}[/]: "
-        f"{len(prof.nodes)} node(s), modes: "
-        + ", ".join(f"{m} (tp={p.tp} on {'+'.join(p.nodes)})" for m, p in plans.items())
+        f"{len(prof.nodes)} node(s), modes: " + ", ".join(f"{m} ({p.shape})" for m, p in plans.items())
     )
 
 

@@ -26,6 +26,7 @@ class ModeDraft:
     tp: int
     default: bool = False
     why: str = ""
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,9 @@ def _mode_name(*parts: str) -> str:
 
 def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[ModeDraft]:
     """Solo on each node (the first is the default), TP across all nodes (one rank per node, each
-    with the GPUs the smallest node has), and TP over a node's GPUs where it has several."""
+    with the GPUs the smallest node has), TP over a node's GPUs where it has several, and there also a
+    replica per GPU behind SGLang's router. No replica-per-node mode: init binds the API to
+    loopback, which a router on another node cannot reach (docs/topology.md says how)."""
     modes = [ModeDraft("solo", (names[0],), 1, True, f"one GPU on {names[0]}")]
     for name in names[1:]:
         modes.append(ModeDraft(_mode_name("solo", name), (name,), 1, False, f"one GPU on {name}"))
@@ -135,6 +138,9 @@ def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[M
         if g >= 2:
             mode = f"tp{g}" if len(names) == 1 else _mode_name(f"tp{g}", name)
             modes.append(ModeDraft(mode, (name,), g, False, f"tensor parallel over the {g} GPUs of {name}"))
+            dp = f"dp{g}" if len(names) == 1 else _mode_name(f"dp{g}", name)
+            why = f"one replica per GPU of {name} behind SGLang's router"
+            modes.append(ModeDraft(dp, (name,), 1, False, why, replicas=g))
     return modes
 
 

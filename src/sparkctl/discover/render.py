@@ -120,6 +120,8 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
         out(f"  {m.name}:", m.why)
         out(f"    nodes: {_y(list(m.nodes))}")
         out(f"    tp: {m.tp}")
+        if m.replicas > 1:
+            out(f"    replicas: {m.replicas}")
         if m.default:
             out("    default: true")
     return out.text()

@@ -30,15 +30,17 @@ class Readiness:
 
 @dataclass(frozen=True)
 class RankLayout:
-    """Where one rank sits in its mode: what the engine's parallel flags are rendered from."""
+    """Where one rank sits in its replica group: what the engine's parallel flags are rendered from."""
 
-    rank: int
-    nnodes: int
+    rank: int  # the node rank inside its group (SGLang --node-rank)
+    nnodes: int  # nodes of its group
     tp: int
-    dist_init_addr: str | None
+    dist_init_addr: str | None  # the group's rendezvous (None for a single-node group)
     host: str = (
         "0.0.0.0"  # the address this rank binds (hardening.bind_host: the API only on rank 0's choice)
     )
+    port: int = 30000  # the group's API port
+    pp: int = 1
 
 
 class Engine(Protocol):

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from sparkctl.facts.probe import ParseError, Probe, checked, sh_argv
+from sparkctl.facts.probe import ParseError, Probe, ProbeError, checked, sh_argv
 
 
 # ----------------------------------------------------------------------------- netdevs
@@ -171,3 +171,62 @@ def ssh_probe(host: str, *, port: int = 22, user: str | None = None, timeout: in
 
 def ports_probe() -> Probe:
     return Probe(tuple(PROC_NET_TCP_ARGV), checked("reading /proc/net/tcp", parse_listening_ports))
+
+
+def path_mtu_hint(error: str | None) -> int | None:
+    """The MTU a failed DF ping names (iputils: `local error: message too long, mtu=1500`,
+    `Frag needed and DF set (mtu = 1500)`), or None."""
+    m = re.search(r"mtu\s*=\s*(\d+)", error or "", re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+# ----------------------------------------------------------------------------- TCP path
+@dataclass(frozen=True)
+class TcpReach:
+    """A TCP connect from a node: `open` (something listens), `refused` (the host answered with a
+    reset: the path works, nothing listens yet), or why the path does not work."""
+
+    state: str  # open | refused | timeout | unreachable | unresolved | error
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("open", "refused")
+
+
+# Runs on the node with host, port, timeout as argv (never interpolated); prints `<state> <detail>`.
+TCP_SOURCE = """\
+import errno, socket, sys
+host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    socket.create_connection((host, port), timeout).close()
+    print("open")
+except socket.gaierror as exc:
+    print("unresolved", exc)
+except ConnectionRefusedError:
+    print("refused")
+except socket.timeout:
+    print("timeout", "no answer within %gs" % timeout)
+except OSError as exc:
+    bad = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN)
+    print("unreachable" if exc.errno in bad else "error", exc.strerror or exc)
+"""
+_TCP_STATES = ("open", "refused", "timeout", "unreachable", "unresolved", "error")
+
+
+def parse_tcp_reach(rc: int, stdout: str, stderr: str) -> TcpReach:
+    """The last line TCP_SOURCE printed (a login script may print first)."""
+    lines = stdout.strip().splitlines()
+    state, _, detail = (lines[-1] if lines else "").partition(" ")
+    if rc != 0 or state not in _TCP_STATES:
+        why = (stderr.strip() or stdout.strip() or f"exit {rc}").splitlines()[-1]
+        raise ProbeError(
+            f"TCP probe failed (exit {rc}): {why}", "the node needs python3 (the probe batch does too)"
+        )
+    return TcpReach(state, detail.strip())
+
+
+def tcp_probe(host: str, port: int, *, timeout: float = 3.0) -> Probe:
+    """A TCP connect from the node to host:port (tests the path; the port need not be open)."""
+    argv = ("python3", "-c", TCP_SOURCE, host, str(port), f"{timeout:g}")
+    return Probe(argv, lambda r: parse_tcp_reach(r.rc, r.stdout, r.stderr), timeout=timeout + 5)

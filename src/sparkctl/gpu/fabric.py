@@ -193,6 +193,21 @@ def _start(conn: Connector, r: FabricRank, argv: list[str], env: dict[str, str],
     return container
 
 
+def plans_to_test(plan: Plan) -> list[Plan]:
+    """One plan per replica that has a fabric inside it (2+ GPUs); replicas never talk to each
+    other, so a dp layout of single-GPU replicas has nothing to test."""
+    if plan.replicas <= 1:
+        return [plan]
+    subs = [plan.replica(g.index) for g in plan.groups]
+    subs = [s for s in subs if sum(max(1, r.gpus) for r in s.ranks) > 1]
+    if not subs:
+        raise UsageError(
+            f"mode '{plan.mode}' runs single-GPU replicas: there is no fabric between their ranks",
+            fix="pick a mode whose replicas span GPUs or nodes (tp >= 2)",
+        )
+    return subs
+
+
 def run_fabric_test(
     plan: Plan,
     connectors: dict[str, Connector],

@@ -248,7 +248,7 @@ def _gap(first: ContainerInfo | None, later: ContainerInfo | None) -> float | No
 def _timed_out(
     pool: NodePool, plan: Plan, prober: Prober, budget: float, log_hint: Callable[[RankSpec], str] | None
 ) -> ReadyTimeoutError:
-    spec0 = plan.rank(0)
+    spec0 = plan.ranks[0]  # the head of the (sub-)plan: it serves the endpoint
     logs = [_rank_logs(pool, spec0, FAIL_LOG_LINES)]
     logs += [_rank_logs(pool, s, 10) for s in plan.ranks[1:]]
     return ReadyTimeoutError(

@@ -78,6 +78,20 @@ class Ctx:
     def rank0(self) -> str:
         return self.plan.nodes[0]
 
+    @property
+    def nodes(self) -> list[str]:
+        """Nodes holding a rank, each once (several replicas may share a node)."""
+        return list(dict.fromkeys(self.plan.nodes))
+
+    @property
+    def router_only(self) -> str | None:
+        """The router's node when it holds no rank: only `Check.router_node` checks run there."""
+        router = self.plan.router
+        return router.node if router is not None and router.node not in self.nodes else None
+
+    def covers(self, check: Check, node: str) -> bool:
+        return node != self.router_only or check.router_node
+
     def applies(self, name: str) -> bool:
         check = self.checks.get(name)
         return check is not None and check.selected(self) and check.applies(self)
@@ -135,6 +149,7 @@ class Check:
     multi_node: ClassVar[bool] = False
     aliases: ClassVar[tuple[str, ...]] = ()
     skip_when_unreachable: ClassVar[bool] = True  # SKIP finding for a node that cannot be reached
+    router_node: ClassVar[bool] = False  # also runs on the router's node when it holds no rank
 
     def selected(self, ctx: Ctx) -> bool:
         """Chosen by --only (default: all)."""

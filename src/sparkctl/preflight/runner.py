@@ -74,7 +74,7 @@ def _wanted(checks: list[Check], ctx: Ctx, node: str) -> tuple[dict[str, Probe],
     """Every fact this node must gather for the active checks (same name = gathered once)."""
     probes: dict[str, Probe] = {}
     tasks: dict[str, Task] = {}
-    for check in checks:
+    for check in (c for c in checks if ctx.covers(c, node)):
         for name, want in check.probes(ctx, node).items():
             (tasks if isinstance(want, Task) else probes).setdefault(name, want)  # type: ignore[arg-type]
     return probes, tasks
@@ -124,7 +124,7 @@ def _store(facts: NodeFacts, results: Mapping[str, Any]) -> None:
 def _followups(ctx: Ctx, checks: list[Check], live: dict[str, NodeFacts]) -> None:
     want: dict[str, dict[str, Probe]] = {}
     for check in checks:
-        for node, probes in check.followups(ctx, live).items():
+        for node, probes in check.followups(ctx, _covered(ctx, check, live)).items():
             for name, probe in probes.items():
                 want.setdefault(node, {}).setdefault(name, probe)
     done = fan_out(list(want), lambda n: run_batch(live[n].conn, want[n]))  # type: ignore[arg-type]
@@ -135,13 +135,18 @@ def _followups(ctx: Ctx, checks: list[Check], live: dict[str, NodeFacts]) -> Non
             live[node].errors.update({name: outcome.error for name in want[node]})  # type: ignore[misc]
 
 
+def _covered(ctx: Ctx, check: Check, facts: dict[str, NodeFacts]) -> dict[str, NodeFacts]:
+    """The facts of the nodes `check` runs on (a router-only node only for router checks)."""
+    return {n: f for n, f in facts.items() if ctx.covers(check, n)}
+
+
 # ----------------------------------------------------------------------------- phase 3
 def _unreachable(ctx: Ctx, checks: list[Check], f: NodeFacts) -> list[Finding]:
     exc = f.connect_error
     msg = getattr(exc, "message", None) or str(exc)
     out = [Finding("SshReachable", ERROR, msg, getattr(exc, "fix", None), node=f.node)]
     for check in checks:
-        if check.skips_node(ctx, f.node):
+        if ctx.covers(check, f.node) and check.skips_node(ctx, f.node):
             out.append(Finding(check.name, SKIP, f"skipped: {f.node} unreachable", node=f.node))
     return out
 
@@ -162,7 +167,10 @@ def run_preflight(
     ignored = validate_names(set(ignore), "--ignore")
     ctx = Ctx(profile, plan, frozenset(selected), sysfs_root, REGISTRY, pool, deep)
     checks = _active(ctx)
-    gathered = fan_out(plan.nodes, lambda n: _gather(ctx, checks, pool, n))
+    nodes = [*ctx.nodes, *([ctx.router_only] if ctx.router_only else [])]
+    # One connection and one probe batch per node, all nodes at once: pairwise checks (PingDf,
+    # SshRank0ToPeer, RouterReach) put each node's targets in its own batch (preflight/pairs.py).
+    gathered = fan_out(nodes, lambda n: _gather(ctx, checks, pool, n))
     facts = {n: o.value if o.ok else NodeFacts(n, connect_error=o.error) for n, o in gathered.items()}
     live = {n: f for n, f in facts.items() if f.connect_error is None}
     _followups(ctx, checks, live)
@@ -171,16 +179,14 @@ def run_preflight(
         if f.connect_error is not None:
             findings += _unreachable(ctx, checks, f)
     for check in checks:
-        findings += check.judge(ctx, live)
+        findings += check.judge(ctx, _covered(ctx, check, live))
     findings = _apply_ignore(findings, ignored)
     order = {c: i for i, c in enumerate(CHECKS)}
-    ranks = {n: i for i, n in enumerate(plan.nodes)}
+    ranks = {n: i for i, n in enumerate(nodes)}
     findings.sort(
         key=lambda f: (ranks.get(f.node or "", len(ranks)), order.get(group_of(f.check), len(order)))
     )
-    return Report(
-        profile.cluster, plan.mode, plan.nodes, findings, time.monotonic() - start, frozenset(ignored)
-    )
+    return Report(profile.cluster, plan.mode, nodes, findings, time.monotonic() - start, frozenset(ignored))
 
 
 def _apply_ignore(findings: list[Finding], ignored: set[str]) -> list[Finding]:

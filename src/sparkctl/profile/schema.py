@@ -257,8 +257,18 @@ class Engine(Strict):
 
 
 class Mode(Strict):
-    nodes: list[str] = Field(min_length=1, description="Node names; the first is rank 0.")
-    tp: int = Field(1, ge=1, description="Total GPUs across the mode's nodes (SGLang --tp).")
+    nodes: list[str] = Field(
+        min_length=1,
+        description="Node names, cut in order into replica groups; a group's first is its rank 0.",
+    )
+    tp: int = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes (SGLang --tp).")
+    pp: int = Field(1, ge=1, description="Pipeline parallel size of one replica (SGLang --pp-size).")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Independent copies of the model behind SGLang's router (data parallel): "
+        "nodes split into this many groups, or several per node on its GPUs.",
+    )
     args: dict[str, ArgValue] = Field(default_factory=dict, description="Flags merged over engine.args.")
     env: dict[str, str] = Field(default_factory=dict, description="Env merged over engine.env.")
     default: bool = Field(False, description="The mode used when a command names none.")
@@ -273,6 +283,39 @@ class Mode(Strict):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env(v)
 
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes one replica spans (1 when replicas share or split single nodes)."""
+        return max(1, len(self.nodes) // self.replicas)
+
+
+class Router(Strict):
+    """SGLang's own router (sglang-router) in front of a mode's replicas (modes with replicas > 1)."""
+
+    node: str | None = Field(
+        None, description="Node that runs the router container (default: the first replica's rank 0)."
+    )
+    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = Field(
+        "cache_aware", description="How the router picks a replica (sglang-router --policy)."
+    )
+    image: str | None = Field(
+        None, description="Image with sglang-router (default: the serving image, which ships it)."
+    )
+    command: list[str] = Field(
+        default_factory=lambda: ["python3", "-m", "sglang_router.launch_router"],
+        min_length=1,
+        description="The router's launcher in that image.",
+    )
+    health_check_interval: int = Field(
+        2, ge=1, le=300, description="Seconds between the router's health checks of each replica."
+    )
+    health_failure_threshold: int = Field(
+        2, ge=1, le=100, description="Failed checks in a row before the router stops sending to a replica."
+    )
+    drain_timeout: float = Field(
+        120.0, gt=0, description="Seconds a rolling switch waits for a replica's in-flight requests."
+    )
+
 
 class Profile(Strict):
     version: Literal[1] = Field(1, description="Profile format version.")
@@ -284,6 +327,7 @@ class Profile(Strict):
     model: Model = Field(description="Target and draft weights, and the caches.")
     engine: Engine = Field(default_factory=Engine, description="The SGLang launch.")
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
+    router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Profile:
@@ -307,27 +351,9 @@ class Profile(Strict):
                     near = difflib.get_close_matches(node, names, n=1)
                     hint = f" (did you mean '{near[0]}'?)" if near else f" (nodes: {', '.join(names)})"
                     raise ValueError(f"{where}.nodes[{i}]: unknown node '{node}'{hint}")
-            if len(set(mode.nodes)) != len(mode.nodes):
-                raise ValueError(f"{where}.nodes: a node is listed twice")
-            if mode.tp % len(mode.nodes):
-                raise ValueError(
-                    f"{where}.tp: tp={mode.tp} does not split evenly over {len(mode.nodes)} node(s)"
-                )
-            per_node = mode.tp // len(mode.nodes)
-            for node in mode.nodes:
-                have = by_name[node].gpus
-                if per_node > have:
-                    raise ValueError(
-                        f"{where}.tp: tp={mode.tp} needs {per_node} GPU(s) on node '{node}', "
-                        f"which has gpus: {have}"
-                    )
-            if len(mode.nodes) > 1:
-                for node in mode.nodes:
-                    if by_name[node].fabric is None:
-                        raise ValueError(
-                            f"{where}.nodes: spans several nodes, so node '{node}' needs a "
-                            f"fabric: {{netdevs, ip}} section"
-                        )
+            _check_layout(self, mode_name, mode, by_name)
+        if self.router.node is not None and self.router.node not in by_name:
+            raise ValueError(f"router.node: unknown node '{self.router.node}' (nodes: {', '.join(names)})")
         return self
 
     def node(self, name: str) -> Node:
@@ -338,3 +364,35 @@ class Profile(Strict):
             if mode.default:
                 return name
         return next(iter(self.modes))
+
+
+# The mode key each topology rule is about, so an error points at its line in the YAML.
+_RULE_KEYS = {
+    "gpus-per-node": "tp",
+    "nodes-divide-tp-pp": "tp",
+    "sizes-positive": "tp",
+    "replicas-divide-nodes": "replicas",
+    "replicas-positive": "replicas",
+    "node-once": "nodes",
+}
+
+
+def _check_layout(profile: Profile, mode_name: str, mode: Mode, by_name: dict[str, Node]) -> None:
+    """The topology rules (sparkctl.topology), each error naming its rule; then the fabric that
+    every group spanning several nodes needs."""
+    from sparkctl.topology import TopologyError, mode_layout
+
+    where = f"modes.{mode_name}"
+    try:
+        lay = mode_layout(profile, mode)
+    except TopologyError as exc:
+        key = _RULE_KEYS.get(exc.rule)
+        raise ValueError(f"{where}{'.' + key if key else ''}: {exc}") from None
+    for group in lay.groups:
+        if group.nnodes > 1:
+            for node in group.nodes:
+                if by_name[node].fabric is None:
+                    raise ValueError(
+                        f"{where}.nodes: replica {group.index} spans several nodes, so node '{node}' "
+                        f"needs a fabric: {{netdevs, ip}} section"
+                    )

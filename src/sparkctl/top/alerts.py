@@ -120,7 +120,7 @@ def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> lis
             if (why := throttling(g)) is not None:
                 out.append(Alert("GpuThrottled", f"{n.node} GPU {g.index}", why))
     for e in snap.engines:
-        where = f"engine {e.mode}"
+        where = f"engine {e.name}"
         if e.error is not None:
             out.append(Alert("EngineMetricsDown", where, e.error))
             continue

@@ -43,7 +43,7 @@ def _pcts(p: dict[str, float | None]) -> str:
 
 
 def engine_lines(e: EngineRow) -> list[str]:
-    head = f"[bold]engine {escape(e.mode)}[/] {escape(e.url)}"
+    head = f"[bold]engine {escape(e.name)}[/] {escape(e.url)}"
     if e.error is not None or e.stats is None:
         return [head, f"  [red]unavailable[/]: {escape(e.error or 'no data')}"]
     s: EngineStats = e.stats

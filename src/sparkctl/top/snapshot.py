@@ -48,10 +48,16 @@ class EngineRow:
     url: str
     stats: EngineStats | None = None
     error: str | None = None
+    replica: int | None = None  # set when the mode runs several replicas
+
+    @property
+    def name(self) -> str:
+        return self.mode if self.replica is None else f"{self.mode} replica {self.replica}"
 
     def to_json(self) -> dict:
         return {
             "mode": self.mode,
+            "replica": self.replica,
             "url": self.url,
             "error": self.error,
             **(self.stats.to_json() if self.stats else {}),
@@ -178,19 +184,28 @@ class Collector:
         unreachable = {o.key: _message(o.error) for o in results.failed}
         return containers, samples, unreachable
 
-    def _engine(self, plan: Plan) -> EngineRow:
+    def _engine(self, plan: Plan, replica: int | None = None) -> EngineRow:
+        """One replica's head /metrics (the router's port serves no engine metrics)."""
         url = f"{plan.endpoint.url}/metrics"
-        row = EngineRow(plan.mode, url)
+        row = EngineRow(plan.mode, url, replica=replica)
         try:
             text = scrape(url)
             now = parse_metrics(text, time.monotonic())
         except Exception as exc:  # noqa: BLE001 - any failure to read the engine is that cell's state
             row.error = _metrics_error(exc)
-            self._scrape.pop(plan.mode, None)
+            self._scrape.pop(url, None)
             return row
-        row.stats = engine_stats(now, self._scrape.get(plan.mode))
-        self._scrape[plan.mode] = now
+        row.stats = engine_stats(now, self._scrape.get(url))
+        self._scrape[url] = now
         return row
+
+    def _engines(self, plan: Plan) -> list[EngineRow]:
+        if plan.replicas <= 1:
+            return [self._engine(plan)]
+        from sparkctl.fanout import fan_out
+
+        rows = fan_out([g.index for g in plan.groups], lambda i: self._engine(plan.replica(i), i))
+        return [rows.ok[g.index] for g in plan.groups]
 
     def sample(self) -> Snapshot:
         from sparkctl.plan import build_plan
@@ -212,9 +227,9 @@ class Collector:
         snap = Snapshot(self.profile.cluster, mode, taken, round(dt[0], 3) if dt else None)
         snap.ranks = rank_rows(plan, containers, unreachable)
         snap.nodes = [node_view(samples.get(n), before.get(n), unreachable.get(n), n) for n in plan.nodes]
-        snap.engines = [self._engine(plan)]
-        stats = snap.engines[0].stats
-        self.queued.append(stats.queued if stats else None)
+        snap.engines = self._engines(plan)
+        queued = [e.stats.queued for e in snap.engines if e.stats and e.stats.queued is not None]
+        self.queued.append(sum(queued) if queued else None)
         snap.alerts = evaluate(snap, list(self.queued))
         return snap
 

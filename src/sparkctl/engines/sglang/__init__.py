@@ -68,10 +68,12 @@ class SGLang:
             + auth_flags(profile)
         )
         argv += ["--tp", str(layout.tp)]
+        if layout.pp > 1:
+            argv += ["--pp-size", str(layout.pp)]
         if layout.nnodes > 1:
             argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]
             argv += ["--dist-init-addr", layout.dist_init_addr or ""]
-        return argv + ["--host", layout.host, "--port", str(profile.engine.port)]
+        return argv + ["--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
         if layout.nnodes > 1 and node.fabric is not None:

@@ -19,6 +19,8 @@ MANAGED_FLAGS: dict[str, str] = {
     "tp": "modes.<mode>.tp",
     "tp-size": "modes.<mode>.tp",
     "tensor-parallel-size": "modes.<mode>.tp",
+    "pp-size": "modes.<mode>.pp",
+    "pipeline-parallel-size": "modes.<mode>.pp",
     "nnodes": "modes.<mode>.nodes",
     "node-rank": "modes.<mode>.nodes (order = rank)",
     "dist-init-addr": "fabric.dist_init_port and the rank-0 node's fabric.ip",

@@ -35,10 +35,11 @@ class DockerEngine(Check):
     summary = "the node's Docker engine answers (and has the NVIDIA runtime when GPUs are requested)"
     order = 70
     fast = True
+    router_node = True  # the router runs in a container too (without GPUs)
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
         out: dict[str, Probe | Task] = {**docker_tasks(ctx)}
-        if ctx.gpus_requested:
+        if ctx.gpus_requested and node != ctx.router_only:
             out["hook"] = nvidia_hook_probe()
         return out
 
@@ -46,7 +47,8 @@ class DockerEngine(Check):
         out: list[Finding] = []
         for node, f in facts.items():
             if not ctx.failed(out, "docker", self.name, f) and f.get("docker") is not None:
-                out += check_docker(node, f.get("docker"), ctx.gpus_requested, f.get("hook"))
+                gpus = ctx.gpus_requested and node != ctx.router_only
+                out += check_docker(node, f.get("docker"), gpus, f.get("hook"))
         return out
 
 

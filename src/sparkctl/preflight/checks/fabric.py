@@ -1,14 +1,14 @@
-"""FabricNetdev, Mtu and PingDf: the fabric netdevs as the profile names them, end to end."""
+"""FabricNetdev and Mtu: the fabric netdevs as the profile names them (PingDf: pingdf.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkctl.facts.net import Netdev, PingResult, netdevs_probe, ping_probe
+from sparkctl.facts.net import Netdev, netdevs_probe
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, probe_failure
-from sparkctl.profile.schema import Node, Profile
+from sparkctl.profile.schema import Node
 
 
 class _Netdevs(Check):
@@ -50,41 +50,6 @@ class Mtu(_Netdevs):
     order = 40
     fast = True
     multi_node = True
-
-
-def iface(profile: Profile, node: str) -> str | None:
-    """The netdev to ping out of: the fabric netdev when there is one (with several, routing picks)."""
-    fab = profile.node(node).fabric
-    return fab.netdevs[0] if fab is not None and len(fab.netdevs) == 1 else None
-
-
-class PingDf(Check):
-    name = "PingDf"
-    summary = "a don't-fragment ping of MTU-28 bytes crosses the fabric in both directions"
-    order = 50
-    multi_node = True
-
-    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
-        out = {}
-        for dst in ctx.plan.nodes:
-            dfab = ctx.profile.node(dst).fabric
-            if dst != node and dfab is not None:
-                out[f"pingdf:{dst}"] = ping_probe(
-                    str(dfab.ip), size=ctx.profile.fabric.mtu - 28, iface=iface(ctx.profile, node)
-                )
-        return out
-
-    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        out = []
-        size = ctx.profile.fabric.mtu - 28
-        for src, f in facts.items():
-            for dst, res in f.with_prefix("pingdf").items():
-                if isinstance(res, Exception):
-                    out.append(probe_failure(self.name, src, res))
-                    continue
-                ip = str(ctx.profile.node(dst).fabric.ip)  # type: ignore[union-attr]
-                out.append(check_ping_df(src, dst, ip, size, iface(ctx.profile, src), res))
-        return out
 
 
 # ----------------------------------------------------------------------------- fabric
@@ -159,19 +124,3 @@ def check_fabric_netdevs(node: Node, netdevs: Mapping[str, Netdev], mtu: int) ->
             )
         )
     return out
-
-
-def check_ping_df(src: str, dst: str, ip: str, size: int, iface: str | None, res: PingResult) -> Finding:
-    where = f"{src} -> {dst} ({ip}) {size} B DF" + (f" via {iface}" if iface else "")
-    data = {"dst": dst, "ip": ip, "size": size, "sent": res.sent, "received": res.received}
-    if res.ok:
-        return Finding("PingDf", OK, f"{where}: {res.received}/{res.sent} replies", node=src, data=data)
-    return Finding(
-        "PingDf",
-        ERROR,
-        f"{where}: no reply ({res.error})",
-        "MTU mismatch somewhere on the path (both nodes' fabric netdevs and any switch must allow "
-        f"{size + 28} bytes) or the link is down; see the Mtu findings",
-        node=src,
-        data=data,
-    )

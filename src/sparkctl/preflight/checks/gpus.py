@@ -43,7 +43,8 @@ class Gpus(Check):
             if ctx.failed(out, "gpus", self.name, f):
                 continue
             report = gpu_report(f)
-            need = next((s.gpus for s in ctx.plan.ranks if s.node == node), 0) if ctx.gpus_requested else 0
+            # Replicas sharing a node each hold their own GPUs there: the node needs their sum.
+            need = sum(s.gpus for s in ctx.plan.ranks if s.node == node) if ctx.gpus_requested else 0
             out += check_gpus(ctx.profile.node(node), report, need, ctx.gpus_requested)
             if report is not None:
                 reports[node] = report

@@ -11,33 +11,35 @@ from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
 
 
-def _host_ips(ctx: Ctx) -> list[tuple[int, str, str]]:
-    """(rank, node, advertised IP) of every rank that advertises one (the engine names the env var)."""
+def _host_ips(ctx: Ctx) -> list[tuple[int, str, str, list[str]]]:
+    """(rank, node, advertised IP, the other nodes of its replica group, which ping it) of every
+    rank that advertises one (the engine names the env var). Other groups never talk to it."""
     env = get_engine(ctx.profile.engine.kind).host_ip_env
     out = []
     for spec in ctx.plan.ranks:
         ip = spec.env.get(env) if env else None
         if isinstance(ip, str):
-            out.append((spec.rank, spec.node, ip))
+            group = dict.fromkeys(r.node for r in ctx.plan.group_ranks(spec.group))
+            out.append((spec.rank, spec.node, ip, [n for n in group if n != spec.node]))
     return out
 
 
 class HostIpReachable(Check):
     name = "HostIpReachable"
-    summary = "each rank's SGLANG_HOST_IP is assigned on its node and reachable from the peers"
+    summary = "each rank's SGLANG_HOST_IP is assigned on its node and reachable from its group's peers"
     order = 170
     multi_node = True
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
         out: dict[str, Probe] = {"netdevs": netdevs_probe()}
-        for rank, owner, ip in _host_ips(ctx):
-            if owner != node:
+        for rank, _, ip, peers in _host_ips(ctx):
+            if node in peers:
                 out[f"hostip:{rank}"] = ping_probe(ip, count=1)
         return out
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
-        for rank, owner, ip in _host_ips(ctx):
+        for rank, owner, ip, _ in _host_ips(ctx):
             pings: dict[str, PingResult] = {}
             for src, f in facts.items():
                 res = f.result(f"hostip:{rank}")

@@ -1,4 +1,4 @@
-"""PortFree (rank 0's HTTP and dist-init ports) and StrayContainers (nothing of ours left behind)."""
+"""PortFree (every port the plan binds, on its node) and StrayContainers (nothing of ours left behind)."""
 
 from __future__ import annotations
 
@@ -16,28 +16,46 @@ from sparkctl.profile.schema import Profile
 
 class PortFree(Check):
     name = "PortFree"
-    summary = "the HTTP port and the dist-init port are free on rank 0"
+    summary = (
+        "every port the plan binds is free on its node (each replica head's HTTP and dist-init, the router's)"
+    )
     order = 140
     fast = True
+    router_node = True
 
     def skips_node(self, ctx: Ctx, node: str) -> bool:
-        return node == ctx.rank0
+        return node in planned_ports(ctx.plan)
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
-        if node != ctx.rank0:
+        if node not in planned_ports(ctx.plan):
             return {}
         # The containers tell whether this plan's own running container holds the port.
         return {"ports": ports_probe(), **docker_tasks(ctx, containers=True)}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
-        f = facts.get(ctx.rank0)
-        if f is None or ctx.failed(out, "ports", self.name, f) or f.get("ports") is None:
-            return out
-        wanted = {ctx.profile.engine.port: "HTTP"}
-        if ctx.multi:
-            wanted[ctx.profile.fabric.dist_init_port] = "dist-init"
-        return check_ports(f.node, f.get("ports"), wanted, f.get("containers"), ctx.plan)
+        for node, wanted in planned_ports(ctx.plan).items():
+            f = facts.get(node)
+            if f is None or ctx.failed(out, "ports", self.name, f) or f.get("ports") is None:
+                continue
+            out += check_ports(node, f.get("ports"), wanted, f.get("containers"), ctx.plan)
+        return out
+
+
+def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
+    """node -> {port: what binds it}: each replica head's HTTP port and (groups over several nodes)
+    its dist-init port, and the router's port on its node. One replica: plain "HTTP"/"dist-init"."""
+    out: dict[str, dict[int, str]] = {}
+    many = plan.replicas > 1
+    for g in plan.groups:
+        who = f"replica {g.index} " if many else ""
+        ports = out.setdefault(g.head_node, {})
+        ports[g.endpoint.port] = f"{who}HTTP"
+        if g.dist_init_addr:
+            ports[int(g.dist_init_addr.rsplit(":", 1)[1])] = f"{who}dist-init"
+    if plan.router is not None:
+        out.setdefault(plan.router.node, {})[plan.endpoint.port] = "router HTTP"
+    return out
 
 
 class StrayContainers(Check):
@@ -45,6 +63,7 @@ class StrayContainers(Check):
     summary = "no container with sparkctl labels or the planned names that is not the plan's"
     order = 150
     fast = True
+    router_node = True  # the router's own container is planned there
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
         return docker_tasks(ctx, containers=True)
@@ -59,22 +78,19 @@ class StrayContainers(Check):
         return out
 
 
-def _plan_container(plan: Plan, node: str) -> tuple[str, str] | None:
-    for spec in plan.ranks:
-        if spec.node == node:
-            return spec.container_name, plan.config_hash
-    return None
+def _plan_containers(plan: Plan, node: str) -> dict[str, str]:
+    """This plan's containers on `node` (ranks and router) -> the config hash each one carries."""
+    specs = [s for s in [*plan.ranks, *([plan.router] if plan.router else [])] if s.node == node]
+    return {s.container_name: s.labels.get("sparkctl.config_hash", plan.config_hash) for s in specs}
 
 
 def check_ports(
     node: str, ports: set[int], wanted: Mapping[int, str], containers: list[ContainerFacts] | None, plan: Plan
 ) -> list[Finding]:
-    """PortFree on rank 0: a port held by this very plan's running container is fine (up is a no-op)."""
-    ours = _plan_container(plan, node)
-    ours_running = bool(ours) and any(
-        c.name == ours[0]
-        and c.state == "running"
-        and c.labels.get("sparkctl.config_hash") == plan.config_hash
+    """PortFree on one node: a port held by this very plan's running container is fine (up is a no-op)."""
+    ours = _plan_containers(plan, node)
+    ours_running = any(
+        c.name in ours and c.state == "running" and c.labels.get("sparkctl.config_hash") == ours[c.name]
         for c in containers or []
     )
     out = []
@@ -104,14 +120,16 @@ def check_ports(
 
 def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile: Profile) -> list[Finding]:
     """StrayContainers: sparkctl-labelled or planned-name containers that are not this plan's."""
-    planned = {s.container_name: s for s in plan.ranks if s.node == node}
+    planned = _plan_containers(plan, node)
     other_modes = {c.name for c in plan.stop_first}
     out = []
     for c in containers:
         labels = c.labels
         cluster = labels.get("sparkctl.cluster")
         state = f"{c.name} ({c.state}, {c.image})"
-        if c.name in planned:
+        if c.name not in planned and cluster == profile.cluster and labels.get("sparkctl.role") == "router":
+            out.append(_unused_router(node, c, state, plan.mode))
+        elif c.name in planned:
             if cluster != profile.cluster:
                 out.append(
                     Finding(
@@ -122,7 +140,7 @@ def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile
                         node=node,
                     )
                 )
-            elif labels.get("sparkctl.config_hash") == plan.config_hash:
+            elif labels.get("sparkctl.config_hash") == planned[c.name]:
                 out.append(Finding("StrayContainers", OK, f"{state} is this plan (up is a no-op)", node=node))
             else:
                 out.append(
@@ -130,7 +148,7 @@ def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile
                         "StrayContainers",
                         WARN,
                         f"{state} runs an older config "
-                        f"({labels.get('sparkctl.config_hash', '?')} != {plan.config_hash})",
+                        f"({labels.get('sparkctl.config_hash', '?')} != {planned[c.name]})",
                         "`sparkctl up` replaces it",
                         node=node,
                     )
@@ -170,3 +188,12 @@ def check_stray(node: str, containers: list[ContainerFacts], plan: Plan, profile
     if not out:
         out.append(Finding("StrayContainers", OK, "no stray container", node=node))
     return out
+
+
+def _unused_router(node: str, c: ContainerFacts, state: str, mode: str) -> Finding:
+    """This cluster's router where this mode runs none (another mode's, or on another node)."""
+    sev = WARN if c.state == "running" else OK
+    fix = f"`docker rm -f {c.name}` on {node} if no mode uses it" if sev is WARN else None
+    return Finding(
+        "StrayContainers", sev, f"{state} is a router mode {mode} does not use here", fix, node=node
+    )

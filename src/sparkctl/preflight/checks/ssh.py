@@ -1,13 +1,15 @@
-"""SshReachable (the runner reports unreachable nodes) and SshRank0ToPeer (rank 0 -> peers)."""
+"""SshReachable (the runner reports unreachable nodes) and SshRank0ToPeer (each group's rank 0 -> its peers)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from sparkctl.facts.net import ssh_probe
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
+from sparkctl.preflight.pairs import ssh_peers
 
 
 class SshReachable(Check):
@@ -16,6 +18,7 @@ class SshReachable(Check):
     order = 10
     fast = True
     skip_when_unreachable = False  # the runner's connect error is this check's ERROR
+    router_node = True  # the router's node is reached like any other
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         return [Finding(self.name, OK, f"connected ({f.conn.description})", node=n) for n, f in facts.items()]  # type: ignore[union-attr]
@@ -28,16 +31,14 @@ def _peer_host(ctx: Ctx, peer: str) -> str:
 
 class SshRank0ToPeer(Check):
     name = "SshRank0ToPeer"
-    summary = "rank 0 can SSH to every peer over the fabric (the engine's rendezvous path)"
+    summary = "each replica group's rank 0 can SSH to its group's peers over the fabric"
     order = 20
     multi_node = True
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
-        if node != ctx.rank0:
-            return {}
         prof = ctx.profile
         out = {}
-        for peer in ctx.plan.nodes[1:]:
+        for peer in ssh_peers(ctx.plan).get(node, []):  # in this node's own probe batch
             pn = prof.node(peer)
             out[f"ssh:{peer}"] = ssh_probe(
                 _peer_host(ctx, peer), port=pn.port or prof.ssh.port, user=pn.user or prof.ssh.user
@@ -56,6 +57,12 @@ class SshRank0ToPeer(Check):
 
 
 def check_ssh_peer(rank0: str, peer: str, host: str, rc: int, stderr: str) -> Finding:
+    """SshRank0ToPeer for one pair (both ends in the message, and in data for --json)."""
+    found = _ssh_finding(rank0, peer, host, rc, stderr)
+    return dataclasses.replace(found, data={"src": rank0, "dst": peer, "host": host, "rc": rc})
+
+
+def _ssh_finding(rank0: str, peer: str, host: str, rc: int, stderr: str) -> Finding:
     where = f"{rank0} -> {peer} ({host})"
     if rc == 0:
         return Finding("SshRank0ToPeer", OK, f"{where}: passwordless SSH works", node=rank0)

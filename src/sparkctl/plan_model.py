@@ -1,0 +1,188 @@
+"""The plan's data: what runs on every rank of every replica, and the router in front of them.
+
+Built by plan.build_plan (pure) and executed unchanged by the lifecycle; `to_json` is what
+`plan --json` prints (secrets only by source, never by value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from sparkctl.hardening import Mount, RunOptions
+from sparkctl.secrets import SecretFile, SecretRef, masked
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    rank: int
+    node: str
+    container_name: str
+    image: str
+    argv: list[str]
+    env: dict[str, str | SecretRef]
+    mounts: list[Mount]
+    options: RunOptions
+    labels: dict[str, str] = field(default_factory=dict)
+    gpus: int = 1
+    secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
+    group: int = 0  # the replica group (index into Plan.groups)
+    node_rank: int = 0  # SGLang --node-rank inside the group (== rank when there is one group)
+    role: str = "engine"  # "engine", or "router" for Plan.router
+
+    def secret_refs(self) -> list[SecretRef]:
+        return [f.ref for f in self.secrets]
+
+    def env_masked(self) -> dict[str, str]:
+        return {k: masked(v) for k, v in self.env.items()}
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["env"] = self.env_masked()
+        out["secrets"] = [
+            {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
+        ]
+        return out
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    served_model_name: str
+    api_key: SecretRef | None = None  # sent as a bearer token by readiness and status
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.url}/v1"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One replica: its ranks (indices into Plan.ranks, node rank 0 first), API and rendezvous."""
+
+    index: int
+    ranks: list[int]
+    endpoint: Endpoint
+    dist_init_addr: str | None
+    head_node: str
+
+    @property
+    def worker_url(self) -> str:
+        return self.endpoint.url
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    node: str
+    name: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """What only the nodes can tell (from preflight probes), needed to finish a plan."""
+
+    hcas: dict[str, list[str]] = field(default_factory=dict)  # node -> RoCE devices (for hcas: auto)
+
+
+@dataclass(frozen=True)
+class Plan:
+    cluster: str
+    mode: str
+    tp: int
+    nnodes: int  # nodes of one replica
+    ranks: list[RankSpec]  # every rank of every replica, group by group
+    endpoint: Endpoint  # the user's one endpoint: the router's with replicas, else replica 0's
+    stop_first: list[ContainerRef]
+    dist_init_addr: str | None  # replica 0's rendezvous
+    config_hash: str
+    image_source: str  # "ref" or "recipe:<name>"
+    unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
+    warnings: list[str] = field(default_factory=list)  # security notes `plan` shows (docs/security.md)
+    pp: int = 1
+    groups: list[GroupSpec] = field(default_factory=list)
+    router: RankSpec | None = None  # sglang-router's container when replicas > 1 (role "router")
+
+    @property
+    def replicas(self) -> int:
+        return len(self.groups)
+
+    def group_ranks(self, index: int) -> list[RankSpec]:
+        return [self.ranks[i] for i in self.groups[index].ranks]
+
+    @property
+    def shape(self) -> str:
+        """One line: `tp=2 on spark1+spark2`, or `2 replicas of tp=2: spark1+spark2 | spark3+spark4`."""
+        size = f"tp={self.tp}" + (f" pp={self.pp}" if self.pp > 1 else "")
+        if self.replicas <= 1:
+            return f"{size} on {'+'.join(self.nodes)}"
+        groups = " | ".join("+".join(r.node for r in self.group_ranks(g.index)) for g in self.groups)
+        where = f", router on {self.router.node}" if self.router else ""
+        return f"{self.replicas} replicas of {size}: {groups}{where}"
+
+    @property
+    def all_nodes(self) -> list[str]:
+        """Nodes holding a rank or the router, in order, each once."""
+        router = [self.router.node] if self.router else []
+        return list(dict.fromkeys([*self.nodes, *router]))
+
+    @property
+    def settled_hash(self) -> str | None:
+        """The config hash running containers of this plan carry; None while something is
+        unresolved (`hcas: auto` is read from the nodes at `up`, which changes the hash)."""
+        return None if self.unresolved else self.config_hash
+
+    @property
+    def nodes(self) -> list[str]:
+        return [r.node for r in self.ranks]
+
+    def rank(self, n: int) -> RankSpec:
+        """The rank whose `rank` is n (a replica's sub-plan holds only some of them)."""
+        spec = self.ranks[n] if n < len(self.ranks) and self.ranks[n].rank == n else None
+        return spec or next(r for r in self.ranks if r.rank == n)
+
+    def replica(self, index: int) -> Plan:
+        """This plan cut to one replica: its ranks, its own endpoint and rendezvous, no router.
+        What `up` waits on per group and what a rolling switch stops and starts."""
+        group = self.groups[index]
+        return replace(
+            self,
+            ranks=self.group_ranks(index),
+            endpoint=group.endpoint,
+            dist_init_addr=group.dist_init_addr,
+            groups=[group],
+            router=None,
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "cluster": self.cluster,
+            "mode": self.mode,
+            "tp": self.tp,
+            "pp": self.pp,
+            "replicas": self.replicas,
+            "nnodes": self.nnodes,
+            "config_hash": self.config_hash,
+            "image_source": self.image_source,
+            "dist_init_addr": self.dist_init_addr,
+            "endpoint": {
+                "host": self.endpoint.host,
+                "port": self.endpoint.port,
+                "served_model_name": self.endpoint.served_model_name,
+                "url": self.endpoint.url,
+                "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
+            },
+            "warnings": self.warnings,
+            "stop_first": [asdict(c) for c in self.stop_first],
+            "unresolved": self.unresolved,
+            "ranks": [r.to_json() for r in self.ranks],
+            "groups": [
+                {"index": g.index, "ranks": g.ranks, "url": g.worker_url, "dist_init_addr": g.dist_init_addr}
+                for g in self.groups
+            ],
+            "router": self.router.to_json() if self.router else None,
+        }

@@ -1,0 +1,119 @@
+"""The router's container in a plan: sglang-router's launch argv, rendered from the profile.
+
+Pure, like plan.py. The router listens on engine.port (the user's one endpoint) on `router.node`
+and starts with every replica's URL; a rolling switch then adds and removes replicas through its
+worker API (router/client.py), so the worker set is not part of the router's config hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from sparkctl import hardening as sec
+from sparkctl.errors import UsageError
+from sparkctl.secrets import SecretFile
+
+if TYPE_CHECKING:
+    from sparkctl.plan import GroupSpec, RankSpec
+    from sparkctl.profile.schema import Profile
+
+ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
+LABEL_PREFIX = "sparkctl."
+ROLE_LABEL = f"{LABEL_PREFIX}role"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# sglang-router 0.3.2 takes its API key only as --api-key. This launcher reads it from the secret
+# file and appends it in-process, so it never reaches a process list, `docker inspect` or a log.
+_KEY_LAUNCHER = (
+    "import runpy, sys; key = open(sys.argv[1]).read().strip(); "
+    "sys.argv = [sys.argv[2], *sys.argv[3:], '--api-key', key]; "
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
+
+
+def router_container_name(cluster: str) -> str:
+    return f"sparkctl-{cluster}-router"
+
+
+def worker_urls(profile: Profile, router_node_name: str, groups: list[GroupSpec]) -> list[str]:
+    """Each replica's URL as the router reaches it; a replica bound to loopback must share its node."""
+    urls = []
+    for g in groups:
+        if g.endpoint.host in LOOPBACK and g.head_node != router_node_name:
+            raise UsageError(
+                f"replica {g.index} listens on {g.endpoint.host} on node {g.head_node}, which the "
+                f"router on node {router_node_name} cannot reach",
+                fix="give the nodes SSH addresses the nodes reach each other at, or set engine.host",
+            )
+        urls.append(g.worker_url)
+    return urls
+
+
+def _command(profile: Profile) -> list[str]:
+    cmd = list(profile.router.command)
+    if profile.engine.api_key is None:
+        return cmd
+    if len(cmd) != 3 or cmd[1] != "-m":
+        raise UsageError(
+            "router.command must be `<python> -m <module>` when engine.api_key is set",
+            fix="sparkctl hands the key to the router in-process (never on its command line); "
+            "use the default python3 -m sglang_router.launch_router",
+        )
+    return [cmd[0], "-c", _KEY_LAUNCHER, ROUTER_KEY_FILE, cmd[2]]
+
+
+def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
+    r = profile.router
+    return [
+        *_command(profile),
+        "--host", host,
+        "--port", str(profile.engine.port),
+        "--policy", r.policy,
+        "--health-check-interval-secs", str(r.health_check_interval),
+        "--health-failure-threshold", str(r.health_failure_threshold),
+        "--health-success-threshold", "1",
+        "--worker-urls", *urls,
+    ]  # fmt: skip
+
+
+def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSpec:
+    from sparkctl.plan import node_path
+    from sparkctl.plan_model import RankSpec
+
+    node_name = profile.router.node or groups[0].head_node
+    node = profile.node(node_name)
+    urls = worker_urls(profile, node_name, groups)
+    argv = router_argv(profile, sec.bind_host(profile, node, 0), urls)
+    secrets = []
+    if profile.engine.api_key is not None:
+        ref = sec.secret_ref("api-key", profile.engine.api_key, node, profile, node_path)
+        secrets.append(SecretFile(ROUTER_KEY_FILE, ref))
+    options = sec.RunOptions(shm_size="64m", gpus=None)
+    spec_image = profile.router.image or image
+    material = {"image": spec_image, "argv": argv[: argv.index("--worker-urls")], "options": asdict(options)}
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+    labels = {
+        f"{LABEL_PREFIX}cluster": profile.cluster,
+        ROLE_LABEL: "router",
+        f"{LABEL_PREFIX}node": node_name,
+        f"{LABEL_PREFIX}config_hash": digest,
+    }
+    return RankSpec(
+        rank=-1,
+        node=node_name,
+        container_name=router_container_name(profile.cluster),
+        image=spec_image,
+        argv=argv,
+        env={},
+        mounts=[],
+        options=options,
+        labels=labels,
+        gpus=0,
+        secrets=secrets,
+        group=-1,
+        node_rank=0,
+        role="router",
+    )
