@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
-from urllib.parse import quote
 
 from sparkctl.ship._node import free_bytes  # node: strip
 from sparkctl.ship.tarfilter import chain_ids  # node: strip
@@ -23,7 +21,15 @@ def _engine_socket():
     return host[len("unix://") :] if host.startswith("unix://") else None
 
 
+def _quote(text, safe):
+    from urllib.parse import quote  # imported where used: the node program starts faster
+
+    return quote(text, safe=safe)
+
+
 def _docker(args, timeout=60):
+    import subprocess
+
     try:
         res = subprocess.run(["docker", *args], capture_output=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -40,7 +46,7 @@ def _api(url):
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(60)
         sock.connect(where)
-        sock.sendall(("GET %s HTTP/1.0\r\nHost: docker\r\n\r\n" % quote(url, safe="/:@?=&")).encode())  # noqa: UP031
+        sock.sendall(("GET %s HTTP/1.0\r\nHost: docker\r\n\r\n" % _quote(url, "/:@?=&")).encode())  # noqa: UP031
         data = b"".join(iter(lambda: sock.recv(1 << 16), b""))
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), (json.loads(body) if body.strip() else None)
@@ -128,16 +134,15 @@ class SaveStream:
             with contextlib.suppress(OSError, ValueError, EOFError, IndexError):
                 self._open_api(path, ref)
         if self.sock is None and not self.error:  # not a unix socket, or an unexpected answer
-            self.proc = spawn(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            pipe = -1  # subprocess.PIPE
+            self.proc = spawn(["docker", "save", ref], stdout=pipe, stderr=pipe)
         self.fd = self.sock.fileno() if self.sock else self.proc.stdout.fileno() if self.proc else None
 
     def _open_api(self, path, ref):
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(path)
         # HTTP/1.0: the engine sends the tar as is (no chunked encoding) and closes at its end.
-        sock.sendall(
-            b"GET /images/get?names=%s HTTP/1.0\r\nHost: docker\r\n\r\n" % quote(ref, safe="").encode()
-        )
+        sock.sendall(b"GET /images/get?names=%s HTTP/1.0\r\nHost: docker\r\n\r\n" % _quote(ref, "").encode())
         status, head = _read_head(sock)
         if status == 200 and b"transfer-encoding" not in head:
             self.sock = sock

@@ -13,7 +13,6 @@ no command line grows with the chain. It prints {"node", "local": {rc, out, err}
 import contextlib
 import json
 import shlex
-import subprocess
 import sys
 import threading
 
@@ -40,6 +39,8 @@ class Sink:
 
     def __init__(self, node, argv, line, spawn):
         self.node = node
+        import subprocess
+
         self.proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if self.proc.stdin is not None:  # None: fed by another process directly (see op_push_image)
             big_pipe(self.proc.stdin.fileno())
