@@ -302,3 +302,22 @@ def test_node_program_is_stdlib_only_and_fits_one_remote_argument() -> None:
     assert "from sparkctl" not in prog and "import sparkctl" not in prog
     # ssh hands the peer one command line; Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
     assert len(shlex.join(node_argv("recv", "/x"))) < 120_000
+
+
+def test_engine_socket_is_where_the_docker_cli_would_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node program talks to the engine's socket itself only where the docker CLI would; a
+    docker context or a remote DOCKER_HOST leaves it to the CLI (None)."""
+    from sparkctl.ship._engine import engine_socket
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert engine_socket() == "/var/run/docker.sock"
+    (tmp_path / "config.json").write_text('{"currentContext": "rootless"}')
+    assert engine_socket() is None
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other/docker.sock")  # wins over the context, as in the CLI
+    assert engine_socket() == "/run/other/docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", "ssh://spark2")
+    assert engine_socket() is None

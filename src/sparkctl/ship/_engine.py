@@ -16,8 +16,24 @@ from sparkctl.ship._node import free_bytes  # node: strip
 from sparkctl.ship.tarfilter import chain_ids  # node: strip
 
 
-def _engine_socket():
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+def engine_socket():
+    """The engine's unix socket as the docker CLI would reach it; None when the CLI would go
+    elsewhere (DOCKER_HOST tcp:// or ssh://, a docker context other than the default)."""
+    host = os.environ.get("DOCKER_HOST")
+    if not host:
+        if os.environ.get("DOCKER_CONTEXT") not in (None, "", "default"):
+            return None
+        try:
+            with open(
+                os.path.join(
+                    os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"), "config.json"
+                )
+            ) as fh:
+                if json.load(fh).get("currentContext") not in (None, "", "default"):
+                    return None
+        except (OSError, ValueError, AttributeError):
+            pass
+        host = "unix:///var/run/docker.sock"
     return host[len("unix://") :] if host.startswith("unix://") else None
 
 
@@ -40,7 +56,7 @@ def _docker(args, timeout=60):
 def _api(url):
     """GET on the node's engine API over its unix socket: (status, doc). No process per query (the
     docker CLI costs ~0.1-0.5 s to start); None when DOCKER_HOST is not a unix socket."""
-    where = _engine_socket()
+    where = engine_socket()
     if where is None:
         return None
     with socket.socket(socket.AF_UNIX) as sock:
@@ -129,7 +145,7 @@ class SaveStream:
 
     def __init__(self, ref, spawn):
         self.sock, self.proc, self.error = None, None, ""
-        path = _engine_socket()
+        path = engine_socket()
         if path is not None:
             with contextlib.suppress(OSError, ValueError, EOFError, IndexError):
                 self._open_api(path, ref)

@@ -5,7 +5,7 @@ a node in one round trip, and the source side of a transfer straight to a peer o
           manifest per model, in one run (what `ship` compares)
   push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
                 engine socket (_engine.SaveStream), minus the layers the peers have, into `ssh PEER
-                <loader>` (the socket itself is ssh's stdin when nothing is dropped)
+                ... load` (_load.py) (the socket itself is ssh's stdin when nothing is dropped)
   push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
                 on the peer through its own ssh, fed files or ranges of large files; the first
                 stream's end line carries `finish` for its receiver
@@ -22,6 +22,7 @@ import sys
 import threading
 
 from sparkctl.ship._engine import SaveStream, image_state  # node: strip
+from sparkctl.ship._load import op_load  # node: strip
 from sparkctl.ship._node import (  # node: strip
     CHUNK,
     HashCache,
@@ -336,6 +337,9 @@ def main(argv):
         sys.stdout.write(json.dumps({"result": result}) + "\n")
         sys.stdout.flush()
         os._exit(0)  # the stdin watcher is still reading
+    if op == "load":
+        op_load()
+        return
     if op == "relay":  # started by BOOT, which read the header line
         result = op_relay(globals()["HEAD"], spawn)
         sys.stdout.write(json.dumps(result) + "\n")

@@ -213,6 +213,12 @@ def _load_all(
 def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
     node = peer.conn.node
     got = res["peers"].get(node)
+    if got is None and res["save_rc"] != 0:  # the engine refused before any byte left
+        raise ShipError(
+            f"docker save {src.ref} failed on the source: {res['save_err'].strip()[-300:]}",
+            node=src.node,
+            fix=RERUN,
+        )
     if got is None:
         raise ShipError(
             "the image never reached this node: a node before it in the pipeline failed", node=node, fix=RERUN

@@ -103,11 +103,11 @@ def revision_of(ref: ModelRef) -> str:
 
 @cache
 def node_script() -> str:
-    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py, _engine.py and _push.py as one stdlib-only script (their
+    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py, _engine.py, _load.py and _push.py as one stdlib-only script (their
     in-package imports, marked `# node: strip`, dropped; one `from __future__` line first)."""
     here = Path(__file__).parent
     parts = ["from __future__ import annotations"]
-    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_engine.py", "_push.py"):
+    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_engine.py", "_load.py", "_push.py"):
         skipping = False
         for line in (here / name).read_text().splitlines():
             if line.endswith("# node: strip"):
@@ -135,14 +135,9 @@ def node_argv(op: str, *args: str) -> list[str]:
     return [*PYTHON, "-c", node_script(), op, *args]
 
 
-@cache
-def load_script() -> str:
-    """The peer's image loader (_load.py): `docker load` through the engine API, no docker CLI."""
-    return (Path(__file__).parent / "_load.py").read_text()
-
-
 def load_argv() -> list[str]:
-    return [*PYTHON, "-c", load_script()]
+    """The peer's image loader (_load.py): `docker load -q` through the engine API, no docker CLI."""
+    return node_argv("load")
 
 
 def run_op(
