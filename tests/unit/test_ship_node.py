@@ -231,6 +231,42 @@ def test_truncated_stream_leaves_no_file_that_looks_complete(nodes: tuple[Path, 
     assert not list(repo2.rglob("*.sparkctl-part")) and not list(repo2.rglob("*.complete"))
 
 
+def test_a_resend_into_a_complete_snapshot_first_drops_its_marker(nodes: tuple[Path, Path]) -> None:
+    """`recv REPO COMMIT` removes the completion marker before it writes anything: a resend cut
+    short leaves nothing that looks complete."""
+    src, dst = nodes
+    first, _ = _ship(src, dst)
+    repo2 = Path(repo_dir(str(dst), MODEL))
+    marker = repo2 / ".sparkctl" / f"{first.commit}.complete"
+    assert marker.exists()
+    big = max(snapshot_manifest(LocalConnector("n1"), str(src), REF).files.values(), key=lambda f: f.size)
+    cut = frame({"path": f"blobs/{big.blob}", "size": big.size}) + b"x" * (big.size // 2)
+    recv = subprocess.run(node_argv("recv", str(repo2), first.commit), input=cut, capture_output=True)
+    assert recv.returncode == 3 and not marker.exists()
+    assert not snapshot_manifest(LocalConnector("n2"), str(dst), REF).complete
+
+
+def test_a_stale_larger_part_file_of_a_ranged_file_is_cut_to_size(
+    nodes: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part file left by an interrupted run of another version (larger) is sized to the file
+    before the ranges land: the file arrives whole and verified, no leftover tail."""
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 64 << 10)
+    monkeypatch.setattr(w, "ALIGN", 4096)
+    src, dst = nodes
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    big = max(a.files.values(), key=lambda f: f.size)
+    stale = Path(repo_dir(str(dst), MODEL)) / "blobs" / f"{big.blob}.sparkctl-part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(os.urandom(big.size + 12345))
+    res, _ = _ship(src, dst, streams=3)
+    assert res.action == "shipped" and res.streams == 3
+    b = snapshot_manifest(LocalConnector("n2"), str(dst), REF, deep=True)
+    assert b.files == a.files and b.complete and not stale.exists()
+
+
 COMMIT = "0" * 40
 
 
