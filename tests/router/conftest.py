@@ -87,6 +87,9 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "1",
     ]
     argv += ["--shutdown-grace-period-secs", "0", "--worker-startup-check-interval", "1"]
+    # The router's Prometheus exporter defaults to 0.0.0.0:29000: another router on this host
+    # (another test session) would make it panic at start.
+    argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
     log_path = tmp_path_factory.mktemp("router") / "router.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

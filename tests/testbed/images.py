@@ -1,8 +1,10 @@
 """Local test images (no registry is reachable): the stand-in SGLang engine and layered variants.
 
 The engine rootfs is busybox-static plus the host's /usr/bin/python3.11, its stdlib and the shared
-libraries it needs, plus the stdlib-only stand-in `sglang.launch_server` from ./standin. The
-rootfs tar is cached on the host (keyed by its inputs); each call imports it into an engine.
+libraries it needs, plus the stdlib-only stand-in `sglang.launch_server` from ./standin, plus the
+real `sglang_router` (PyPI sglang-router) with its dependency closure copied from this host's
+installed distributions, as real SGLang images ship it. The rootfs tar is cached on the host
+(keyed by its inputs, the distributions' versions among them); each call imports it into an engine.
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import io
+import json
 import os
+import platform
 import re
 import subprocess
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +29,10 @@ if TYPE_CHECKING:
     import docker
 
 ENGINE_TAG = "sparkctl-test/engine:latest"
+# The same rootfs with the router as its command, for profiles that name a router image.
+ROUTER_TAG = "sparkctl-test/router:latest"
+ROUTER_DIST = "sglang-router"
+SITE_PACKAGES = "/usr/lib/python3/dist-packages"  # on Debian's python3.11's sys.path
 STANDIN_SGLANG_VERSION = "0.5.23"
 STANDIN_DIR = Path(__file__).parent / "standin"
 CACHE_DIR = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
@@ -41,13 +51,12 @@ STDLIB_SKIP = {
     "site-packages",
     "dist-packages",
 }
-IMAGE_CHANGES = [
-    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "ENV LANG=C.UTF-8",
-    "WORKDIR /",
-    'CMD ["python3", "-m", "sglang.launch_server"]',
-    "LABEL org.sparkctl.standin=1 org.sparkctl.sglang.version=" + STANDIN_SGLANG_VERSION,
-]
+IMAGE_CONFIG = {
+    "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
+    "WorkingDir": "/",
+    "Cmd": ["python3", "-m", "sglang.launch_server"],
+    "Labels": {"org.sparkctl.standin": "1", "org.sparkctl.sglang.version": STANDIN_SGLANG_VERSION},
+}
 
 
 def _standin_files() -> dict[str, bytes]:
@@ -61,15 +70,54 @@ def _standin_files() -> dict[str, bytes]:
     }
 
 
+def _router_dists() -> list[importlib.metadata.Distribution]:
+    """sglang-router and its runtime Requires closure (extras left out), as installed on this host."""
+    from packaging.requirements import Requirement
+
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [ROUTER_DIST]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in found:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError as e:
+            from tests.testbed.lab import LabError
+
+            raise LabError(f"router image: {name} is not installed here (pip install -e '.[test]')") from e
+        found[name] = dist
+        for spec in dist.requires or []:
+            req = Requirement(spec)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return [found[k] for k in sorted(found)]
+
+
+def _router_files() -> dict[str, Path]:
+    """Image path -> host file of every installed file of the closure that lives in site-packages
+    (console scripts outside it are left out; the router runs as `python3 -m`)."""
+    files: dict[str, Path] = {}
+    for dist in _router_dists():
+        for f in dist.files or []:
+            if f.parts[0] == ".." or not (path := Path(f.locate())).is_file():
+                continue
+            files[f"{SITE_PACKAGES}/{f.as_posix()}"] = path
+    return files
+
+
 def _shared_libs(binaries: list[str]) -> set[str]:
+    """The libraries the binaries load (ldd's headers naming the binaries themselves left out)."""
     out = subprocess.run(["ldd", *binaries], capture_output=True, text=True).stdout
-    return set(re.findall(r"(/\S+\.so[.\d]*)", out))
+    return set(re.findall(r"(/\S+\.so[.\d]*)", out)) - set(binaries)
 
 
 def _rootfs_key() -> str:
-    h = hashlib.sha256(b"rootfs-v2")
+    h = hashlib.sha256(b"rootfs-v4")
     for content in _standin_files().values():
         h.update(content)
+    for dist in _router_dists():
+        h.update(f"{dist.metadata['Name']}=={dist.version}".encode())
     for p in (PYTHON, BUSYBOX):
         st = os.stat(p)
         h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -144,8 +192,12 @@ def _write_rootfs(path: Path) -> None:
 
         tar.add(PY_STDLIB, arcname=PY_STDLIB.lstrip("/"), filter=keep)
         dynload = [str(p) for p in Path(PY_STDLIB, "lib-dynload").glob("*.so")]
+        router = _router_files()
+        for name, path in sorted(router.items()):
+            tar.add(str(path), arcname=name.lstrip("/"), recursive=False)  # keeps mtimes: .pyc stay valid
+        extensions = [str(p) for p in router.values() if p.suffix == ".so"]
         added = set()
-        for lib in sorted(_shared_libs([PYTHON, *dynload])):
+        for lib in sorted(_shared_libs([PYTHON, *dynload, *extensions])):
             # Place each lib under its resolved directory (merged /usr), named as the loader asks.
             dest = os.path.join(os.path.realpath(os.path.dirname(lib)), os.path.basename(lib))
             if dest not in added and os.path.exists(lib) and not dest.startswith(PY_STDLIB):
@@ -155,17 +207,48 @@ def _write_rootfs(path: Path) -> None:
             _add_file(tar, name, content)
 
 
-def engine_rootfs() -> Path:
-    """Path of the cached rootfs tar of the stand-in engine (built once per host and input set)."""
+def engine_archive() -> tuple[Path, str]:
+    """(path, image id) of the cached `docker load` archive of the stand-in engine: one layer (the
+    rootfs) and a fixed config, so every engine that loads it holds the same image id without a
+    `docker save` from another node. Built once per host and input set."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / f"engine-rootfs-{_rootfs_key()}.tar"
+    path = CACHE_DIR / f"engine-{_rootfs_key()}.tar"
     with open(CACHE_DIR / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            _write_rootfs(tmp)
-            tmp.replace(path)
-    return path
+            with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+                _write_rootfs(Path(tmp, "layer.tar"))
+                _write_archive(Path(tmp, "layer.tar"), Path(tmp, "image.tar"))
+                Path(tmp, "image.tar").replace(path)
+    with tarfile.open(path) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+    return path, "sha256:" + manifest[0]["Config"].removesuffix(".json")
+
+
+def _write_archive(layer: Path, dest: Path) -> None:
+    """A docker-save style archive (manifest.json, config, one layer.tar), untagged."""
+    digest = hashlib.sha256()
+    with open(layer, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    config = {
+        "architecture": arch,
+        "os": "linux",
+        "created": created,
+        "config": IMAGE_CONFIG,
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + digest.hexdigest()]},
+        "history": [{"created": created, "created_by": "sparkctl testbed: stand-in engine rootfs"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
+    manifest = [{"Config": config_name, "RepoTags": None, "Layers": ["rootfs/layer.tar"]}]
+    with tarfile.open(dest, "w") as tar:
+        _add_file(tar, "manifest.json", json.dumps(manifest).encode())
+        _add_file(tar, config_name, config_bytes)
+        _add_dir(tar, "rootfs")
+        tar.add(str(layer), arcname="rootfs/layer.tar")
 
 
 def _build(client: docker.DockerClient, dockerfile: str, files: dict[str, int], tag: str) -> str:
@@ -198,18 +281,33 @@ class _RandomReader(io.RawIOBase):
 
 
 def build_engine_image(client: docker.DockerClient, tag: str = ENGINE_TAG, pad_mb: int = 0) -> str:
-    """Import the stand-in engine into this engine as `tag`; pad_mb adds a random layer. Returns the id."""
+    """Load the stand-in engine into this engine as `tag`; pad_mb adds a random layer. Returns the id
+    (without pad_mb the same on every engine)."""
     repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
     base_tag = f"{repo}:{version}" if not pad_mb else f"{repo}-base:{version}"
-    client.api.import_image(
-        src=str(engine_rootfs()),
-        repository=base_tag.rsplit(":", 1)[0],
-        tag=base_tag.rsplit(":", 1)[1],
-        changes=IMAGE_CHANGES,
-    )
+    path, image_id = engine_archive()
+    with open(path, "rb") as fh:
+        client.api.load_image(fh, quiet=True)
+    client.api.tag(image_id, base_tag.rsplit(":", 1)[0], base_tag.rsplit(":", 1)[1])
     if not pad_mb:
-        return client.images.get(tag).id
+        return image_id
     return _build(client, f"FROM {base_tag}\nCOPY pad.bin /opt/pad/pad.bin\n", {"pad.bin": pad_mb << 20}, tag)
+
+
+def router_version() -> str:
+    """The sglang-router version the images carry (this host's installed one)."""
+    return importlib.metadata.version(ROUTER_DIST)
+
+
+def build_router_image(client: docker.DockerClient, tag: str = ROUTER_TAG, base: str = ENGINE_TAG) -> str:
+    """The router as its own image: the engine image (already in this engine) with the router as
+    its command, sharing every layer with it. Returns the image id."""
+    dockerfile = (
+        f"FROM {base}\n"
+        'CMD ["python3", "-m", "sglang_router.launch_router"]\n'
+        f"LABEL org.sparkctl.router.version={router_version()}\n"
+    )
+    return _build(client, dockerfile, {}, tag)
 
 
 def build_overlay_image(client: docker.DockerClient, base: str, tag: str, extra_kb: int = 64) -> str:

@@ -736,10 +736,16 @@ class Lab:
             raise LabError(f"load_image {ref} {src.name}->{dst.name} failed: {load.stderr.strip()}")
 
     def install_engine_image(self, pad_mb: int = 0, tag: str | None = None) -> str:
-        """Build the stand-in engine on the first node and load it on the others (same image id)."""
+        """Build the stand-in engine on the first node and load it on the others (same image id).
+
+        Without pad_mb every node loads the cached archive at once (same id by construction)."""
         from tests.testbed.images import ENGINE_TAG, build_engine_image
 
         tag = tag or ENGINE_TAG
+        if not pad_mb:
+            with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+                ids = set(pool.map(lambda n: build_engine_image(self.docker(n), tag=tag), self.nodes))
+            return ids.pop()
         first = self.nodes[0]
         image_id = build_engine_image(self.docker(first), tag=tag, pad_mb=pad_mb)
         with ThreadPoolExecutor(max_workers=max(1, len(self.nodes) - 1)) as pool:

@@ -18,6 +18,12 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
                                           an init it then ignores SIGTERM); ignore: SIG_IGN, an
                                           engine that never stops on SIGTERM, init or not
   STANDIN_METRICS="running=4,queue_step=1,..."  /metrics gauges and rates (see METRIC_DEFAULTS)
+  STANDIN_REPLICA=<name>                  the replica's name (default: the hostname), in every
+                                          generated text as "replica=<name>" and in /server_info,
+                                          so tests behind a router see which replica answered
+  STANDIN_GEN_DELAY=<s>                   each generation request takes this long (in-flight
+                                          requests for drain tests; a stream spreads it over
+                                          its chunks); logs `STANDIN_GEN begin <path>` at start
 
 Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
 `key: value` lines); with a key every route but /health*, /ready and /metrics answers 401
@@ -226,6 +232,10 @@ def served_name(args: argparse.Namespace) -> str:
     return args.served_model_name or args.model_path
 
 
+def replica_name() -> str:
+    return os.environ.get("STANDIN_REPLICA") or socket.gethostname()
+
+
 # ------------------------------------------------------------------ /metrics
 # SGLang 0.5.23's metric names, labels and histogram buckets (tests/fixtures/sglang/generate.py).
 # Counters advance with serving time at fixed rates, so two scrapes give known tokens/s; gauges
@@ -367,9 +377,10 @@ class Rank0Handler(BaseHTTPRequestHandler):
                     "node_rank": args.node_rank,
                     "dist_init_addr": args.dist_init_addr,
                     "version": "standin",
+                    "standin_replica": replica_name(),
                 },
             )
-        elif path == "/get_model_info":
+        elif path in ("/model_info", "/get_model_info"):  # sglang-router asks /model_info
             self.reply(200, {"model_path": args.model_path, "is_generation": True})
         elif path == "/metrics" and args.enable_metrics:
             self.reply(200, metrics_text(served_name(args)), "text/plain; version=0.0.4; charset=utf-8")
@@ -393,11 +404,15 @@ class Rank0Handler(BaseHTTPRequestHandler):
         if stall and time.monotonic() - State.ready_at > float(stall):
             log("STANDIN: generation stalled (STANDIN_STALL_AFTER)")
             return self.reply(500, {"error": "stand-in engine stalled"})
-        text = "Hello from the sparkctl stand-in engine."
+        text = f"Hello from the sparkctl stand-in engine (replica={replica_name()})."
+        delay = float(os.environ.get("STANDIN_GEN_DELAY", "0"))
+        if delay:  # lets a test see a request in flight (the access log line comes when it ends)
+            log(f"STANDIN_GEN begin {path}")
         usage = {"prompt_tokens": 8, "completion_tokens": 9, "total_tokens": 17}
         created, rid = int(time.time()), f"standin-{time.time_ns()}"
         model = req.get("model") or served_name(State.args)
         if path == "/generate":
+            time.sleep(delay)
             return self.reply(200, {"text": text, "meta_info": {"completion_tokens": 9}})
         chat = path == "/v1/chat/completions"
         if req.get("stream"):
@@ -405,7 +420,9 @@ class Rank0Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for i, word in enumerate(text.split(" ")):
+            words = text.split(" ")
+            for i, word in enumerate(words):
+                time.sleep(delay / len(words))
                 piece = word if i == 0 else " " + word
                 delta = {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": None}
                 if not chat:
@@ -429,6 +446,7 @@ class Rank0Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
             self.close_connection = True
             return None
+        time.sleep(delay)
         choice = (
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             if chat
