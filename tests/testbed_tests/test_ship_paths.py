@@ -119,6 +119,22 @@ def test_peer_loader_reports_the_engines_refusal(lab: Lab) -> None:
     assert proc.returncode == 1 and "Error response from daemon" in proc.stderr, proc.stderr
 
 
+def test_save_of_an_image_the_engine_lacks_is_its_error_not_a_stream(lab: Lab) -> None:
+    """The source reads `docker save` from its engine's API: a refusal is an error with the
+    engine's message (reported as the source's), never an empty stream sent to the peers."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    code = (
+        "from sparkctl.ship._engine import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
+        "print(s.fd, s.finish())"
+    )
+    n1 = lab.node("spark1")
+    out = lab.exec(
+        "spark1", ["env", f"DOCKER_HOST={n1.docker_host}", f"PYTHONPATH={src}", sys.executable, "-c", code]
+    )
+    # no stream, and the engine's own words (Docker 20.10: "reference does not exist")
+    assert out.stdout.startswith("None (1, ") and ("does not exist" in out.stdout or "No such" in out.stdout)
+
+
 def test_any_node_holding_the_item_is_the_source(lab: Lab) -> None:
     tag = "sparkctl-test/ship-on2:1"
     image_id = build_overlay_image(lab.docker("spark2"), ENGINE_TAG, tag, extra_kb=256)

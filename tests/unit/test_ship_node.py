@@ -357,3 +357,16 @@ def test_engine_socket_is_where_the_docker_cli_would_go(
     assert engine_socket() == "/run/other/docker.sock"
     monkeypatch.setenv("DOCKER_HOST", "ssh://spark2")
     assert engine_socket() is None
+
+
+def test_a_refused_docker_save_is_reported_as_the_sources_failure() -> None:
+    """No peer got anything because the source's engine refused the save: say that, not that a
+    node before the peer failed."""
+    from sparkctl.ship.errors import ShipError
+    from sparkctl.ship.image import Peer, SourceImage, _check
+
+    src = SourceImage("spark1", "x:1", "sha256:" + "1" * 64, [], [])
+    res = {"peers": {}, "save_rc": 1, "save_err": "No such image: x:1"}
+    with pytest.raises(ShipError) as err:
+        _check(res, src, Peer(LocalConnector("spark2"), {}, []), retryable=False)
+    assert "docker save x:1 failed on the source" in err.value.message and err.value.node == "spark1"

@@ -102,8 +102,11 @@ def op_load():
         _upload(sock, sys.stdin.fileno())
     except (OSError, EOFError) as exc:  # the engine hung up (it says why below) or stdin broke
         failed = "sending the image to the engine: %s" % exc  # noqa: UP031
-        sock.shutdown(socket.SHUT_WR)  # an unfinished upload: the engine sees it end and aborts
-        sock.settimeout(30)
+        try:
+            sock.shutdown(socket.SHUT_WR)  # an unfinished upload: the engine sees it end and aborts
+            sock.settimeout(30)
+        except OSError:
+            pass
     try:
         status, docs = _answer(sock)
     except (OSError, ValueError, IndexError):
