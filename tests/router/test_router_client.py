@@ -55,3 +55,42 @@ def test_unreachable_router_is_one_error_with_a_fix() -> None:
 def test_wait_for_names_what_it_waited_for(router: str, workers) -> None:
     with pytest.raises(RouterError, match="never true not seen"):
         RouterClient(router).wait_for("never true", lambda ws: False, timeout=0.3)
+
+
+def test_sync_workers_adds_the_planned_and_removes_the_rest(router: str, workers) -> None:
+    """What `up` does to a kept router: its worker set becomes the plan's, without a restart."""
+    from sparkctl.lifecycle.router import sync_workers
+    from tests.router.conftest import StandinWorker
+
+    client = RouterClient(router)
+    w3 = StandinWorker("w3")
+    try:
+        want = [workers[0].url, w3.url]
+        assert sync_workers(client, client.workers(), want)
+        listing = client.wait_for(
+            "the planned set, healthy",
+            lambda ws: {w.url for w in ws} == set(want) and all(w.healthy for w in ws),
+            timeout=15,
+        )
+        assert sorted(w.url for w in listing) == sorted(want)
+        assert {chat(router) for _ in range(4)} == {"w1", "w3"}
+        assert not sync_workers(client, listing, want)  # already the plan's: nothing changes
+    finally:
+        w3.close()
+
+
+def test_renew_takes_restarted_workers_out_so_sync_adds_them_fresh(router: str, workers) -> None:
+    import time
+
+    from sparkctl.lifecycle.router import renew, sync_workers
+
+    client = RouterClient(router)
+    before = {w.url: w.id for w in client.workers()}
+    urls = [w.url for w in workers]
+    renew(client, urls, time.monotonic() + 15)
+    assert not {w.url for w in client.workers()} & set(urls)
+    assert sync_workers(client, client.workers(), urls)
+    listing = client.wait_for(
+        "both back, healthy", lambda ws: {w.url for w in ws if w.healthy} == set(urls), timeout=15
+    )
+    assert all(before[w.url] != w.id for w in listing)  # new worker entries, not the old ones

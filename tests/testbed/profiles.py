@@ -16,6 +16,17 @@ DRAFT_ID = "test-org/tiny-draft"
 SEED_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
+def topology_modes() -> dict[str, Any]:
+    """Modes of a 4-node lab (issue #19): TP over all four, two TP=2 replicas, one replica on
+    each of two boxes (the last two behind sglang-router, on spark1)."""
+    four = ["spark1", "spark2", "spark3", "spark4"]
+    return {
+        "tp4": {"nodes": four, "tp": 4},
+        "tp2x2": {"nodes": four, "tp": 2, "replicas": 2},
+        "dp2": {"nodes": ["spark1", "spark2"], "tp": 1, "replicas": 2},
+    }
+
+
 def lab_profile(
     lab: Lab,
     *,
@@ -28,7 +39,8 @@ def lab_profile(
 ) -> dict[str, Any]:
     """A profile dict for `lab`: every node over SSH (the test process is the controller).
 
-    Default modes: `solo` on spark1, `tp2` across spark1+spark2 (when the lab has 2+ nodes).
+    Default modes: `solo` on spark1, `tp2` across spark1+spark2 (when the lab has 2+ nodes), and
+    `topology_modes()` on a lab of 4+ nodes.
     `engine`/`top` entries are merged over the defaults (shallow for `engine`).
     """
     nodes = []
@@ -48,6 +60,8 @@ def lab_profile(
         modes = {"solo": {"nodes": ["spark1"], "tp": 1, "default": True}}
         if len(lab.nodes) > 1:
             modes["tp2"] = {"nodes": ["spark1", "spark2"], "tp": 2}
+        if len(lab.nodes) >= 4:
+            modes |= topology_modes()
     eng: dict[str, Any] = {
         "port": ENGINE_PORT,
         "served_model_name": "tiny-test",

@@ -110,7 +110,8 @@ def _print_rank_logs(exc) -> None:  # RankFailedError | ReadyTimeoutError
 
     err = console(stderr=True)
     for log in exc.logs:
-        err.print(f"[bold]--- rank {log.rank} on {log.node}: last {len(log.lines)} log line(s) ---[/]")
+        who = "the router" if log.rank < 0 else f"rank {log.rank}"
+        err.print(f"[bold]--- {who} on {log.node}: last {len(log.lines)} log line(s) ---[/]")
         for line in log.lines:
             err.print(escape(line), soft_wrap=True)
     err.print("[bold]---[/]")
@@ -157,6 +158,7 @@ def _run_up(
     supervise: bool = False,
 ) -> None:
     from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.router import RouterFailedError
     from sparkctl.lifecycle.up import PreflightFailedError, curl_example
     from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
@@ -189,7 +191,7 @@ def _run_up(
                 timeout=timeout,
                 reporter=reporter,
             )
-    except (RankFailedError, ReadyTimeoutError) as exc:
+    except (RankFailedError, ReadyTimeoutError, RouterFailedError) as exc:
         reporter.close()
         _print_rank_logs(exc)
         raise
@@ -213,7 +215,8 @@ def _run_up(
             "nothing changed"
         )
     else:  # from the command's start, as the timeline shows (shipping included)
-        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, tp={plan.tp} ({ranks})")
+        shape = f"tp={plan.tp} ({ranks})" if plan.replicas <= 1 else plan.shape
+        out.print(f"[green]ready[/] in {reporter.elapsed():.1f}s: mode {plan.mode}, {shape}")
     out.print(f"endpoint [bold]{plan.endpoint.api_base}[/]  model [bold]{plan.endpoint.served_model_name}[/]")
     if sup:
         out.print(
@@ -317,7 +320,8 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
     for c in pre.stop:
         out.print(f"[yellow]dry run:[/] would stop {c.name} on {c.node} ({c.status})")
     for spec in pre.start:
-        out.print(f"[yellow]dry run:[/] would start rank {spec.rank} on {spec.node} ({spec.container_name})")
+        what = "the router" if spec.role == "router" else f"rank {spec.rank}"
+        out.print(f"[yellow]dry run:[/] would start {what} on {spec.node} ({spec.container_name})")
 
 
 def register(app: typer.Typer) -> None:

@@ -68,9 +68,9 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
             state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
             color = "green" if c.running else "red"
             table.add_row(
-                str(c.rank),
+                "router" if c.role == "router" else str(c.rank),
                 c.node,
-                c.mode or "?",
+                c.mode or ("-" if c.role == "router" else "?"),
                 f"[{color}]{state}[/]",
                 _fmt_uptime(c.uptime_s()),
                 c.config_hash or "?",
@@ -81,6 +81,9 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
             out.print(f"[red]unknown on {unknown}[/]")
     for m in st.modes:
         health = "[green]ready[/]" if m.health.ready else f"[red]not ready[/] ({m.health.detail})"
+        serving = [r for r in m.replicas if r.state == "ready"]
+        if m.health.ready and len(serving) < len(m.replicas):
+            health = f"[yellow]degraded[/] ({len(serving)} of {len(m.replicas)} replicas serving)"
         url = m.plan.endpoint.api_base if m.plan else "?"
         served = ", ".join(m.health.served) or "-"
         out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
@@ -89,6 +92,7 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
                 f"  [yellow]the profile now gives config {m.profile_hash} (running {m.running_hash}): "
                 "`sparkctl up` would restart the ranks[/]"
             )
+        _render_replicas(m)
     for p in st.pending:
         out.print(
             f"[yellow]{p.node} may still run {escape(p.describe())}[/]: removed when {p.node} answers "
@@ -97,6 +101,32 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     for node, why in st.unreachable.items():
         out.print(f"[red]node {node}[/]: {escape(why)}")
     _render_supervision(st)
+
+
+def _render_replicas(m) -> None:  # sparkctl.lifecycle.status.ModeStatus
+    """A mode with replicas: the router (its container and worker list), then each replica."""
+    from rich.markup import escape
+
+    out = console()
+    r = m.router
+    if r is not None:
+        state = r.container.status if r.container else "missing"
+        color = "green" if r.container and r.container.running and not r.error else "red"
+        listed = ", ".join(
+            f"{w.url} {'healthy' if w.healthy else '[red]unhealthy[/]'} (load {w.load})" for w in r.workers
+        )
+        seen = f"[red]{escape(r.error)}[/]" if r.error else listed or "no workers"
+        out.print(f"  router on {r.node} [{color}]{state}[/] at {r.url}: {seen}")
+    for rep in m.replicas:
+        color = {"ready": "green", "unhealthy": "yellow"}.get(rep.state, "red")
+        ranks = ", ".join(str(n) for n in rep.ranks)
+        routed = f", router: {rep.routed}" if rep.routed else ""
+        out.print(
+            f"  replica {rep.index} on {rep.node} {rep.url} (ranks {ranks}): [{color}]{rep.state}[/]{routed}"
+        )
+        problem = rep.problem()
+        if problem:
+            out.print(f"    {escape(problem[0])}; fix: {escape(problem[1])}")
 
 
 def _render_supervision(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
@@ -133,6 +163,9 @@ def logs_cmd(
         str | None, typer.Option("--since", help="Only lines newer than 10m, 2h, or a date/time.")
     ] = None,
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per rank to start with.")] = 100,
+    router: Annotated[
+        bool, typer.Option("--router", help="The router's log instead (a mode with replicas).")
+    ] = False,
     mode: Annotated[str | None, typer.Option("--mode", help="Same as MODE.")] = None,
     timestamps: Annotated[
         bool, typer.Option("--timestamps", "-t", help="Show Docker's timestamp per line.")
@@ -146,7 +179,7 @@ def logs_cmd(
 
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.logs import event_lines, follow_all, merge, parse_since, read_all
+    from sparkctl.lifecycle.logs import event_lines, follow_all, merge, parse_since, read_all, source_label
     from sparkctl.lifecycle.state import events, last_attempt
     from sparkctl.lifecycle.status import running_mode
     from sparkctl.plan import build_plan
@@ -162,12 +195,14 @@ def logs_cmd(
                 mode = prof.default_mode()
         plan = build_plan(prof, mode)
         specs = plan.ranks if rank is None else [s for s in plan.ranks if s.rank == rank]
+        if router:
+            specs = _router_spec(prof, plan)
         if not specs:
             raise UsageError(f"mode {mode} has no rank {rank}", fix=f"ranks: 0..{len(plan.ranks) - 1}")
-        width = max(len(f"rank{s.rank}@{s.node}") for s in specs)
+        width = max(len(source_label(s)) for s in specs)
         if not follow:
             lines, missing = read_all(prof, pool, specs, tail, since_at)
-            if rank is None:  # the supervisor's events (restarts and their causes) in the same timeline
+            if rank is None and not router:  # the supervisor's events (restarts, causes) in the same timeline
                 stamps = [x.ts for x in lines if x.ts is not None]
                 lines = merge(
                     lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
@@ -187,9 +222,22 @@ def logs_cmd(
             return
 
 
+def _router_spec(prof, plan) -> list:  # Profile, Plan -> [RankSpec]
+    from sparkctl.errors import UsageError
+
+    if plan.router is None:
+        with_router = [n for n, m in prof.modes.items() if m.replicas > 1]
+        raise UsageError(
+            f"mode {plan.mode} has one replica and no router",
+            fix="name a mode with replicas: " + (", ".join(with_router) or "none in this profile"),
+        )
+    return [plan.router]
+
+
 def _log_json(line) -> dict:  # sparkctl.lifecycle.logs.LogLine
     return {
-        "rank": line.rank,
+        "rank": line.rank if line.rank >= 0 else None,
+        "source": line.prefix,
         "node": line.node,
         "time": line.ts.isoformat() if line.ts else None,
         "text": line.text,
@@ -217,7 +265,8 @@ def _print_logs(
         for line in lines:
             out.print(escape(line.render(width, timestamps)), soft_wrap=True)
         for r, why in missing.items():
-            console(stderr=True).print(f"[yellow]no log for rank {r}[/]: {escape(why)}")
+            who = "the router" if r < 0 else f"rank {r}"
+            console(stderr=True).print(f"[yellow]no log for {who}[/]: {escape(why)}")
     if len(missing) == n_ranks:
         raise SparkctlError(
             f"no log files for mode {mode}: it has not been started on these nodes",

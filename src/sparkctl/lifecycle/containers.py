@@ -59,6 +59,16 @@ class ContainerInfo:
         return int(value) if value and value.isdigit() else None
 
     @property
+    def role(self) -> str:
+        """ "router" for sglang-router's container, else "engine" (a rank)."""
+        return self.labels.get(f"{LABEL_PREFIX}role", "engine")
+
+    @property
+    def group(self) -> int | None:
+        value = self.labels.get(f"{LABEL_PREFIX}group")
+        return int(value) if value and value.isdigit() else None
+
+    @property
     def config_hash(self) -> str | None:
         return self.labels.get(f"{LABEL_PREFIX}config_hash")
 
@@ -84,6 +94,8 @@ class ContainerInfo:
             "image_id": self.image_id,
             "mode": self.mode,
             "rank": self.rank,
+            "replica": self.group if self.role == "engine" else None,
+            "role": self.role,
             "config_hash": self.config_hash,
         }
 
@@ -183,7 +195,7 @@ def node_rdma_devices(conn: Connector, spec: RankSpec) -> list[str]:
             fix="load the RDMA drivers (mlx5_ib, rdma_ucm) on the node, or set fabric.transport: tcp "
             "or engine.container.preset: none",
             node=spec.node,
-            rank=spec.rank,
+            rank=rank_of(spec),
         )
     return found
 
@@ -263,7 +275,7 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
             f"image {spec.image} is not on node {spec.node}",
             fix="copy it there first: `sparkctl ship` (or docker pull on the node)",
             node=spec.node,
-            rank=spec.rank,
+            rank=rank_of(spec),
         ) from None
     except docker.errors.APIError as exc:
         raise _api_error("creating container " + spec.container_name, exc, spec) from None
@@ -288,7 +300,12 @@ def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
         fix = "create the file on the node (secret files must exist on every node) or fix the profile path"
     elif "Conflict" in text or "already in use" in text:
         fix = "run `sparkctl down` (or remove the container by hand) and retry"
-    return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=spec.rank)
+    return SparkctlError(f"{what} failed: {text}", fix=fix, node=spec.node, rank=rank_of(spec))
+
+
+def rank_of(spec: RankSpec) -> int | None:
+    """The rank an error names: none for the router's container (its message names it)."""
+    return None if spec.role == "router" else spec.rank
 
 
 def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:

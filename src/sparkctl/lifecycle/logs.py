@@ -93,9 +93,28 @@ def split_timestamp(line: str) -> tuple[datetime | None, str]:
         return None, line
 
 
-def parse_line(rank: int, node: str, line: str) -> LogLine:
+def parse_line(rank: int, node: str, line: str, label: str | None = None) -> LogLine:
     ts, text = split_timestamp(line)
-    return LogLine(rank, node, ts, text)
+    return LogLine(rank, node, ts, text, label)
+
+
+def source_label(spec: RankSpec) -> str:
+    """The prefix of a container's lines: `rank1@spark2`, or `router@spark1` for the router."""
+    return f"router@{spec.node}" if spec.role == "router" else f"rank{spec.rank}@{spec.node}"
+
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """Without terminal colour codes (sglang-router colours its log lines even into a pipe)."""
+    return ANSI_RE.sub("", text)
+
+
+def _spec_line(spec: RankSpec, raw: str) -> LogLine:
+    if spec.role != "router":
+        return parse_line(spec.rank, spec.node, raw)
+    return parse_line(spec.rank, spec.node, plain(raw), source_label(spec))
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -170,7 +189,7 @@ def read_rank(conn: Connector, spec: RankSpec, path: str, tail: int, since: date
         detail = (res.stderr or res.stdout).strip().splitlines()
         raise FileNotFoundError(detail[-1] if detail else f"cannot read {path}")
     masks = secret_values(spec.secret_refs(), conn)  # the profile's sources, whatever this shell has
-    return [parse_line(spec.rank, spec.node, redact(line, masks)) for line in res.stdout.splitlines()]
+    return [_spec_line(spec, redact(line, masks)) for line in res.stdout.splitlines()]
 
 
 def read_all(
@@ -205,11 +224,11 @@ def follow_all(
             conn = pool.get(spec.node)
             masks = secret_values(spec.secret_refs(), conn)
             for raw in conn.stream(follow_argv(rank_log_path(profile, spec), tail)):
-                line = parse_line(spec.rank, spec.node, redact(raw, masks))
+                line = _spec_line(spec, redact(raw, masks))
                 if since is None or line.ts is None or line.ts >= since:
                     q.put(line)
         except Exception as exc:  # noqa: BLE001 - shown in the stream, the other ranks go on
-            q.put(LogLine(spec.rank, spec.node, None, f"(log stream ended: {exc})"))
+            q.put(_spec_line(spec, f"(log stream ended: {exc})"))
         q.put(None)
 
     for spec in specs:

@@ -18,7 +18,7 @@ class Preview:
 
     plan: Plan
     stop: list[ContainerInfo]
-    start: list[RankSpec]  # in start order: ranks >= 1, then rank 0
+    start: list[RankSpec]  # in start order: each group's ranks >= 1, then rank 0s, then the router
 
     @property
     def noop(self) -> bool:
@@ -29,16 +29,22 @@ class Preview:
             "plan": self.plan.to_json(),
             "noop": self.noop,
             "stop": [c.to_json() for c in self.stop],
-            "start": [{"rank": s.rank, "node": s.node, "container": s.container_name} for s in self.start],
+            "start": [
+                {"rank": s.rank, "role": s.role, "node": s.node, "container": s.container_name}
+                for s in self.start
+            ],
         }
 
 
 def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:
     """The same decisions as `up` (resolve, observe, reconcile, health), changing nothing."""
     plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
-    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     rec = settle(rec, observed, healthy=rec.up_to_date and probe(plan.endpoint).ready)
+    router = [plan.router] if plan.router is not None and rec.router is None else []  # else kept
     if rec.up_to_date:
-        return Preview(plan, rec.leftovers, [])
-    return Preview(plan, rec.remove, [*plan.ranks[1:], plan.ranks[0]])
+        return Preview(plan, rec.leftovers, router)
+    peers = [s for s in plan.ranks if s.node_rank > 0]
+    heads = [s for s in plan.ranks if s.node_rank == 0]
+    return Preview(plan, rec.remove, [*peers, *heads, *router])

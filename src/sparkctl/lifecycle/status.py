@@ -7,12 +7,68 @@ from dataclasses import asdict, dataclass, field
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
+from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, orphans, state, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
+from sparkctl.lifecycle.router import RouterView
 from sparkctl.plan import Plan, build_plan
 from sparkctl.profile.schema import Profile
+
+
+@dataclass
+class ReplicaStatus:
+    """One replica of a mode with several: its head endpoint, its ranks, and the router's view."""
+
+    index: int
+    node: str  # its rank 0's node
+    url: str
+    health: EndpointHealth
+    ranks: dict[int, ContainerInfo | None]  # planned rank -> its container (None: missing)
+    routed: str | None  # the router's view: "healthy", "unhealthy", "not listed"; None: no view
+    mode: str = ""
+    rank_nodes: dict[int, str] = field(default_factory=dict)  # where each rank is planned
+
+    def problem(self) -> tuple[str, str] | None:
+        """(what is wrong, the fix), or None when it serves and the router sends it requests."""
+        again = f"`sparkctl up {self.mode}` restarts the replicas and puts them back in the router"
+        for rank, c in self.ranks.items():
+            if c is None or not c.running:
+                how = "is missing" if c is None else f"is {c.status} ({c.describe_exit()})"
+                where = c.node if c else self.rank_nodes.get(rank, self.node)
+                return f"rank {rank} on {where} {how}", f"`sparkctl logs --rank {rank}` shows why; {again}"
+        if not self.health.ready:
+            return f"not serving ({self.health.detail})", f"`sparkctl logs --rank {min(self.ranks)}`; {again}"
+        if self.routed == "unhealthy":
+            return (
+                "the router marks it unhealthy and sends it no requests",
+                f"it answers sparkctl: check that the router's node reaches {self.url}; {again}",
+            )
+        if self.routed == "not listed":
+            return "the router does not route to it (not in its worker list)", again
+        return None
+
+    @property
+    def state(self) -> str:
+        problem = self.problem()
+        if problem is None:
+            return "ready"
+        return "down" if not self.health.ready else "unhealthy"
+
+    def to_json(self) -> dict:
+        problem = self.problem()
+        return {
+            "index": self.index,
+            "node": self.node,
+            "url": self.url,
+            "state": self.state,
+            "health": self.health.to_json(),
+            "ranks": {str(r): (c.status if c else "missing") for r, c in self.ranks.items()},
+            "router": self.routed,
+            "problem": problem[0] if problem else None,
+            "fix": problem[1] if problem else None,
+        }
 
 
 @dataclass
@@ -22,6 +78,8 @@ class ModeStatus:
     ranks: list[ContainerInfo]
     health: EndpointHealth
     running_hash: str | None
+    replicas: list[ReplicaStatus] = field(default_factory=list)  # modes with several only
+    router: RouterView | None = None  # modes with a router
 
     @property
     def profile_hash(self) -> str | None:
@@ -45,6 +103,8 @@ class ModeStatus:
             "profile_config_hash": self.profile_hash,
             "config_changed": self.drift,
             "ranks": sorted(c.rank for c in self.ranks if c.rank is not None),
+            "replicas": [r.to_json() for r in self.replicas],
+            "router": self.router.to_json() if self.router else None,
         }
 
 
@@ -119,8 +179,30 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
             with contextlib.suppress(SparkctlError):
                 plan.endpoint.api_key.reveal_on(pool.get(plan.ranks[0].node))
         health = probe(plan.endpoint) if plan else EndpointHealth(detail="mode no longer in the profile")
-        out.modes.append(ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None))
+        st = ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None)
+        if plan is not None and plan.replicas > 1:
+            _replicas(pool, plan, out.containers, st)
+        out.modes.append(st)
     return out
+
+
+def _replicas(pool: NodePool, plan: Plan, found: list[ContainerInfo], st: ModeStatus) -> None:
+    """Each replica's head endpoint (probed in parallel), its ranks' containers, the router's view."""
+    from sparkctl.lifecycle import router as routers
+
+    by_name = {(c.node, c.name): c for c in found}
+    if plan.router is not None:
+        info = by_name.get((plan.router.node, plan.router.container_name))
+        st.router = routers.view(pool, plan, info)
+    healths = fan_out([g.index for g in plan.groups], lambda i: probe(plan.groups[i].endpoint)).ok
+    for g in plan.groups:
+        ranks = {n: by_name.get((plan.rank(n).node, plan.rank(n).container_name)) for n in g.ranks}
+        health = healths.get(g.index) or EndpointHealth(detail="not probed")
+        routed = st.router.health_of(g.worker_url) if st.router else None
+        nodes = {n: plan.rank(n).node for n in g.ranks}
+        st.replicas.append(
+            ReplicaStatus(g.index, g.head_node, g.worker_url, health, ranks, routed, plan.mode, nodes)
+        )
 
 
 def running_mode(profile: Profile, pool: NodePool) -> str | None:

@@ -11,19 +11,22 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
+from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
+from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
+from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
-from sparkctl.lifecycle.watch import Snapshot, WaitResult, wait_ready
-from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan, node_path
+from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
+from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
 
 
@@ -62,7 +65,7 @@ class QuietReporter:
 @dataclass
 class UpResult:
     plan: Plan
-    action: str  # "noop" or "started"
+    action: str  # "noop", "started", or "router" (the ranks ran as planned; only the router started)
     endpoint: EndpointHealth
     removed: list[ContainerInfo] = field(default_factory=list)
     elapsed: float = 0.0
@@ -82,60 +85,16 @@ class UpResult:
             "elapsed_s": round(self.elapsed, 3),
             "settled": self.settled,
             "ranks": [
-                {"rank": r.rank, "node": r.node, "container": r.container_name} for r in self.plan.ranks
+                {"rank": r.rank, "replica": r.group, "node": r.node, "container": r.container_name}
+                for r in self.plan.ranks
             ],
+            "replicas": [{"index": g.index, "url": g.worker_url, "ranks": g.ranks} for g in self.plan.groups],
+            "router": (
+                {"node": self.plan.router.node, "container": self.plan.router.container_name}
+                if self.plan.router
+                else None
+            ),
         }
-
-
-# ------------------------------------------------------------------------------------ pure steps
-def choose_mode(profile: Profile, mode: str | None, tp: int | None) -> str:
-    """MODE argument, or the mode with `--tp N`, or the profile's default."""
-    if tp is None:
-        return mode or profile.default_mode()
-    matches = [name for name, m in profile.modes.items() if m.tp == tp]
-    if mode is not None:
-        if mode in profile.modes and profile.modes[mode].tp != tp:
-            raise UsageError(f"mode '{mode}' has tp={profile.modes[mode].tp}, not --tp {tp}")
-        return mode
-    if not matches:
-        have = ", ".join(f"{n} (tp={m.tp})" for n, m in profile.modes.items())
-        raise UsageError(f"no mode with tp={tp} in this profile", fix=f"modes: {have}")
-    if len(matches) > 1:
-        raise UsageError(
-            f"several modes have tp={tp}: {', '.join(matches)}", fix="name the mode instead of --tp"
-        )
-    return matches[0]
-
-
-@dataclass(frozen=True)
-class Reconcile:
-    up_to_date: bool  # every planned rank runs with the plan's config hash
-    remove: list[ContainerInfo]  # what must go before starting (other modes, changed or dead ranks)
-    leftovers: list[ContainerInfo]  # not-running containers of the cluster that are not planned
-
-
-def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
-    planned = {(s.node, s.container_name) for s in plan.ranks}
-    mine = {(c.node, c.name): c for c in observed if (c.node, c.name) in planned}
-    others = [c for c in observed if (c.node, c.name) not in planned]
-    up_to_date = len(mine) == len(planned) and all(
-        c.running and c.config_hash == plan.config_hash for c in mine.values()
-    )
-    if up_to_date and not any(c.running for c in others):
-        return Reconcile(True, [], [c for c in others if not c.running])
-    return Reconcile(False, [*others, *mine.values()], [])
-
-
-def settle(rec: Reconcile, observed: list[ContainerInfo], healthy: bool) -> Reconcile:
-    """The right config running but not serving: restart it, i.e. stop everything observed."""
-    if rec.up_to_date and not healthy:
-        return Reconcile(False, list(observed), [])
-    return rec
-
-
-def involved_nodes(plan: Plan) -> list[str]:
-    """Nodes holding the plan's ranks or anything plan.stop_first names (order kept, no repeats)."""
-    return list(dict.fromkeys([*plan.nodes, *(c.node for c in plan.stop_first)]))
 
 
 # ------------------------------------------------------------------------------------ I/O steps
@@ -256,15 +215,17 @@ def _up_locked(
         rep.phase(line)
     for node in still_lost:
         rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
-    observed = observe(pool, plan.cluster, involved_nodes(plan))
+    observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     if rec.up_to_date:
-        health = probe(plan.endpoint)
+        health, router_started = serving(profile, pool, plan, deadline, rep)
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
-            rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
-            return UpResult(plan, "noop", health, rec.leftovers, time.monotonic() - t0, settled=settled)
+            action = "router" if router_started else "noop"  # only the router was (re)started
+            if not router_started:
+                rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
+            return UpResult(plan, action, health, rec.leftovers, time.monotonic() - t0, settled=settled)
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
@@ -290,19 +251,25 @@ def _up_locked(
 def start_group(
     profile: Profile, pool: NodePool, plan: Plan, deadline: float, budget: float, rep: Reporter
 ) -> WaitResult:
-    """Start every rank (ranks >= 1, then rank 0, as the recipe does) and wait for the endpoint;
-    on any failure kill what this call started (SIGKILL: nothing to save) and raise."""
+    """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
+    0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
+    replicas, bring up the router (a running one with this config is kept) until it routes to
+    each. On any failure kill what this call started (SIGKILL: nothing to save) and raise.
+    A replica's sub-plan (`plan.replica(i)`: no router) starts that group alone."""
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
-        _prepare(profile, pool, plan)
-        peers, rank0 = plan.ranks[1:], plan.ranks[0]
+        prepare_nodes(profile, pool, plan)
+        peers = [s for s in plan.ranks if s.node_rank > 0]
+        heads = [s for s in plan.ranks if s.node_rank == 0]
         if peers:
-            rep.phase("starting " + ", ".join(f"rank {s.rank} on {s.node}" for s in peers))
-            _start(profile, pool, peers, started)
-        rep.phase(f"starting rank 0 on {rank0.node}")
-        _start(profile, pool, [rank0], started)
-        rep.phase(f"waiting for {plan.endpoint.api_base} (deadline {deadline - time.monotonic():.0f}s)")
+            rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
+            start_specs(profile, pool, peers, started)
+        rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
+        start_specs(profile, pool, heads, started)
+        eps = endpoints(plan)
+        what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
+        rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")
         result = wait_ready(
             pool,
             plan,
@@ -311,10 +278,14 @@ def start_group(
             on_update=rep.update,
             log_hint=lambda s: _log_hint(profile, s),
         )
+        if plan.router is not None:
+            routers.bring_up(
+                pool, plan, deadline, rep.phase, lambda s: start_specs(profile, pool, [s], started)
+            )
     except BaseException as exc:
         record_attempt(plan, "failed")
-        rep.phase("rolling back the ranks this run started")
-        problems, left = _rollback(pool, plan, started)
+        rep.phase("rolling back the containers this run started")
+        problems, left = remove_started(pool, plan, started)
         note = orphans.record_leftovers(plan.cluster, left)
         if isinstance(exc, SparkctlError):
             extra = "; ".join([*problems, note] if note else problems)
@@ -325,53 +296,39 @@ def start_group(
     return result
 
 
-def _prepare(profile: Profile, pool: NodePool, plan: Plan) -> None:
-    by_node: dict[str, list[RankSpec]] = {}
-    for spec in plan.ranks:
-        by_node.setdefault(spec.node, []).append(spec)
+def serving(
+    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter
+) -> tuple[EndpointHealth, bool]:
+    """Whether a mode found running as planned serves: every replica's endpoint ready, and with
+    replicas the router routing to each (its worker set reconciled; a missing router is started,
+    and removed again if it fails to route). A kept router that does not route to a replica
+    within a few of its health checks means not serving: `up` then restarts the replicas.
+    Also says whether it started the router."""
+    health = combined([probe(ep) for ep in endpoints(plan)])
+    if not health.ready or plan.router is None:
+        return health, False
+    started: list[RankSpec] = []
 
-    def prep(node: str) -> None:
-        log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
-        containers.prepare_node(pool.get(node), by_node[node], log_dirs)
+    def start_router(spec: RankSpec) -> None:
+        prepare_nodes(profile, pool, replace(plan, ranks=[]))  # the router's log directory
+        start_specs(profile, pool, [spec], started)
 
-    fan_out(list(by_node), prep).values_or_raise()
-
-
-def _start(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
-    by_rank = {s.rank: s for s in specs}
-
-    def start_one(rank: int) -> None:
-        spec = by_rank[rank]
-        conn = pool.get(spec.node)
-        started.append(spec)  # before creating it: rollback must also see a half-started container
-        containers.start_rank(conn, spec)
-        logs.start_follower(conn, spec.container_name, log_path(profile, spec))
-
-    results = fan_out(list(by_rank), start_one, where=lambda r: (by_rank[r].node, r))
-    for o in results.failed:
-        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
-            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting rank {o.rank}")  # type: ignore[arg-type]
-    results.values_or_raise()
-
-
-def _rollback(pool: NodePool, plan: Plan, started: list[RankSpec]) -> tuple[list[str], list[state.Pending]]:
-    """SIGKILL and remove what this run started. Returns (problems, containers on lost nodes)."""
-    by_rank = {s.rank: s for s in started}
-
-    def kill(rank: int) -> bool:
-        spec = by_rank[rank]
-        return orphans.on_node(
-            pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None)
+    spec, r = plan.router, profile.router
+    if routers.matches(containers.inspect(pool.get(spec.node), spec.container_name), spec):
+        deadline = min(
+            deadline, time.monotonic() + r.health_check_interval * (r.health_failure_threshold + 1) + 5
         )
-
-    problems, left = [], []
-    for rank, exc in fan_out(list(by_rank), kill).errors.items():
-        spec = by_rank[rank]
-        if orphans.is_connection_loss(exc):
-            left.append(orphans.pending_item(spec.node, spec.container_name, rank, plan.mode, str(exc)))
-        else:
-            problems.append(f"{spec.container_name} on {spec.node}: {exc}")
-    return problems, left
+    try:
+        routers.bring_up(pool, plan, deadline, rep.phase, start_router, restarted=False)
+    except routers.RouterFailedError as exc:
+        if not started:  # the kept router shuns a replica sparkctl finds ready
+            return EndpointHealth(True, health.served, False, f"router: {exc.message}"), False
+        remove_started(pool, plan, started)
+        raise
+    except BaseException:
+        remove_started(pool, plan, started)
+        raise
+    return probe(plan.endpoint), bool(started)
 
 
 def _log_hint(profile: Profile, spec: RankSpec) -> str:

@@ -1,8 +1,10 @@
-"""Wait for the endpoint while watching every rank's container, under one deadline.
+"""Wait for the endpoint(s) while watching every rank's container, under one deadline.
 
 The reference script polled rank 0's HTTP port only: a dead rank 1 meant waiting for the
 timeout with no message. Here each poll inspects every rank's container through the Docker API
 of its node; the first rank found exited ends the wait at once with its own last log lines.
+With replicas, every rank of every group is watched in the same polls and the wait ends when
+each replica's head endpoint is ready (the router comes after: lifecycle/router.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sparkctl.fanout import fan_out
 from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.orphans import is_connection_loss, lost
 from sparkctl.lifecycle.readiness import EndpointHealth, Prober
-from sparkctl.plan import Plan, RankSpec
+from sparkctl.plan import Endpoint, Plan, RankSpec
 from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25
@@ -67,8 +69,16 @@ class RankFailedError(SparkctlError):
 class ReadyTimeoutError(SparkctlError):
     """The deadline passed with every rank still running but the endpoint not ready."""
 
-    def __init__(self, message: str, *, logs: list[RankLog], fix: str | None = None, node: str | None = None):
-        super().__init__(message, fix=fix, node=node, rank=0)
+    def __init__(
+        self,
+        message: str,
+        *,
+        logs: list[RankLog],
+        fix: str | None = None,
+        node: str | None = None,
+        rank: int = 0,
+    ):
+        super().__init__(message, fix=fix, node=node, rank=rank)
         self.logs = logs
 
     json_extra = RankFailedError.json_extra
@@ -89,6 +99,37 @@ def _rank_logs(pool: NodePool, spec: RankSpec, lines: int) -> RankLog:
     except Exception as exc:  # noqa: BLE001 - logs are best effort on the failure path
         text, masks = [f"(could not read the log: {exc})"], []
     return RankLog(spec.rank, spec.node, [redact(line, masks) for line in text])
+
+
+def replica_of(spec: RankSpec) -> int | None:
+    """The replica a rank belongs to when its mode has several (containers named `-g<k>-r<n>`)."""
+    return spec.group if spec.container_name.endswith(f"-g{spec.group}-r{spec.node_rank}") else None
+
+
+def rank_label(spec: RankSpec) -> str:
+    """`rank 1`; a rank of a replica also names the replica and its node rank there:
+    `rank 3 (replica 1, node rank 1)`."""
+    if replica_of(spec) is not None:
+        return f"rank {spec.rank} (replica {spec.group}, node rank {spec.node_rank})"
+    return f"rank {spec.rank}"
+
+
+def endpoints(plan: Plan) -> list[Endpoint]:
+    """Each replica's head endpoint (the plan's own when it has no groups)."""
+    return [g.endpoint for g in plan.groups] or [plan.endpoint]
+
+
+def combined(states: list[EndpointHealth]) -> EndpointHealth:
+    """One health for several replicas: ready when each is; the detail names those that are not."""
+    if len(states) == 1:
+        return states[0]
+    waiting = [f"replica {i}: {s.detail}" for i, s in enumerate(states) if not s.ready]
+    return EndpointHealth(
+        all(s.models_ok for s in states),
+        states[0].served,
+        all(s.health_ok for s in states),
+        "; ".join(waiting) or "ready",
+    )
 
 
 def first_dead(infos: dict[int, ContainerInfo | None]) -> int | None:
@@ -115,10 +156,11 @@ def wait_ready(
     log_hint: Callable[[RankSpec], str] | None = None,
     poll: float = POLL_S,
 ) -> WaitResult:
-    """Block until rank 0's endpoint is ready, a rank exits, or `deadline` (time.monotonic())."""
+    """Block until every replica's head endpoint is ready, a rank exits, or `deadline`
+    (time.monotonic())."""
     start = time.monotonic()
     views = {s.rank: RankView(s.rank, s.node, s.container_name) for s in plan.ranks}
-    prober = Prober(plan.endpoint).start()
+    probers = [Prober(ep).start() for ep in endpoints(plan)]
     next_lines = start
     try:
         while True:
@@ -129,19 +171,22 @@ def wait_ready(
             if any(i is None or not i.running for i in infos.values()):
                 raise _rank_failed(pool, plan, infos, start, log_hint)
             now = time.monotonic()
-            if prober.ready_at is not None:
+            health = combined([p.state for p in probers])
+            if all(p.ready_at is not None for p in probers):
                 # Ready means every rank still runs now too (one may have died since the last look).
                 infos = _look(pool, plan, [s.rank for s in plan.ranks], views, False)
                 if any(i is None or not i.running for i in infos.values()):
                     raise _rank_failed(pool, plan, infos, start, log_hint)
-                return WaitResult(now - start, prober.state, prober.ready_at, list(views.values()))
+                ready_at = max(p.ready_at for p in probers if p.ready_at is not None)
+                return WaitResult(now - start, health, ready_at, list(views.values()))
             if on_update is not None:
-                on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), prober.state))
+                on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), health))
             if now >= deadline:
-                raise _timed_out(pool, plan, prober, budget or now - start, log_hint)
+                raise _timed_out(pool, plan, probers, budget or now - start, log_hint)
             time.sleep(poll)
     finally:
-        prober.stop()
+        for p in probers:
+            p.stop()
 
 
 def _look(
@@ -231,7 +276,7 @@ def _rank_failed(
         also += " (which one failed first is not certain: both logs above)"
         logs += [ended[r][2] for r in close]
     return RankFailedError(
-        f"rank {dead} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
+        f"{rank_label(spec)} {how} while starting, after {time.monotonic() - start:.1f}s{also}",
         node=spec.node,
         rank=dead,
         logs=logs,
@@ -246,15 +291,25 @@ def _gap(first: ContainerInfo | None, later: ContainerInfo | None) -> float | No
 
 
 def _timed_out(
-    pool: NodePool, plan: Plan, prober: Prober, budget: float, log_hint: Callable[[RankSpec], str] | None
+    pool: NodePool,
+    plan: Plan,
+    probers: list[Prober],
+    budget: float,
+    log_hint: Callable[[RankSpec], str] | None,
 ) -> ReadyTimeoutError:
-    spec0 = plan.ranks[0]  # the head of the (sub-)plan: it serves the endpoint
+    # The first replica not ready; its head serves the endpoint (a plan without groups: rank 0).
+    # Group rank lists hold rank numbers (indices of the full plan): plan.rank finds them in a sub-plan.
+    late = next(i for i, p in enumerate(probers) if p.ready_at is None)
+    members = [plan.rank(n) for n in plan.groups[late].ranks] if plan.groups else plan.ranks
+    spec0 = members[0]
     logs = [_rank_logs(pool, spec0, FAIL_LOG_LINES)]
-    logs += [_rank_logs(pool, s, 10) for s in plan.ranks[1:]]
+    logs += [_rank_logs(pool, s, 10) for s in members[1:]]
+    which = "endpoint" if replica_of(spec0) is None else f"replica {spec0.group}'s endpoint"
     return ReadyTimeoutError(
-        f"endpoint {plan.endpoint.url} not ready within the {budget:.0f}s deadline "
-        f"(last probe: {prober.state.detail}); all ranks still running",
+        f"{which} {probers[late].endpoint.url} not ready within the {budget:.0f}s deadline "
+        f"(last probe: {probers[late].state.detail}); all ranks still running",
         node=spec0.node,
+        rank=spec0.rank,
         logs=logs,
         fix="raise engine.ready_timeout (or --timeout) if it is still loading; "
         + (log_hint(spec0) if log_hint else "check the logs"),

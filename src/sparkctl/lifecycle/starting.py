@@ -1,0 +1,68 @@
+"""Creating a plan's containers on their nodes, and removing exactly those again when a start
+fails: the steps `up` (start_group) and its router step share."""
+
+from __future__ import annotations
+
+from sparkctl.connectors.pool import NodePool
+from sparkctl.fanout import fan_out
+from sparkctl.lifecycle import containers, logs, orphans, state
+from sparkctl.plan import Plan, RankSpec, node_path
+from sparkctl.profile.schema import Profile
+
+
+def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    by_node: dict[str, list[RankSpec]] = {}
+    for spec in [*plan.ranks, *([plan.router] if plan.router else [])]:
+        by_node.setdefault(spec.node, []).append(spec)
+
+    def prep(node: str) -> None:
+        log_dirs = [node_path(profile.engine.log_dir, profile.node(node), profile)]
+        containers.prepare_node(pool.get(node), by_node[node], log_dirs)
+
+    fan_out(list(by_node), prep).values_or_raise()
+
+
+def start_specs(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
+    by_rank = {s.rank: s for s in specs}
+
+    def start_one(rank: int) -> None:
+        spec = by_rank[rank]
+        conn = pool.get(spec.node)
+        started.append(spec)  # before creating it: rollback must also see a half-started container
+        containers.start_rank(conn, spec)
+        logs.start_follower(conn, spec.container_name, logs.rank_log_path(profile, spec))
+
+    results = fan_out(
+        list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))
+    )
+    for o in results.failed:
+        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
+            what = "the router" if o.rank is None else f"rank {o.rank}"
+            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}")  # type: ignore[arg-type]
+    results.values_or_raise()
+
+
+def remove_started(
+    pool: NodePool, plan: Plan, started: list[RankSpec]
+) -> tuple[list[str], list[state.Pending]]:
+    """SIGKILL and remove what this run started. Returns (problems, containers on lost nodes)."""
+    by_rank = {s.rank: s for s in started}
+
+    def kill(rank: int) -> bool:
+        spec = by_rank[rank]
+        return orphans.on_node(
+            pool, spec.node, lambda c: containers.remove(c, spec.container_name, grace=None)
+        )
+
+    problems, left = [], []
+    for rank, exc in fan_out(list(by_rank), kill).errors.items():
+        spec = by_rank[rank]
+        if orphans.is_connection_loss(exc):
+            left.append(
+                orphans.pending_item(
+                    spec.node, spec.container_name, containers.rank_of(spec), plan.mode, str(exc)
+                )
+            )
+        else:
+            problems.append(f"{spec.container_name} on {spec.node}: {exc}")
+    return problems, left
