@@ -81,6 +81,60 @@ def test_both_nodes_remote_data_goes_node_to_node_over_the_fabric(lab: Lab) -> N
     assert {r.source for r in report.results} == {"spark1"}
 
 
+def _fresh_image(lab: Lab, node: str, tag: str, size: int) -> str:
+    """An image none of whose layers any other engine has: `docker import` of random bytes."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("opt/blob.bin")
+        info.size = size
+        tar.addfile(info, io.BytesIO(os.urandom(size)))
+    repo, version = tag.rsplit(":", 1)
+    lab.docker(node).api.import_image_from_data(buf.getvalue(), repository=repo, tag=version)
+    return lab.docker(node).images.get(tag).id
+
+
+def test_whole_image_goes_from_the_engine_straight_to_the_peers_engine(lab: Lab) -> None:
+    """No layer to drop: the source's ssh reads `docker save` from the engine's socket, the peer's
+    loader (no docker CLI) hands it to its engine; the image arrives whole with the same ID."""
+    tag = "sparkctl-test/ship-whole:1"
+    image_id = _fresh_image(lab, "spark1", tag, 6 << 20)
+    profile = _profile_for(lab, image=tag, draft=None)
+    report, counter = _ship(profile, weights=False)
+    (img,) = report.results
+    assert report.ok and img.action == "shipped" and img.layers_skipped == 0 and img.bytes_sent >= 6 << 20
+    assert lab.docker("spark2").images.get(tag).id == image_id
+    assert sum(counter.sent.values()) > 6 << 20  # progress came from the ssh client's reads
+
+
+def test_peer_loader_reports_the_engines_refusal(lab: Lab) -> None:
+    """A stream the peer's engine cannot load: exit 1 and the engine's message, like `docker load`."""
+    from sparkctl.ship.hop import hop_argv
+    from sparkctl.ship.manifest import load_argv
+
+    argv = [*hop_argv(_profile_for(lab), "spark2"), shlex.join(load_argv())]
+    proc = lab.exec("spark1", argv, check=False, input="this is not an image archive\n" * 100)
+    assert proc.returncode == 1 and "Error response from daemon" in proc.stderr, proc.stderr
+
+
+def test_save_of_an_image_the_engine_lacks_is_its_error_not_a_stream(lab: Lab) -> None:
+    """The source reads `docker save` from its engine's API: a refusal is an error with the
+    engine's message (reported as the source's), never an empty stream sent to the peers."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    code = (
+        "from sparkctl.ship._engine import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
+        "print(s.fd, s.finish())"
+    )
+    n1 = lab.node("spark1")
+    out = lab.exec(
+        "spark1", ["env", f"DOCKER_HOST={n1.docker_host}", f"PYTHONPATH={src}", sys.executable, "-c", code]
+    )
+    # no stream, and the engine's own words (Docker 20.10: "reference does not exist")
+    assert out.stdout.startswith("None (1, ") and ("does not exist" in out.stdout or "No such" in out.stdout)
+
+
 def test_any_node_holding_the_item_is_the_source(lab: Lab) -> None:
     tag = "sparkctl-test/ship-on2:1"
     image_id = build_overlay_image(lab.docker("spark2"), ENGINE_TAG, tag, extra_kb=256)

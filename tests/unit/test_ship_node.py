@@ -18,7 +18,7 @@ from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
 from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
-from sparkctl.ship.manifest import node_argv
+from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.weights import WeightsPeer, plan_streams, ship_weights
 
 MODEL = "org/model"
@@ -231,6 +231,42 @@ def test_truncated_stream_leaves_no_file_that_looks_complete(nodes: tuple[Path, 
     assert not list(repo2.rglob("*.sparkctl-part")) and not list(repo2.rglob("*.complete"))
 
 
+def test_a_resend_into_a_complete_snapshot_first_drops_its_marker(nodes: tuple[Path, Path]) -> None:
+    """`recv REPO COMMIT` removes the completion marker before it writes anything: a resend cut
+    short leaves nothing that looks complete."""
+    src, dst = nodes
+    first, _ = _ship(src, dst)
+    repo2 = Path(repo_dir(str(dst), MODEL))
+    marker = repo2 / ".sparkctl" / f"{first.commit}.complete"
+    assert marker.exists()
+    big = max(snapshot_manifest(LocalConnector("n1"), str(src), REF).files.values(), key=lambda f: f.size)
+    cut = frame({"path": f"blobs/{big.blob}", "size": big.size}) + b"x" * (big.size // 2)
+    recv = subprocess.run(node_argv("recv", str(repo2), first.commit), input=cut, capture_output=True)
+    assert recv.returncode == 3 and not marker.exists()
+    assert not snapshot_manifest(LocalConnector("n2"), str(dst), REF).complete
+
+
+def test_a_stale_larger_part_file_of_a_ranged_file_is_cut_to_size(
+    nodes: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part file left by an interrupted run of another version (larger) is sized to the file
+    before the ranges land: the file arrives whole and verified, no leftover tail."""
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 64 << 10)
+    monkeypatch.setattr(w, "ALIGN", 4096)
+    src, dst = nodes
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    big = max(a.files.values(), key=lambda f: f.size)
+    stale = Path(repo_dir(str(dst), MODEL)) / "blobs" / f"{big.blob}.sparkctl-part"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(os.urandom(big.size + 12345))
+    res, _ = _ship(src, dst, streams=3)
+    assert res.action == "shipped" and res.streams == 3
+    b = snapshot_manifest(LocalConnector("n2"), str(dst), REF, deep=True)
+    assert b.files == a.files and b.complete and not stale.exists()
+
+
 COMMIT = "0" * 40
 
 
@@ -279,7 +315,7 @@ def test_source_symlink_leading_out_of_the_cache_is_reported_not_followed(nodes:
 
 def test_paths_outside_the_repo_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", node_argv("probe", "x")[2], "probe", str(tmp_path)],
+        [sys.executable, "-c", node_script(), "probe", str(tmp_path)],
         input=json.dumps({"paths": ["blobs/../../etc/passwd"]}).encode(),
         capture_output=True,
     )
@@ -298,9 +334,39 @@ def test_no_hash_cache_inside_the_hf_cache_a_container_mounts(
 def test_node_program_is_stdlib_only_and_fits_one_remote_argument() -> None:
     import shlex
 
-    from sparkctl.ship.manifest import node_script
-
     prog = node_script()
     assert "from sparkctl" not in prog and "import sparkctl" not in prog
     # ssh hands the peer one command line; Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
     assert len(shlex.join(node_argv("recv", "/x"))) < 120_000
+
+
+def test_engine_socket_is_where_the_docker_cli_would_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node program talks to the engine's socket itself only where the docker CLI would; a
+    docker context or a remote DOCKER_HOST leaves it to the CLI (None)."""
+    from sparkctl.ship._engine import engine_socket
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    assert engine_socket() == "/var/run/docker.sock"
+    (tmp_path / "config.json").write_text('{"currentContext": "rootless"}')
+    assert engine_socket() is None
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/other/docker.sock")  # wins over the context, as in the CLI
+    assert engine_socket() == "/run/other/docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", "ssh://spark2")
+    assert engine_socket() is None
+
+
+def test_a_refused_docker_save_is_reported_as_the_sources_failure() -> None:
+    """No peer got anything because the source's engine refused the save: say that, not that a
+    node before the peer failed."""
+    from sparkctl.ship.errors import ShipError
+    from sparkctl.ship.image import Peer, SourceImage, _check
+
+    src = SourceImage("spark1", "x:1", "sha256:" + "1" * 64, [], [])
+    res = {"peers": {}, "save_rc": 1, "save_err": "No such image: x:1"}
+    with pytest.raises(ShipError) as err:
+        _check(res, src, Peer(LocalConnector("spark2"), {}, []), retryable=False)
+    assert "docker save x:1 failed on the source" in err.value.message and err.value.node == "spark1"

@@ -5,7 +5,7 @@ Ops on one Hugging Face repo dir (<hf_cache>/hub/models--org--name):
   manifest REPO REVISION [lazy|deep] -> JSON {commit, files: {rel: [sha256|null, size, blob|null]},
                                    broken, outside, marker}
   probe REPO [deep]  (stdin JSON {commit, paths}) -> {hashes: {dest: [sha256, size]|null}, free, marker}
-  begin, recv, finish: the receiving side, in _recv.py
+  recv, finish: the receiving side, in _recv.py
 Every name written is checked against the HF cache layout (see `dest_path`): no `..`, no absolute
 path, no symlink leading out of the repo; a source symlink pointing outside is refused.
 
@@ -14,6 +14,8 @@ keeps all four (an in-place edit with its mtime restored) passes it; `deep` reha
 The cache lives in ~/.cache/sparkctl/hashes on the node, outside the HF cache that containers mount.
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -25,6 +27,13 @@ CHUNK = 1 << 20
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 BLOB_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")  # git sha1 or LFS sha256
 REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+
+
+def big_pipe(fd):
+    """1 MiB instead of 64 KiB in flight: 16x fewer wake-ups of writer and reader per byte, which
+    counts when they share few cores (the kernel caps it at pipe-max-size; best effort)."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
 
 
 def manifest_digest(hashes):

@@ -3,10 +3,12 @@ a node in one round trip, and the source side of a transfer straight to a peer o
 
   state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
           manifest per model, in one run (what `ship` compares)
-  push-image    (stdin: one JSON line {ref, diff_ids, skip, hop}) -> `docker save REF`, minus the layers
-                the peer has, piped into `ssh PEER docker load -q`
-  push-weights  (stdin: one JSON line {repo, streams, ranged, hop, recv}) -> each stream a `recv` on
-                the peer through its own ssh, fed files or ranges of large files
+  push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
+                engine socket (_engine.SaveStream), minus the layers the peers have, into `ssh PEER
+                ... load` (_load.py) (the socket itself is ssh's stdin when nothing is dropped)
+  push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
+                on the peer through its own ssh, fed files or ranges of large files; the first
+                stream's end line carries `finish` for its receiver
 A push prints {"progress": bytes} lines, then {"result": ...}. Its stdin stays open: when it closes
 (sparkctl was interrupted or lost the node) every child is killed at once, and a child also dies
 with its parent (PR_SET_PDEATHSIG), so no transfer outlives the command that started it.
@@ -16,11 +18,11 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
-import time
 
+from sparkctl.ship._engine import SaveStream, image_state  # node: strip
+from sparkctl.ship._load import op_load  # node: strip
 from sparkctl.ship._node import (  # node: strip
     CHUNK,
     HashCache,
@@ -30,14 +32,15 @@ from sparkctl.ship._node import (  # node: strip
     op_manifest,
 )
 from sparkctl.ship._recv import weights_op  # node: strip
-from sparkctl.ship._relay import Sink, first_hop, flatten, op_relay  # node: strip
-from sparkctl.ship.tarfilter import LayerFilter, chain_ids  # node: strip
+from sparkctl.ship._relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
+from sparkctl.ship.tarfilter import LayerFilter  # node: strip
 
 CHILDREN = []
+LIBC = []  # [libc or None], loaded by the first spawn: ops that start no child never import ctypes
 
 
 def _libc():
-    try:  # loaded before forking: nothing may be imported between fork and exec
+    try:
         import ctypes
 
         return ctypes.CDLL(None)
@@ -45,16 +48,17 @@ def _libc():
         return None
 
 
-LIBC = _libc()
-
-
 def _die_with_parent():
-    if LIBC is not None:
-        LIBC.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    if LIBC[0] is not None:
+        LIBC[0].prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 
 
 def spawn(argv, **kw):
     """A child that dies with this process; only from the main thread (the death signal is per thread)."""
+    import subprocess  # node program: imported where used (~10 ms per start saved for the others)
+
+    if not LIBC:  # loaded before forking: nothing may be imported between fork and exec
+        LIBC.append(_libc())
     proc = subprocess.Popen(argv, preexec_fn=_die_with_parent, **kw)  # noqa: PLW1509 - async-signal-safe
     CHILDREN.append(proc)
     return proc
@@ -79,91 +83,6 @@ def _watch_stdin():
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _docker(args, timeout=60):
-    try:
-        res = subprocess.run(["docker", *args], capture_output=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, "", str(exc)
-    return res.returncode, res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
-
-
-def _api(path):
-    """GET on the node's engine API over its unix socket: (status, doc). No process per query (the
-    docker CLI costs ~0.1-0.5 s to start); None when DOCKER_HOST is not a unix socket."""
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not host.startswith("unix://"):
-        return None
-    import socket
-    from urllib.parse import quote
-
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(60)
-        sock.connect(host[len("unix://") :])
-        sock.sendall(("GET %s HTTP/1.0\r\nHost: docker\r\n\r\n" % quote(path, safe="/:@?=&")).encode())  # noqa: UP031
-        data = b"".join(iter(lambda: sock.recv(1 << 16), b""))
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), (json.loads(body) if body.strip() else None)
-
-
-def _image_state_api(ref):
-    out, first = {}, _api("/images/%s/json" % ref)  # noqa: UP031
-    if first is None:
-        return None
-    status, doc = first
-    if status == 200:
-        out["id"], out["layers"], out["size"] = (
-            doc["Id"],
-            doc["RootFS"].get("Layers") or [],
-            int(doc.get("Size") or 0),
-        )
-        status, hist = _api("/images/%s/history" % doc["Id"])  # noqa: UP031
-        out["history"] = [int(h.get("Size") or 0) for h in reversed(hist)] if status == 200 else []
-    elif status != 404:
-        out["error"] = "docker engine answered %s: %s" % (status, (doc or {}).get("message"))  # noqa: UP031
-    _status, images = _api("/images/json?all=1")
-    docs = [_api("/images/%s/json" % img["Id"])[1] for img in images or []]  # noqa: UP031
-    out["chains"] = [chain_ids(d["RootFS"].get("Layers") or []) for d in docs if d]
-    status, info = _api("/info")
-    if status == 200 and info.get("DockerRootDir"):
-        with contextlib.suppress(OSError):
-            out["free"] = free_bytes(info["DockerRootDir"])
-    return out
-
-
-def image_state(ref):
-    """Image ID, layers and sizes of REF, the layer chains of every image, free space of the data root."""
-    try:
-        got = _image_state_api(ref)
-        if got is not None:
-            return got
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        pass  # an engine API we cannot read this way: the CLI below
-    out = {}
-    rc, text, err = _docker(["image", "inspect", ref])
-    if rc == 0:
-        doc = json.loads(text)[0]
-        out["id"], out["layers"], out["size"] = (
-            doc["Id"],
-            doc["RootFS"].get("Layers") or [],
-            int(doc.get("Size") or 0),
-        )
-        rc, text, _err = _docker(["image", "history", "--human=false", "--format", "{{.Size}}", doc["Id"]])
-        out["history"] = [int(x) for x in text.split() if x.isdigit()][::-1] if rc == 0 else []
-    elif "no such image" not in err.lower():
-        out["error"] = (err.strip().splitlines() or ["docker failed"])[-1]
-    rc, text, _err = _docker(["image", "ls", "-aq", "--no-trunc"])
-    ids = sorted(set(text.split()))
-    rc, text, _err = _docker(["image", "inspect", *ids]) if ids and rc == 0 else (1, "", "")
-    out["chains"] = [
-        chain_ids(d["RootFS"].get("Layers") or []) for d in (json.loads(text) if rc == 0 else [])
-    ]
-    rc, text, _err = _docker(["info", "-f", "{{.DockerRootDir}}"])
-    if rc == 0 and text.strip():
-        with contextlib.suppress(OSError):
-            out["free"] = free_bytes(text.strip())
-    return out
-
-
 def op_state(req):
     out = {"image": None, "models": {}, "cores": os.cpu_count() or 1}
     t = None
@@ -175,7 +94,7 @@ def op_state(req):
             doc = op_manifest(repo, revision, req.get("mode", "lazy"))
         except (OSError, ValueError) as exc:
             doc = {"commit": None, "files": {}, "error": str(exc)}
-        doc["free"] = free_bytes(repo)
+        doc["free"], doc["exists"] = free_bytes(repo), os.path.isdir(repo)
         out["models"][repo] = doc
     if t is not None:
         t.join()
@@ -188,6 +107,20 @@ class Meter:
     def __init__(self):
         self.n = 0
         self.lock = threading.Lock()
+        self.wake = threading.Event()  # set when a worker ends: the result goes out at once
+
+    def run(self, target, *args):
+        """A worker thread that wakes the reporter when it ends."""
+
+        def body():
+            try:
+                target(*args)
+            finally:
+                self.wake.set()
+
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        return t
 
     def add(self, n):
         with self.lock:
@@ -197,14 +130,15 @@ class Meter:
         last = -1
         while True:
             finished = done()
-            now = self.n + (extra() if extra else 0)
+            now = max(last, self.n + (extra() if extra else 0))  # never backwards
             if now != last:
                 sys.stdout.write(json.dumps({"progress": now}) + "\n")
                 sys.stdout.flush()
                 last = now
             if finished:
                 return
-            time.sleep(0.2)
+            self.wake.wait(0.2)
+            self.wake.clear()
 
 
 def _rchar(pid):
@@ -219,40 +153,54 @@ def _rchar(pid):
 def op_push_image(req):
     """`docker save`, minus the layers every peer of the chain has, into the chain."""
     argv, line = first_hop(req["chain"], req.get("prog"))
-    save = spawn(["docker", "save", req["ref"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    save = SaveStream(req["ref"], spawn)
     meter, filt = Meter(), None
-    if not req["skip"] and not line:  # one peer, nothing to drop: the kernel moves the bytes, like the recipe
-        sink = Sink(
-            req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.stdout})
+    if save.fd is None:  # the engine refused (no such image...): nothing to send
+        rc, err = save.finish()
+        return {
+            "sent": 0,
+            "peers": {},
+            "save_rc": rc,
+            "save_err": err,
+            "skipped_layers": [],
+            "skipped_bytes": 0,
+        }
+    if not req["skip"] and not line:  # one peer, nothing to drop: ssh reads the engine's stream itself
+        sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.fd}))
+        save.detach()
+        final = []
+
+        def ended():  # ssh exited: read its count before it is reaped (a zombie's /proc/PID/io stays)
+            with contextlib.suppress(OSError):
+                os.waitid(os.P_PID, sink.proc.pid, os.WEXITED | os.WNOWAIT)
+            final.append(_rchar(sink.proc.pid))
+
+        waiter = meter.run(ended)
+        meter.report_until(
+            lambda: not waiter.is_alive(), lambda: final[0] if final else _rchar(sink.proc.pid)
         )
-        save.stdout.close()
-        meter.report_until(lambda: sink.proc.poll() is not None, lambda: _rchar(sink.proc.pid))
         sent = None
     else:
         sink = Sink(req["chain"][0]["node"], argv, line, spawn)
         filt = LayerFilter(req["diff_ids"], set(req["skip"]))
-        done = threading.Event()
 
         def pump():
-            try:
-                for chunk in filt.filter(iter(lambda: save.stdout.read(CHUNK), b"")):
-                    sink.write(chunk)
-                    meter.add(len(chunk))
-                    if not sink.alive:
-                        return
-            finally:
-                done.set()
+            for chunk in filt.filter(iter(lambda: save.read(CHUNK), b"")):
+                sink.write(chunk)
+                meter.add(len(chunk))
+                if not sink.alive:
+                    return
 
-        threading.Thread(target=pump, daemon=True).start()
-        meter.report_until(done.is_set)
+        worker = meter.run(pump)
+        meter.report_until(lambda: not worker.is_alive())
         sent = meter.n
     peers = flatten(sink.close()) if line or sent is not None else flatten(_closed(sink))
-    save_rc = save.wait()
+    save_rc, save_err = save.finish()
     return {
         "sent": sent,
         "peers": peers,
         "save_rc": save_rc,
-        "save_err": save.stderr.read().decode(errors="replace")[-2000:],
+        "save_err": save_err,
         "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
         "skipped_bytes": filt.skipped_bytes if filt else 0,
     }
@@ -272,8 +220,9 @@ def _closed(sink):
     }
 
 
-def _send_stream(repo, items, sink, meter, hashes, errors):
-    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line."""
+def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
+    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line
+    (for the first stream, `trailer()` adds what its receiver needs to finish the snapshot)."""
     view = memoryview(bytearray(CHUNK))
     try:
         for dest, offset, length in items:
@@ -282,7 +231,7 @@ def _send_stream(repo, items, sink, meter, hashes, errors):
                 whole = offset is None
                 head = {"path": dest, "size": st.st_size if whole else length}
                 if not whole:
-                    head["offset"] = offset
+                    head["offset"], head["total"] = offset, st.st_size
                     fh.seek(offset)
                 sink.write(frame(head))
                 h, left = hashlib.sha256() if whole else None, head["size"]
@@ -297,24 +246,45 @@ def _send_stream(repo, items, sink, meter, hashes, errors):
                     left -= n
                 if h is not None and not left:
                     hashes[dest] = (st, h.hexdigest())
-        sink.write(frame({"end": True}))
+        end = {"end": True}
+        if trailer is not None and sink.alive:
+            end.update(trailer())
+        sink.write(frame(end))
     except (OSError, EOFError, ValueError) as exc:
         errors.append(str(exc))
+
+
+def _finish_doc(req, hashes, ranged, errors, others, sinks):
+    """Stream 0's trailer, once every other stream has ended: the plan with every sha256 now known
+    and what the other streams' receivers wrote (their own hashes), per peer. The receiver of
+    stream 0 then finishes the snapshot itself, saving sparkctl a round trip to the peer."""
+    for t in others:
+        t.join()
+    plan = req.get("finish")
+    if plan is None or errors:
+        return {}
+    known = dict(ranged, **{d: v[1] for d, v in hashes.items()})
+    files = {}
+    for rel, (sha, size, blob) in plan["files"].items():
+        dest = "blobs/" + blob if blob else "snapshots/%s/%s" % (plan["commit"], rel)  # noqa: UP031
+        files[rel] = [sha or known.get(dest), size, blob]
+    written = {}
+    for sink in sinks:
+        for node, res in flatten(sink.close()).items():
+            if res["rc"] == 0:
+                written.setdefault(node, {}).update(last_json(res["out"]).get("written", {}))
+    return {"finish": {"plan": dict(plan, files=files), "ranged": ranged, "written": written}}
 
 
 def op_push_weights(req):
     repo, meter, hashes, errors = req["repo"], Meter(), {}, []
     sinks, threads = [], []
-    for items in req["streams"]:
+    for _items in req["streams"]:
         argv, line = first_hop(req["chain"], req["prog"])
-        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
-        t = threading.Thread(
-            target=_send_stream, args=(repo, items, sink, meter, hashes, errors), daemon=True
-        )
-        t.start()
-        sinks.append(sink)
-        threads.append(t)
+        sinks.append(Sink(req["chain"][0]["node"], argv, line, spawn))
     ranged = dict(req.get("ranged", {}))
+    for i, items in enumerate(req["streams"][1:], 1):
+        threads.append(meter.run(_send_stream, repo, items, sinks[i], meter, hashes, errors))
     todo = [d for d, sha in ranged.items() if not sha]
 
     def hash_ranged():
@@ -324,9 +294,20 @@ def op_push_weights(req):
         cache.save()
 
     if todo:
-        t = threading.Thread(target=hash_ranged, daemon=True)
-        t.start()
-        threads.append(t)
+        threads.append(meter.run(hash_ranged))
+    others = list(threads)
+    threads.append(
+        meter.run(
+            _send_stream,
+            repo,
+            req["streams"][0],
+            sinks[0],
+            meter,
+            hashes,
+            errors,
+            lambda: _finish_doc(req, hashes, ranged, errors, others, sinks[1:]),
+        )
+    )
     meter.report_until(lambda: not any(t.is_alive() for t in threads))
     streams = [flatten(sink.close()) for sink in sinks]
     cache = HashCache(repo)
@@ -356,6 +337,9 @@ def main(argv):
         sys.stdout.write(json.dumps({"result": result}) + "\n")
         sys.stdout.flush()
         os._exit(0)  # the stdin watcher is still reading
+    if op == "load":
+        op_load()
+        return
     if op == "relay":  # started by BOOT, which read the header line
         result = op_relay(globals()["HEAD"], spawn)
         sys.stdout.write(json.dumps(result) + "\n")

@@ -1,10 +1,11 @@
 """Runs ON a node (python3 stdlib only), part of the node program: the receiving side of weights.
 
-  begin REPO COMMIT  -> drops the completion marker and leftover part files (before any stream)
-  recv REPO          (stdin: framed files, see `frame`) -> each whole file under a part name,
-                     renamed once complete; ranges of a large file go into its part file in place
+  recv REPO [COMMIT] (stdin: framed files, see `frame`) -> first drops COMMIT's completion marker
+                     (before any byte is written); each whole file under a part name, renamed once
+                     complete; ranges of a large file go into its part file in place
   finish REPO        (stdin JSON {plan, written, ranged}) -> ranged files checked and renamed, snapshot
-                     links, every file verified against the plan, refs/<revision>, the marker last
+                     links, every file verified against the plan, refs/<revision>, the marker last;
+                     part files left by an interrupted run removed
 Every name written goes through `dest_path`/`check_rel`: no `..`, no absolute path, no symlink
 leading out of the repo, part files opened with O_NOFOLLOW.
 """
@@ -23,6 +24,7 @@ from sparkctl.ship._node import (  # node: strip
     HashCache,
     _key,
     _walk_snapshot,
+    big_pipe,
     check_rel,
     check_revision,
     dest_path,
@@ -35,18 +37,21 @@ from sparkctl.ship._node import (  # node: strip
 FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
 
 
-def op_begin(repo, commit):
-    """Whatever happens next, this snapshot no longer looks complete; old part files go."""
+def _drop_marker(repo, commit):
+    """Whatever happens next, this snapshot no longer looks complete."""
     if not COMMIT_RE.match(commit):
         raise ValueError("unsafe commit: %r" % (commit,))  # noqa: UP031
     with contextlib.suppress(FileNotFoundError):
         os.unlink(marker_path(repo, commit))
+
+
+def _drop_parts(repo, commit):
+    """Part files left by an interrupted run (every stream has ended when `finish` runs)."""
     for top in ("blobs", os.path.join("snapshots", commit)):
         for root, _dirs, files in os.walk(os.path.join(repo, top)):
             for name in files:
                 if name.endswith(PART):
                     os.unlink(os.path.join(root, name))
-    return {"ok": True}
 
 
 def _header(inp):
@@ -56,21 +61,26 @@ def _header(inp):
     return json.loads(line)
 
 
-def _open_part(path, ranged):
-    """The part file, never through a symlink someone planted under that name."""
+def _open_part(path, total):
+    """The part file, never through a symlink someone planted under that name. A ranged one (total
+    = the whole file's size) is shared by several streams: sized, never truncated by one of them
+    (a leftover of another version gets every range rewritten and is checked whole in `finish`)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-    if not ranged:
+    if total is None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         flags |= os.O_TRUNC | os.O_EXCL
-    return os.open(path, flags, 0o600)  # readable by others only once complete (see FINAL_MODE)
+    fd = os.open(path, flags, 0o600)  # readable by others only once complete (see FINAL_MODE)
+    if total is not None and os.fstat(fd).st_size != total:
+        os.ftruncate(fd, total)
+    return fd
 
 
 def _recv_one(inp, repo, head, view):
     dest = dest_path(repo, head["path"])
     ranged = "offset" in head
-    fd = _open_part(dest + PART, ranged)
+    fd = _open_part(dest + PART, int(head["total"]) if ranged and "total" in head else None)
     h = hashlib.sha256()
     try:
         if ranged:
@@ -99,14 +109,23 @@ def _recv_one(inp, repo, head, view):
     return h.hexdigest()
 
 
-def op_recv(repo):
+def op_recv(repo, commit=None, node=None):
+    """Receive one stream; the first stream's end line may carry `finish` (plan, ranged, what the
+    other streams wrote per node): then this receiver finishes the snapshot too."""
     inp = sys.stdin.buffer
+    big_pipe(inp.fileno())
     view = memoryview(bytearray(CHUNK))
-    written, total = {}, 0
+    written, total, done = {}, 0, None
     try:
+        if commit:
+            _drop_marker(repo, commit)
         while True:
             head = _header(inp)
             if head.get("end"):
+                fin = head.get("finish")
+                if fin is not None:
+                    mine = dict(fin["written"].get(node or "", {}), **written)
+                    done = op_finish(repo, {"plan": fin["plan"], "written": mine, "ranged": fin["ranged"]})
                 break
             digest = _recv_one(inp, repo, head, view)
             if digest is not None:
@@ -119,7 +138,7 @@ def op_recv(repo):
         _fail({"error": "unsafe", "message": str(exc), "written": len(written)}, 4)
     except (EOFError, KeyError) as exc:
         _fail({"error": "truncated", "message": str(exc), "written": len(written)}, 3)
-    return {"written": written, "bytes": total}
+    return {"written": written, "bytes": total, "finish": done}
 
 
 def _fail(doc, rc):
@@ -184,7 +203,9 @@ def op_finish(repo, req):
     cache.save()
     bad = sorted(set(rel for rel in want if not want[rel] or got.get(rel) != want[rel]) | set(bad_ranged))
     extra = sorted(set(got) - set(want))
+    _drop_parts(repo, commit)
     if bad:
+        _drop_marker(repo, commit)
         return {"ok": False, "mismatch": bad, "extra": extra, "digest": None}
     digest = manifest_digest(want)
     if revision != commit:
@@ -208,10 +229,8 @@ def weights_op(op, args):
         return op_manifest(repo, args[1], args[2] if len(args) > 2 else "")
     if op == "probe":
         return op_probe(repo, json.load(sys.stdin), deep=args[1:] == ["deep"])
-    if op == "begin":
-        return op_begin(repo, args[1])
     if op == "recv":
-        return op_recv(repo)
+        return op_recv(repo, *args[1:3])
     if op == "finish":
         return op_finish(repo, json.load(sys.stdin))
     return None

@@ -13,11 +13,10 @@ no command line grows with the chain. It prints {"node", "local": {rc, out, err}
 import contextlib
 import json
 import shlex
-import subprocess
 import sys
 import threading
 
-from sparkctl.ship._node import CHUNK  # node: strip
+from sparkctl.ship._node import CHUNK, big_pipe  # node: strip
 
 BOOT = (
     "import sys,json;h=json.loads(sys.stdin.buffer.readline());sys.argv=['-c','relay'];"
@@ -40,7 +39,11 @@ class Sink:
 
     def __init__(self, node, argv, line, spawn):
         self.node = node
+        import subprocess
+
         self.proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if self.proc.stdin is not None:  # None: fed by another process directly (see op_push_image)
+            big_pipe(self.proc.stdin.fileno())
         self.out, self.err = [], []
         self.readers = [
             threading.Thread(target=lambda: self.out.append(self.proc.stdout.read()), daemon=True),
@@ -80,6 +83,7 @@ def op_relay(head, spawn):
     argv, line = first_hop(chain[1:], prog)
     down = Sink(chain[1]["node"], argv, line, spawn)
     inp = sys.stdin.buffer
+    big_pipe(inp.fileno())
     while True:
         data = inp.read1(CHUNK) if hasattr(inp, "read1") else inp.read(CHUNK)
         if not data:
@@ -89,12 +93,18 @@ def op_relay(head, spawn):
     return {"node": chain[0]["node"], "local": local.close(), "next": down.close()}
 
 
+def last_json(text):
+    """The last line of a child's output as a JSON object ({} when it is not one)."""
+    try:
+        doc = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def flatten(res):
     """{node: {rc, out, err}} from a sink's result, unfolding the relays' nested reports."""
-    try:
-        doc = json.loads(res["out"].strip().splitlines()[-1]) if res["rc"] == 0 else None
-    except (ValueError, IndexError):
-        doc = None
+    doc = last_json(res["out"]) if res["rc"] == 0 else None
     if isinstance(doc, dict) and "local" in doc and "next" in doc:
         out = {doc["node"]: doc["local"]}
         out.update(flatten(doc["next"]))

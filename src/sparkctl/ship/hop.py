@@ -111,6 +111,8 @@ def run_push(src: Connector, op: str, req: dict, transfers: Transfers, progress:
                         node=src.node,
                         fix=RERUN,
                     )
+                with contextlib.suppress(Exception):  # it exits right after its result: reap it
+                    proc.wait(timeout=10)
                 return doc["result"]
     except (ValueError, OSError, EOFError) as exc:
         if transfers.cancel.cancelled:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sparkctl.errors import SparkctlError
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
 from sparkctl.ship.hop import hop_error, peer_address, run_push
-from sparkctl.ship.manifest import node_script
+from sparkctl.ship.manifest import load_argv, node_script
 from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.ship.tarfilter import chain_ids
 from sparkctl.units import human_bytes
@@ -163,7 +163,7 @@ def _load_all(
     for p, _k in todo:
         progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
-    chain = [{"node": p.conn.node, "hop": p.hop, "cmd": ["docker", "load", "-q"]} for p, _k in todo]
+    chain = [{"node": p.conn.node, "hop": p.hop, "cmd": load_argv()} for p, _k in todo]
     req = {
         "ref": src.ref,
         "diff_ids": src.layers,
@@ -213,6 +213,12 @@ def _load_all(
 def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
     node = peer.conn.node
     got = res["peers"].get(node)
+    if got is None and res["save_rc"] != 0:  # the engine refused before any byte left
+        raise ShipError(
+            f"docker save {src.ref} failed on the source: {res['save_err'].strip()[-300:]}",
+            node=src.node,
+            fix=RERUN,
+        )
     if got is None:
         raise ShipError(
             "the image never reached this node: a node before it in the pipeline failed", node=node, fix=RERUN

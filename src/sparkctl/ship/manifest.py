@@ -103,11 +103,11 @@ def revision_of(ref: ModelRef) -> str:
 
 @cache
 def node_script() -> str:
-    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py and _push.py as one stdlib-only script (their
+    """The node program: tarfilter.py, _node.py, _recv.py, _relay.py, _engine.py, _load.py and _push.py as one stdlib-only script (their
     in-package imports, marked `# node: strip`, dropped; one `from __future__` line first)."""
     here = Path(__file__).parent
     parts = ["from __future__ import annotations"]
-    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_push.py"):
+    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_engine.py", "_load.py", "_push.py"):
         skipping = False
         for line in (here / name).read_text().splitlines():
             if line.endswith("# node: strip"):
@@ -119,9 +119,25 @@ def node_script() -> str:
     return "\n".join(parts) + "\n"
 
 
+# The node's system interpreter (/usr/bin/python3, what DGX OS ships) when it has one, else python3
+# on PATH; -S: no site-packages (the programs are stdlib-only). A pyenv/conda shim first on PATH
+# costs ~0.1 s per start (measured), and a ship starts several.
+PYTHON = [
+    "/bin/sh",
+    "-c",
+    'if [ -x /usr/bin/python3 ]; then exec /usr/bin/python3 -S "$@"; fi; exec python3 -S "$@"',
+    "python3",
+]
+
+
 def node_argv(op: str, *args: str) -> list[str]:
     """argv that runs one op of the node program (constant code; paths are plain arguments)."""
-    return ["python3", "-c", node_script(), op, *args]
+    return [*PYTHON, "-c", node_script(), op, *args]
+
+
+def load_argv() -> list[str]:
+    """The peer's image loader (_load.py): `docker load -q` through the engine API, no docker CLI."""
+    return node_argv("load")
 
 
 def run_op(

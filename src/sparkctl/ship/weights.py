@@ -1,17 +1,16 @@
 """Ship a Hugging Face snapshot: only missing or different files, never leaving a half-done copy.
 
-Order on the peer: `begin` removes the old completion marker and leftover part files; the source
-then sends the files straight to the peer (hop.py) over several streams, each whole file written
+Order on the peer: the source sends the files straight to the peer (hop.py) over several streams,
+each receiver first removing the old completion marker, each whole file written
 under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
 in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
-renames it, makes the snapshot links, checks every file against the source's sha256, writes
-refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
+renames it, makes the snapshot links, checks every file against the source's sha256, removes part
+files left by an interrupted run, writes refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
 not there intact.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,18 +19,16 @@ from sparkctl.errors import SparkctlError
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import fan_out
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.hop import hop_error, run_push
 from sparkctl.ship.manifest import (
     Manifest,
     WeightsDiff,
     dest_paths,
     diff_files,
-    node_argv,
-    node_script,
     parse_op_result,
     run_op,
 )
-from sparkctl.ship.progress import FanOut, Progress
+from sparkctl.ship.progress import Progress
+from sparkctl.ship.weights_push import plan_doc, push_weights
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
@@ -173,10 +170,14 @@ def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult |
         result.digest, result.files_kept = source.digest, len(source.files)
         return result
     repo = repo_dir(peer.hf_cache, source.model_id)
-    mode = ["deep"] if deep else []
-    probe = run_op(
-        peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
-    )
+    if peer.doc is not None and peer.doc.get("exists") is False and "free" in peer.doc:
+        # Nothing of this repo on the peer (its `state` says so): everything goes, no probe.
+        probe = {"hashes": dict.fromkeys(dest_paths(source)), "free": peer.doc["free"], "marker": None}
+    else:
+        mode = ["deep"] if deep else []
+        probe = run_op(
+            peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
+        )
     return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
 
 
@@ -224,7 +225,8 @@ def _copy(
     transfers: Transfers,
     streams: int,
 ) -> dict[str, WeightsResult | SparkctlError]:
-    """begin on every peer, one push through all that need bytes, finish on every peer."""
+    """One push through all peers that need bytes (each receiver first drops its completion
+    marker), then finish on every peer."""
     t0 = time.monotonic()
     for n in todo:
         progress.start(
@@ -234,27 +236,19 @@ def _copy(
         )
     out: dict[str, WeightsResult | SparkctlError] = {}
     by_node = {n.peer.conn.node: n for n in todo}
-    begun = fan_out(
-        list(by_node),
-        lambda k: run_op(by_node[k].peer.conn, "begin", by_node[k].repo, source.commit or ""),
-        cancel=transfers.cancel,
-    )
-    for o in begun.failed:
-        out[o.key] = o.as_error()
-    todo = [n for n in todo if n.peer.conn.node not in out]
     senders = [n for n in todo if n.diff.send]
     arrived: dict[str, dict] = {n.peer.conn.node: {"written": {}, "ranged": {}} for n in todo}
     if senders:
         send = {d: s for n in senders for d, s in n.diff.send.items()}
         plan, ranged_dests = plan_streams(send, streams)
-        sent = _push(src, source, senders, plan, ranged_dests, transfers, progress)
+        sent = push_weights(src, source, senders, plan, ranged_dests, transfers, progress)
         source = source.with_hashes({**sent["hashes"], **sent["ranged"]})
         for n in senders:
             node = n.peer.conn.node
             if isinstance(sent["peers"][node], SparkctlError):
                 out[node] = sent["peers"][node]
             else:
-                arrived[node] = {"written": sent["peers"][node], "ranged": sent["ranged"]}
+                arrived[node] = {**sent["peers"][node], "ranged": sent["ranged"]}
                 n.result.bytes_sent, n.result.files_sent, n.result.streams = (
                     sent["bytes"],
                     len(n.diff.send),
@@ -272,13 +266,13 @@ def _copy(
 
 
 def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
+    """The peer's `finish` result: done by its first stream's receiver (see _recv.op_recv), else
+    (nothing sent, or an older peer answer) one round trip here."""
     node = need.peer.conn.node
-    plan_doc = {
-        "commit": source.commit,
-        "revision": source.revision,
-        "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
-    }
-    done = run_op(need.peer.conn, "finish", need.repo, payload={"plan": plan_doc, **arrived})
+    done = arrived.get("finish")
+    if done is None:
+        payload = {"plan": plan_doc(source), "written": arrived["written"], "ranged": arrived["ranged"]}
+        done = run_op(need.peer.conn, "finish", need.repo, payload=payload)
     if not done["ok"]:
         raise ShipError(
             f"{source.model_id} on the node does not match the source after the copy: "
@@ -292,97 +286,6 @@ def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0
     result.seconds = time.monotonic() - t0
     progress.finish(f"{node}:{source.model_id}", f"verified ({need.diff.have} file(s) already there)")
     return result
-
-
-def _push(
-    src: Connector,
-    source: Manifest,
-    senders: list[_Need],
-    plan: list,
-    ranged: list[str],
-    transfers: Transfers,
-    progress: Progress,
-) -> dict:
-    """The source sends through the chain of peers; per peer the files written or its error."""
-    known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
-    chain = [{"node": n.peer.conn.node, "hop": n.peer.hop, "cmd": node_argv("recv", n.repo)} for n in senders]
-    req = {
-        "repo": source.repo_dir,
-        "streams": plan,
-        "chain": chain,
-        "prog": node_script(),
-        "ranged": {d: known.get(d) for d in ranged},
-    }
-    fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
-    res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
-    peers: dict[str, dict | SparkctlError] = {}
-    for n in senders:
-        node, written = n.peer.conn.node, {}
-        try:
-            for stream in res["streams"]:
-                written.update(_stream_result(stream, n, source, src.node, res["errors"]))
-        except SparkctlError as exc:
-            peers[node] = exc
-            continue
-        peers[node] = written
-    if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
-        raise ShipError(
-            f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
-        )
-    return {**res, "peers": peers}
-
-
-def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
-    node = need.peer.conn.node
-    got = stream.get(node)
-    if got is None:
-        raise ShipError(
-            f"{source.model_id} never reached this node: a node before it in the pipeline failed",
-            node=node,
-            fix=RERUN,
-        )
-    host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
-    err = hop_error(src, node, host, got["rc"], got["err"])
-    if err is not None:
-        raise err
-    if got["rc"] != 0:
-        _raise_receiver_error(_error_doc(got["err"]), source, node, send_errors, src)
-    return _error_doc(got["out"]).get("written", {})
-
-
-def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: list[str], src: str) -> None:
-    if err.get("error") == "enospc":
-        raise DiskFullError(
-            f"disk full while copying {source.model_id} ({err.get('message', '')}); the partial file was removed",
-            node=peer,
-            fix="free disk under the HF cache, then rerun `sparkctl ship`",
-        )
-    if err.get("error") == "unsafe":
-        raise ShipError(
-            f"refused to write {source.model_id}: {err.get('message')}",
-            node=peer,
-            fix="the source's snapshot has a name outside the HF cache layout: re-download it there",
-        )
-    if err.get("error") == "truncated" and send_errors:
-        raise ShipError(
-            f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN
-        )
-    raise ShipError(
-        f"receiving {source.model_id} failed: {err.get('message') or err.get('raw') or 'no report'}",
-        node=peer,
-        fix=RERUN,
-    )
-
-
-def _error_doc(text: str) -> dict:
-    for line in reversed(text.strip().splitlines()):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            return doc
-    return {"raw": text.strip().splitlines()[-1] if text.strip() else ""}
 
 
 __all__ = ["WeightsPeer", "WeightsResult", "identical", "parse_op_result", "plan_streams", "ship_weights"]

@@ -1,0 +1,131 @@
+"""The source's side of a weights copy, as seen from sparkctl: one `push-weights` on the source
+through the chain of peers, and what each peer's receivers answered (files written with their
+sha256, the snapshot finished by the first stream's receiver, or the error to report)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sparkctl.errors import SparkctlError
+from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
+from sparkctl.ship.hop import hop_error, run_push
+from sparkctl.ship.manifest import node_argv, node_script
+from sparkctl.ship.progress import FanOut, Progress
+
+if TYPE_CHECKING:
+    from sparkctl.connectors.base import Connector
+    from sparkctl.ship.hop import Transfers
+    from sparkctl.ship.manifest import Manifest
+    from sparkctl.ship.weights import _Need
+
+
+def plan_doc(source: Manifest) -> dict:
+    """What `finish` checks the peer's snapshot against (sha256 None: not known yet to sparkctl,
+    filled in on the source from the hashes computed while sending)."""
+    return {
+        "commit": source.commit,
+        "revision": source.revision,
+        "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
+    }
+
+
+def push_weights(
+    src: Connector,
+    source: Manifest,
+    senders: list[_Need],
+    plan: list,
+    ranged: list[str],
+    transfers: Transfers,
+    progress: Progress,
+) -> dict:
+    """The source sends through the chain of peers; per peer {written, finish} or its error."""
+    known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
+    chain = [
+        {
+            "node": n.peer.conn.node,
+            "hop": n.peer.hop,
+            "cmd": node_argv("recv", n.repo, source.commit or "", n.peer.conn.node),
+        }
+        for n in senders
+    ]
+    req = {
+        "repo": source.repo_dir,
+        "streams": plan,
+        "chain": chain,
+        "prog": node_script(),
+        "ranged": {d: known.get(d) for d in ranged},
+        "finish": plan_doc(source),
+    }
+    fan = FanOut(progress, [n.peer.conn.node for n in senders], source.model_id)
+    res = run_push(src, "push-weights", req, transfers, fan, f"{src.node}:{source.model_id}")
+    peers: dict[str, dict | SparkctlError] = {}
+    for n in senders:
+        node, got = n.peer.conn.node, {"written": {}, "finish": None}
+        try:
+            for stream in res["streams"]:
+                doc = _stream_result(stream, n, source, src.node, res["errors"])
+                got["written"].update(doc.get("written", {}))
+                got["finish"] = got["finish"] or doc.get("finish")
+        except SparkctlError as exc:
+            peers[node] = exc
+            continue
+        peers[node] = got
+    if res["errors"] and not any(isinstance(v, SparkctlError) for v in peers.values()):
+        raise ShipError(
+            f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
+        )
+    return {**res, "peers": peers}
+
+
+def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
+    node = need.peer.conn.node
+    got = stream.get(node)
+    if got is None:
+        raise ShipError(
+            f"{source.model_id} never reached this node: a node before it in the pipeline failed",
+            node=node,
+            fix=RERUN,
+        )
+    host = need.peer.hop[-2].rpartition("@")[2] if need.peer.hop else node
+    err = hop_error(src, node, host, got["rc"], got["err"])
+    if err is not None:
+        raise err
+    if got["rc"] != 0:
+        _raise_receiver_error(_error_doc(got["err"]), source, node, send_errors, src)
+    return _error_doc(got["out"])
+
+
+def _raise_receiver_error(err: dict, source: Manifest, peer: str, send_errors: list[str], src: str) -> None:
+    if err.get("error") == "enospc":
+        raise DiskFullError(
+            f"disk full while copying {source.model_id} ({err.get('message', '')}); the partial file was removed",
+            node=peer,
+            fix="free disk under the HF cache, then rerun `sparkctl ship`",
+        )
+    if err.get("error") == "unsafe":
+        raise ShipError(
+            f"refused to write {source.model_id}: {err.get('message')}",
+            node=peer,
+            fix="the source's snapshot has a name outside the HF cache layout: re-download it there",
+        )
+    if err.get("error") == "truncated" and send_errors:
+        raise ShipError(
+            f"reading {source.model_id} on the source failed: {send_errors[0]}", node=src, fix=RERUN
+        )
+    raise ShipError(
+        f"receiving {source.model_id} failed: {err.get('message') or err.get('raw') or 'no report'}",
+        node=peer,
+        fix=RERUN,
+    )
+
+
+def _error_doc(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return {"raw": text.strip().splitlines()[-1] if text.strip() else ""}
