@@ -76,3 +76,37 @@ def test_connect_errors_are_distinct_and_name_the_node(lab, tmp_path):
     with pytest.raises(ConnectError, match="refused") as err:
         connector(lab, port=2).connect()
     assert err.value.node == "spark2"
+
+
+def test_no_nagle_no_delayed_ack_and_output_larger_than_the_window(lab):
+    """sshd keeps Nagle on for exec sessions: without TCP_NODELAY and TCP_QUICKACK on our side every
+    command waits ~40 ms for a delayed ACK. Both streams are read as they come (no deadlock when
+    stderr alone outgrows the channel window while stdout is still open)."""
+    import socket
+
+    with connector(lab) as conn:
+        sock = conn.client.get_transport().sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert type(sock).__name__ == "_QuickAck"
+        res = conn.run(["sh", "-c", "head -c 3000000 /dev/zero >&2; head -c 3000000 /dev/zero; exit 3"])
+        assert (res.rc, len(res.stdout), len(res.stderr)) == (3, 3000000, 3000000)
+
+
+def test_ssh_config_match_exec_still_works(tmp_path):
+    """paramiko is imported without `invoke` (half its import time); a `Match exec` line brings it back."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "config"
+    cfg.write_text(
+        'Match exec "false"\n  HostName no.example\nMatch exec "true"\n  HostName yes.example\n  Port 2222\n'
+    )
+    code = (
+        "import sys; from pathlib import Path; import sparkctl.connectors.ssh as s; "
+        "assert 'invoke' not in sys.modules; "
+        "t = s.resolve_target('n', 'a', user=None, port=None, key=None, default_user=None, default_port=22, "
+        "default_key=None, known_hosts='/dev/null', accept_new=False, connect_timeout=5, "
+        "ssh_config=Path(sys.argv[1])); print(t.host, t.port)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(cfg)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["yes.example", "2222"]

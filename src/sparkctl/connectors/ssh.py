@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import logging
 import os
 import re
+import select
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import paramiko
-
+from sparkctl.connectors._paramiko import paramiko, ssh_config_lookup
 from sparkctl.connectors.base import DEFAULT_TIMEOUT, Connector, RunResult
 from sparkctl.connectors.hostkeys import AcceptNew, RefuseUnknown, changed_key_error
 from sparkctl.errors import AuthError, ConnectError
 
 if TYPE_CHECKING:
-    import socket
-
     import docker
 
 # paramiko logs its transport thread's failures (a traceback for a missing banner) through the
@@ -42,6 +42,7 @@ _DECODE = (
     'v=${v%.};; esac; set -- "$@" "$v"; done; shift $n; exec "$@"'
 )
 _PLAIN_RE = re.compile(r"^[A-Za-z0-9_./:=,+-]+$")
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
 def remote_command(argv: Sequence[str]) -> str:
@@ -81,8 +82,7 @@ def resolve_target(
     conf: dict = {}
     cfg_path = ssh_config or Path("~/.ssh/config").expanduser()
     if cfg_path.is_file():
-        parsed = paramiko.SSHConfig.from_path(str(cfg_path))
-        conf = parsed.lookup(address)
+        conf = ssh_config_lookup(str(cfg_path), address)
     host = conf.get("hostname", address)
     keys = [key] if key else [*conf.get("identityfile", [])] or ([default_key] if default_key else [])
     return SshTarget(
@@ -97,9 +97,32 @@ def resolve_target(
     )
 
 
+class _QuickAck:
+    """The socket, ACKing every segment at once. sshd leaves Nagle on for exec sessions, so a reply
+    that follows an unacknowledged one (the channel-open confirmation after auth's debug message, a
+    result line after output) waits for our ACK, which Linux delays by 40 ms: measured in the
+    testbed, every command cost ~45 ms instead of ~3 ms. TCP_QUICKACK is not sticky: set per recv."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def recv(self, n: int) -> bytes:
+        self._sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return self._sock.recv(n)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
 def _gcm_first_transport(sock: socket.socket, **kwargs: object) -> paramiko.Transport:
     """Prefer AES-GCM: ~1.6x paramiko's bulk throughput vs its aes-ctr default (measured here, 316 ->
-    506 MB/s), which is what image and weight shipping run at. Servers without GCM still negotiate."""
+    506 MB/s), which is what image and weight shipping run at. Servers without GCM still negotiate.
+    No Nagle, no delayed ACK: every message here is small and someone waits for its answer."""
+    with contextlib.suppress(OSError, AttributeError):  # not TCP (a proxy command's socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _QUICKACK is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            sock = _QuickAck(sock)  # type: ignore[assignment]
     transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
     options = transport.get_security_options()
     options.ciphers = tuple(sorted(options.ciphers, key=lambda c: 0 if "-gcm@" in c else 1))
@@ -267,22 +290,23 @@ class SshConnector(Connector):
         chan.shutdown_write()
         deadline = time.monotonic() + timeout if timeout else None
         out, err = bytearray(), bytearray()
-        pause = 0.001
-        while True:
-            progressed = False
-            while chan.recv_ready():
-                out += chan.recv(1 << 16)
-                progressed = True
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(1 << 16)
-                progressed = True
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                break
-            if deadline is not None and time.monotonic() > deadline:
+        # Woken by the channel itself (its fileno is readable on output, stderr or EOF): no polling,
+        # the answer is read the moment it lands.
+        while not (chan.eof_received or chan.closed) or chan.recv_ready() or chan.recv_stderr_ready():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([chan], [], [], left)[0]):
                 chan.close()
                 return 124, bytes(out), bytes(err) + f"timed out after {timeout:g}s".encode()
-            pause = 0.001 if progressed else min(pause * 2, 0.02)
-            time.sleep(pause)
+            if left is None:
+                select.select([chan], [], [])
+            while chan.recv_ready():
+                out += chan.recv(1 << 16)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(1 << 16)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not chan.status_event.wait(left):
+            chan.close()
+            return 124, bytes(out), bytes(err) + f"timed out after {timeout:g}s".encode()
         rc = chan.recv_exit_status()
         chan.close()
         return rc, bytes(out), bytes(err)
