@@ -8,7 +8,9 @@ corrupted shards).
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -130,9 +132,20 @@ PYTHON = [
 ]
 
 
+# The program travels zlib-compressed in base64 (22 KB instead of 56 KB): base64's alphabet is plain
+# for the SSH transport (no shell decoding step on the node, ~9 ms of CPU per op measured) and for
+# shlex on the node-to-node hop; unpacking costs the node < 1 ms.
+_UNPACK = "import base64,sys,zlib;exec(compile(zlib.decompress(base64.b64decode(sys.argv.pop(1))),'sparkctl-node','exec'))"
+
+
+@cache
+def packed_node_script() -> str:
+    return base64.b64encode(zlib.compress(node_script().encode(), 9)).decode()
+
+
 def node_argv(op: str, *args: str) -> list[str]:
     """argv that runs one op of the node program (constant code; paths are plain arguments)."""
-    return [*PYTHON, "-c", node_script(), op, *args]
+    return [*PYTHON, "-c", _UNPACK, packed_node_script(), op, *args]
 
 
 def load_argv() -> list[str]:

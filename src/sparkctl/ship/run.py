@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
+from sparkctl.fanout import fan_out
 from sparkctl.plan import hf_cache_for
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hop import Transfers, hop_argv
@@ -64,6 +65,7 @@ def run_ship(
         report.targets = []
         return report
 
+    jobs = []  # (what, src, obj, peers): the items some reachable peer may need
     for what, src, obj in items:
         peers = [n for n in targets if n != src and states[n].error is None]
         for n in targets:
@@ -73,27 +75,35 @@ def run_ship(
                     (n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n))
                 )
         if peers:
-            _item(
-                profile,
-                pool,
-                states,
-                report,
-                what,
-                src,
-                obj,
-                peers,
-                progress,
-                opts,
-                transfers,
-                default_streams,
-            )
+            jobs.append((what, src, obj, peers))
+
+    def one(i: int) -> dict:
+        what, src, obj, peers = jobs[i]
+        return _item(profile, pool, states, what, src, obj, peers, progress, opts, transfers, default_streams)
+
+    # The image and the weights move at the same time (their sources and links are busy with one
+    # each; the peer's `docker load` is mostly engine CPU while the weights stream).
+    outs = fan_out(range(len(jobs)), one, cancel=transfers.cancel, where=lambda i: (None, None))
+    for i, (what, _src, _obj, peers) in enumerate(jobs):
+        outcome = outs[i]
+        if not outcome.ok:
+            raise outcome.error
+        for node in peers:
+            res = outcome.value.get(node)
+            if isinstance(res, SparkctlError):
+                if res.node is None:
+                    res.node = node
+                report.errors.append((node, what, res))
+            elif res is not None:
+                report.results.append(res)
     if report.errors and raise_on_error:
         raise_first(report)
     return report
 
 
-def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: PLR0913
-    """One item (the image, or one model) from its source to every peer that lacks it."""
+def _item(profile, pool, states, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: PLR0913
+    """One item (the image, or one model) from its source to every peer that lacks it: per peer, its
+    result or its error."""
     from sparkctl.fanout import Cancelled
 
     try:
@@ -139,11 +149,4 @@ def _item(profile, pool, states, report, what, src, obj, peers, progress, opts, 
         out = {n: exc for n in peers}
     except (OSError, ValueError, KeyError) as exc:  # a node answered something unexpected
         out = {n: ShipError(f"{what}: {exc}", node=n) for n in peers}
-    for node in peers:
-        res = out.get(node)
-        if isinstance(res, SparkctlError):
-            if res.node is None:
-                res.node = node
-            report.errors.append((node, what, res))
-        elif res is not None:
-            report.results.append(res)
+    return out
