@@ -96,7 +96,6 @@ def _recv_one(inp, repo, head, view):
             left -= n
         if ranged:
             return None
-        os.fsync(fd)
     except BaseException:
         if not ranged:
             with contextlib.suppress(OSError):
@@ -160,10 +159,23 @@ def _settle_ranged(repo, ranged, cache):
                 os.unlink(path + PART)
             bad.append(dest)
             continue
+        _durable(path + PART)
         os.chmod(path + PART, FINAL_MODE)
         os.replace(path + PART, path)
         cache.record(dest, os.stat(path), sha)
     return bad
+
+
+def _durable(path):
+    """fsync a received file. `recv` renames a file once its bytes are in, without waiting for the
+    disk (an fsync per file stops the stream while it lasts); `finish` makes each one durable before
+    recording its hash and writing the marker, so after a power cut a file not yet on disk has no
+    hash in the cache and no marker vouching for it: the next run rehashes it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _link_blobs(repo, commit, files):
@@ -192,7 +204,9 @@ def op_finish(repo, req):
         check_rel(rel)
     cache = HashCache(repo)
     for dest, sha in req.get("written", {}).items():
-        cache.record(dest, os.stat(dest_path(repo, dest)), sha)  # hashed on arrival by `recv`
+        path = dest_path(repo, dest)
+        _durable(path)  # on disk before its hash vouches for it (not per file mid-stream: no stall)
+        cache.record(dest, os.stat(path), sha)  # hashed on arrival by `recv`
     bad_ranged = _settle_ranged(repo, req.get("ranged", {}), cache)
     _link_blobs(repo, commit, files)
     want = {rel: sha for rel, (sha, _size, _blob) in files.items()}
