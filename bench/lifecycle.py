@@ -40,30 +40,13 @@ sys.path.insert(0, str(ROOT / "src"))
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
 
+from _cli import cli, must  # noqa: E402
 from sparkctl.connectors import NodePool  # noqa: E402
 from sparkctl.lifecycle.containers import create_params, revealed_env  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 
 ENGINES = {"handler": "exit", "deaf": "ignore"}
-
-
-def cli(state: str, profile: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    return time.monotonic() - t0, proc
-
-
-def must(proc: subprocess.CompletedProcess, what: str) -> None:
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
 def leftovers(lab: Lab, cluster: str) -> int:

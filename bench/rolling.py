@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,26 +30,9 @@ from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.loadgen import LoadGen  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_rolling_profile  # noqa: E402
 
+from _cli import cli, must  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
-
-
-def cli(state: str, profile: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src")}
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    return time.monotonic() - t0, proc
-
-
-def must(proc: subprocess.CompletedProcess, what: str) -> None:
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
 def switch_under_load(state: str, profile: Path, url: str, mode: str, rolling: bool, threads: int) -> dict:

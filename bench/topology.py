@@ -20,7 +20,6 @@ Each figure is printed with its target and the baseline it is measured against i
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profile  # noqa: E402
 
+from _cli import cli as run_cli  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 from sparkctl.router.client import RouterClient, RouterError  # noqa: E402
@@ -45,18 +45,7 @@ STAMP = re.compile(r"^\s*(\d+\.\d)s (.*)$")
 
 
 def cli(state: str, profile: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
-    env = {**os.environ, "XDG_STATE_HOME": state, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "300"}
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args, "-p", str(profile)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return time.monotonic() - t0, proc
+    return run_cli(state, profile, *args, check=True, env={"COLUMNS": "300"})
 
 
 def router_share(output: str) -> float:
