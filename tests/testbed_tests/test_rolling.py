@@ -80,6 +80,17 @@ def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -
     res = cli(state, path, "up", "dp2")
     assert res.returncode == 0, res.stderr
     url = build_plan(prof, "dp2").endpoint.url
+    # --dry-run says it would roll, replica by replica, and changes nothing.
+    dry = cli(state, path, "switch", "dp2b", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    pre = json.loads(dry.stdout)
+    assert pre["rolling"] == "replicas 0, 1 one at a time", pre["rolling"]
+    assert [s["container"] for s in pre["start"]] == [
+        r.container_name for r in build_plan(prof, "dp2b").ranks
+    ]
+    assert set(runs_config(lab, prof.cluster, "dp2", build_plan(prof, "dp2").config_hash).values()) == {
+        build_plan(prof, "dp2").config_hash
+    }
 
     out, stats = rolled_under_load(state, path, url, "switch", "dp2b")
     report(request, f"rolling switch dp2 -> dp2b under load: {stats.line()}")
@@ -119,6 +130,8 @@ def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:
     assert res.returncode == 2 and "no single mode of this profile is running" in res.stderr, res.stderr
     res = cli(state, path, "up", "dp2")
     assert res.returncode == 0, res.stderr
+    dry = cli(state, path, "switch", "solo", "--dry-run", "--json")
+    assert json.loads(dry.stdout)["rolling"].startswith("not rolling: mode solo has 1 replica"), dry.stdout
     res = cli(state, path, "switch", "solo")
     assert res.returncode == 0, res.stderr
     assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout
