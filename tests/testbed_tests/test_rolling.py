@@ -20,30 +20,15 @@ import yaml
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.router.client import RouterClient
-from tests.testbed.loadgen import LoadGen, LoadStats
+from tests.testbed.loadgen import LoadGen
 from tests.testbed.profiles import ENGINE_IMAGE, seed_weights, write_rolling_profile
-from tests.testbed_tests.conftest import cli, cluster_containers
+from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load
 
 pytestmark = pytest.mark.testbed
 # Seconds per request: longer than taking a replica out and stopping it takes, so one stopped
 # without draining would cut streams.
 GEN_DELAY = 2.0
 NEXT_IMAGE = "sparkctl-test/engine:next"
-
-
-def report(request: pytest.FixtureRequest, line: str) -> None:
-    """Printed now (-s) and in the run's summary (testbed_tests/conftest.py), whatever the flags."""
-    print(line)
-    request.node.user_properties.append(("figure", line))
-
-
-def rolled_under_load(state: Path, path: Path, url: str, *args: str) -> tuple[dict, LoadStats]:
-    with LoadGen(url, model="tiny-test", threads=8, stream=True) as load:
-        load.wait_for(8)  # requests flowing through the router before the switch
-        res = cli(state, path, *args, "--json")
-        assert res.returncode == 0, res.stderr
-        load.wait_for(8)  # and still after it
-    return json.loads(res.stdout), load.stats
 
 
 def runs_config(lab, cluster: str, mode: str, config_hash: str) -> dict[str, str]:

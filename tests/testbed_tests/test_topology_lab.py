@@ -23,7 +23,7 @@ from tests.conftest import require_testbed
 from tests.testbed.lab import Lab
 from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profile
 from tests.testbed.routerlab import replica_of, wait_for
-from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
+from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load, standin_record
 
 pytestmark = pytest.mark.testbed
 ROUTER = {"policy": "round_robin", "health_check_interval": 1, "health_failure_threshold": 2}
@@ -47,6 +47,10 @@ def cluster(quad: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     # node rank 1 of every group dies while loading: a failure inside a replica group
     modes["tp2x2_broken"] = {**topology_modes()["tp2x2"], "env": {"STANDIN_FAIL_AT": "1:load"}}
     modes["dp2_never"] = {**topology_modes()["dp2"], "env": {"STANDIN_NEVER_READY": "1"}}
+    # two TP=2 replicas that roll: metrics on (the drain signal), requests taking a while
+    rollable = {**topology_modes()["tp2x2"], "args": {"enable-metrics": True}}
+    modes["tp2x2r"] = {**rollable, "env": {"STANDIN_GEN_DELAY": "1"}}
+    modes["tp2x2rb"] = {**rollable, "env": {"STANDIN_GEN_DELAY": "1", "ROLL_MARK": "b"}}
     path = write_lab_profile(quad, tmp / "sparkctl.yaml", modes=modes, router=ROUTER)
     yield tmp / "state", path
     cli(tmp / "state", path, "down")
@@ -327,3 +331,25 @@ def test_with_an_api_key_the_router_gets_it_off_its_command_line_and_up_status_u
     finally:
         cli(state, keyed, "down")
     assert not any(cluster_containers(quad, prof.cluster).values())
+
+
+def test_rolling_switch_of_tp_groups_moves_each_group_as_one_replica(cluster, quad, request) -> None:
+    """tp2x2r -> tp2x2rb under streaming load: each TP=2 group (two ranks on two nodes) leaves the
+    router, drains, restarts with its new rendezvous and comes back; no request fails."""
+    state, path = cluster
+    prof = load_profile_file(path)
+    up(cluster, "tp2x2r")
+    url = build_plan(prof, "tp2x2r").endpoint.url
+    out, stats = rolled_under_load(state, path, url, "switch", "tp2x2rb")
+    report(request, f"rolling switch of two TP=2 groups (4 nodes) under load: {stats.line()}")
+    assert stats.failed == 0, stats.line()
+    new = build_plan(prof, "tp2x2rb")
+    assert out["action"] == "rolled"
+    assert [(r["index"], r["action"]) for r in out["rolling"]] == [(0, "rolled"), (1, "rolled")]
+    running = {
+        c.name: c.labels["sparkctl.config_hash"]
+        for cs in cluster_containers(quad, prof.cluster).values()
+        for c in cs
+        if c.labels.get("sparkctl.role", "engine") == "engine" and c.status == "running"
+    }
+    assert running == {r.container_name: new.config_hash for r in new.ranks}  # all 4 ranks, new config
