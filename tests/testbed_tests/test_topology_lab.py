@@ -10,7 +10,6 @@ start - each rolled back completely.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +19,10 @@ import pytest
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from tests.conftest import require_testbed
+from tests.testbed import routerlab
 from tests.testbed.lab import Lab
 from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profile
-from tests.testbed.routerlab import replica_of, wait_for
+from tests.testbed.routerlab import replica_of, steady_load, wait_for
 from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load, standin_record
 
 pytestmark = pytest.mark.testbed
@@ -71,23 +71,7 @@ def status(cluster: tuple[Path, Path]) -> dict:
 
 def chat(base: str, key: str | None = None) -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request for the lab profile's model."""
-    import urllib.error
-    import urllib.request
-
-    from sparkctl.cluster_http import OPENER
-
-    body = {"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
-    req.add_header("Content-Type", "application/json")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with OPENER.open(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")[:200]
-    except (OSError, ValueError) as exc:  # refused, reset, truncated body
-        return -1, repr(exc)
+    return routerlab.chat(base, model="tiny-test", key=key)
 
 
 def spread(base: str, n: int = 8) -> Counter:
@@ -198,17 +182,9 @@ def test_a_killed_replica_is_taken_out_by_the_router_and_status_says_so(quad: La
     prof = load_profile_file(cluster[1])
     plan = build_plan(prof, "tp2x2")
     assert up(cluster, "tp2x2")["action"] == "noop"
-    results: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def load() -> None:  # a steady client through the router while a replica dies
-        while not stop.is_set():
-            results.append(chat(plan.endpoint.url))
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
     dead = plan.rank(plan.groups[1].ranks[0])  # replica 1's head on spark3
-    try:
+    # a steady client through the router while a replica dies
+    with steady_load(lambda: chat(plan.endpoint.url)) as results:
         wait_for("requests flowing", lambda: len(results) >= 4)
         quad.kill_container(dead.node, dead.container_name)
 
@@ -219,9 +195,6 @@ def test_a_killed_replica_is_taken_out_by_the_router_and_status_says_so(quad: La
         mode = wait_for("the router to mark replica 1 unhealthy", router_marks_it, timeout=60)
         after = len(results)
         wait_for("requests after the replica was taken out", lambda: len(results) >= after + 6)
-    finally:
-        stop.set()
-        loader.join(60)
     failed = [r for r in results if r[0] != 200]
     print(f"{len(results)} requests while replica 1 died, {len(failed)} failed")
     assert not failed, failed[:3]
