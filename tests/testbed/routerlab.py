@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +30,20 @@ HEALTH_FLAGS = ["--health-check-interval-secs", "1", "--health-failure-threshold
 HEALTH_FLAGS += ["--health-success-threshold", "1", "--worker-startup-check-interval", "1"]
 
 
-def chat(base: str, timeout: float = 30, stream: bool = False, prompt: str = "hi") -> tuple[int, str]:
+def chat(
+    base: str,
+    timeout: float = 30,
+    stream: bool = False,
+    prompt: str = "hi",
+    model: str = "m",
+    key: str | None = None,
+) -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request; a stream's text is its raw body."""
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "stream": stream}
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": stream}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     try:
         with OPENER.open(req, timeout=timeout) as resp:
             raw = resp.read().decode()
@@ -42,6 +52,26 @@ def chat(base: str, timeout: float = 30, stream: bool = False, prompt: str = "hi
         return exc.code, exc.read().decode(errors="replace")[:200]
     except (OSError, ValueError) as exc:  # refused, reset, truncated body
         return -1, repr(exc)
+
+
+@contextlib.contextmanager
+def steady_load(send: Callable[[], tuple[int, str]]) -> Iterator[list[tuple[int, str]]]:
+    """One client sending back to back while the block runs; yields the (status, text) results
+    so far (the list grows), and stops the client on exit."""
+    results: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            results.append(send())
+
+    client = threading.Thread(target=loop, daemon=True)
+    client.start()
+    try:
+        yield results
+    finally:
+        stop.set()
+        client.join(60)
 
 
 def replica_of(answer: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.profile import load_profile_file
+from tests.testbed.loadgen import LoadGen, LoadStats
 from tests.testbed.profiles import seed_weights, write_lab_profile
 
 SOLO = {"nodes": ["spark1"], "tp": 1, "default": True}
@@ -78,3 +79,18 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
         terminalreporter.section("testbed figures")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def report(request: pytest.FixtureRequest, line: str) -> None:
+    """Printed now (-s) and in the run's summary (testbed_tests/conftest.py), whatever the flags."""
+    print(line)
+    request.node.user_properties.append(("figure", line))
+
+
+def rolled_under_load(state: Path, path: Path, url: str, *args: str) -> tuple[dict, LoadStats]:
+    with LoadGen(url, model="tiny-test", threads=8, stream=True) as load:
+        load.wait_for(8)  # requests flowing through the router before the switch
+        res = cli(state, path, *args, "--json")
+        assert res.returncode == 0, res.stderr
+        load.wait_for(8)  # and still after it
+    return json.loads(res.stdout), load.stats

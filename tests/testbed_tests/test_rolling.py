@@ -20,30 +20,15 @@ import yaml
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.router.client import RouterClient
-from tests.testbed.loadgen import LoadGen, LoadStats
+from tests.testbed.loadgen import LoadGen
 from tests.testbed.profiles import ENGINE_IMAGE, seed_weights, write_rolling_profile
-from tests.testbed_tests.conftest import cli, cluster_containers
+from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load
 
 pytestmark = pytest.mark.testbed
 # Seconds per request: longer than taking a replica out and stopping it takes, so one stopped
 # without draining would cut streams.
 GEN_DELAY = 2.0
 NEXT_IMAGE = "sparkctl-test/engine:next"
-
-
-def report(request: pytest.FixtureRequest, line: str) -> None:
-    """Printed now (-s) and in the run's summary (testbed_tests/conftest.py), whatever the flags."""
-    print(line)
-    request.node.user_properties.append(("figure", line))
-
-
-def rolled_under_load(state: Path, path: Path, url: str, *args: str) -> tuple[dict, LoadStats]:
-    with LoadGen(url, model="tiny-test", threads=8, stream=True) as load:
-        load.wait_for(8)  # requests flowing through the router before the switch
-        res = cli(state, path, *args, "--json")
-        assert res.returncode == 0, res.stderr
-        load.wait_for(8)  # and still after it
-    return json.loads(res.stdout), load.stats
 
 
 def runs_config(lab, cluster: str, mode: str, config_hash: str) -> dict[str, str]:
@@ -80,6 +65,17 @@ def test_rolling_switch_and_upgrade_fail_no_request(lab, rolling_lab, request) -
     res = cli(state, path, "up", "dp2")
     assert res.returncode == 0, res.stderr
     url = build_plan(prof, "dp2").endpoint.url
+    # --dry-run says it would roll, replica by replica, and changes nothing.
+    dry = cli(state, path, "switch", "dp2b", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    pre = json.loads(dry.stdout)
+    assert pre["rolling"] == "replicas 0, 1 one at a time", pre["rolling"]
+    assert [s["container"] for s in pre["start"]] == [
+        r.container_name for r in build_plan(prof, "dp2b").ranks
+    ]
+    assert set(runs_config(lab, prof.cluster, "dp2", build_plan(prof, "dp2").config_hash).values()) == {
+        build_plan(prof, "dp2").config_hash
+    }
 
     out, stats = rolled_under_load(state, path, url, "switch", "dp2b")
     report(request, f"rolling switch dp2 -> dp2b under load: {stats.line()}")
@@ -119,6 +115,8 @@ def test_a_switch_that_cannot_roll_says_why(rolling_lab) -> None:
     assert res.returncode == 2 and "no single mode of this profile is running" in res.stderr, res.stderr
     res = cli(state, path, "up", "dp2")
     assert res.returncode == 0, res.stderr
+    dry = cli(state, path, "switch", "solo", "--dry-run", "--json")
+    assert json.loads(dry.stdout)["rolling"].startswith("not rolling: mode solo has 1 replica"), dry.stdout
     res = cli(state, path, "switch", "solo")
     assert res.returncode == 0, res.stderr
     assert "not rolling: mode solo has 1 replica" in res.stdout, res.stdout

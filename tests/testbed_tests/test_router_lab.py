@@ -8,7 +8,6 @@ the router to the replicas over the fabric. Also: the router as its own image, a
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
@@ -19,7 +18,15 @@ import pytest
 
 from tests.testbed.images import ENGINE_TAG, ROUTER_TAG, build_router_image
 from tests.testbed.lab import Lab
-from tests.testbed.routerlab import ENGINE_PORT, ROUTER_PORT, RouterLab, chat, replica_of, wait_for
+from tests.testbed.routerlab import (
+    ENGINE_PORT,
+    ROUTER_PORT,
+    RouterLab,
+    chat,
+    replica_of,
+    steady_load,
+    wait_for,
+)
 
 pytestmark = pytest.mark.testbed
 NODES = ("spark1", "spark2")
@@ -60,16 +67,8 @@ def test_the_router_image_routes_too(rlab: RouterLab) -> None:
 def test_a_killed_replica_is_marked_unhealthy_and_requests_keep_succeeding(rlab: RouterLab) -> None:
     client = rlab.start_router(start_both(rlab))
     dead = rlab.engine_url("spark2")
-    results: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def load() -> None:  # a steady client through the router while the replica dies
-        while not stop.is_set():
-            results.append(chat(rlab.router_base()))
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
-    try:
+    # a steady client through the router while the replica dies
+    with steady_load(lambda: chat(rlab.router_base())) as results:
         wait_for("requests flowing", lambda: len(results) >= 4)
         rlab.lab.kill_container("spark2", rlab.name(f"engine-spark2-{ENGINE_PORT}"))
         killed = time.monotonic()
@@ -80,9 +79,6 @@ def test_a_killed_replica_is_marked_unhealthy_and_requests_keep_succeeding(rlab:
         assert [w.healthy for w in listing if w.url == rlab.engine_url("spark1")] == [True]
         after = len(results)
         wait_for("requests after the replica was taken out", lambda: len(results) >= after + 6)
-    finally:
-        stop.set()
-        loader.join(60)
     failed = [r for r in results if r[0] != 200]
     print(f"{len(results)} requests during the kill, {len(failed)} failed")
     assert not failed, failed[:3]  # the router retries a refused request on the other replica

@@ -10,7 +10,6 @@ start - each rolled back completely.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,11 @@ import pytest
 from sparkctl.plan import build_plan
 from sparkctl.profile import load_profile_file
 from tests.conftest import require_testbed
+from tests.testbed import routerlab
 from tests.testbed.lab import Lab
 from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profile
-from tests.testbed.routerlab import replica_of, wait_for
-from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
+from tests.testbed.routerlab import replica_of, steady_load, wait_for
+from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load, standin_record
 
 pytestmark = pytest.mark.testbed
 ROUTER = {"policy": "round_robin", "health_check_interval": 1, "health_failure_threshold": 2}
@@ -47,6 +47,10 @@ def cluster(quad: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     # node rank 1 of every group dies while loading: a failure inside a replica group
     modes["tp2x2_broken"] = {**topology_modes()["tp2x2"], "env": {"STANDIN_FAIL_AT": "1:load"}}
     modes["dp2_never"] = {**topology_modes()["dp2"], "env": {"STANDIN_NEVER_READY": "1"}}
+    # two TP=2 replicas that roll: metrics on (the drain signal), requests taking a while
+    rollable = {**topology_modes()["tp2x2"], "args": {"enable-metrics": True}}
+    modes["tp2x2r"] = {**rollable, "env": {"STANDIN_GEN_DELAY": "1"}}
+    modes["tp2x2rb"] = {**rollable, "env": {"STANDIN_GEN_DELAY": "1", "ROLL_MARK": "b"}}
     path = write_lab_profile(quad, tmp / "sparkctl.yaml", modes=modes, router=ROUTER)
     yield tmp / "state", path
     cli(tmp / "state", path, "down")
@@ -67,23 +71,7 @@ def status(cluster: tuple[Path, Path]) -> dict:
 
 def chat(base: str, key: str | None = None) -> tuple[int, str]:
     """(HTTP status, answer text or error) of one chat request for the lab profile's model."""
-    import urllib.error
-    import urllib.request
-
-    from sparkctl.cluster_http import OPENER
-
-    body = {"model": "tiny-test", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST")
-    req.add_header("Content-Type", "application/json")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with OPENER.open(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())["choices"][0]["message"]["content"]
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")[:200]
-    except (OSError, ValueError) as exc:  # refused, reset, truncated body
-        return -1, repr(exc)
+    return routerlab.chat(base, model="tiny-test", key=key)
 
 
 def spread(base: str, n: int = 8) -> Counter:
@@ -194,17 +182,9 @@ def test_a_killed_replica_is_taken_out_by_the_router_and_status_says_so(quad: La
     prof = load_profile_file(cluster[1])
     plan = build_plan(prof, "tp2x2")
     assert up(cluster, "tp2x2")["action"] == "noop"
-    results: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def load() -> None:  # a steady client through the router while a replica dies
-        while not stop.is_set():
-            results.append(chat(plan.endpoint.url))
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
     dead = plan.rank(plan.groups[1].ranks[0])  # replica 1's head on spark3
-    try:
+    # a steady client through the router while a replica dies
+    with steady_load(lambda: chat(plan.endpoint.url)) as results:
         wait_for("requests flowing", lambda: len(results) >= 4)
         quad.kill_container(dead.node, dead.container_name)
 
@@ -215,9 +195,6 @@ def test_a_killed_replica_is_taken_out_by_the_router_and_status_says_so(quad: La
         mode = wait_for("the router to mark replica 1 unhealthy", router_marks_it, timeout=60)
         after = len(results)
         wait_for("requests after the replica was taken out", lambda: len(results) >= after + 6)
-    finally:
-        stop.set()
-        loader.join(60)
     failed = [r for r in results if r[0] != 200]
     print(f"{len(results)} requests while replica 1 died, {len(failed)} failed")
     assert not failed, failed[:3]
@@ -327,3 +304,25 @@ def test_with_an_api_key_the_router_gets_it_off_its_command_line_and_up_status_u
     finally:
         cli(state, keyed, "down")
     assert not any(cluster_containers(quad, prof.cluster).values())
+
+
+def test_rolling_switch_of_tp_groups_moves_each_group_as_one_replica(cluster, quad, request) -> None:
+    """tp2x2r -> tp2x2rb under streaming load: each TP=2 group (two ranks on two nodes) leaves the
+    router, drains, restarts with its new rendezvous and comes back; no request fails."""
+    state, path = cluster
+    prof = load_profile_file(path)
+    up(cluster, "tp2x2r")
+    url = build_plan(prof, "tp2x2r").endpoint.url
+    out, stats = rolled_under_load(state, path, url, "switch", "tp2x2rb")
+    report(request, f"rolling switch of two TP=2 groups (4 nodes) under load: {stats.line()}")
+    assert stats.failed == 0, stats.line()
+    new = build_plan(prof, "tp2x2rb")
+    assert out["action"] == "rolled"
+    assert [(r["index"], r["action"]) for r in out["rolling"]] == [(0, "rolled"), (1, "rolled")]
+    running = {
+        c.name: c.labels["sparkctl.config_hash"]
+        for cs in cluster_containers(quad, prof.cluster).values()
+        for c in cs
+        if c.labels.get("sparkctl.role", "engine") == "engine" and c.status == "running"
+    }
+    assert running == {r.container_name: new.config_hash for r in new.ranks}  # all 4 ranks, new config

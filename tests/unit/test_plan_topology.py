@@ -230,3 +230,25 @@ def test_router_metrics_exporter_is_node_local_on_its_own_port() -> None:
         match=r"\[ports-distinct\] port 8888 on node 'spark1' is both the router's port and the router's metrics port",
     ):
         load(quad(router__metrics_port=8888))
+
+
+def test_profile_check_cli_names_the_rule(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "p.yaml"
+    bad.write_text(yaml.safe_dump(quad(modes__bad={"nodes": ["spark1", "spark2", "spark3"], "tp": 2})))
+    res = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "profile", "check", "-p", str(bad)],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "COLUMNS": "300",
+            "PYTHONPATH": str(ROOT / "src"),
+        },
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stderr
+    assert "modes.bad.tp: [nodes-divide-tp-pp] group 0 spans 3 node(s)" in res.stderr

@@ -262,7 +262,7 @@ def up_cmd(
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure.
     The running MODE with a changed config and 2+ replicas is replaced replica by replica."""
     if dry_run:
-        _print_preview(profile, mode, tp, json_out)
+        _print_preview(profile, mode, tp, json_out, rolling)
         return
     _run_up(
         mode,
@@ -292,7 +292,7 @@ def switch_cmd(
     """Switch to MODE. Same replica layout behind the same router (e.g. dp2 -> dp2b): replica by
     replica, no failed request (--timeout is per replica); else stop the running mode, start MODE."""
     if dry_run:
-        _print_preview(profile, mode, None, json_out)
+        _print_preview(profile, mode, None, json_out, rolling)
         return
     _run_up(
         mode,
@@ -330,7 +330,7 @@ def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: J
         out.print(f"{verb} {c.name} on {c.node} ({c.status})")
 
 
-def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) -> None:
+def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool, rolling: bool = True) -> None:
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
     from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
@@ -338,7 +338,7 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
-        pre = preview(prof, pool, mode=mode, tp=tp)
+        pre = preview(prof, pool, mode=mode, tp=tp, rolling=rolling)
     if json_out:
         print_json(pre.to_json())
         return
@@ -350,6 +350,8 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool) ->
             "healthy; `up` would change nothing"
         )
         return
+    if pre.rolling is not None:
+        out.print(f"[yellow]dry run:[/] rolling: {pre.rolling}")
     for c in pre.stop:
         out.print(f"[yellow]dry run:[/] would stop {c.name} on {c.node} ({c.status})")
     for spec in pre.start:

@@ -19,6 +19,7 @@ class Preview:
     plan: Plan
     stop: list[ContainerInfo]
     start: list[RankSpec]  # in start order: each group's ranks >= 1, then rank 0s, then the router
+    rolling: str | None = None  # "replicas 1, 0 one at a time" or "not rolling: <why>"; None: n/a
 
     @property
     def noop(self) -> bool:
@@ -28,6 +29,7 @@ class Preview:
         return {
             "plan": self.plan.to_json(),
             "noop": self.noop,
+            "rolling": self.rolling,
             "stop": [c.to_json() for c in self.stop],
             "start": [
                 {"rank": s.rank, "role": s.role, "node": s.node, "container": s.container_name}
@@ -36,8 +38,10 @@ class Preview:
         }
 
 
-def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None) -> Preview:
-    """The same decisions as `up` (resolve, observe, reconcile, health), changing nothing."""
+def preview(
+    profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None, rolling: bool = True
+) -> Preview:
+    """The same decisions as `up` (resolve, observe, reconcile, health, rolling), changing nothing."""
     plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
     observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
@@ -45,6 +49,26 @@ def preview(profile: Profile, pool: NodePool, *, mode: str | None = None, tp: in
     router = [plan.router] if plan.router is not None and rec.router is None else []  # else kept
     if rec.up_to_date:
         return Preview(plan, rec.leftovers, router)
+    rolled, note = _rolling_preview(profile, pool, plan) if rolling else (None, None)
+    if rolled is not None:
+        return rolled
     peers = [s for s in plan.ranks if s.node_rank > 0]
     heads = [s for s in plan.ranks if s.node_rank == 0]
-    return Preview(plan, rec.remove, [*peers, *heads, *router])
+    return Preview(plan, rec.remove, [*peers, *heads, *router], rolling=note)
+
+
+def _rolling_preview(profile: Profile, pool: NodePool, plan: Plan) -> tuple[Preview | None, str | None]:
+    """(what a rolling switch would replace replica by replica, None) when it rolls, else
+    (None, why not); (None, None) when neither side has replicas."""
+    from sparkctl.lifecycle.rolling import decide, replica_containers
+
+    d = decide(profile, pool, plan)
+    if d.verdict is None:
+        return None, None
+    if not d.verdict.ok or d.old is None:
+        return None, f"not rolling: {d.verdict.reason}"
+    modes = {d.old.mode, plan.mode}
+    order = d.verdict.order
+    stop = [c for i in order for c in replica_containers(d.observed, plan, i, modes)]
+    start = [r for i in order for r in sorted(plan.group_ranks(i), key=lambda r: r.node_rank == 0)]
+    return Preview(plan, stop, start, rolling=f"replicas {', '.join(map(str, order))} one at a time"), None

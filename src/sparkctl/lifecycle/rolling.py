@@ -22,122 +22,22 @@ from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
 from sparkctl.lifecycle.readiness import probe
 from sparkctl.lifecycle.reconcile import involved_nodes
+from sparkctl.lifecycle.rolling_rules import (
+    Verdict,
+    can_roll,
+    is_router,
+    layout_blocker,
+    replica_containers,
+    running_mode,
+)
 from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.plan import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterClient, RouterError, Worker
 
-GROUP_LABEL = "sparkctl.group"
-HASH_LABEL = "sparkctl.config_hash"
+__all__ = ["Verdict", "can_roll", "is_router", "layout_blocker", "running_mode"]  # the rules, re-exported
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether old -> new rolls; `order` is the replicas to replace (unhealthy ones first), `skip`
-    those already on the new config and serving; `reason` says why not, in one line."""
-
-    ok: bool
-    reason: str = ""
-    order: list[int] = field(default_factory=list)
-    skip: list[int] = field(default_factory=list)
-
-
-def is_router(c: ContainerInfo) -> bool:
-    return c.role == "router"
-
-
-def running_mode(observed: list[ContainerInfo], new_mode: str) -> str | None:
-    """The mode the running replicas belong to (the new one itself for an upgrade or a roll to
-    resume); None when nothing runs or several other modes do."""
-    modes = {c.mode for c in observed if c.running and not is_router(c) and c.mode}
-    others = modes - {new_mode}
-    if len(others) == 1:
-        return others.pop()
-    return new_mode if not others and new_mode in modes else None
-
-
-def replica_containers(
-    observed: list[ContainerInfo], plan: Plan, index: int, modes: set[str]
-) -> list[ContainerInfo]:
-    """The containers (any state) of replica `index` of the given modes, on that replica's nodes."""
-    nodes = {r.node for r in plan.group_ranks(index)}
-    return [
-        c
-        for c in observed
-        if not is_router(c)
-        and c.mode in modes
-        and c.labels.get(GROUP_LABEL) == str(index)
-        and c.node in nodes
-    ]
-
-
-def on_new_config(containers: list[ContainerInfo], new: Plan, index: int) -> bool:
-    """Replica `index` runs exactly the new plan's containers with its config hash."""
-    want = {(r.node, r.container_name) for r in new.group_ranks(index)}
-    have = {(c.node, c.name) for c in containers}
-    return have == want and all(c.running and c.config_hash == new.config_hash for c in containers)
-
-
-def layout_blocker(old: Plan, new: Plan) -> str | None:
-    """Why the layouts do not allow replacing replica i by replica i (pure); None when they do."""
-    for p in (old, new):
-        if p.replicas < 2:
-            return f"mode {p.mode} has {p.replicas} replica: a rolling switch needs 2 or more on both sides"
-    if old.replicas != new.replicas:
-        return f"the replica count changes ({old.replicas} -> {new.replicas})"
-    for a, b in zip(old.groups, new.groups, strict=True):
-        na = [r.node for r in old.group_ranks(a.index)]
-        nb = [r.node for r in new.group_ranks(b.index)]
-        if na != nb:
-            return f"replica {a.index} moves from {'+'.join(na)} to {'+'.join(nb)}"
-        if a.worker_url != b.worker_url:
-            return f"replica {a.index}'s address changes ({a.worker_url} -> {b.worker_url})"
-    if old.router is None or new.router is None:
-        return "no router in the plan"
-    if old.router.node != new.router.node:
-        return f"the router moves from {old.router.node} to {new.router.node}"
-    if old.router.labels.get(HASH_LABEL) != new.router.labels.get(HASH_LABEL):
-        return "the router's own settings change (router.policy, image or health checks): it must restart"
-    return None
-
-
-def can_roll(
-    old: Plan | None, new: Plan, observed: list[ContainerInfo], workers: list[Worker] | None
-) -> Verdict:
-    """Pure: old = the running mode's plan (None: no single mode runs), `workers` = the router's
-    listing (None: it did not answer)."""
-    if old is None:
-        return Verdict(False, "no single mode with replicas is running")
-    if (why := layout_blocker(old, new)) is not None:
-        return Verdict(False, why)
-    assert new.router is not None
-    router = [c for c in observed if is_router(c) and c.node == new.router.node and c.running]
-    if not router:
-        return Verdict(False, f"the router is not running on {new.router.node}")
-    if router[0].config_hash != new.router.labels.get(HASH_LABEL):
-        return Verdict(False, "the running router has other settings than the profile's: it must restart")
-    if workers is None:
-        return Verdict(False, f"the router on {new.router.node} does not answer")
-    healthy = {w.url for w in workers if w.healthy}
-    serving, order, skip = [], [], []
-    for g in new.groups:
-        conts = replica_containers(observed, new, g.index, {old.mode, new.mode})
-        if g.worker_url in healthy:
-            serving.append(g.index)
-        if g.worker_url in healthy and on_new_config(conts, new, g.index):
-            skip.append(g.index)
-        else:
-            order.append(g.index)
-    if not serving:
-        return Verdict(False, "the router lists no healthy replica: nothing would serve during a roll")
-    if not order:  # what is wrong is not a replica (the router, say): restarting replicas won't fix it
-        return Verdict(False, "every replica already runs the new config and serves")
-    # Replicas that serve nothing go first: replacing them costs no capacity.
-    order.sort(key=lambda i: i in serving)
-    return Verdict(True, order=order, skip=skip)
-
-
-# ------------------------------------------------------------------------------------ I/O steps
 class RollError(SparkctlError):
     """A replica did not come back; the message says what runs where now."""
 
@@ -191,16 +91,24 @@ class _Roll:
         return 30.0 + r.health_check_interval * (r.health_failure_threshold + 2)
 
 
-def roll_if_possible(
-    profile: Profile, pool: NodePool, new: Plan, budget: float, rep: Reporter
-) -> RolledUp | None:
-    """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before)."""
-    t0 = time.monotonic()
+@dataclass
+class Decision:
+    """What `up` sees before a roll (read-only): the verdict and what the roll would use."""
+
+    verdict: Verdict | None  # None: one replica on both sides, nothing to roll or say
+    old: Plan | None = None
+    observed: list[ContainerInfo] = field(default_factory=list)
+    client: RouterClient | None = None
+    key: str | None = None
+
+
+def decide(profile: Profile, pool: NodePool, new: Plan) -> Decision:
+    """Read the running mode and the router's listing, and rule (`up --dry-run` shows the verdict)."""
     observed = observe(pool, new.cluster, involved_nodes(new, profile))
     mode = running_mode(observed, new.mode)
     old = build_plan(profile, mode, _hcas(new)) if mode in profile.modes else None
     if new.router is None and (old is None or old.router is None):
-        return None  # one replica on both sides: nothing to roll, and nothing to say
+        return Decision(None)
     workers: list[Worker] | None = None
     client = routers.client(pool, new) if new.router is not None else None
     key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None  # read by client()
@@ -210,11 +118,23 @@ def roll_if_possible(
     verdict = can_roll(old, new, observed, workers)
     if verdict.ok:
         verdict = _check_signal(new, verdict, workers or [], key)
-    if not verdict.ok:
-        rep.phase(f"not rolling: {verdict.reason}; stopping all replicas, then starting the new ones")
+    return Decision(verdict, old, observed, client, key)
+
+
+def roll_if_possible(
+    profile: Profile, pool: NodePool, new: Plan, budget: float, rep: Reporter
+) -> RolledUp | None:
+    """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before)."""
+    t0 = time.monotonic()
+    d = decide(profile, pool, new)
+    if d.verdict is None:
         return None
-    assert old is not None and client is not None
-    ctx = _Roll(profile, pool, old, new, client, budget, rep, key)
+    if not d.verdict.ok:
+        rep.phase(f"not rolling: {d.verdict.reason}; stopping all replicas, then starting the new ones")
+        return None
+    old, observed, verdict = d.old, d.observed, d.verdict
+    assert old is not None and d.client is not None
+    ctx = _Roll(profile, pool, old, new, d.client, budget, rep, d.key)
     results = {i: _record(ctx, observed, i) for i in range(new.replicas)}
     for i in verdict.skip:
         results[i].action = "skipped"
