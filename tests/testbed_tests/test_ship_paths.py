@@ -119,17 +119,6 @@ def test_peer_loader_reports_the_engines_refusal(lab: Lab) -> None:
     assert proc.returncode == 1 and "Error response from daemon" in proc.stderr, proc.stderr
 
 
-def test_hop_uses_x25519_not_the_costly_hybrid_default(lab: Lab) -> None:
-    """The lab's OpenSSH (9.x) would pick sntrup761x25519 (~50 ms of CPU per end per stream);
-    the hop asks for X25519 first, and the peer's sshd agrees."""
-    from sparkctl.ship.hop import hop_argv
-
-    argv = hop_argv(_profile_for(lab), "spark2")
-    proc = lab.exec("spark1", [argv[0], "-v", *argv[1:], "true"], check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "kex: algorithm: curve25519-sha256" in proc.stderr, proc.stderr
-
-
 def test_save_of_an_image_the_engine_lacks_is_its_error_not_a_stream(lab: Lab) -> None:
     """The source reads `docker save` from its engine's API: a refusal is an error with the
     engine's message (reported as the source's), never an empty stream sent to the peers."""
