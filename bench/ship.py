@@ -206,41 +206,35 @@ def write_profiles(b: Bench) -> None:
             b.profiles[key].write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def bench_image(b: Bench, rounds: int, out: dict) -> None:
-    recipe = f"docker save {IMAGE} | ssh {b.fab['spark2']} docker load -q"
-    base: list[tuple[float, float]] = []
-    ship: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
-    for _ in range(rounds):
-        for placement in PLACEMENTS:
-            b.drop_image("spark2")
-            base.append(b.measured(lambda: b.sh("spark1", recipe))[:2])
-            b.drop_image("spark2")
-            dt, cpu, (_, rep) = b.measured(lambda p=placement: b.sparkctl(p, "pair", "--image"))
-            assert rep["results"][0]["action"] == "shipped", rep
-            ship[placement].append((dt, cpu))
-    keep(out, "image_recipe", base)
-    for p in PLACEMENTS:
-        keep(out, f"image_{p}", ship[p])
-    b.loads["image"] = loadavg()
+def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
+    """`what` ("image" or "weights") from nothing on spark2: the recipe's command against sparkctl
+    in each placement, alternated, every round starting from an empty peer."""
+    if what == "image":
+        baseline, name = f"docker save {IMAGE} | ssh {b.fab['spark2']} docker load -q", "recipe"
+    else:
+        baseline, name = f"rsync -a -e ssh {NODE_MOUNT}/hf/ {b.fab['spark2']}:{NODE_MOUNT}/hf-rsync/", "rsync"
 
-
-def bench_weights(b: Bench, rounds: int, out: dict) -> None:
-    rsync = f"rsync -a -e ssh {NODE_MOUNT}/hf/ {b.fab['spark2']}:{NODE_MOUNT}/hf-rsync/"
-    base: list[tuple[float, float]] = []
-    ship: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
-    for _ in range(rounds):
-        for placement in PLACEMENTS:
-            b.drop_weights("spark2")
-            base.append(b.measured(lambda: b.sh("spark1", rsync))[:2])
+    def empty_peer() -> None:
+        if what == "image":
+            b.drop_image("spark2")
+        else:
             b.drop_weights("spark2")
             b.forget_hashes("spark1")
-            dt, cpu, (_, rep) = b.measured(lambda p=placement: b.sparkctl(p, "pair", "--weights"))
+
+    base: list[tuple[float, float]] = []
+    ship: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
+    for _ in range(rounds):
+        for placement in PLACEMENTS:
+            empty_peer()
+            base.append(b.measured(lambda: b.sh("spark1", baseline))[:2])
+            empty_peer()
+            dt, cpu, (_, rep) = b.measured(lambda p=placement: b.sparkctl(p, "pair", f"--{what}"))
             assert rep["results"][0]["action"] == "shipped", rep
             ship[placement].append((dt, cpu))
-    keep(out, "weights_rsync", base)
+    keep(out, f"{what}_{name}", base)
     for p in PLACEMENTS:
-        keep(out, f"weights_{p}", ship[p])
-    b.loads["weights"] = loadavg()
+        keep(out, f"{what}_{p}", ship[p])
+    b.loads[what] = loadavg()
 
 
 def keep(out: dict, key: str, runs: list[tuple[float, float]]) -> None:
@@ -433,8 +427,8 @@ def main() -> int:
         out: dict = {}
         cpu = Cpu()
         for step, fn in (
-            ("full image", bench_image),
-            ("first weights sync", bench_weights),
+            ("full image", lambda *a: bench_first_ship(*a, "image")),
+            ("first weights sync", lambda *a: bench_first_ship(*a, "weights")),
             ("re-ship unchanged", bench_reship),
         ):
             print(f"{step} ... (load average {loadavg()})", flush=True)

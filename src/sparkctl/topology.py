@@ -162,8 +162,9 @@ def layout(
     return Layout(tuple(groups))
 
 
-def _check_ports(lay: Layout, router: tuple[str, int] | None, metrics_port: int = 0) -> None:
-    """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's."""
+def _check_ports(lay: Layout, router: tuple[str, int, int] | None) -> None:
+    """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
+    (`router`: its node, API port and metrics port)."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -177,8 +178,9 @@ def _check_ports(lay: Layout, router: tuple[str, int] | None, metrics_port: int 
         taken[port] = what
 
     if router is not None:
-        take(router[0], router[1], "the router's port")
-        take(router[0], metrics_port, "the router's metrics port")
+        node, port, metrics_port = router
+        take(node, port, "the router's port")
+        take(node, metrics_port, "the router's metrics port")
     for g in lay.groups:
         take(g.head.node, g.port, f"replica {g.index}'s API port")
         if g.nnodes > 1:
@@ -204,6 +206,7 @@ def mode_layout(profile: Profile, mode: Mode) -> Layout:
     )
     router = None
     if lay.replicas > 1:
-        router = (profile.router.node or lay.groups[0].head.node, profile.engine.port)
-    _check_ports(lay, router, profile.router.metrics_port)
+        node = profile.router.node or lay.groups[0].head.node
+        router = (node, profile.engine.port, profile.router.metrics_port)
+    _check_ports(lay, router)
     return lay

@@ -40,7 +40,7 @@ def router_container_name(cluster: str) -> str:
     return f"sparkctl-{cluster}-router"
 
 
-def worker_urls(profile: Profile, router_node_name: str, groups: list[GroupSpec]) -> list[str]:
+def worker_urls(router_node_name: str, groups: list[GroupSpec]) -> list[str]:
     """Each replica's URL as the router reaches it; a replica bound to loopback must share its node."""
     urls = []
     for g in groups:
@@ -90,7 +90,7 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
 
     node_name = profile.router.node or groups[0].head_node
     node = profile.node(node_name)
-    urls = worker_urls(profile, node_name, groups)
+    urls = worker_urls(node_name, groups)
     argv = router_argv(profile, sec.bind_host(profile, node, 0), urls)
     secrets = []
     if profile.engine.api_key is not None:
