@@ -1,6 +1,7 @@
 """Benchmark `sparkctl ship` against the reference recipe's commands, in the same run, on a testbed.
 
-    python bench/ship.py [--pad-mb 200] [--weights-mb 200] [--rounds 3] [--no-peers]   (root, repo root)
+    python bench/ship.py [--pad-mb 200] [--weights-mb 200] [--rounds 3] [--no-peers] [--no-shaped]
+                         [--fabric-mbit 300]                                  (root, repo root)
 
 Brings up its own 4-node lab. The data always goes spark1 -> spark2 (-> spark3, spark4) over the
 fabric; sparkctl runs in two placements:
@@ -16,6 +17,21 @@ raw primitives (`docker save > /dev/null`, `cat files | ssh spark2 cat > /dev/nu
 load of this machine during the run. Each measure is also given in CPU seconds (this process's
 children plus the lab's sshd and dockerd with everything they ran): on a machine shared with other
 work, wall times follow the load, CPU seconds much less.
+
+3 peers vs 1, three ways (all but --no-peers):
+  unshaped   every "node" shares this machine's cores, so 3 peers cost ~3x the CPU and the wall
+             time follows; printed with its CPU by category (engines, SSH sessions, sparkctl) and
+             the raw primitive under it: `docker load -q` of one saved file into 1 engine vs 3 at
+             once, no transfer at all (max(1, rounds - 1) rounds).
+  shaped     (--no-shaped skips it) every node's FABRIC egress capped with tc tbf at --fabric-mbit
+             (the management link, the controller's SSH, stays free): the link, not the shared
+             cores, is the limit, as on real Sparks where each node has its own CPUs. sparkctl
+             (image + weights, and weights alone) for max(1, rounds - 1) rounds; the recipe's
+             commands from spark1 to every peer at once (3 copies on the source's link) for
+             max(1, rounds - 2). The default 300 Mbit/s puts one copy of the default image +
+             weights (~600 MB) at ~16 s on the link, against ~10 s of CPU per core for 3 peers.
+             The caps come off whatever happens.
+With the defaults and --rounds 3 the whole run takes ~9 minutes here (the shaped part ~3.5).
 """
 
 from __future__ import annotations
@@ -45,6 +61,13 @@ OVERLAY = "bench/engine:overlay"
 MODEL = "bench-org/model"
 REPO = "models--" + MODEL.replace("/", "--")
 PLACEMENTS = ("on-source", "third")
+FABRIC_MBIT = 300  # the shaped measure's cap: see the module docstring
+# CPU categories of Bench.cpu_parts(), with the words the report uses for them.
+CPU_PARTS = {
+    "engines": "engines: dockerd + containerd (docker load/save)",
+    "ssh": "SSH sessions: sshd + node programs + ssh hops",
+    "here": "started here: sparkctl (third) / the recipe's commands",
+}
 
 
 class Cpu:
@@ -74,35 +97,48 @@ class Bench:
         self.profiles: dict[str, Path] = {}
         self.last_cpu = 0.0  # CPU seconds of the last sparkctl process run here (placement third)
         self.loads: dict[str, str] = {}  # load average at the end of each measure
+        self.last_parts: dict[str, float] = {}  # CPU by category of the last measured() call
 
-    def cpu(self) -> float:
-        """CPU seconds used so far by everything a measure runs: this process's children (sparkctl,
-        the recipe's commands: they run under nsenter from here) and the lab's daemons with their
-        reaped children (each node's sshd: every SSH session and what it ran; dockerd, containerd).
-        Other sessions' load on the machine is not in it: the load-independent side of a figure."""
+    def cpu_parts(self) -> dict[str, float]:
+        """CPU seconds used so far by everything a measure runs, by category (CPU_PARTS): the lab's
+        engines (each node's dockerd and containerd: the engine side of `docker load`/`save`), the
+        lab's SSH sessions (each node's sshd with its reaped children: every session and what it ran:
+        node programs, their ssh hops, docker CLIs), and this process's children (sparkctl, the
+        recipe's commands: they run under nsenter from here). Other sessions' load on the machine
+        is not in it: the load-independent side of a figure."""
         import resource
 
         hz = os.sysconf("SC_CLK_TCK")
-        pids = [p for n in self.lab.nodes for p in (n.sshd_pid, n.dockerd_pid) if p]
-        for pid in list(pids):
-            for kids in Path(f"/proc/{pid}/task").glob("*/children"):
-                pids += [int(x) for x in kids.read_text().split()]
-        ticks = 0
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                ticks += sum(
-                    int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]
-                )
+        parts = dict.fromkeys(CPU_PARTS, 0.0)
+        for n in self.lab.nodes:
+            for part, pid in (("engines", n.dockerd_pid), ("ssh", n.sshd_pid)):
+                if not pid:
+                    continue
+                pids = [pid]
+                for kids in Path(f"/proc/{pid}/task").glob("*/children"):
+                    with contextlib.suppress(OSError):
+                        pids += [int(x) for x in kids.read_text().split()]
+                for p in pids:
+                    with contextlib.suppress(OSError):
+                        stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+                        parts[part] += sum(int(x) for x in stat[11:15]) / hz
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return ticks / hz + r.ru_utime + r.ru_stime
+        parts["here"] = r.ru_utime + r.ru_stime
+        return parts
+
+    def cpu(self) -> float:
+        return sum(self.cpu_parts().values())
 
     def measured(self, fn):  # noqa: ANN001, ANN201 - any callable, its result
-        """(wall seconds, CPU seconds, fn's result); see cpu()."""
-        c0, t0 = self.cpu(), time.monotonic()
+        """(wall seconds, CPU seconds, fn's result); see cpu_parts(). The CPU by category is left
+        in self.last_parts."""
+        c0, t0 = self.cpu_parts(), time.monotonic()
         res = fn()
         dt = time.monotonic() - t0
         time.sleep(0.05)  # let the nodes' sshd reap the sessions that just ended (their CPU counts)
-        return dt, self.cpu() - c0, res
+        c1 = self.cpu_parts()
+        self.last_parts = {k: c1[k] - c0[k] for k in CPU_PARTS}
+        return dt, sum(self.last_parts.values()), res
 
     # -- running things --------------------------------------------------------------------------
     def sh(self, node: str, script: str) -> float:
@@ -298,22 +334,119 @@ def bench_streams(b: Bench, rounds: int, out: dict) -> None:
 
 
 def bench_peers(b: Bench, rounds: int, out: dict) -> None:
-    """Image + weights to 1 peer (mode pair) vs 3 peers (mode all4); bytes leaving spark1 for each."""
+    """Image + weights to 1 peer (mode pair) vs 3 peers (mode all4); bytes leaving spark1 for each,
+    and the CPU of each by category (median per category: `cpu_<part>_<mode>`)."""
     peers = [n.name for n in b.lab.nodes[1:]]
-    one: list[tuple[float, float]] = []
-    three: list[tuple[float, float]] = []
+    runs: dict[str, list[tuple[float, float]]] = {"pair": [], "all4": []}
+    parts: dict[str, list[dict[str, float]]] = {"pair": [], "all4": []}
     for _ in range(rounds):
-        for mode, acc in (("pair", one), ("all4", three)):
+        for mode in runs:
             b.drop_image(*peers)
             b.drop_weights(*peers)
             before = b.tx("spark1")
             dt, cpu, (_, rep) = b.measured(lambda m=mode: b.sparkctl("third", m))
             assert rep["ok"], rep
-            acc.append((dt, cpu))
+            runs[mode].append((dt, cpu))
+            parts[mode].append(b.last_parts)
             out[f"tx_{mode}"] = b.tx("spark1") - before
-    keep(out, "peers_1", one)
-    keep(out, "peers_3", three)
+    keep(out, "peers_1", runs["pair"])
+    keep(out, "peers_3", runs["all4"])
+    for mode, ps in parts.items():
+        for part in CPU_PARTS:
+            out[f"cpu_{part}_{mode}"] = med([x[part] for x in ps])
     b.loads["peers"] = loadavg()
+
+
+def bench_loads(b: Bench, rounds: int, out: dict) -> None:
+    """The raw primitive under the 3-peer figure, with no transfer at all: `docker load -q` of the
+    saved image into spark2's engine alone vs into spark2, spark3 and spark4's at once (the docker
+    CLI run here against each node's engine socket, from one file saved once)."""
+    import subprocess
+    import threading
+
+    peers = [n.name for n in b.lab.nodes[1:]]
+    tar = b.work / "image.tar"
+    subprocess.run(
+        ["docker", "-H", b.lab.node("spark1").docker_host, "save", "-o", str(tar), IMAGE], check=True
+    )
+
+    def load(node: str) -> None:
+        argv = ["docker", "-H", b.lab.node(node).docker_host, "load", "-q", "-i", str(tar)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        if proc.returncode:
+            raise SystemExit(f"{node}: docker load failed: {proc.stderr.strip()[-800:]}")
+
+    def at_once(nodes: list[str]) -> None:
+        threads = [threading.Thread(target=load, args=(n,)) for n in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    runs: dict[int, list[tuple[float, float]]] = {1: [], 3: []}
+    try:
+        for _ in range(rounds):
+            for k in runs:
+                b.drop_image(*peers)
+                runs[k].append(b.measured(lambda k=k: at_once(peers[:k]))[:2])
+    finally:
+        tar.unlink(missing_ok=True)
+    keep(out, "loads_1", runs[1])
+    keep(out, "loads_3", runs[3])
+    b.loads["raw loads"] = loadavg()
+
+
+def naive_script(b: Bench, peers: list[str]) -> str:
+    """The recipe's two commands from spark1 to every peer at once (image and weights at the same
+    time too, as sparkctl does): the source's link carries one copy per peer."""
+    jobs = []
+    for peer in peers:
+        fab = b.fab[peer]
+        jobs += [
+            f"docker save {IMAGE} | ssh {fab} docker load -q > /dev/null",
+            f"rsync -a -e ssh {NODE_MOUNT}/hf/ {fab}:{NODE_MOUNT}/hf-rsync/",
+        ]
+    started = " ".join(f"{job} & p{i}=$!;" for i, job in enumerate(jobs))
+    waited = " ".join(f"wait $p{i} || rc=1;" for i in range(len(jobs)))
+    return f"rc=0; {started} {waited} exit $rc"
+
+
+def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
+    """3 peers vs 1 with every node's fabric egress capped at `mbit` (tc tbf on the fabric netdev
+    only; the controller's management link stays free), from nothing on the peers: sparkctl (mode
+    pair vs all4, third placement; image + weights, and weights alone: no `docker load`) for
+    `rounds` rounds, and the recipe's commands run from spark1 to each peer at once for
+    max(1, rounds - 1) of them (its 3 copies on one link make it the longest case; link-bound, its
+    ratio moves least). The caps are removed whatever happens."""
+    peers = [n.name for n in b.lab.nodes[1:]]
+    cases = {
+        "ship_1": lambda: b.sparkctl("third", "pair"),
+        "ship_3": lambda: b.sparkctl("third", "all4"),
+        "wship_1": lambda: b.sparkctl("third", "pair", "--weights"),
+        "wship_3": lambda: b.sparkctl("third", "all4", "--weights"),
+        "naive_1": lambda: b.sh("spark1", naive_script(b, peers[:1])),
+        "naive_3": lambda: b.sh("spark1", naive_script(b, peers)),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    try:
+        for n in b.lab.nodes:
+            b.lab.set_egress_rate(n, mbit, fabric_only=True)
+        for i in range(rounds):
+            for case, fn in cases.items():
+                if case.startswith("naive") and i >= max(1, rounds - 1):
+                    continue
+                b.drop_image(*peers)
+                b.drop_weights(*peers)
+                before = b.tx("spark1")
+                runs[case].append(b.measured(fn)[:2])
+                out[f"shaped_tx_{case}"] = b.tx("spark1") - before
+    finally:
+        for n in b.lab.nodes:
+            b.lab.set_egress_rate(n, None, fabric_only=True)
+    for case, rs in runs.items():
+        keep(out, f"shaped_{case}", rs)
+    out["shaped_mbit"] = mbit
+    b.loads["shaped"] = loadavg()
 
 
 def bench_primitives(b: Bench, out: dict) -> None:
@@ -331,6 +464,69 @@ def _pair(out: dict, base: str, ours: str, what: str, target: str, speed: bool =
     return [
         (f"{what}, wall s", f"{out[base]:.2f} / {out[ours]:.2f} = {fmt.format(wall)}", target),
         (f"{what}, CPU s", f"{out[base + '_cpu']:.2f} / {out[ours + '_cpu']:.2f} = {fmt.format(cpu)}", ""),
+    ]
+
+
+def peers_profile_rows(out: dict) -> list[tuple[str, str, str]]:
+    """Where the 3-peer CPU goes (1 / 3 peers by category) and the raw primitive: 1 vs 3 loads."""
+    rows: list[tuple[str, str, str]] = []
+    if "cpu_engines_pair" in out:
+        for part, words in CPU_PARTS.items():
+            one, three = out[f"cpu_{part}_pair"], out[f"cpu_{part}_all4"]
+            rows.append(
+                (f"  CPU s, 1 / 3 peers: {words}", f"{one:.2f} / {three:.2f} = {three / one:.2f}x", "")
+            )
+    if "loads_1" in out:
+        w1, w3, c1, c3 = (out[k] for k in ("loads_1", "loads_3", "loads_1_cpu", "loads_3_cpu"))
+        rows += [
+            (
+                "raw: docker load, 1 / 3 engines at once, wall (s)",
+                f"{w1:.2f} / {w3:.2f} = {w3 / w1:.2f}x",
+                "",
+            ),
+            ("raw: docker load, 1 / 3 engines at once, CPU (s)", f"{c1:.2f} / {c3:.2f} = {c3 / c1:.2f}x", ""),
+        ]
+    return rows
+
+
+def shaped_rows(out: dict) -> list[tuple[str, str, str]]:
+    """3 peers vs 1 with every node's fabric egress capped: sparkctl and the naive fan-out."""
+    if "shaped_mbit" not in out:
+        return []
+    mbit, mb = out["shaped_mbit"], 1e6
+    w = {k: out[f"shaped_{k}"] for k in ("ship_1", "ship_3", "naive_1", "naive_3")}
+    tx = {k: out[f"shaped_tx_{k}"] / mb for k in w}
+    link = out["shaped_tx_ship_1"] * 8 / (mbit * 1e6)
+    cores = os.cpu_count() or 1
+    return [
+        (f"fabric capped at {mbit} Mbit/s: one copy on the link (s)", f"{link:.2f}", ""),
+        (
+            "  sparkctl to 1 / 3 peers, wall (s)",
+            f"{w['ship_1']:.2f} / {w['ship_3']:.2f} = {w['ship_3'] / w['ship_1']:.2f}x",
+            "<= 1.5x",
+        ),
+        (
+            f"  sparkctl to 3 peers: CPU s / {cores} cores vs wall",
+            f"{out['shaped_ship_3_cpu'] / cores:.2f} / {w['ship_3']:.2f}",
+            "link-bound if <",
+        ),
+        (
+            "  sparkctl weights alone (no docker load) 1 / 3 peers",
+            f"{out['shaped_wship_1']:.2f} / {out['shaped_wship_3']:.2f} = "
+            f"{out['shaped_wship_3'] / out['shaped_wship_1']:.2f}x",
+            "",
+        ),
+        (
+            "  naive (recipe to each peer at once) 1 / 3 peers, wall",
+            f"{w['naive_1']:.2f} / {w['naive_3']:.2f} = {w['naive_3'] / w['naive_1']:.2f}x",
+            "",
+        ),
+        (
+            "  MB leaving spark1: sparkctl 1 / 3, naive 1 / 3",
+            f"{tx['ship_1']:.0f} / {tx['ship_3']:.0f}, {tx['naive_1']:.0f} / {tx['naive_3']:.0f}",
+            "",
+        ),
+        ("  3 peers: naive / sparkctl, wall", f"{w['naive_3'] / w['ship_3']:.2f}x", ""),
     ]
 
 
@@ -382,6 +578,7 @@ def report(
                 "1 copy per byte",
             ),
         ]
+    rows += peers_profile_rows(out) + shaped_rows(out)
     mb = 1e6
     rows += [
         ("raw: docker save > /dev/null (MB/s)", f"{image_bytes / mb / out['prim_save']:.0f}", ""),
@@ -405,12 +602,25 @@ def report(
         print(f"  {name:<52} {value:>28}  {target}")
 
 
+def shaped_rounds(rounds: int) -> int:
+    """Rounds of the shaped and raw-load measures: one fewer than the others (each shaped round
+    moves image+weights four times over a slow link), at least one."""
+    return max(1, rounds - 1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pad-mb", type=int, default=200, help="size of the image's big random layer")
     ap.add_argument("--weights-mb", type=int, default=200, help="size of the fake model snapshot")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true", help="skip 1/2/4 streams and 3 peers vs 1")
+    ap.add_argument("--no-shaped", action="store_true", help="skip 3 peers vs 1 on a rate-limited fabric")
+    ap.add_argument(
+        "--fabric-mbit",
+        type=int,
+        default=FABRIC_MBIT,
+        help="fabric egress cap per node for the shaped measure",
+    )
     args = ap.parse_args()
     with Lab(nodes=2 if args.no_peers else 4, disk_mb=max(2048, args.weights_mb * 3 + 512)) as lab:
         b = Bench(lab, Path(lab.data_dir) / "bench")
@@ -440,6 +650,11 @@ def main() -> int:
             bench_streams(b, args.rounds, out)
             print("3 peers vs 1 ...", flush=True)
             bench_peers(b, args.rounds, out)
+            print("raw docker load, 1 vs 3 engines at once ...", flush=True)
+            bench_loads(b, shaped_rounds(args.rounds), out)
+            if not args.no_shaped:
+                print(f"3 peers vs 1, fabric capped at {args.fabric_mbit} Mbit/s ...", flush=True)
+                bench_shaped(b, shaped_rounds(args.rounds), out, args.fabric_mbit)
         bench_primitives(b, out)
         busy = cpu.busy()
         b.loads["the run"] = loadavg()

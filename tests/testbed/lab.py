@@ -650,12 +650,16 @@ class Lab:
         n.mtu = mtu
         self._save_state()
 
-    def set_egress_rate(self, node: str | LabNode, mbit: int | None) -> None:
+    def set_egress_rate(self, node: str | LabNode, mbit: int | None, fabric_only: bool = False) -> None:
         """Cap (or, with None, uncap) what leaves the node on every link: a slow line, so a test can
-        act in the middle of a transfer whatever the machine's speed."""
+        act in the middle of a transfer whatever the machine's speed. fabric_only: only the fabric
+        netdev (node-to-node traffic), the management link (the controller's SSH) stays free."""
         n = self.node(node)
-        out = _run(["ip", "-n", n.netns, "-o", "link", "show"]).stdout
-        devs = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ": lo:" not in ln]
+        if fabric_only:
+            devs = [n.fabric_netdev]
+        else:
+            out = _run(["ip", "-n", n.netns, "-o", "link", "show"]).stdout
+            devs = [ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines() if ": lo:" not in ln]
         for dev in devs:
             if mbit is None:
                 subprocess.run(["tc", "-n", n.netns, "qdisc", "del", "dev", dev, "root"], capture_output=True)

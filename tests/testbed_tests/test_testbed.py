@@ -19,7 +19,7 @@ import paramiko
 import pytest
 
 from tests.testbed.images import ENGINE_TAG
-from tests.testbed.lab import Lab, LabError, alloc_lock
+from tests.testbed.lab import MGMT_NETDEV, Lab, LabError, alloc_lock
 
 pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[2]
@@ -215,6 +215,29 @@ def test_df_ping_needs_mtu_9000_on_both_ends(lab: Lab) -> None:
     assert lab.exec("spark2", ["cat", "/sys/class/net/enp1s0f1np1/mtu"]).stdout.strip() == "1500"
     assert df_ping(8972) != 0
     assert df_ping(1472) == 0
+
+
+def test_egress_rate_caps_every_link_or_only_the_fabric(lab: Lab) -> None:
+    n = lab.node("spark2")
+
+    def capped() -> set[str]:
+        return {
+            dev
+            for dev in (MGMT_NETDEV, n.fabric_netdev)
+            if " tbf " in lab.exec(n, ["tc", "qdisc", "show", "dev", dev]).stdout
+        }
+
+    try:
+        lab.set_egress_rate(n, 300, fabric_only=True)
+        assert capped() == {n.fabric_netdev}  # the management link (the controller's SSH) stays free
+        assert "rate 300Mbit" in lab.exec(n, ["tc", "qdisc", "show", "dev", n.fabric_netdev]).stdout
+        lab.set_egress_rate(n, None, fabric_only=True)
+        assert capped() == set()
+        lab.set_egress_rate(n, 300)
+        assert capped() == {MGMT_NETDEV, n.fabric_netdev}
+    finally:
+        lab.set_egress_rate(n, None)
+    assert capped() == set()
 
 
 def test_srv_sparknode_is_per_node(lab: Lab, containers: list) -> None:
