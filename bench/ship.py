@@ -31,7 +31,7 @@ work, wall times follow the load, CPU seconds much less.
              max(1, rounds - 2). The default 300 Mbit/s puts one copy of the default image +
              weights (~600 MB) at ~16 s on the link, against ~10 s of CPU per core for 3 peers.
              The caps come off whatever happens.
-With the defaults and --rounds 3 the whole run takes ~9 minutes here (the shaped part ~3.5).
+With the defaults and --rounds 3 the whole run takes ~7 minutes here (the shaped part ~3).
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ PLACEMENTS = ("on-source", "third")
 FABRIC_MBIT = 300  # the shaped measure's cap: see the module docstring
 # CPU categories of Bench.cpu_parts(), with the words the report uses for them.
 CPU_PARTS = {
-    "engines": "engines: dockerd + containerd (docker load/save)",
-    "ssh": "SSH sessions: sshd + node programs + ssh hops",
-    "here": "started here: sparkctl (third) / the recipe's commands",
+    "engines": "engines (dockerd, containerd)",
+    "ssh": "sshd sessions (node programs, hops)",
+    "here": "the sparkctl process",
 }
 
 
@@ -473,9 +473,7 @@ def peers_profile_rows(out: dict) -> list[tuple[str, str, str]]:
     if "cpu_engines_pair" in out:
         for part, words in CPU_PARTS.items():
             one, three = out[f"cpu_{part}_pair"], out[f"cpu_{part}_all4"]
-            rows.append(
-                (f"  CPU s, 1 / 3 peers: {words}", f"{one:.2f} / {three:.2f} = {three / one:.2f}x", "")
-            )
+            rows.append((f"  CPU 1/3 peers: {words}", f"{one:.2f} / {three:.2f} = {three / one:.2f}x", ""))
     if "loads_1" in out:
         w1, w3, c1, c3 = (out[k] for k in ("loads_1", "loads_3", "loads_1_cpu", "loads_3_cpu"))
         rows += [
