@@ -1,7 +1,7 @@
 """Benchmark `sparkctl ship` against the reference recipe's commands, in the same run, on a testbed.
 
     python bench/ship.py [--pad-mb 200] [--weights-mb 200] [--rounds 3] [--no-peers] [--no-shaped]
-                         [--fabric-mbit 300]                                  (root, repo root)
+                         [--fabric-mbit 300] [--big-weights-mb 600]            (root, repo root)
 
 Brings up its own 4-node lab. The data always goes spark1 -> spark2 (-> spark3, spark4) over the
 fabric; sparkctl runs in two placements:
@@ -31,7 +31,7 @@ work, wall times follow the load, CPU seconds much less.
              max(1, rounds - 2). The default 300 Mbit/s puts one copy of the default image +
              weights (~600 MB) at ~16 s on the link, against ~10 s of CPU per core for 3 peers.
              The caps come off whatever happens.
-With the defaults and --rounds 3 the whole run takes ~7 minutes here (the shaped part ~3).
+With the defaults and --rounds 3 the whole run takes ~7-8 minutes here (the shaped part ~3).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from tests.testbed_tests.test_ship import make_fake_snapshot  # noqa: E402
 IMAGE = "bench/engine:1"
 OVERLAY = "bench/engine:overlay"
 MODEL = "bench-org/model"
+BIG = "bench-org/big"
 REPO = "models--" + MODEL.replace("/", "--")
 PLACEMENTS = ("on-source", "third")
 FABRIC_MBIT = 300  # the shaped measure's cap: see the module docstring
@@ -150,9 +151,11 @@ class Bench:
             raise SystemExit(f"{node}: {script!r} failed: {proc.stderr.strip()[-800:]}")
         return time.monotonic() - t0
 
-    def sparkctl(self, placement: str, mode: str, *args: str, overlay: bool = False) -> tuple[float, dict]:
+    def sparkctl(
+        self, placement: str, mode: str, *args: str, overlay: bool = False, profile: str | None = None
+    ) -> tuple[float, dict]:
         """`sparkctl ship MODE --json ARGS`, the whole CLI process timed."""
-        key = placement + ("-overlay" if overlay else "")
+        key = profile or placement + ("-overlay" if overlay else "")
         argv = [
             sys.executable,
             "-m",
@@ -211,10 +214,9 @@ class Bench:
                 shutil.rmtree(Path(self.lab.node(node).node_root) / sub, ignore_errors=True)
             self.forget_hashes(node)
 
-    def forget_hashes(self, node: str) -> None:
+    def forget_hashes(self, node: str, repo: str = f"{NODE_MOUNT}/hf/hub/{REPO}") -> None:
         """Drop the node's hash cache for the model: the next sync is a first sync (reads and hashes all)."""
         code = "import os,sys; from sparkctl.ship._node import cache_file as c; p=c(sys.argv[1]); os.path.exists(p) and os.unlink(p)"
-        repo = f"{NODE_MOUNT}/hf/hub/{REPO}"
         self.lab.exec(node, ["env", f"PYTHONPATH={ROOT / 'src'}", sys.executable, "-c", code, repo])
 
 
@@ -259,14 +261,22 @@ def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
 
     base: list[tuple[float, float]] = []
     ship: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
+    const: list[float] = []  # `ship --dry-run` to the empty peer: CLI start, connect, state
+    hop: list[float] = []  # `ssh spark2 true` from spark1: the node-to-node handshake alone
     for _ in range(rounds):
         for placement in PLACEMENTS:
             empty_peer()
             base.append(b.measured(lambda: b.sh("spark1", baseline))[:2])
             empty_peer()
+            if what == "weights" and placement == "third":  # where first weights' time goes
+                empty_peer()
+                const.append(b.sparkctl(placement, "pair", "--weights", "--dry-run")[0])
+                hop.append(b.sh("spark1", f"ssh {b.fab['spark2']} true"))
             dt, cpu, (_, rep) = b.measured(lambda p=placement: b.sparkctl(p, "pair", f"--{what}"))
             assert rep["results"][0]["action"] == "shipped", rep
             ship[placement].append((dt, cpu))
+    if const:
+        out["weights_const"], out["hop_handshake"] = med(const), med(hop)
     keep(out, f"{what}_{name}", base)
     for p in PLACEMENTS:
         keep(out, f"{what}_{p}", ship[p])
@@ -449,6 +459,34 @@ def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
     b.loads["shaped"] = loadavg()
 
 
+def bench_big_weights(b: Bench, rounds: int, out: dict, mb: int) -> None:
+    """First sync of a model `mb` MB large (third machine vs rsync of that repo): sparkctl's
+    constant is the same at any size, so the ratio shows where it stops mattering."""
+    files = {f"model-{i + 1:05d}-of-00004.safetensors": (mb << 20) // 4 for i in range(4)}
+    make_fake_snapshot(Path(b.lab.node("spark1").node_root) / "hf", BIG, files | {"config.json": 2000})
+    doc = yaml.safe_load(b.profiles["third"].read_text())
+    doc["model"]["target"] = {"id": BIG, "revision": "main"}
+    b.profiles["third-big"] = b.work / "third-big.yaml"
+    b.profiles["third-big"].write_text(yaml.safe_dump(doc, sort_keys=False))
+    big_repo = f"{NODE_MOUNT}/hf/hub/models--{BIG.replace('/', '--')}"
+    baseline = f"mkdir -p {NODE_MOUNT}/hf-rsync && rsync -a -e ssh {big_repo} {b.fab['spark2']}:{NODE_MOUNT}/hf-rsync/"
+    base: list[tuple[float, float]] = []
+    ours: list[tuple[float, float]] = []
+    for _ in range(rounds):
+        b.drop_weights("spark2")
+        b.sh("spark2", f"mkdir -p {NODE_MOUNT}/hf-rsync")
+        base.append(b.measured(lambda: b.sh("spark1", baseline))[:2])
+        b.drop_weights("spark2")
+        b.forget_hashes("spark1", big_repo)
+        dt, cpu, (_, rep) = b.measured(lambda: b.sparkctl("third", "pair", "--weights", profile="third-big"))
+        assert rep["results"][0]["action"] == "shipped", rep
+        ours.append((dt, cpu))
+    keep(out, "big_rsync", base)
+    keep(out, "big_third", ours)
+    out["big_mb"] = mb
+    b.loads["big weights"] = loadavg()
+
+
 def bench_primitives(b: Bench, out: dict) -> None:
     out["prim_save"] = b.sh("spark1", f"docker save {IMAGE} > /dev/null")
     out["prim_ssh"] = b.sh(
@@ -550,6 +588,21 @@ def report(
             ),
             (f"[{p}] overlay ratio", f"{100 * out[f'overlay_{p}'] / out['overlay_full']:.2f} %", "<= 1 %"),
         ]
+    if "weights_const" in out:
+        push = out["weights_third"] - out["weights_const"]
+        rows += [
+            (
+                "[third] first weights = constant + push (s)",
+                f"{out['weights_third']:.2f} = {out['weights_const']:.2f} + {push:.2f}",
+                "constant: `ship --dry-run`",
+            ),
+            ("[third] push alone vs rsync", f"{out['weights_rsync'] / push:.2f}", ""),
+            ("node-to-node SSH handshake (`ssh spark2 true`, s)", f"{out['hop_handshake']:.2f}", ""),
+        ]
+    if "big_third" in out:
+        rows += _pair(
+            out, "big_rsync", "big_third", f"[third] first weights, {out['big_mb']} MB (rsync)", ">= 1.0"
+        )
     if "streams_1" in out:
         for n in (1, 2, 4):
             rows.append(
@@ -619,8 +672,12 @@ def main() -> int:
         default=FABRIC_MBIT,
         help="fabric egress cap per node for the shaped measure",
     )
+    ap.add_argument(
+        "--big-weights-mb", type=int, default=600, help="a first sync of a larger model too (0: skip)"
+    )
     args = ap.parse_args()
-    with Lab(nodes=2 if args.no_peers else 4, disk_mb=max(2048, args.weights_mb * 3 + 512)) as lab:
+    disk = max(2048, (args.weights_mb + args.big_weights_mb) * 3 + 512)
+    with Lab(nodes=2 if args.no_peers else 4, disk_mb=disk) as lab:
         b = Bench(lab, Path(lab.data_dir) / "bench")
         b.work.mkdir()
         write_profiles(b)
@@ -653,6 +710,9 @@ def main() -> int:
             if not args.no_shaped:
                 print(f"3 peers vs 1, fabric capped at {args.fabric_mbit} Mbit/s ...", flush=True)
                 bench_shaped(b, shaped_rounds(args.rounds), out, args.fabric_mbit)
+        if args.big_weights_mb:  # after the shaped measure: the recipe there rsyncs all of hf/
+            print(f"first weights, {args.big_weights_mb} MB ... (load average {loadavg()})", flush=True)
+            bench_big_weights(b, args.rounds, out, args.big_weights_mb)
         bench_primitives(b, out)
         busy = cpu.busy()
         b.loads["the run"] = loadavg()

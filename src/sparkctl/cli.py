@@ -66,4 +66,34 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    """Run the CLI, then leave without the interpreter's teardown.
+
+    Clearing every module and collecting what the run created (paramiko, pydantic, rich) took
+    ~45 ms after the command had finished, a tenth of a re-ship. Exit hooks still run and the
+    standard streams are flushed; a command that needs cleanup does it in its own `finally`/`with`.
+    """
+    try:
+        app()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    _fast_exit(code)
+
+
+def _fast_exit(code: object) -> None:
+    import atexit
+    import os
+    import sys
+
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()  # logging.shutdown and anything else registered
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written
+            code = code or 1
+    os._exit(code)

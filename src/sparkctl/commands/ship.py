@@ -73,9 +73,9 @@ def ship(
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
     both = not image and not weights
-    err = console(stderr=True)
     with NodePool(prof) as pool:
-        display = NullProgress() if json_out or dry_run else make_progress(err)
+        quiet = json_out or dry_run  # no live display: rich is not even imported (a re-ship is ~0.3 s)
+        display = NullProgress() if quiet else make_progress(console(stderr=True))
         try:
             live = contextlib.nullcontext() if isinstance(display, NullProgress) else display
             with live:

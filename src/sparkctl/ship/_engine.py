@@ -68,11 +68,42 @@ def _api(url):
     return int(head.split(b" ", 2)[1]), (json.loads(body) if body.strip() else None)
 
 
+def _api_all(urls, workers=8):
+    """`_api` for every URL, several at a time (the engine answers them in parallel): `/info`
+    alone takes ~5-12 ms, and a node with a hundred images needs an inspect for each."""
+    import threading
+
+    got, todo = [None] * len(urls), list(enumerate(urls))
+
+    def work():
+        while todo:
+            try:
+                i, url = todo.pop()
+            except IndexError:
+                return
+            with contextlib.suppress(Exception):  # left None: the caller falls back to the CLI
+                got[i] = _api(url)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(urls)))]
+    for t in threads:
+        t.start()
+    return threads, got
+
+
+def _joined(threads, got):
+    for t in threads:
+        t.join()
+    if any(g is None for g in got):
+        raise OSError("the engine API did not answer every query")
+    return got
+
+
 def _image_state_api(ref):
-    out, first = {}, _api("/images/%s/json" % ref)  # noqa: UP031
-    if first is None:
+    if engine_socket() is None:
         return None
-    status, doc = first
+    info = _api_all(["/info"])  # meanwhile: the image, its history, every image's layers
+    out = {}
+    status, doc = _api("/images/%s/json" % ref)  # noqa: UP031
     if status == 200:
         out["id"], out["layers"], out["size"] = (
             doc["Id"],
@@ -84,9 +115,9 @@ def _image_state_api(ref):
     elif status != 404:
         out["error"] = "docker engine answered %s: %s" % (status, (doc or {}).get("message"))  # noqa: UP031
     _status, images = _api("/images/json?all=1")
-    docs = [_api("/images/%s/json" % img["Id"])[1] for img in images or []]  # noqa: UP031
-    out["chains"] = [chain_ids(d["RootFS"].get("Layers") or []) for d in docs if d]
-    status, info = _api("/info")
+    docs = _joined(*_api_all(["/images/%s/json" % img["Id"] for img in images or []]))  # noqa: UP031
+    out["chains"] = [chain_ids(d["RootFS"].get("Layers") or []) for _s, d in docs if d]
+    ((status, info),) = _joined(*info)
     if status == 200 and info.get("DockerRootDir"):
         with contextlib.suppress(OSError):
             out["free"] = free_bytes(info["DockerRootDir"])

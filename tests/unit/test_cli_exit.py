@@ -1,0 +1,54 @@
+"""`sparkctl` leaves without the interpreter's teardown: exit codes and output survive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN_PROFILE = ROOT / "profiles" / "quad-spark.yaml"
+
+
+def _sparkctl(*args: str, **kw) -> subprocess.CompletedProcess:  # noqa: ANN003 - subprocess.run options
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args], env=env, timeout=60, **kw)
+
+
+def test_success_prints_and_exits_zero() -> None:
+    res = _sparkctl("--version", capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.startswith("sparkctl ")
+
+
+def test_a_usage_error_keeps_its_exit_code_and_message(tmp_path: Path) -> None:
+    res = _sparkctl("plan", "-p", str(tmp_path / "missing.yaml"), capture_output=True, text=True)
+    assert res.returncode == 2, res
+    assert "missing.yaml" in res.stderr
+
+
+def test_a_bad_option_exits_two() -> None:
+    res = _sparkctl("ship", "--no-such-flag", capture_output=True, text=True)
+    assert res.returncode == 2 and "no-such-flag" in res.stderr
+
+
+def test_output_of_several_buffers_arrives_whole() -> None:
+    """Buffered stdout is flushed before the process leaves (this plan is ~17 KB of JSON)."""
+    res = _sparkctl("plan", "-p", str(PLAN_PROFILE), "--json", capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout) > 8192 and json.loads(res.stdout)["ranks"]  # whole, parseable
+
+
+def test_a_closed_pipe_does_not_hang_or_trace() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", "plan", "-p", str(PLAN_PROFILE), "--json"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.read(10)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert b"Traceback" not in err
+    assert proc.returncode != 0 or not err  # either told (non-zero) or nothing was lost to see
