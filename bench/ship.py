@@ -38,12 +38,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,196 +48,35 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import yaml  # noqa: E402
 from tests.testbed.images import build_engine_image, build_overlay_image  # noqa: E402
-from tests.testbed.lab import NODE_MOUNT, Lab  # noqa: E402
-from tests.testbed.profiles import lab_profile  # noqa: E402
 from tests.testbed_tests.test_ship import make_fake_snapshot  # noqa: E402
 
-IMAGE = "bench/engine:1"
-OVERLAY = "bench/engine:overlay"
-MODEL = "bench-org/model"
-BIG = "bench-org/big"
-REPO = "models--" + MODEL.replace("/", "--")
-PLACEMENTS = ("on-source", "third")
+from _ship_lab import (  # noqa: E402
+    BIG,
+    IMAGE,
+    MODEL,
+    NODE_MOUNT,
+    OVERLAY,
+    PLACEMENTS,
+    REPO,
+    Bench,
+    Cpu,
+    Lab,
+    keep,
+    loadavg,
+    med,
+    write_profiles,
+)
+from _ship_peers import (  # noqa: E402
+    bench_loads,
+    bench_peers,
+    bench_shaped,
+    bench_streams,
+    peers_profile_rows,
+    shaped_rounds,
+    shaped_rows,
+)
+
 FABRIC_MBIT = 300  # the shaped measure's cap: see the module docstring
-# CPU categories of Bench.cpu_parts(), with the words the report uses for them.
-CPU_PARTS = {
-    "engines": "engines (dockerd, containerd)",
-    "ssh": "sshd sessions (node programs, hops)",
-    "here": "the sparkctl process",
-}
-
-
-class Cpu:
-    """Busy share of this machine's CPUs between start() and stop() (from /proc/stat)."""
-
-    @staticmethod
-    def _read() -> tuple[int, int]:
-        vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        return sum(vals), vals[3] + vals[4]
-
-    def __init__(self) -> None:
-        self.t0, self.i0 = self._read()
-
-    def busy(self) -> float:
-        t, i = self._read()
-        return 100.0 * (1 - (i - self.i0) / max(1, t - self.t0))
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-class Bench:
-    def __init__(self, lab: Lab, work: Path) -> None:
-        self.lab, self.work = lab, work
-        self.fab = {n.name: n.fabric_ip for n in lab.nodes}
-        self.profiles: dict[str, Path] = {}
-        self.last_cpu = 0.0  # CPU seconds of the last sparkctl process run here (placement third)
-        self.loads: dict[str, str] = {}  # load average at the end of each measure
-        self.last_parts: dict[str, float] = {}  # CPU by category of the last measured() call
-
-    def cpu_parts(self) -> dict[str, float]:
-        """CPU seconds used so far by everything a measure runs, by category (CPU_PARTS): the lab's
-        engines (each node's dockerd and containerd: the engine side of `docker load`/`save`), the
-        lab's SSH sessions (each node's sshd with its reaped children: every session and what it ran:
-        node programs, their ssh hops, docker CLIs), and this process's children (sparkctl, the
-        recipe's commands: they run under nsenter from here). Other sessions' load on the machine
-        is not in it: the load-independent side of a figure."""
-        import resource
-
-        hz = os.sysconf("SC_CLK_TCK")
-        parts = dict.fromkeys(CPU_PARTS, 0.0)
-        for n in self.lab.nodes:
-            for part, pid in (("engines", n.dockerd_pid), ("ssh", n.sshd_pid)):
-                if not pid:
-                    continue
-                pids = [pid]
-                for kids in Path(f"/proc/{pid}/task").glob("*/children"):
-                    with contextlib.suppress(OSError):
-                        pids += [int(x) for x in kids.read_text().split()]
-                for p in pids:
-                    with contextlib.suppress(OSError):
-                        stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-                        parts[part] += sum(int(x) for x in stat[11:15]) / hz
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        parts["here"] = r.ru_utime + r.ru_stime
-        return parts
-
-    def cpu(self) -> float:
-        return sum(self.cpu_parts().values())
-
-    def measured(self, fn):  # noqa: ANN001, ANN201 - any callable, its result
-        """(wall seconds, CPU seconds, fn's result); see cpu_parts(). The CPU by category is left
-        in self.last_parts."""
-        c0, t0 = self.cpu_parts(), time.monotonic()
-        res = fn()
-        dt = time.monotonic() - t0
-        time.sleep(0.05)  # let the nodes' sshd reap the sessions that just ended (their CPU counts)
-        c1 = self.cpu_parts()
-        self.last_parts = {k: c1[k] - c0[k] for k in CPU_PARTS}
-        return dt, sum(self.last_parts.values()), res
-
-    # -- running things --------------------------------------------------------------------------
-    def sh(self, node: str, script: str) -> float:
-        """A shell script inside the node (its engine as DOCKER_HOST); returns wall seconds."""
-        env = ["env", f"DOCKER_HOST={self.lab.node(node).docker_host}"]
-        t0 = time.monotonic()
-        proc = self.lab.exec(node, [*env, "sh", "-c", script], check=False, timeout=900)
-        if proc.returncode:
-            raise SystemExit(f"{node}: {script!r} failed: {proc.stderr.strip()[-800:]}")
-        return time.monotonic() - t0
-
-    def sparkctl(
-        self, placement: str, mode: str, *args: str, overlay: bool = False, profile: str | None = None
-    ) -> tuple[float, dict]:
-        """`sparkctl ship MODE --json ARGS`, the whole CLI process timed."""
-        key = profile or placement + ("-overlay" if overlay else "")
-        argv = [
-            sys.executable,
-            "-m",
-            "sparkctl",
-            "ship",
-            mode,
-            "-p",
-            str(self.profiles[key]),
-            "--json",
-            *args,
-        ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        t0 = time.monotonic()
-        if placement == "on-source":
-            n1 = self.lab.node("spark1")
-            envl = ["env", f"DOCKER_HOST={n1.docker_host}", f"PYTHONPATH={ROOT / 'src'}"]
-            proc = self.lab.exec("spark1", [*envl, *argv], check=False, timeout=900)
-        else:
-            import resource
-            import subprocess
-
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
-            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            self.last_cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-        dt = time.monotonic() - t0
-        if proc.returncode:
-            raise SystemExit(f"sparkctl ship ({placement}) failed: {proc.stderr.strip()[-1500:]}")
-        return dt, json.loads(proc.stdout)
-
-    def tx(self, node: str) -> int:
-        """Bytes sent by the node on all its links (mgmt + fabric)."""
-        n = self.lab.node(node)
-        out = self.lab.exec(
-            node,
-            [
-                "cat",
-                "/sys/class/net/eth0/statistics/tx_bytes",
-                f"/sys/class/net/{n.fabric_netdev}/statistics/tx_bytes",
-            ],
-        ).stdout
-        return sum(int(x) for x in out.split())
-
-    # -- state of the peers ----------------------------------------------------------------------
-    def drop_image(self, *nodes: str) -> None:
-        for node in nodes:
-            client = self.lab.docker(node)
-            for ref in (IMAGE, OVERLAY):
-                with contextlib.suppress(Exception):  # absent is fine
-                    client.images.remove(ref, force=True)
-            client.images.prune(filters={"dangling": False})
-
-    def drop_weights(self, *nodes: str) -> None:
-        for node in nodes:
-            for sub in ("hf", "hf-rsync"):
-                shutil.rmtree(Path(self.lab.node(node).node_root) / sub, ignore_errors=True)
-            self.forget_hashes(node)
-
-    def forget_hashes(self, node: str, repo: str = f"{NODE_MOUNT}/hf/hub/{REPO}") -> None:
-        """Drop the node's hash cache for the model: the next sync is a first sync (reads and hashes all)."""
-        code = "import os,sys; from sparkctl.ship._node import cache_file as c; p=c(sys.argv[1]); os.path.exists(p) and os.unlink(p)"
-        self.lab.exec(node, ["env", f"PYTHONPATH={ROOT / 'src'}", sys.executable, "-c", code, repo])
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def write_profiles(b: Bench) -> None:
-    for placement in PLACEMENTS:
-        for overlay in (False, True):
-            doc = lab_profile(
-                b.lab,
-                image=OVERLAY if overlay else IMAGE,
-                modes={
-                    "pair": {"nodes": ["spark1", "spark2"], "tp": 2, "default": True},
-                    "all4": {"nodes": [n.name for n in b.lab.nodes], "tp": len(b.lab.nodes)},
-                },
-            )
-            if placement == "on-source":
-                doc["nodes"][0]["address"] = "local"
-            doc["model"]["target"] = {"id": MODEL, "revision": "main"}
-            doc["model"]["draft"] = None
-            key = placement + ("-overlay" if overlay else "")
-            b.profiles[key] = b.work / f"{key}.yaml"
-            b.profiles[key].write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
@@ -283,11 +118,6 @@ def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
     b.loads[what] = loadavg()
 
 
-def keep(out: dict, key: str, runs: list[tuple[float, float]]) -> None:
-    """Median wall seconds as `key`, median CPU seconds as `key`_cpu."""
-    out[key], out[f"{key}_cpu"] = med([w for w, _c in runs]), med([c for _w, c in runs])
-
-
 def bench_reship(b: Bench, rounds: int, out: dict) -> None:
     """Everything already on spark2: the recipe copies it again (save|load; rsync's own quick check)."""
     recipe = (
@@ -327,136 +157,6 @@ def bench_overlay(b: Bench, out: dict) -> None:
         _, rep = b.sparkctl(placement, "pair", "--image", overlay=True)
         out[f"overlay_{placement}"] = b.tx("spark1") - before
         assert rep["results"][0]["layers_skipped"] >= 1, rep
-
-
-def bench_streams(b: Bench, rounds: int, out: dict) -> None:
-    times: dict[int, list[tuple[float, float]]] = {1: [], 2: [], 4: []}
-    for _ in range(rounds):
-        for n in times:
-            b.drop_weights("spark2")
-            b.forget_hashes("spark1")
-            args = ("pair", "--weights", "--streams", str(n))
-            dt, cpu, _ = b.measured(lambda a=args: b.sparkctl("third", *a))
-            times[n].append((dt, cpu))
-    for n, ts in times.items():
-        keep(out, f"streams_{n}", ts)
-    b.loads["streams"] = loadavg()
-
-
-def bench_peers(b: Bench, rounds: int, out: dict) -> None:
-    """Image + weights to 1 peer (mode pair) vs 3 peers (mode all4); bytes leaving spark1 for each,
-    and the CPU of each by category (median per category: `cpu_<part>_<mode>`)."""
-    peers = [n.name for n in b.lab.nodes[1:]]
-    runs: dict[str, list[tuple[float, float]]] = {"pair": [], "all4": []}
-    parts: dict[str, list[dict[str, float]]] = {"pair": [], "all4": []}
-    for _ in range(rounds):
-        for mode in runs:
-            b.drop_image(*peers)
-            b.drop_weights(*peers)
-            before = b.tx("spark1")
-            dt, cpu, (_, rep) = b.measured(lambda m=mode: b.sparkctl("third", m))
-            assert rep["ok"], rep
-            runs[mode].append((dt, cpu))
-            parts[mode].append(b.last_parts)
-            out[f"tx_{mode}"] = b.tx("spark1") - before
-    keep(out, "peers_1", runs["pair"])
-    keep(out, "peers_3", runs["all4"])
-    for mode, ps in parts.items():
-        for part in CPU_PARTS:
-            out[f"cpu_{part}_{mode}"] = med([x[part] for x in ps])
-    b.loads["peers"] = loadavg()
-
-
-def bench_loads(b: Bench, rounds: int, out: dict) -> None:
-    """The raw primitive under the 3-peer figure, with no transfer at all: `docker load -q` of the
-    saved image into spark2's engine alone vs into spark2, spark3 and spark4's at once (the docker
-    CLI run here against each node's engine socket, from one file saved once)."""
-    import subprocess
-    import threading
-
-    peers = [n.name for n in b.lab.nodes[1:]]
-    tar = b.work / "image.tar"
-    subprocess.run(
-        ["docker", "-H", b.lab.node("spark1").docker_host, "save", "-o", str(tar), IMAGE], check=True
-    )
-
-    def load(node: str) -> None:
-        argv = ["docker", "-H", b.lab.node(node).docker_host, "load", "-q", "-i", str(tar)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        if proc.returncode:
-            raise SystemExit(f"{node}: docker load failed: {proc.stderr.strip()[-800:]}")
-
-    def at_once(nodes: list[str]) -> None:
-        threads = [threading.Thread(target=load, args=(n,)) for n in nodes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    runs: dict[int, list[tuple[float, float]]] = {1: [], 3: []}
-    try:
-        for _ in range(rounds):
-            for k in runs:
-                b.drop_image(*peers)
-                runs[k].append(b.measured(lambda k=k: at_once(peers[:k]))[:2])
-    finally:
-        tar.unlink(missing_ok=True)
-    keep(out, "loads_1", runs[1])
-    keep(out, "loads_3", runs[3])
-    b.loads["raw loads"] = loadavg()
-
-
-def naive_script(b: Bench, peers: list[str]) -> str:
-    """The recipe's two commands from spark1 to every peer at once (image and weights at the same
-    time too, as sparkctl does): the source's link carries one copy per peer."""
-    jobs = []
-    for peer in peers:
-        fab = b.fab[peer]
-        jobs += [
-            f"docker save {IMAGE} | ssh {fab} docker load -q > /dev/null",
-            f"rsync -a -e ssh {NODE_MOUNT}/hf/ {fab}:{NODE_MOUNT}/hf-rsync/",
-        ]
-    started = " ".join(f"{job} & p{i}=$!;" for i, job in enumerate(jobs))
-    waited = " ".join(f"wait $p{i} || rc=1;" for i in range(len(jobs)))
-    return f"rc=0; {started} {waited} exit $rc"
-
-
-def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
-    """3 peers vs 1 with every node's fabric egress capped at `mbit` (tc tbf on the fabric netdev
-    only; the controller's management link stays free), from nothing on the peers: sparkctl (mode
-    pair vs all4, third placement; image + weights, and weights alone: no `docker load`) for
-    `rounds` rounds, and the recipe's commands run from spark1 to each peer at once for
-    max(1, rounds - 1) of them (its 3 copies on one link make it the longest case; link-bound, its
-    ratio moves least). The caps are removed whatever happens."""
-    peers = [n.name for n in b.lab.nodes[1:]]
-    cases = {
-        "ship_1": lambda: b.sparkctl("third", "pair"),
-        "ship_3": lambda: b.sparkctl("third", "all4"),
-        "wship_1": lambda: b.sparkctl("third", "pair", "--weights"),
-        "wship_3": lambda: b.sparkctl("third", "all4", "--weights"),
-        "naive_1": lambda: b.sh("spark1", naive_script(b, peers[:1])),
-        "naive_3": lambda: b.sh("spark1", naive_script(b, peers)),
-    }
-    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
-    try:
-        for n in b.lab.nodes:
-            b.lab.set_egress_rate(n, mbit, fabric_only=True)
-        for i in range(rounds):
-            for case, fn in cases.items():
-                if case.startswith("naive") and i >= max(1, rounds - 1):
-                    continue
-                b.drop_image(*peers)
-                b.drop_weights(*peers)
-                before = b.tx("spark1")
-                runs[case].append(b.measured(fn)[:2])
-                out[f"shaped_tx_{case}"] = b.tx("spark1") - before
-    finally:
-        for n in b.lab.nodes:
-            b.lab.set_egress_rate(n, None, fabric_only=True)
-    for case, rs in runs.items():
-        keep(out, f"shaped_{case}", rs)
-    out["shaped_mbit"] = mbit
-    b.loads["shaped"] = loadavg()
 
 
 def bench_big_weights(b: Bench, rounds: int, out: dict, mb: int) -> None:
@@ -502,67 +202,6 @@ def _pair(out: dict, base: str, ours: str, what: str, target: str, speed: bool =
     return [
         (f"{what}, wall s", f"{out[base]:.2f} / {out[ours]:.2f} = {fmt.format(wall)}", target),
         (f"{what}, CPU s", f"{out[base + '_cpu']:.2f} / {out[ours + '_cpu']:.2f} = {fmt.format(cpu)}", ""),
-    ]
-
-
-def peers_profile_rows(out: dict) -> list[tuple[str, str, str]]:
-    """Where the 3-peer CPU goes (1 / 3 peers by category) and the raw primitive: 1 vs 3 loads."""
-    rows: list[tuple[str, str, str]] = []
-    if "cpu_engines_pair" in out:
-        for part, words in CPU_PARTS.items():
-            one, three = out[f"cpu_{part}_pair"], out[f"cpu_{part}_all4"]
-            rows.append((f"  CPU 1/3 peers: {words}", f"{one:.2f} / {three:.2f} = {three / one:.2f}x", ""))
-    if "loads_1" in out:
-        w1, w3, c1, c3 = (out[k] for k in ("loads_1", "loads_3", "loads_1_cpu", "loads_3_cpu"))
-        rows += [
-            (
-                "raw: docker load, 1 / 3 engines at once, wall (s)",
-                f"{w1:.2f} / {w3:.2f} = {w3 / w1:.2f}x",
-                "",
-            ),
-            ("raw: docker load, 1 / 3 engines at once, CPU (s)", f"{c1:.2f} / {c3:.2f} = {c3 / c1:.2f}x", ""),
-        ]
-    return rows
-
-
-def shaped_rows(out: dict) -> list[tuple[str, str, str]]:
-    """3 peers vs 1 with every node's fabric egress capped: sparkctl and the naive fan-out."""
-    if "shaped_mbit" not in out:
-        return []
-    mbit, mb = out["shaped_mbit"], 1e6
-    w = {k: out[f"shaped_{k}"] for k in ("ship_1", "ship_3", "naive_1", "naive_3")}
-    tx = {k: out[f"shaped_tx_{k}"] / mb for k in w}
-    link = out["shaped_tx_ship_1"] * 8 / (mbit * 1e6)
-    cores = os.cpu_count() or 1
-    return [
-        (f"fabric capped at {mbit} Mbit/s: one copy on the link (s)", f"{link:.2f}", ""),
-        (
-            "  sparkctl to 1 / 3 peers, wall (s)",
-            f"{w['ship_1']:.2f} / {w['ship_3']:.2f} = {w['ship_3'] / w['ship_1']:.2f}x",
-            "<= 1.5x",
-        ),
-        (
-            f"  sparkctl to 3 peers: CPU s / {cores} cores vs wall",
-            f"{out['shaped_ship_3_cpu'] / cores:.2f} / {w['ship_3']:.2f}",
-            "link-bound if <",
-        ),
-        (
-            "  sparkctl weights alone (no docker load) 1 / 3 peers",
-            f"{out['shaped_wship_1']:.2f} / {out['shaped_wship_3']:.2f} = "
-            f"{out['shaped_wship_3'] / out['shaped_wship_1']:.2f}x",
-            "",
-        ),
-        (
-            "  naive (recipe to each peer at once) 1 / 3 peers, wall",
-            f"{w['naive_1']:.2f} / {w['naive_3']:.2f} = {w['naive_3'] / w['naive_1']:.2f}x",
-            "",
-        ),
-        (
-            "  MB leaving spark1: sparkctl 1 / 3, naive 1 / 3",
-            f"{tx['ship_1']:.0f} / {tx['ship_3']:.0f}, {tx['naive_1']:.0f} / {tx['naive_3']:.0f}",
-            "",
-        ),
-        ("  3 peers: naive / sparkctl, wall", f"{w['naive_3'] / w['ship_3']:.2f}x", ""),
     ]
 
 
@@ -651,12 +290,6 @@ def report(
     )
     for name, value, target in rows:
         print(f"  {name:<52} {value:>28}  {target}")
-
-
-def shaped_rounds(rounds: int) -> int:
-    """Rounds of the shaped and raw-load measures: one fewer than the others (each shaped round
-    moves image+weights four times over a slow link), at least one."""
-    return max(1, rounds - 1)
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ inside the command body so `sparkctl --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -77,13 +78,14 @@ def main() -> None:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
+    if sys.gettrace() or sys.getprofile() or "coverage" in sys.modules:
+        raise SystemExit(code)  # a profiler, debugger or coverage writes its results at exit
     _fast_exit(code)
 
 
 def _fast_exit(code: object) -> None:
     import atexit
     import os
-    import sys
 
     if code is None:
         code = 0
