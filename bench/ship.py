@@ -1,7 +1,7 @@
 """Benchmark `sparkctl ship` against the reference recipe's commands, in the same run, on a testbed.
 
     python bench/ship.py [--pad-mb 200] [--weights-mb 200] [--rounds 3] [--no-peers] [--no-shaped]
-                         [--fabric-mbit 300] [--big-weights-mb 600]            (root, repo root)
+                         [--fabric-mbit 300] [--big-weights-mb 300,600]            (root, repo root)
 
 Brings up its own 4-node lab. The data always goes spark1 -> spark2 (-> spark3, spark4) over the
 fabric; sparkctl runs in two placements:
@@ -11,8 +11,10 @@ Baselines run on spark1, between the same nodes, with spark1's own SSH keys:
   image:   docker save IMG | ssh spark2 docker load -q           (the recipe)
   weights: rsync -a -e ssh <hf>/ spark2:<dir>/
 Every measure alternates sparkctl and its baseline for --rounds rounds and prints medians and
-ratios: full image, first weights sync, re-ship of unchanged image + weights, overlay bytes that
-leave the source (spark1's netdev counters) vs a full save, 1/2/4 streams, 3 peers vs 1; then the
+ratios: full image, first weights sync (also split into sparkctl's constant, `ship --dry-run`, and
+the push, next to `ssh spark2 true` alone), re-ship of unchanged image + weights, overlay bytes that
+leave the source (spark1's netdev counters) vs a full save, 1/2/4 streams, 3 peers vs 1, first
+syncs of larger models (--big-weights-mb: 300 MB, the size issue #14's lab had, and 600); then the
 raw primitives (`docker save > /dev/null`, `cat files | ssh spark2 cat > /dev/null`) and the CPU
 load of this machine during the run. Each measure is also given in CPU seconds (this process's
 children plus the lab's sshd and dockerd with everything they ran): on a machine shared with other
@@ -162,14 +164,16 @@ def bench_overlay(b: Bench, out: dict) -> None:
 def bench_big_weights(b: Bench, rounds: int, out: dict, mb: int) -> None:
     """First sync of a model `mb` MB large (third machine vs rsync of that repo): sparkctl's
     constant is the same at any size, so the ratio shows where it stops mattering."""
+    model = f"{BIG}{mb}"
     files = {f"model-{i + 1:05d}-of-00004.safetensors": (mb << 20) // 4 for i in range(4)}
-    make_fake_snapshot(Path(b.lab.node("spark1").node_root) / "hf", BIG, files | {"config.json": 2000})
+    make_fake_snapshot(Path(b.lab.node("spark1").node_root) / "hf", model, files | {"config.json": 2000})
     doc = yaml.safe_load(b.profiles["third"].read_text())
-    doc["model"]["target"] = {"id": BIG, "revision": "main"}
-    b.profiles["third-big"] = b.work / "third-big.yaml"
-    b.profiles["third-big"].write_text(yaml.safe_dump(doc, sort_keys=False))
-    big_repo = f"{NODE_MOUNT}/hf/hub/models--{BIG.replace('/', '--')}"
-    baseline = f"mkdir -p {NODE_MOUNT}/hf-rsync && rsync -a -e ssh {big_repo} {b.fab['spark2']}:{NODE_MOUNT}/hf-rsync/"
+    doc["model"]["target"] = {"id": model, "revision": "main"}
+    key = f"third-big{mb}"
+    b.profiles[key] = b.work / f"{key}.yaml"
+    b.profiles[key].write_text(yaml.safe_dump(doc, sort_keys=False))
+    big_repo = f"{NODE_MOUNT}/hf/hub/models--{model.replace('/', '--')}"
+    baseline = f"rsync -a -e ssh {big_repo} {b.fab['spark2']}:{NODE_MOUNT}/hf-rsync/"
     base: list[tuple[float, float]] = []
     ours: list[tuple[float, float]] = []
     for _ in range(rounds):
@@ -178,13 +182,13 @@ def bench_big_weights(b: Bench, rounds: int, out: dict, mb: int) -> None:
         base.append(b.measured(lambda: b.sh("spark1", baseline))[:2])
         b.drop_weights("spark2")
         b.forget_hashes("spark1", big_repo)
-        dt, cpu, (_, rep) = b.measured(lambda: b.sparkctl("third", "pair", "--weights", profile="third-big"))
+        dt, cpu, (_, rep) = b.measured(lambda: b.sparkctl("third", "pair", "--weights", profile=key))
         assert rep["results"][0]["action"] == "shipped", rep
         ours.append((dt, cpu))
-    keep(out, "big_rsync", base)
-    keep(out, "big_third", ours)
-    out["big_mb"] = mb
-    b.loads["big weights"] = loadavg()
+    keep(out, f"big{mb}_rsync", base)
+    keep(out, f"big{mb}_third", ours)
+    out.setdefault("big_sizes", []).append(mb)
+    b.loads[f"weights {mb} MB"] = loadavg()
 
 
 def bench_primitives(b: Bench, out: dict) -> None:
@@ -238,9 +242,9 @@ def report(
             ("[third] push alone vs rsync", f"{out['weights_rsync'] / push:.2f}", ""),
             ("node-to-node SSH handshake (`ssh spark2 true`, s)", f"{out['hop_handshake']:.2f}", ""),
         ]
-    if "big_third" in out:
+    for mb in out.get("big_sizes", []):
         rows += _pair(
-            out, "big_rsync", "big_third", f"[third] first weights, {out['big_mb']} MB (rsync)", ">= 1.0"
+            out, f"big{mb}_rsync", f"big{mb}_third", f"[third] first weights, {mb} MB (rsync)", ">= 1.0"
         )
     if "streams_1" in out:
         for n in (1, 2, 4):
@@ -306,10 +310,13 @@ def main() -> int:
         help="fabric egress cap per node for the shaped measure",
     )
     ap.add_argument(
-        "--big-weights-mb", type=int, default=600, help="a first sync of a larger model too (0: skip)"
+        "--big-weights-mb",
+        default="300,600",
+        help="first syncs of larger models too, MB, comma-separated (300: the size issue #14's lab had; '': skip)",
     )
     args = ap.parse_args()
-    disk = max(2048, (args.weights_mb + args.big_weights_mb) * 3 + 512)
+    big = [int(x) for x in args.big_weights_mb.split(",") if x.strip()]
+    disk = max(2048, (args.weights_mb + sum(big)) * 3 + 512)
     with Lab(nodes=2 if args.no_peers else 4, disk_mb=disk) as lab:
         b = Bench(lab, Path(lab.data_dir) / "bench")
         b.work.mkdir()
@@ -343,9 +350,9 @@ def main() -> int:
             if not args.no_shaped:
                 print(f"3 peers vs 1, fabric capped at {args.fabric_mbit} Mbit/s ...", flush=True)
                 bench_shaped(b, shaped_rounds(args.rounds), out, args.fabric_mbit)
-        if args.big_weights_mb:  # after the shaped measure: the recipe there rsyncs all of hf/
-            print(f"first weights, {args.big_weights_mb} MB ... (load average {loadavg()})", flush=True)
-            bench_big_weights(b, args.rounds, out, args.big_weights_mb)
+        for mb in big:  # after the shaped measure: the recipe there rsyncs all of hf/
+            print(f"first weights, {mb} MB ... (load average {loadavg()})", flush=True)
+            bench_big_weights(b, args.rounds, out, mb)
         bench_primitives(b, out)
         busy = cpu.busy()
         b.loads["the run"] = loadavg()
