@@ -8,6 +8,7 @@ its traffic to one peer. The lab is built once for the module (no engine image: 
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -196,6 +197,30 @@ def test_router_on_a_node_without_ranks_is_checked_for_its_paths_only(quad: Lab,
     assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree"}  # no engine checks
     (port,) = [f for f in report["findings"] if f["check"] == "PortFree" and f["node"] == "spark1"]
     assert port["message"] == "router HTTP port 30000 free"
+
+
+def test_router_image_missing_on_its_node_is_an_error_until_it_is_there(quad: Lab, tmp_path: Path) -> None:
+    modes = {"dp2": {"nodes": ["spark3", "spark4"], "tp": 1, "replicas": 2, "default": True}}
+    router = {"node": "spark1", "image": "router/test:1"}
+    prof = write_lab_profile(quad, tmp_path / "p.yaml", modes=modes, router=router)
+    rc, report = preflight(prof, "dp2", only="RouterImage")
+    assert rc == 1
+    (err,) = errors(report)
+    assert err["check"] == "RouterImage" and err["node"] == "spark1"
+    assert err["message"] == "router image router/test:1 not on spark1"
+    assert "`docker pull router/test:1` on spark1" in err["fix"]
+    client = quad.docker("spark1")
+    client.images.build(
+        fileobj=io.BytesIO(b"FROM scratch\nLABEL role=router\n"), tag="router/test:1", rm=True
+    )
+    try:
+        rc, report = preflight(prof, "dp2", only="RouterImage")
+    finally:
+        client.images.remove("router/test:1", force=True)
+    assert rc == 0, errors(report)
+    assert [(f["node"], f["severity"]) for f in report["findings"] if f["check"] == "RouterImage"] == [
+        ("spark1", "ok")
+    ]
 
 
 def test_a_busy_port_on_the_second_replicas_head_is_found(quad: Lab, profile: Path) -> None:

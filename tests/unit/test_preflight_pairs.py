@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from sparkctl.connectors.local import LocalConnector
-from sparkctl.facts.docker import ContainerFacts, DockerFacts
+from sparkctl.facts.docker import ContainerFacts, DockerFacts, ImageFacts
 from sparkctl.facts.net import PingResult, TcpReach, parse_tcp_reach, path_mtu_hint, tcp_probe
 from sparkctl.facts.probe import ProbeError, run_batch
 from sparkctl.findings import Severity
 from sparkctl.plan import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.docker import DockerEngine
+from sparkctl.preflight.checks.image import check_router_image
 from sparkctl.preflight.checks.pingdf import PairPing, PingDf, check_pair
 from sparkctl.preflight.checks.ports import PortFree, check_stray, planned_ports
 from sparkctl.preflight.checks.router import RouterReach, check_router_reach
@@ -102,11 +103,42 @@ def test_router_on_a_node_without_ranks_runs_only_router_checks_there() -> None:
     assert c.nodes == ["spark3", "spark4"] and c.router_only == "spark1"
     assert [h.node for h in router_targets(c.plan)] == ["spark3", "spark4"]
     on_router = {REGISTRY[k.name].name for k in _active(c) if c.covers(k, "spark1")}
-    # The router's paths, its port and container, the Docker engine it runs on; no GPU/image/weights.
-    assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree", "StrayContainers"}
+    # The router's paths, its port, container and image, the Docker engine it runs on; no GPU,
+    # serving-image or weights checks where no engine runs.
+    assert on_router == {
+        "SshReachable",
+        "RouterReach",
+        "DockerEngine",
+        "PortFree",
+        "StrayContainers",
+        "RouterImage",
+    }
     probes, tasks = _wanted(_active(c), c, "spark1")
-    assert set(probes) == {"router:0", "router:1", "ports"} and set(tasks) == {"docker", "containers"}
+    assert set(probes) == {"router:0", "router:1", "ports"}
+    assert set(tasks) == {"docker", "containers", f"image:{c.plan.ranks[0].image}"}
     assert planned_ports(c.plan)["spark1"] == {8888: "router HTTP"}
+
+
+def test_router_image_is_checked_where_image_present_does_not_cover_it() -> None:
+    # The router on replica 0's head, from the serving image: ImagePresent covers that node.
+    assert "RouterImage" not in {k.name for k in _active(ctx(quad(), "dp4"))}
+    # Its own image: checked on its node only.
+    c = ctx(quad(router={"image": "lmsys/sglang-router:0.3.2"}), "dp4")
+    assert "RouterImage" in {k.name for k in _active(c)}
+    assert "image:lmsys/sglang-router:0.3.2" in _wanted(_active(c), c, "spark1")[1]
+    assert not any(t.startswith("image:lmsys") for t in _wanted(_active(c), c, "spark2")[1])
+
+
+def test_router_image_finding_names_the_node_and_the_way_to_get_it() -> None:
+    img = ImageFacts(ref="r:1", id="sha256:" + "a" * 64, size=1)
+    ok = check_router_image("spark1", "r:1", img, serving=False)
+    assert ok.severity == OK and ok.message == f"router image r:1 {img.id[:19]}"
+    serving = check_router_image("spark5", "sparkctl/engine:1", None, serving=True)
+    assert serving.severity == E and serving.node == "spark5"
+    assert serving.message == "router image sparkctl/engine:1 not on spark5"
+    assert "sparkctl ship --image --to spark5" in serving.fix
+    own = check_router_image("spark1", "lmsys/sglang-router:0.3.2", None, serving=False)
+    assert "docker pull lmsys/sglang-router:0.3.2` on spark1" in own.fix
 
 
 def test_replicas_sharing_a_box_are_one_node_with_no_pair() -> None:

@@ -1,10 +1,11 @@
-"""ImagePresent and ImageSame: the serving image is on every node, with one ID (and the pinned one)."""
+"""ImagePresent and ImageSame: the serving image is on every node, with one ID (and the pinned one);
+RouterImage: the router's image on the router's node."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkctl.facts.docker import ImageFacts
+from sparkctl.facts.docker import ImageFacts, probe_image
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task, probe_failure
 from sparkctl.preflight.checks.docker import docker_tasks
@@ -128,3 +129,58 @@ def check_images(
             )
         )
     return out
+
+
+class RouterImage(Check):
+    """The image the router runs from, on the router's node. ImagePresent covers it when it is the
+    serving image on a node that holds a rank; not a separate `router.image`, nor a router node
+    that holds no rank."""
+
+    name = "RouterImage"
+    summary = "the router's image is on the router's node (modes with replicas)"
+    order = 95
+    fast = True
+    router_node = True
+
+    def applies(self, ctx: Ctx) -> bool:
+        router = ctx.plan.router
+        return router is not None and (
+            router.image != ctx.plan.ranks[0].image or router.node not in ctx.nodes
+        )
+
+    def skips_node(self, ctx: Ctx, node: str) -> bool:
+        return ctx.plan.router is not None and node == ctx.plan.router.node
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
+        router = ctx.plan.router
+        if router is None or node != router.node:
+            return {}
+        ref = router.image
+        return {
+            **docker_tasks(ctx),
+            f"image:{ref}": Task(lambda conn, _: probe_image(conn, ref), after="docker"),
+        }
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        router = ctx.plan.router
+        f = facts.get(router.node) if router is not None else None
+        if router is None or f is None:
+            return []
+        out: list[Finding] = []
+        key = f"image:{router.image}"
+        if ctx.failed(out, "docker", self.name, f) or ctx.failed(out, key, self.name, f):
+            return out
+        serving = router.image == ctx.plan.ranks[0].image
+        return [check_router_image(router.node, router.image, f.get(key), serving)]
+
+
+def check_router_image(node: str, ref: str, img: ImageFacts | None, serving: bool) -> Finding:
+    """Present: OK with its ID. Absent: an error naming the node, with the way to get it there."""
+    if img is not None:
+        return Finding("RouterImage", OK, f"router image {ref} {img.id[:19]}", node=node, data={"id": img.id})
+    fix = (
+        f"`sparkctl ship --image --to {node}` (the router runs from the serving image)"
+        if serving
+        else f"`docker pull {ref}` on {node}, or set router.image to an image {node} has"
+    )
+    return Finding("RouterImage", ERROR, f"router image {ref} not on {node}", fix, node=node)
