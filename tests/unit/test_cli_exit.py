@@ -52,3 +52,21 @@ def test_a_closed_pipe_does_not_hang_or_trace() -> None:
     _, err = proc.communicate(timeout=60)
     assert b"Traceback" not in err
     assert proc.returncode != 0 or not err  # either told (non-zero) or nothing was lost to see
+
+
+def test_a_non_daemon_thread_finishes_before_the_process_leaves(tmp_path: Path) -> None:
+    """What Python's own exit guarantees: a worker a command left running completes its write."""
+    out = tmp_path / "written"
+    code = (
+        "import sys, threading, time\n"
+        "from sparkctl import cli\n"
+        "def work():\n"
+        "    time.sleep(0.2)\n"
+        f"    open({str(out)!r}, 'w').write('done')\n"
+        "threading.Thread(target=work).start()\n"
+        "cli._fast_exit(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == "done"
