@@ -326,3 +326,47 @@ def test_rolling_switch_of_tp_groups_moves_each_group_as_one_replica(cluster, qu
         if c.labels.get("sparkctl.role", "engine") == "engine" and c.status == "running"
     }
     assert running == {r.container_name: new.config_hash for r in new.ranks}  # all 4 ranks, new config
+
+
+def test_the_supervisor_restarts_only_the_replica_that_died(quad: Lab, cluster) -> None:
+    """`up --supervise` on a mode with replicas: a replica whose rank dies is restarted alone and
+    put back in the router; the other replica and the router are not touched, no request fails."""
+    prof = load_profile_file(cluster[1])
+    plan = build_plan(prof, "dp2")
+    res = cli(*cluster, "up", "dp2", "--supervise", "--json")
+    assert res.returncode == 0, res.stderr
+    keep, dead = plan.rank(plan.groups[0].ranks[0]), plan.rank(plan.groups[1].ranks[0])
+    assert plan.router is not None and dead.node == "spark2"
+
+    def ids() -> dict[str, str]:
+        return {
+            s.container_name: quad.docker(s.node).containers.get(s.container_name).id
+            for s in (keep, dead, plan.router)
+        }
+
+    before = ids()
+    try:
+        with steady_load(lambda: chat(plan.endpoint.url)) as results:
+            wait_for("requests flowing", lambda: len(results) >= 4)
+            quad.kill_container(dead.node, dead.container_name)
+
+            def restarted() -> list[dict]:
+                return [e for e in status(cluster)["restarts"] if e["event"] == "restarted"]
+
+            (event,) = wait_for("the supervisor to restart replica 1", restarted, timeout=120)
+            after = len(results)
+            wait_for("requests after the restart", lambda: len(results) >= after + 6)
+        failed = [r for r in results if r[0] != 200]
+        print(f"{len(results)} requests while replica 1 died and came back, {len(failed)} failed")
+        assert not failed, failed[:3]
+        assert event["replica"] == 1 and event["rank"] == dead.rank
+        now = ids()
+        assert now[dead.container_name] != before[dead.container_name]  # replica 1: a new container
+        assert {k: now[k] for k in (keep.container_name, plan.router.container_name)} == {
+            k: before[k] for k in (keep.container_name, plan.router.container_name)
+        }  # replica 0 and the router: never restarted
+        assert set(spread(plan.endpoint.url)) == {"spark1", "spark2"}  # both serve again
+        text = " ".join(cli(*cluster, "status").stdout.split())
+        assert f"replica 1 restarted because rank {dead.rank} on spark2 exited" in text
+    finally:
+        assert cli(*cluster, "down").returncode == 0  # stops the supervisor too

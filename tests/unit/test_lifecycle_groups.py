@@ -201,3 +201,27 @@ def test_status_says_what_is_wrong_with_a_replica_and_the_fix() -> None:
     assert gone.problem()[0] == "rank 3 on spark4 is missing"
     js = down.to_json()
     assert (js["state"], js["router"], js["ranks"]) == ("down", "unhealthy", {"2": "running", "3": "exited"})
+
+
+def test_the_supervisor_restarts_only_the_replica_whose_rank_died() -> None:
+    from sparkctl.lifecycle.supervise import failed_replica
+
+    tp2x2 = build_plan(quad(), "tp2x2")
+    assert failed_replica(tp2x2, {"cause": "x", "rank": tp2x2.groups[1].ranks[1]}) == 1
+    assert failed_replica(tp2x2, {"cause": "x", "rank": tp2x2.groups[0].ranks[0]}) == 0
+    # a failed canary speaks for every replica (it goes through the router): the whole plan
+    assert failed_replica(tp2x2, {"cause": "generation canary failed 3 times"}) is None
+    tp4 = build_plan(quad(), "tp4")  # one group: it restarts together, as before
+    assert failed_replica(tp4, {"cause": "x", "rank": 3}) is None
+
+
+def test_restart_events_name_the_replica() -> None:
+    from sparkctl.lifecycle.state import describe_event
+
+    cause = "rank 1 on spark2 exited (exit code 137)"
+    one = describe_event({"event": "restarted", "cause": cause, "replica": 1, "ready_s": 2.5})
+    assert one.endswith(f"replica 1 restarted because {cause}; serving again 2.5s later")
+    going = describe_event({"event": "restarting", "cause": cause, "replica": 1, "attempt": 1, "delay_s": 0})
+    assert "restarting replica 1 (the others serve meanwhile)" in going
+    whole = describe_event({"event": "restarting", "cause": cause, "attempt": 1, "delay_s": 0})
+    assert "restarting the whole group" in whole

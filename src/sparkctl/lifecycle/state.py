@@ -125,15 +125,17 @@ def describe_event(e: dict) -> str:
     """One line for `status` and `logs`: when, what happened, why."""
     when = time.strftime("%H:%M:%S", time.localtime(e.get("at", 0)))
     kind, cause, detail = e.get("event"), e.get("cause", "?"), e.get("detail", "")
+    who = f"replica {e['replica']}" if e.get("replica") is not None else "group"
     text = {
         "supervising": f"supervising mode {e.get('mode')}",
         "supervisor_stopped": "supervisor stopped",
-        "restarting": f"{cause}: restarting the whole group (attempt {e.get('attempt')}, "
-        f"after {e.get('delay_s', 0):g}s backoff)",
-        "restarted": f"group restarted because {cause}; serving again {e.get('ready_s')}s later",
-        "restart_failed": f"group restart after '{cause}' failed: {detail}",
-        "restart_deferred": f"group restart after '{cause}' deferred: {detail}",
-        "restart_interrupted": f"group restart after '{cause}' interrupted (supervisor stopped)",
+        "restarting": f"{cause}: restarting "
+        + (f"{who} (the others serve meanwhile)" if who != "group" else "the whole group")
+        + f" (attempt {e.get('attempt')}, after {e.get('delay_s', 0):g}s backoff)",
+        "restarted": f"{who} restarted because {cause}; serving again {e.get('ready_s')}s later",
+        "restart_failed": f"{who} restart after '{cause}' failed: {detail}",
+        "restart_deferred": f"{who} restart after '{cause}' deferred: {detail}",
+        "restart_interrupted": f"{who} restart after '{cause}' interrupted (supervisor stopped)",
         "gave_up": f"gave up restarting after '{cause}': {detail}",
         "canary_failed": f"generation canary failed ({e.get('count')} in a row): {detail}",
         "node_unreachable": f"node {e.get('node')} unreachable: {detail}",

@@ -1,5 +1,6 @@
 """The supervisor's loop (see supervisor.py): watch every rank and a generation canary; on a
-failure, restart the whole group under the cluster lock, with backoff and a restart limit."""
+failure, restart the failed group under the cluster lock, with backoff and a restart limit: with
+replicas, only the replica whose rank died (the router serves from the others meanwhile)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, orphans, state
+from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
+from sparkctl.lifecycle.rolling_rules import replica_containers
 from sparkctl.lifecycle.supervisor import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.up import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.plan import Plan, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.router.client import RouterError
 
 CANARY_TIMEOUT = 20.0
 
@@ -118,7 +122,15 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
             )
             return 1
         delay = policy.delay(len(restarts))
-        state.record_event(cluster, "restarting", **cause, attempt=len(restarts) + 1, delay_s=delay)
+        replica = failed_replica(plan, cause)
+        state.record_event(
+            cluster,
+            "restarting",
+            **cause,
+            **({"replica": replica} if replica is not None else {}),
+            attempt=len(restarts) + 1,
+            delay_s=delay,
+        )
         if flag.wait(delay):
             break
         restarts.append(time.time())
@@ -130,36 +142,75 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     return 0
 
 
+def failed_replica(plan: Plan, cause: dict) -> int | None:
+    """The replica to restart alone: the group of the rank that died, when the mode has several
+    (the router keeps serving from the others). None: the whole plan restarts (one group, or a
+    failed canary, which goes through the router and so speaks for every replica)."""
+    rank = cause.get("rank")
+    return plan.rank(rank).group if plan.replicas > 1 and rank is not None else None
+
+
 def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: StopFlag) -> bool:
-    """Kill every rank (the group restarts together) and start the plan again, under the lock.
-    False when it could not even try (the lock is held by another sparkctl)."""
-    t0 = time.monotonic()
+    """Kill the failed group's ranks (a group restarts together) and start it again from the plan,
+    under the lock: one replica of several, or the whole plan. False when it could not even try
+    (the lock is held by another sparkctl)."""
+    t0, replica = time.monotonic(), failed_replica(plan, cause)
+    where = {"replica": replica} if replica is not None else {}
+    what = f"replica {replica}" if replica is not None else "group"
     try:
-        with ClusterLock(plan.cluster, f"sparkctl supervise {plan.mode} (group restart)"):
+        with ClusterLock(plan.cluster, f"sparkctl supervise {plan.mode} ({what} restart)"):
             flag.interrupt = True
             try:
-                observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
-                remove_all(pool, observed, grace=None)  # nothing to save in a broken group
-                budget = profile.engine.ready_timeout
-                start_group(profile, pool, plan, time.monotonic() + budget, budget, QuietReporter())
+                if replica is None:
+                    _restart_all(profile, pool, plan)
+                else:
+                    restart_replica(profile, pool, plan, replica)
             finally:
                 flag.interrupt = False
     except LockHeldError as exc:
-        state.record_event(plan.cluster, "restart_deferred", **cause, detail=exc.message)
+        state.record_event(plan.cluster, "restart_deferred", **cause, **where, detail=exc.message)
         flag.wait(POLL_S * 4)
         return False
     except KeyboardInterrupt:
-        state.record_event(plan.cluster, "restart_interrupted", **cause)
+        state.record_event(plan.cluster, "restart_interrupted", **cause, **where)
         return True
     except SparkctlError as exc:
         state.record_event(
             plan.cluster,
             "restart_failed",
             **cause,
+            **where,
             detail=str(exc.message),
             failed_rank=exc.rank,
             failed_node=exc.node,
         )
         return True
-    state.record_event(plan.cluster, "restarted", **cause, ready_s=round(time.monotonic() - t0, 2))
+    state.record_event(plan.cluster, "restarted", **cause, **where, ready_s=round(time.monotonic() - t0, 2))
     return True
+
+
+def _restart_all(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+    remove_all(pool, observed, grace=None)  # nothing to save in a broken group
+    budget = profile.engine.ready_timeout
+    start_group(profile, pool, plan, time.monotonic() + budget, budget, QuietReporter())
+
+
+def restart_replica(profile: Profile, pool: NodePool, plan: Plan, index: int) -> None:
+    """Replica `index` alone: out of the router, its containers removed, started again, back in
+    and healthy. The other replicas and the router are not touched and serve meanwhile."""
+    url, sub = plan.groups[index].worker_url, plan.replica(index)
+    rc = routers.client(pool, plan)
+    with contextlib.suppress(RouterError):
+        rc.remove(url)  # re-added once it serves: the router's circuit breaker starts afresh
+    observed, _ = containers.list_nodes(pool, plan.cluster, sub.nodes)
+    remove_all(pool, replica_containers(observed, plan, index, {plan.mode}), grace=None)
+    budget = profile.engine.ready_timeout
+    deadline = time.monotonic() + budget
+    start_group(profile, pool, sub, deadline, budget, QuietReporter())
+    rc.add(url)
+    rc.wait_for(
+        f"replica {index} healthy in the router",
+        lambda ws: any(w.url == url and w.healthy for w in ws),
+        timeout=max(1.0, deadline - time.monotonic()),
+    )
