@@ -2,7 +2,8 @@
 plain stop-all/start-all switch (`--no-rolling`, the baseline) vs the rolling switch, on a real
 2-node lab (stand-in replicas, the real sglang-router, the real CLI).
 
-    python bench/rolling.py [--rounds 3] [--threads 8] [--gen-delay 2] [--delay-load 2]   (root, repo root)
+    python bench/rolling.py [--rounds 3] [--threads 8] [--gen-delay 2] [--delay-load 2] [--sigterm exit|ignore]
+                                                                              (root, repo root)
 
 Each round switches dp2 -> dp2b with --no-rolling, then dp2b -> dp2 rolling: both replace the
 same two replicas between the same two configs. A LoadGen (N client threads streaming chat requests
@@ -11,6 +12,9 @@ error, connection error, timeout) and the window from the first to the last fail
 clients retry at once, so the baseline's failed count grows with how fast the router answers
 503 while it has no replica; the window is the outage.
 STANDIN_DELAY_LOAD makes a replica take --delay-load s to come up, as a model load does.
+--sigterm ignore: replicas that ignore SIGTERM (an engine stuck in a CUDA call), so every stop
+waits the profile's engine.stop_grace (5 s) before SIGKILL; the rolling switch drains each replica
+out of the router first, so it should still fail nothing, only take longer.
 """
 
 from __future__ import annotations
@@ -75,6 +79,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8, help="client threads of the load (streaming)")
     ap.add_argument("--gen-delay", type=float, default=2.0, help="seconds per request (stand-in)")
     ap.add_argument("--delay-load", type=float, default=2.0, help="seconds a replica takes to load")
+    ap.add_argument(
+        "--sigterm",
+        choices=("exit", "ignore"),
+        default="exit",
+        help="ignore: replicas that never stop on SIGTERM (each stop waits engine.stop_grace, 5 s here)",
+    )
     args = ap.parse_args()
 
     state = tempfile.mkdtemp(prefix="sparkctl-bench-")
@@ -88,6 +98,7 @@ def main() -> int:
             args.gen_delay,
             policy="cache_aware",  # the profile default
             STANDIN_DELAY_LOAD=str(args.delay_load),
+            STANDIN_SIGTERM=args.sigterm,
         )
         url = build_plan(load_profile_file(profile), "dp2").endpoint.url
         must(cli(state, profile, "up", "dp2", "--skip-preflight")[1], "up dp2")
@@ -111,7 +122,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> None:
 
     print(
         f"\nswitch between two dp2 configs under load ({args.threads} clients, {args.gen_delay}s per request, "
-        f"replica load {args.delay_load}s), {args.rounds} round(s); medians, failed = sum over rounds:"
+        f"replica load {args.delay_load}s, SIGTERM: {args.sigterm}), {args.rounds} round(s); medians, failed = sum over rounds:"
     )
     print(f"{'':<22}{'failed':>8}{'answered':>10}{'fail window s':>15}{'slowest fail s':>16}{'switch s':>10}")
     for kind, name in (("baseline", "stop-all/start-all"), ("rolling", "rolling")):
