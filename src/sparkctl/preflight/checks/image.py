@@ -4,12 +4,17 @@ RouterImage: the router's image on the router's node."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sparkctl.facts.docker import ImageFacts, probe_image
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task, probe_failure
 from sparkctl.preflight.checks.docker import docker_tasks
+from sparkctl.preflight.checks.router import OnRouterNode
 from sparkctl.units import human_bytes
+
+if TYPE_CHECKING:
+    from sparkctl.plan_model import RankSpec
 
 
 class _Images(Check):
@@ -131,7 +136,7 @@ def check_images(
     return out
 
 
-class RouterImage(Check):
+class RouterImage(OnRouterNode):
     """The image the router runs from, on the router's node. ImagePresent covers it when it is the
     serving image on a node that holds a rank; not a separate `router.image`, nor a router node
     that holds no rank."""
@@ -140,7 +145,6 @@ class RouterImage(Check):
     summary = "the router's image is on the router's node (modes with replicas)"
     order = 95
     fast = True
-    router_node = True
 
     def applies(self, ctx: Ctx) -> bool:
         router = ctx.plan.router
@@ -148,13 +152,7 @@ class RouterImage(Check):
             router.image != ctx.plan.ranks[0].image or router.node not in ctx.nodes
         )
 
-    def skips_node(self, ctx: Ctx, node: str) -> bool:
-        return ctx.plan.router is not None and node == ctx.plan.router.node
-
-    def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
-        router = ctx.plan.router
-        if router is None or node != router.node:
-            return {}
+    def router_probes(self, ctx: Ctx, router: RankSpec) -> dict[str, Task]:
         ref = router.image
         return {
             **docker_tasks(ctx),
@@ -162,11 +160,10 @@ class RouterImage(Check):
         }
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        router = ctx.plan.router
-        f = facts.get(router.node) if router is not None else None
-        if router is None or f is None:
+        got = self.router_facts(ctx, facts)
+        if got is None:
             return []
-        out: list[Finding] = []
+        (router, f), out = got, []
         key = f"image:{router.image}"
         if ctx.failed(out, "docker", self.name, f) or ctx.failed(out, key, self.name, f):
             return out

@@ -9,38 +9,56 @@ or a name that does not resolve there means the router would mark the replica un
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from sparkctl.facts.net import TcpReach, tcp_probe
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, probe_failure
+from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task, probe_failure
 from sparkctl.preflight.pairs import ReplicaHead, router_targets
 
+if TYPE_CHECKING:
+    from sparkctl.plan_model import RankSpec
 
-class RouterReach(Check):
-    name = "RouterReach"
-    summary = "the router's node reaches each replica head's worker address (TCP path, before start)"
-    order = 55
+
+class OnRouterNode(Check):
+    """A check whose facts come from the router's node alone (modes with a router), also when that
+    node holds no rank."""
+
     router_node = True
-
-    def applies(self, ctx: Ctx) -> bool:
-        return bool(router_targets(ctx.plan))
 
     def skips_node(self, ctx: Ctx, node: str) -> bool:
         return ctx.plan.router is not None and node == ctx.plan.router.node
 
-    def probes(self, ctx: Ctx, node: str) -> dict[str, Probe]:
+    def probes(self, ctx: Ctx, node: str) -> Mapping[str, Probe | Task]:
         router = ctx.plan.router
-        if router is None or node != router.node:
-            return {}
+        return self.router_probes(ctx, router) if router is not None and node == router.node else {}
+
+    def router_probes(self, ctx: Ctx, router: RankSpec) -> Mapping[str, Probe | Task]:
+        return {}
+
+    def router_facts(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> tuple[RankSpec, NodeFacts] | None:
+        router = ctx.plan.router
+        f = facts.get(router.node) if router is not None else None
+        return (router, f) if router is not None and f is not None else None
+
+
+class RouterReach(OnRouterNode):
+    name = "RouterReach"
+    summary = "the router's node reaches each replica head's worker address (TCP path, before start)"
+    order = 55
+
+    def applies(self, ctx: Ctx) -> bool:
+        return bool(router_targets(ctx.plan))
+
+    def router_probes(self, ctx: Ctx, router: RankSpec) -> dict[str, Probe]:
         return {f"router:{h.group}": tcp_probe(h.host, h.port) for h in router_targets(ctx.plan)}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        router = ctx.plan.router
-        f = facts.get(router.node) if router is not None else None
-        if f is None:
+        got = self.router_facts(ctx, facts)
+        if got is None:
             return []
-        out = []
+        f, out = got[1], []
         for head in router_targets(ctx.plan):
             res = f.result(f"router:{head.group}")
             if isinstance(res, Exception):
