@@ -259,13 +259,7 @@ def _read(url: str, key: str | None) -> int:
 
 
 def _put_back(ctx: _Roll, rr: ReplicaRoll) -> None:
-    url = rr.url
-    ctx.client.add(url)
-    ctx.client.wait_for(
-        f"replica {rr.index} healthy in the router",
-        lambda ws: any(w.url == url and w.healthy for w in ws),
-        timeout=ctx.settle_timeout(),
-    )
+    routers.put_back(ctx.client, rr.url, rr.index, ctx.settle_timeout())
     rr.in_router = True
 
 

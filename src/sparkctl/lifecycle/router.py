@@ -113,6 +113,16 @@ def renew(rc: RouterClient, urls: list[str], deadline: float) -> None:
         )
 
 
+def put_back(rc: RouterClient, url: str, index: int, timeout: float) -> None:
+    """Add a replica that serves again and wait until the router lists it healthy."""
+    rc.add(url)
+    rc.wait_for(
+        f"replica {index} healthy in the router",
+        lambda ws: any(w.url == url and w.healthy for w in ws),
+        timeout=timeout,
+    )
+
+
 def sync_workers(rc: RouterClient, listing: list[Worker], want: list[str]) -> bool:
     """Add the planned replicas it lacks, remove those not planned. True when it changed anything."""
     have = {w.url for w in listing}

@@ -208,9 +208,4 @@ def restart_replica(profile: Profile, pool: NodePool, plan: Plan, index: int) ->
     budget = profile.engine.ready_timeout
     deadline = time.monotonic() + budget
     start_group(profile, pool, sub, deadline, budget, QuietReporter())
-    rc.add(url)
-    rc.wait_for(
-        f"replica {index} healthy in the router",
-        lambda ws: any(w.url == url and w.healthy for w in ws),
-        timeout=max(1.0, deadline - time.monotonic()),
-    )
+    routers.put_back(rc, url, index, max(1.0, deadline - time.monotonic()))
