@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
+from tests.testbed.routerlab import wait_for  # noqa: E402
 
 from _cli import cli, must  # noqa: E402
 from sparkctl.connectors import NodePool  # noqa: E402
@@ -146,16 +147,16 @@ def supervised_restart(state: str, lab: Lab, profile: Path) -> tuple[float, floa
     old = lab.docker("spark2").containers.get(plan.rank(1).container_name).id
     t0 = time.monotonic()
     lab.kill_container("spark2", plan.rank(1).container_name)
-    deadline = t0 + 300
-    while time.monotonic() < deadline:
+
+    def serving_again() -> bool:
         try:
             new = lab.docker("spark2").containers.get(plan.rank(1).container_name).id
         except Exception:  # noqa: BLE001 - removed and not yet created again
-            new = old
-        if new != old and generates(plan.endpoint.api_base, plan.endpoint.served_model_name):
-            return start_s, time.monotonic() - t0
-        time.sleep(0.05)
-    raise SystemExit("the supervised group did not serve again within 300 s")
+            return False
+        return new != old and generates(plan.endpoint.api_base, plan.endpoint.served_model_name)
+
+    wait_for("the supervised group to serve again", serving_again, timeout=300, interval=0.05)
+    return start_s, time.monotonic() - t0
 
 
 def main() -> int:

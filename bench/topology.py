@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profile  # noqa: E402
+from tests.testbed.routerlab import wait_for  # noqa: E402
 
 from _cli import cli as run_cli  # noqa: E402
 from sparkctl.plan import build_plan  # noqa: E402
@@ -60,14 +61,15 @@ def time_to_unhealthy(lab: Lab, prof, plan) -> float:
     dead = plan.rank(plan.groups[1].ranks[0])
     lab.kill_container(dead.node, dead.container_name)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 60:
+
+    def marked() -> bool:
         try:
-            if any(w.url == plan.groups[1].worker_url and not w.healthy for w in client.workers()):
-                return time.monotonic() - t0
+            return any(w.url == plan.groups[1].worker_url and not w.healthy for w in client.workers())
         except RouterError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the router never marked the killed replica unhealthy")
+            return False
+
+    wait_for("the router to mark the killed replica unhealthy", marked, timeout=60)
+    return time.monotonic() - t0
 
 
 def main() -> int:
