@@ -85,6 +85,7 @@ def main() -> None:
 
 def _fast_exit(code: object) -> None:
     import atexit
+    import contextlib
     import os
     import threading
 
@@ -98,8 +99,6 @@ def _fast_exit(code: object) -> None:
             thread.join()
     atexit._run_exitfuncs()  # logging.shutdown and anything else registered
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: click already exited 1
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can be written
-            code = code or 1
     os._exit(code)
