@@ -152,9 +152,10 @@ def fan_out(
     """fn(key) for every key in parallel; returns when all are done.
 
     `where(key) -> (node, rank)` names each outcome (default: a str key is a node, an int a
-    rank). On Ctrl-C the token is cancelled and KeyboardInterrupt re-raised at once.
+    rank). On Ctrl-C the token is cancelled and KeyboardInterrupt re-raised at once. A key given
+    twice runs once (results are keyed: a duplicate must never wait for a second answer).
     """
-    keys = list(keys)
+    keys = list(dict.fromkeys(keys))
     locate = where or _default_where
     token = cancel or CancelToken()
     done: queue.Queue[Outcome[K, T]] = queue.Queue()

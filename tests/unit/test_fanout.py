@@ -74,3 +74,22 @@ def test_ctrl_c_returns_within_a_second_and_cancels_the_token() -> None:
     assert elapsed < 5, elapsed  # handled at once, not after the 30 s worker
     with pytest.raises(Cancelled):
         token.check()
+
+
+def test_a_key_given_twice_runs_once_and_never_waits_for_a_second_answer() -> None:
+    """Two replicas on one box give the node list ['box', 'box']: the fan-out must return."""
+    calls: list[str] = []
+    out: dict[str, object] = {}
+
+    def fn(key: str) -> str:
+        calls.append(key)
+        return key.upper()
+
+    worker = threading.Thread(target=lambda: out.update(res=fan_out(["box", "box", "b"], fn)), daemon=True)
+    worker.start()
+    worker.join(10)  # a guard against the hang, not a speed assertion
+    assert not worker.is_alive(), "fan_out waited for a second answer of a duplicated key"
+    res = out["res"]
+    assert list(res) == ["box", "b"]
+    assert res.values_or_raise() == {"box": "BOX", "b": "B"}
+    assert sorted(calls) == ["b", "box"]

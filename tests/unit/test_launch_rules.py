@@ -141,6 +141,26 @@ def test_yarn_and_long_context_with_dflash() -> None:
     assert checks(rules.check_context(s_("--context-length", "300000"), GPTQ, None, allowed)) == []
 
 
+def test_tp_is_checked_per_replica_group_and_idle_gpus_per_box() -> None:
+    """dp2 on two boxes: each replica is tp=1 on ONE node, not tp=1 over two nodes."""
+    two = {"spark1": 1, "spark2": 1}
+    assert rules.check_tp(s_("--tp", "1"), two, group_nnodes=1) == []
+    # quad tp2x2: groups of 2 nodes, tp=2
+    quad = {f"spark{i}": 1 for i in range(1, 5)}
+    assert rules.check_tp(s_("--tp", "2"), quad, group_nnodes=2) == []
+    assert rules.check_tp(s_("--tp", "1"), quad, group_nnodes=1) == []
+    # the same tp=2 over one group of 4 nodes does not split
+    assert checks(rules.check_tp(s_("--tp", "2"), quad)) == ["TpVsGpus"]
+    # one box, two GPUs, two tp=1 replicas: no idle GPU; one replica leaves one idle
+    box = {"box": 2}
+    assert rules.check_tp(s_("--tp", "1"), box, group_nnodes=1, slots_per_node={"box": 2}) == []
+    idle = rules.check_tp(s_("--tp", "1"), box, group_nnodes=1, slots_per_node={"box": 1})
+    assert checks(idle, Severity.WARN) == ["TpVsGpus"] and "box: 1" in idle[0].message
+    # two tp=2 replicas on a two-GPU box need 4: an error naming the box and both counts
+    short = rules.check_tp(s_("--tp", "2"), box, group_nnodes=1, slots_per_node={"box": 2})
+    assert checks(short) == ["TpVsGpus"] and "box has 2 for 4" in short[0].message
+
+
 def test_gb10_mem_fraction_tp_sleep_and_rename() -> None:
     assert checks(rules.check_mem_fraction(s_("--mem-fraction-static", "0.95"), [GB10])) == [
         "MemFractionGB10"

@@ -34,12 +34,18 @@ class LaunchContext:
     """Everything besides the argv that the checks read."""
 
     gpus: list[GpuFacts]  # every GPU of the mode (one entry per GPU, or one per node)
-    gpus_per_node: dict[str, int]
+    gpus_per_node: dict[str, int]  # every box of the mode, once
     target: ModelFacts | None = None
     draft: ModelFacts | None = None
     sglang_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     margin: Margin = Margin()
+    group_nnodes: int | None = None  # nodes of one replica group (None: every node, one group)
+    slots_per_node: dict[str, int] = field(default_factory=dict)  # ranks of all replicas per box
+
+    @property
+    def nnodes(self) -> int:
+        return max(self.group_nnodes or len(self.gpus_per_node), 1)
 
     @property
     def smallest_gpu(self) -> GpuFacts | None:
@@ -67,7 +73,7 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     out += rules_dflash.check_dflash(s, ctx.target, ctx.draft, ruleset)
     out += rules.check_context(s, ctx.target, ctx.draft, ctx.env)
     out += rules.check_mem_fraction(s, ctx.gpus)
-    out += rules.check_tp(s, ctx.gpus_per_node)
+    out += rules.check_tp(s, ctx.gpus_per_node, ctx.group_nnodes, ctx.slots_per_node)
     out += rules.check_heads(s, ctx.target) + (
         rules.check_heads(s, ctx.draft, "draft") if s.is_dflash else []
     )
@@ -166,7 +172,7 @@ def check_launch(
         assert inp is not None
         fixes = memory_fixes(fixed_argv, inp, ctx.margin, _planner(ctx))
         if not fixes:
-            fixes = tradeoffs(fixed_argv, inp, ctx.margin, _planner(ctx), ctx.gpus_per_node)
+            fixes = tradeoffs(fixed_argv, inp, ctx.margin, _planner(ctx), ctx.nnodes)
     findings += memory_findings(plan, fixes, bool(rule_fix) and serves(fixed_plan, want), want, ctx.margin)
     fix = dict(rule_fix)
     if fixes and not fixes[0].tradeoff:
@@ -271,6 +277,8 @@ def context_for(
         sglang_version=profile.engine.sglang_version,
         env=env,
         margin=margin or Margin(),
+        group_nnodes=plan.nnodes,
+        slots_per_node={n: plan.nodes.count(n) for n in per_node},
     )
 
 

@@ -113,7 +113,7 @@ def _combined(s: LaunchSettings, gpu: GpuFacts, try_: Callable, want: int) -> li
 
 
 def tradeoffs(
-    argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, gpus_per_node: dict[str, int]
+    argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, nnodes: int
 ) -> list[MemoryFix]:
     """What can be served instead when no fix serves the requested load."""
     want = margin.required(inp.settings)
@@ -148,7 +148,7 @@ def tradeoffs(
                         ch, plan, f"shorter context: {ctx_len} tokens fit one full request", tradeoff=True
                     )
                 )
-    out += _more_gpus(argv, inp, margin, want, max(len(gpus_per_node), 1))
+    out += _more_gpus(argv, inp, margin, want, nnodes)
     return out
 
 

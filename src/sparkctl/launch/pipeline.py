@@ -39,7 +39,7 @@ def gpu_facts_for(
 ) -> tuple[list[GpuFacts], dict[str, int]]:  # Profile, lazy
     gpus: list[GpuFacts] = []
     per_node: dict[str, int] = {}
-    for name in node_names:
+    for name in dict.fromkeys(node_names):  # a box holding two replicas counts once
         node = profile.node(name)
         per_node[name] = node.gpus
         if probed and probed.get(name):
@@ -94,6 +94,7 @@ def probe_gpus(
         report = report_from_smi(smi.stdout).with_meminfo(parse_meminfo(mem.stdout) if mem.rc == 0 else None)
         return gpu_facts_from_report(report, node, profile.node(node).gpu)
 
+    nodes = list(dict.fromkeys(nodes))  # one probe per box, however many replicas it holds
     if progress:
         progress(f"probing GPU memory on {', '.join(nodes)}")
     results = fan_out(nodes, one)

@@ -91,35 +91,46 @@ def check_mem_fraction(s: LaunchSettings, gpus: list[GpuFacts]) -> list[Finding]
     return []
 
 
-def check_tp(s: LaunchSettings, gpus_per_node: dict[str, int]) -> list[Finding]:
-    """tp x pp ranks spread evenly over the mode's nodes (validation_hook.py:179), each node
-    needing that many GPUs."""
-    nnodes = max(len(gpus_per_node), 1)
+def check_tp(
+    s: LaunchSettings,
+    gpus_per_node: dict[str, int],
+    group_nnodes: int | None = None,
+    slots_per_node: dict[str, int] | None = None,
+) -> list[Finding]:
+    """tp x pp ranks spread evenly over the nodes of ONE replica group (validation_hook.py:179),
+    each node needing that many GPUs per rank it holds. `gpus_per_node`: every box of the mode
+    once; `group_nnodes`: the nodes of one group (default: all of them, one group);
+    `slots_per_node`: how many ranks of all replicas each box holds (default 1), so idle and
+    missing GPUs are counted per box over every replica on it."""
+    nnodes = max(group_nnodes or len(gpus_per_node), 1)
+    slots = slots_per_node or {}
     world = s.tp * s.pp
     if world % nnodes:
         return [
             _f(
                 "TpVsGpus",
                 ERROR,
-                f"tp={s.tp} x pp={s.pp} does not split evenly over {nnodes} node(s): "
+                f"tp={s.tp} x pp={s.pp} does not split evenly over the {nnodes} node(s) of a replica: "
                 "SGLang asserts 'tp_size must be divisible by number of nodes'",
                 f"use a tp x pp that is a multiple of {nnodes}",
                 source="srt/arg_groups/validation_hook.py:179",
             )
         ]
-    per_node = world // nnodes
-    short = {n: g for n, g in gpus_per_node.items() if g < per_node}
+    per_rank = world // nnodes
+    need = {n: per_rank * slots.get(n, 1) for n in gpus_per_node}
+    short = {n: g for n, g in gpus_per_node.items() if g < need[n]}
     if short:
-        where = ", ".join(f"{n} has {g}" for n, g in short.items())
-        return [
-            _f(
-                "TpVsGpus",
-                ERROR,
-                f"tp={s.tp} needs {per_node} GPU(s) per node; {where}",
-                f"set tp to {min(gpus_per_node.values()) * nnodes} or add GPUs",
-            )
-        ]
-    idle = {n: g - per_node for n, g in gpus_per_node.items() if g > per_node}
+        where = ", ".join(f"{n} has {g} for {need[n]}" for n, g in short.items())
+        ranks = max(slots.get(n, 1) for n in short)
+        fit = min(gpus_per_node[n] // max(slots.get(n, 1), 1) for n in gpus_per_node) * nnodes
+        fix = f"set tp to {fit} or add GPUs" if fit else "use fewer replicas per box or add GPUs"
+        per = (
+            f"{per_rank} GPU(s) per rank, {ranks} rank(s) on a box"
+            if ranks > 1
+            else f"{per_rank} GPU(s) per node"
+        )
+        return [_f("TpVsGpus", ERROR, f"tp={s.tp} needs {per}; {where}", fix)]
+    idle = {n: g - need[n] for n, g in gpus_per_node.items() if g > need[n]}
     if idle:
         where = ", ".join(f"{n}: {k}" for n, k in idle.items())
         return [_f("TpVsGpus", WARN, f"tp={s.tp} leaves GPUs idle ({where})")]
