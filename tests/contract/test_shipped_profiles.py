@@ -1,0 +1,189 @@
+"""The shipped profiles are a contract: every command on every shipped mode ends and tells the truth.
+
+Parametrised from the files: every profile in profiles/ x every mode in it x every command that
+runs without a reachable node. A new shipped profile or mode is covered without a new test.
+
+Commands that touch nodes run on a copy of the profile whose nodes are addressed at 127.0.0.x on a
+port nobody listens on (connection refused at once, no traffic leaves loopback), so "unreachable"
+is fast and deterministic. Each call has a subprocess timeout: a guard against hangs (the
+two-replicas-on-one-box probe deadlock), not a speed assertion.
+
+Asserted for each call: it returns, no traceback, the documented exit code (README table), exactly
+one JSON document where --json is given, and no `error` finding for a layout `profile check`
+accepts (only the unreachable nodes are errors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkctl.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
+HANG_GUARD_S = 300  # the local SGLang parser imports torch: slow on a loaded CI box, never endless
+REACH_CHECKS = {"SshReachable"}  # the only errors an unreachable node may cause in preflight
+
+
+def _modes(path: Path) -> list[str]:
+    return list(yaml.safe_load(path.read_text())["modes"])
+
+
+CASES = [pytest.param(p, m, id=f"{p.stem}-{m}") for p in PROFILES for m in _modes(p)]
+
+
+def _closed_port() -> int:
+    """A port on loopback nobody listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def unreachable(home: Path) -> dict[str, Path]:
+    """Each shipped profile with its nodes at 127.0.0.x:<closed port>, a 2 s connect timeout."""
+    port = _closed_port()
+    out = {}
+    for path in PROFILES:
+        data = yaml.safe_load(path.read_text())
+        for i, node in enumerate(data["nodes"]):
+            node["address"] = f"127.0.0.{11 + i}"  # not 127.0.0.1: a router may reach it
+            node["port"] = port
+        data["ssh"] = {**data.get("ssh", {}), "connect_timeout": 2, "known_hosts": str(home / "known_hosts")}
+        copy = home / path.name
+        copy.write_text(yaml.safe_dump(data, sort_keys=False))
+        out[path.stem] = copy
+    return out
+
+
+def run(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_DEBUG", "SPARKCTL_PROFILE")}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT / "src"),
+            "COLUMNS": "80",
+            "HOME": str(home),
+            "XDG_STATE_HOME": str(home / "state"),
+            "XDG_CACHE_HOME": str(home / "cache"),
+            # the shipped profiles read these secrets from the environment (sources set: fake values)
+            "SPARKCTL_API_KEY": "contract-test-key",
+            "HF_TOKEN": "contract-test-token",
+        }
+    )
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "sparkctl", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=HANG_GUARD_S,
+            cwd=home,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`sparkctl {' '.join(args)}` did not return within {HANG_GUARD_S} s: {exc.stderr}")
+    assert "Traceback" not in res.stdout + res.stderr, (args, res.stderr)
+    return res
+
+
+def expect(res: subprocess.CompletedProcess, code: int) -> None:
+    assert res.returncode == code, (res.args[3:], res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+
+
+def one_json(res: subprocess.CompletedProcess) -> dict:
+    """stdout is exactly one JSON document (nothing before or after it)."""
+    text = res.stdout.strip()
+    doc, end = json.JSONDecoder().raw_decode(text)
+    assert text[end:].strip() == "", f"more than one JSON document: {text[end:][:300]!r}"
+    return doc
+
+
+def error_lines(res: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("error")]
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+def test_profile_check_accepts_every_shipped_profile(home: Path, path: Path) -> None:
+    res = run(home, "profile", "check", "-p", str(path))
+    expect(res, ExitCode.OK)
+    assert res.stdout.startswith("ok profile"), res.stdout
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_plan_and_plan_json(home: Path, path: Path, mode: str) -> None:
+    expect(run(home, "plan", mode, "-p", str(path)), ExitCode.OK)
+    res = run(home, "plan", mode, "--json", "-p", str(path))
+    expect(res, ExitCode.OK)
+    doc = one_json(res)
+    assert doc["mode"] == mode and doc["ranks"], doc
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_plan_check_finds_no_error_in_a_shipped_layout(
+    home: Path, unreachable: dict[str, Path], path: Path, mode: str
+) -> None:
+    res = run(home, "plan", mode, "--check", "-p", str(unreachable[path.stem]))
+    assert error_lines(res) == [], res.stdout + res.stderr
+    expect(res, ExitCode.OK)
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_fit_allow_missing_finds_no_error(
+    home: Path, unreachable: dict[str, Path], path: Path, mode: str
+) -> None:
+    res = run(home, "fit", mode, "--allow-missing", "--json", "-p", str(unreachable[path.stem]))
+    doc = one_json(res)
+    errors = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert errors == [], errors
+    expect(res, ExitCode.OK)
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_preflight_json_against_unreachable_nodes(
+    home: Path, unreachable: dict[str, Path], path: Path, mode: str
+) -> None:
+    res = run(home, "preflight", mode, "--json", "-p", str(unreachable[path.stem]))
+    expect(res, ExitCode.CHECK_FAILED)
+    doc = one_json(res)
+    errors = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert errors, "unreachable nodes must be errors"
+    assert {f["check"] for f in errors} <= REACH_CHECKS, [f for f in errors if f["check"] not in REACH_CHECKS]
+    assert {f["node"] for f in errors} == set(doc["nodes"]), "every node's reason is named"
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_state_commands_exit_5_naming_every_node(
+    home: Path, unreachable: dict[str, Path], path: Path, mode: str
+) -> None:
+    prof = str(unreachable[path.stem])
+    nodes = {n["name"] for n in yaml.safe_load(path.read_text())["nodes"]}
+    for args in (
+        ["status"],
+        ["status", mode],
+        ["logs", mode],
+        ["down", "--dry-run"],
+        ["down", mode, "--dry-run"],
+    ):
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.CONNECT)
+        text = " ".join((res.stdout + res.stderr).split())
+        assert "more node(s)" not in text, text
+        missing = [n for n in nodes if n not in text]
+        assert not missing, (args, missing, text)
+    expect(run(home, "top", mode, "--once", "-p", prof), ExitCode.CONNECT)
+    for args in (["status", "--json"], ["logs", mode, "--json"], ["top", mode, "--once", "--json"]):
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.CONNECT)
+        one_json(res)
