@@ -29,6 +29,7 @@ class SparkctlError(Exception):
         self.fix = fix
         self.node = node
         self.rank = rank
+        self.also: list[SparkctlError] = []  # more failures of the same run, each its own line + fix
 
     def where(self) -> str:
         parts = []
@@ -42,6 +43,14 @@ class SparkctlError(Exception):
         where = self.where()
         text = f"[{where}] {self.message}" if where else self.message
         return f"{text}\n  fix: {self.fix}" if self.fix else text
+
+
+def several(errors: list[SparkctlError]) -> SparkctlError:
+    """One raise for several failures (one per node): the first, the others in `also`, each printed
+    as its own error line with its own fix. The exit code is the first one's."""
+    first = errors[0]
+    first.also = [*first.also, *errors[1:]]
+    return first
 
 
 class ProfileError(SparkctlError):

@@ -26,6 +26,8 @@ import pytest
 import yaml
 
 from sparkctl.errors import ExitCode
+from sparkctl.planning.build import build_plan
+from sparkctl.profile import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -163,27 +165,40 @@ def test_preflight_json_against_unreachable_nodes(
     assert {f["node"] for f in errors} == set(doc["nodes"]), "every node's reason is named"
 
 
-@pytest.mark.parametrize(("path", "mode"), CASES)
+def _exit_5_naming(res: subprocess.CompletedProcess, nodes: set[str]) -> None:
+    expect(res, ExitCode.CONNECT)
+    text = " ".join((res.stdout + res.stderr).split())
+    assert "more node(s)" not in text, text
+    missing = [n for n in sorted(nodes) if n not in text]
+    assert not missing, (res.args[3:], missing, text)
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
 def test_state_commands_exit_5_naming_every_node(
+    home: Path, unreachable: dict[str, Path], path: Path
+) -> None:
+    prof = str(unreachable[path.stem])
+    every = {n["name"] for n in yaml.safe_load(path.read_text())["nodes"]}
+    for args in (["status"], ["down", "--dry-run"]):
+        _exit_5_naming(run(home, *args, "-p", prof), every)
+    for args in (["status", "--json"], ["down", "--dry-run", "--json"]):
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.CONNECT)
+        one_json(res)
+    default = build_plan(load_profile_file(path))
+    _exit_5_naming(run(home, "logs", "-p", prof), set(default.all_nodes))
+    expect(run(home, "top", "--once", "-p", prof), ExitCode.CONNECT)
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_state_commands_of_a_mode_exit_5_naming_its_nodes(
     home: Path, unreachable: dict[str, Path], path: Path, mode: str
 ) -> None:
     prof = str(unreachable[path.stem])
-    nodes = {n["name"] for n in yaml.safe_load(path.read_text())["nodes"]}
-    for args in (
-        ["status"],
-        ["status", mode],
-        ["logs", mode],
-        ["down", "--dry-run"],
-        ["down", mode, "--dry-run"],
-    ):
-        res = run(home, *args, "-p", prof)
-        expect(res, ExitCode.CONNECT)
-        text = " ".join((res.stdout + res.stderr).split())
-        assert "more node(s)" not in text, text
-        missing = [n for n in nodes if n not in text]
-        assert not missing, (args, missing, text)
-    expect(run(home, "top", mode, "--once", "-p", prof), ExitCode.CONNECT)
-    for args in (["status", "--json"], ["logs", mode, "--json"], ["top", mode, "--once", "--json"]):
+    nodes = set(build_plan(load_profile_file(path), mode).all_nodes)
+    for args in (["status", mode], ["down", mode, "--dry-run"]):
+        _exit_5_naming(run(home, *args, "-p", prof), nodes)
+    for args in (["logs", mode, "--json"], ["top", mode, "--once", "--json"]):
         res = run(home, *args, "-p", prof)
         expect(res, ExitCode.CONNECT)
         one_json(res)

@@ -43,7 +43,11 @@ def error_json(exc: BaseException, code: int) -> dict[str, Any]:
         "node": getattr(exc, "node", None),
         "rank": getattr(exc, "rank", None),
     }
-    return {"ok": False, "error": {**error, **(getattr(exc, "json_extra", None) or {})}}
+    out: dict[str, Any] = {"ok": False, "error": {**error, **(getattr(exc, "json_extra", None) or {})}}
+    also = getattr(exc, "also", None)
+    if also:
+        out["also"] = [error_json(e, getattr(e, "exit_code", code))["error"] for e in also]
+    return out
 
 
 def handle_errors(fn: F) -> F:
@@ -68,11 +72,12 @@ def handle_errors(fn: F) -> F:
             from sparkctl.commands._findings import print_wrapped
 
             err = console(stderr=True)
-            where = f"[{exc.where()}] " if exc.where() else ""
-            # Wrapped by word with a hanging indent; a `command` is never split across lines.
-            print_wrapped(err, f"[bold red]error[/] {escape(where)}", 6 + len(where), exc.message, 6)
-            if exc.fix:
-                print_wrapped(err, "  [yellow]fix:[/] ", 7, exc.fix, 7)
+            for one in [exc, *exc.also]:
+                where = f"[{one.where()}] " if one.where() else ""
+                # Wrapped by word with a hanging indent; a `command` is never split across lines.
+                print_wrapped(err, f"[bold red]error[/] {escape(where)}", 6 + len(where), one.message, 6)
+                if one.fix:
+                    print_wrapped(err, "  [yellow]fix:[/] ", 7, one.fix, 7)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if kwargs.get("json_out"):

@@ -309,14 +309,22 @@ def switch_cmd(
 
 
 @handle_errors
-def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: JsonOpt = False) -> None:
+def down_cmd(
+    mode: Annotated[
+        str | None,
+        typer.Argument(metavar="MODE", help="Only this mode's ranks (and its router); default: everything."),
+    ] = None,
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
     """Stop and remove every container of this cluster on every node (nothing running is fine)."""
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.down import down
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
-        result = down(prof, pool, dry_run=dry_run)
+        result = down(prof, pool, dry_run=dry_run, mode=mode)
     if json_out:
         print_json({**result.to_json(), "dry_run": dry_run})
         return

@@ -23,14 +23,21 @@ def _fmt_uptime(seconds: float | None) -> str:
 
 
 @handle_errors
-def status_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+def status_cmd(
+    mode: Annotated[
+        str | None,
+        typer.Argument(metavar="MODE", help="Only this mode's nodes and containers (default: all)."),
+    ] = None,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Per node and rank: container state, uptime, image, mode, config hash; endpoint health and model."""
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.status import status
 
     prof = load_profile(profile)
     with NodePool(prof) as pool:
-        st = status(prof, pool)
+        st = status(prof, pool, mode)
     if json_out:
         print_json(st.to_json())
     else:
@@ -201,14 +208,14 @@ def logs_cmd(
             raise UsageError(f"mode {mode} has no rank {rank}", fix=f"ranks: 0..{len(plan.ranks) - 1}")
         width = max(len(source_label(s)) for s in specs)
         if not follow:
-            lines, missing = read_all(prof, pool, specs, tail, since_at)
+            lines, missing, lost = read_all(prof, pool, specs, tail, since_at)
             if rank is None and not router:  # the supervisor's events (restarts, causes) in the same timeline
                 stamps = [x.ts for x in lines if x.ts is not None]
                 lines = merge(
                     lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
                 )
                 width = max(width, len("supervisor")) if any(x.label for x in lines) else width
-            _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
+            _print_logs(lines, missing, lost, width, timestamps, json_out, mode, len(specs))
             return
         try:
             for line in follow_all(prof, pool, specs, tail, since_at):
@@ -245,33 +252,55 @@ def _log_json(line) -> dict:  # sparkctl.lifecycle.logs.LogLine
 
 
 def _print_logs(
-    lines: list, missing: dict, width: int, timestamps: bool, json_out: bool, mode: str, n_ranks: int
+    lines: list,
+    missing: dict,
+    lost: dict,
+    width: int,
+    timestamps: bool,
+    json_out: bool,
+    mode: str,
+    n_ranks: int,
 ) -> None:
-    """Lines (or JSON), then one line per rank without a log; no log at all is an error (exit 3)."""
+    """Lines (or one JSON document), then one line per rank without a log; an unreachable node is
+    an error per node (exit 5), no log at all is an error (exit 3)."""
     from rich.markup import escape
 
-    from sparkctl.errors import SparkctlError
+    from sparkctl.errors import ConnectError, SparkctlError, several
 
-    if json_out:
-        print_json(
-            {
-                "mode": mode,
-                "lines": [_log_json(x) for x in lines],
-                "missing": {str(r): why for r, why in missing.items()},
-            }
+    failure: SparkctlError | None = None
+    if lost:
+        failure = several(
+            [
+                ConnectError(f"could not read the logs there: {e.message}", node=n, fix=e.fix)
+                for n, e in lost.items()
+            ]
         )
-    else:
-        out = console()
-        for line in lines:
-            out.print(escape(line.render(width, timestamps)), soft_wrap=True)
-        for r, why in missing.items():
-            who = "the router" if r < 0 else f"rank {r}"
-            console(stderr=True).print(f"[yellow]no log for {who}[/]: {escape(why)}")
-    if len(missing) == n_ranks:
-        raise SparkctlError(
+    elif len(missing) == n_ranks:
+        failure = SparkctlError(
             f"no log files for mode {mode}: it has not been started on these nodes",
             fix=f"start it with `sparkctl up {mode}`, or name another mode: `sparkctl logs MODE`",
         )
+    doc = {
+        "mode": mode,
+        "lines": [_log_json(x) for x in lines],
+        "missing": {str(r): w for r, w in missing.items()},
+    }
+    if json_out:
+        if failure is None:
+            print_json(doc)
+            return
+        failure.json_extra = doc  # handle_errors prints the one document, with the lines read
+        raise failure
+    out = console()
+    for line in lines:
+        out.print(escape(line.render(width, timestamps)), soft_wrap=True)
+    for r, why in missing.items():
+        if lost and any(why.startswith(f"{n}:") for n in lost):
+            continue  # said once per node by the error below
+        who = "the router" if r < 0 else f"rank {r}"
+        console(stderr=True).print(f"[yellow]no log for {who}[/]: {escape(why)}")
+    if failure is not None:
+        raise failure
 
 
 MaxRestartsOpt = Annotated[

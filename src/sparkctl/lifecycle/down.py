@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import ConnectError, SparkctlError
+from sparkctl.errors import ConnectError, SparkctlError, several
 from sparkctl.lifecycle import containers, orphans, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
@@ -28,36 +28,67 @@ class DownResult:
         }
 
 
-def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool = False) -> DownResult:
+def down(
+    profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool = False, mode: str | None = None
+) -> DownResult:
     """Idempotent: nothing running is success. Reachable nodes are cleaned even if one is not.
-    `dry_run` lists what would be removed and removes nothing."""
+    `dry_run` lists what would be removed and removes nothing. `mode`: only that mode's ranks (and
+    the router, when the mode has replicas), asked on that mode's nodes only."""
     result = DownResult()
-    if not dry_run:
+    nodes = [n.name for n in profile.nodes]
+    if mode is not None:
+        nodes = mode_nodes(profile, mode)
+    watched = (supervisor.running(profile.cluster) or {}).get("mode")
+    if not dry_run and (mode is None or watched in (None, mode)):
         # The supervisor first (before the lock, which it holds while restarting the group): else
         # it would see its ranks go and start them again.
         result.supervisor = supervisor.stop(profile.cluster)
     with ClusterLock(profile.cluster) if lock and not dry_run else contextlib.nullcontext():
         if not dry_run:
             result.settled, _ = orphans.settle_pending(pool, profile.cluster)
-        found, unreachable = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
+        found, unreachable = containers.list_nodes(pool, profile.cluster, nodes)
+        if mode is not None:
+            found = [c for c in found if of_mode(c, mode, profile)]
         result.removed = found
         if not dry_run:
             remove_all(pool, found, grace=profile.engine.stop_grace)
         if unreachable:
-            raise _unreachable(unreachable, len(found))
+            raise _unreachable(unreachable, len(found), "would remove" if dry_run else "removed")
         return result
 
 
-def _unreachable(failed: dict[str, BaseException], removed: int) -> SparkctlError:
-    node, exc = next(iter(failed.items()))
-    msg = exc.message if isinstance(exc, SparkctlError) else str(exc)
-    others = f" (and {len(failed) - 1} more node(s))" if len(failed) > 1 else ""
-    lost = orphans.is_connection_loss(exc)
-    cls = ConnectError if lost else SparkctlError
-    return cls(
-        f"could not check node {node} for containers: {msg}{others}; what runs there is unknown; "
-        f"removed {removed} container(s) on the other nodes",
-        node=node,
-        fix=(exc.fix if isinstance(exc, SparkctlError) and exc.fix else "make the node reachable")
-        + "; then run `sparkctl down` again",
-    )
+def mode_nodes(profile: Profile, mode: str) -> list[str]:
+    """The nodes holding a rank or the router of `mode` (UsageError with a did-you-mean if unknown)."""
+    from sparkctl.planning.build import build_plan
+
+    return build_plan(profile, mode).all_nodes
+
+
+def of_mode(c: ContainerInfo, mode: str, profile: Profile) -> bool:
+    """A container of `mode`: its ranks, or the router when the mode has replicas."""
+    from sparkctl.planning.router import ROLE_LABEL
+
+    if c.labels.get(ROLE_LABEL) == "router":
+        return profile.modes[mode].replicas > 1
+    return c.mode == mode
+
+
+def _unreachable(failed: dict[str, BaseException], removed: int, verb: str) -> SparkctlError:
+    """One error per node that could not be checked (each with its reason and fix); exit 5 when
+    any of them is a lost connection."""
+    errors: list[SparkctlError] = []
+    for node, exc in failed.items():
+        msg = exc.message if isinstance(exc, SparkctlError) else str(exc)
+        cls = ConnectError if orphans.is_connection_loss(exc) else SparkctlError
+        errors.append(
+            cls(
+                f"could not check for containers: {msg}; what runs there is unknown",
+                node=node,
+                fix=(exc.fix if isinstance(exc, SparkctlError) and exc.fix else "make the node reachable")
+                + "; then run `sparkctl down` again",
+            )
+        )
+    errors.sort(key=lambda e: not isinstance(e, ConnectError))  # exit 5 when any node was lost
+    if removed:
+        errors[0].message += f" ({verb} {removed} container(s) on the nodes that answered)"
+    return several(errors)

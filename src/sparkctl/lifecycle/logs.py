@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import UsageError
+from sparkctl.errors import ConnectError, UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.planning.build import RankSpec, node_path
 from sparkctl.profile.schema import Profile
@@ -194,8 +194,9 @@ def read_rank(conn: Connector, spec: RankSpec, path: str, tail: int, since: date
 
 def read_all(
     profile: Profile, pool: NodePool, specs: list[RankSpec], tail: int, since: datetime | None
-) -> tuple[list[LogLine], dict[int, str]]:
-    """Merged lines of the ranks' files, and {rank: why not} for the files that could not be read."""
+) -> tuple[list[LogLine], dict[int, str], dict[str, ConnectError]]:
+    """Merged lines of the ranks' files, {rank: why not} for the files that could not be read, and
+    {node: error} for the nodes that could not be reached at all (each node once)."""
     by_rank = {s.rank: s for s in specs}
 
     def read(rank: int) -> list[LogLine]:
@@ -204,13 +205,18 @@ def read_all(
 
     lines: list[LogLine] = []
     missing: dict[int, str] = {}
+    lost: dict[str, ConnectError] = {}
     results = fan_out(list(by_rank), read)
     for rank, err in results.errors.items():
         spec = by_rank[rank]
-        missing[spec.rank] = f"{spec.node}:{rank_log_path(profile, spec)}: {err}"
+        missing[spec.rank] = (
+            f"{spec.node}:{rank_log_path(profile, spec)}: {getattr(err, 'message', None) or err}"
+        )
+        if isinstance(err, ConnectError):
+            lost.setdefault(spec.node, err)
     for got in results.ok.values():
         lines += got
-    return merge(lines), missing
+    return merge(lines), missing, lost
 
 
 def follow_all(

@@ -151,16 +151,22 @@ def _settle(profile: Profile, pool: NodePool) -> list[str]:
         return []
 
 
-def status(profile: Profile, pool: NodePool) -> ClusterStatus:
-    """Every profile node in parallel; an unreachable node is reported (unknown), not fatal. The
-    only change it makes: removing what a lost node still owed (see orphans.py), and saying so."""
-    out = ClusterStatus(profile.cluster, [n.name for n in profile.nodes])
+def status(profile: Profile, pool: NodePool, mode: str | None = None) -> ClusterStatus:
+    """Every profile node in parallel (`mode`: that mode's nodes and containers only); an
+    unreachable node is reported (unknown), not fatal. The only change it makes: removing what a
+    lost node still owed (see orphans.py), and saying so."""
+    from sparkctl.lifecycle.down import mode_nodes, of_mode
+
+    nodes = [n.name for n in profile.nodes] if mode is None else mode_nodes(profile, mode)
+    out = ClusterStatus(profile.cluster, nodes)
     out.settled = _settle(profile, pool)
     out.pending = state.pending(profile.cluster)
     out.supervisor = supervisor.running(profile.cluster)
     since = (out.supervisor or {}).get("since")
     out.events = state.events(profile.cluster, since=since) if since else state.events(profile.cluster)[-10:]
-    out.containers, failed = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
+    out.containers, failed = containers.list_nodes(pool, profile.cluster, nodes)
+    if mode is not None:
+        out.containers = [c for c in out.containers if of_mode(c, mode, profile)]
     for node, exc in failed.items():
         # The error says what failed (SSH, or Docker on a local node) and how to fix it.
         why = (
