@@ -16,10 +16,24 @@ from typing import Any, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import SparkctlError, several
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
+
+
+class DuplicateKey(Exception):
+    """A key given twice in one mapping (YAML loaders keep the last one silently)."""
+
+    def __init__(self, loc: Loc, first: int, second: int) -> None:
+        super().__init__(loc)
+        self.loc, self.first, self.second = loc, first, second
+
+
+def _yaml_fix(problem: str) -> str:
+    if "\t" in problem or "\\t" in problem or "tab" in problem:
+        return "indent with spaces, never tabs"
+    return "fix the YAML at that line: indent with spaces, quote values containing ': ' or ' #'"
 
 
 def _line_index(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
@@ -29,6 +43,8 @@ def _line_index(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = Non
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
+            if loc + (key,) in out and key != "<<":
+                raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
             out[loc + (key,)] = key_node.start_mark.line + 1
             _line_index(value_node, loc + (key,), out)
     elif isinstance(node, yaml.SequenceNode):
@@ -126,7 +142,9 @@ def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str
     return loc, msg, None
 
 
-def load_yaml_model(text: str, source: str, model: type[M], error: type[SparkctlError], what: str) -> M:
+def load_yaml_model(
+    text: str, source: str, model: type[M], error: type[SparkctlError], what: str, docs: str = "the docs"
+) -> M:
     """Parse YAML text and validate it as `model`; errors name source:line: key.path and a fix."""
     try:
         root = yaml.compose(text)
@@ -135,20 +153,29 @@ def load_yaml_model(text: str, source: str, model: type[M], error: type[Sparkctl
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"{source}{line}: invalid YAML: {problem}") from None
+        raise error(f"{source}{line}: invalid YAML: {problem}", fix=_yaml_fix(problem)) from None
     if root is None or not isinstance(data, dict):
-        raise error(f"{source}: {what} must be a YAML mapping")
-    lines = _line_index(root)
+        raise error(f"{source}: {what} must be a YAML mapping", fix="start the file with `key: value` lines")
+    try:
+        lines = _line_index(root)
+    except DuplicateKey as dup:
+        raise error(
+            f"{source}:{dup.second}: {_format_loc(dup.loc)}: given twice (lines {dup.first} and {dup.second}); "
+            "YAML would silently keep the last one",
+            fix=f"keep one of them: delete line {dup.first} or line {dup.second}",
+        ) from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        fixes = []
+        errors, generic = [], []
         for err in exc.errors():
             loc, msg, fix = _describe(model, err)
             line = _nearest_line(lines, loc)
-            problems.append(f"{source}:{line}: {_format_loc(loc)}: {msg}" if line else f"{source}: {msg}")
-            if fix:
-                fixes.append(fix)
-        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems:\n  " + "\n  ".join(problems)
-        raise error(head, fix="; ".join(fixes) or None) from None
+            text = f"{source}:{line}: {_format_loc(loc)}: {msg}" if line else f"{source}: {msg}"
+            if fix:  # a precise fix (did you mean ...) first: a typo is often also a missing key
+                errors.append(error(text, fix=fix))
+            else:
+                generic.append(
+                    error(text, fix=f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)")
+                )
+        raise several(errors + generic) from None

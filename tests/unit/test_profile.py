@@ -18,9 +18,36 @@ DUAL = (ROOT / "profiles" / "dual-spark.yaml").read_text()
 
 
 def error_for(text: str) -> ProfileError:
+    """The load's error; several problems are one error each (`also`), joined here one per line."""
     with pytest.raises(ProfileError) as err:
         load_profile_text(text, "p.yaml")
-    return err.value
+    exc = err.value
+    for other in exc.also:
+        assert other.fix, f"an error without its own fix: {other.message}"
+    exc.message = "\n".join([exc.message, *(o.message for o in exc.also)])
+    return exc
+
+
+def test_a_key_given_twice_is_an_error_naming_both_lines() -> None:
+    text = DUAL.replace("  port: 8888\n", "  port: 8888\n  port: 9999\n", 1)
+    assert text != DUAL
+    err = error_for(text)
+    first, second = line_of(text, "port: 8888"), line_of(text, "port: 9999")
+    assert f"engine.port: given twice (lines {first} and {second})" in err.message
+    assert f"delete line {first} or line {second}" in (err.fix or "")
+
+
+def test_every_problem_is_its_own_error_with_its_own_fix() -> None:
+    text = DUAL.replace("  port: 8888", "  port: -1").replace(
+        "cluster: sparkduo", "cluster: sparkduo\nclustr: x"
+    )
+    err = error_for(text)
+    assert err.fix and len(err.message.splitlines()) == 2, err.message
+
+
+def test_a_tab_in_the_yaml_says_to_indent_with_spaces() -> None:
+    err = error_for(DUAL.replace("  port: 8888", "\tport: 8888"))
+    assert "invalid YAML" in err.message and err.fix == "indent with spaces, never tabs"
 
 
 def line_of(text: str, needle: str) -> int:

@@ -35,7 +35,9 @@ def find_profile(explicit: Path | None) -> Path:
 
 
 def load_profile_text(text: str, source: str = "<profile>") -> Profile:
-    return load_yaml_model(text, source, Profile, ProfileError, "the profile (cluster:, nodes:, modes: ...)")
+    return load_yaml_model(
+        text, source, Profile, ProfileError, "the profile (cluster:, nodes:, modes: ...)", "docs/profile.md"
+    )
 
 
 def load_profile_file(path: Path) -> Profile:

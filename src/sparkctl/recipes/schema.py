@@ -207,7 +207,12 @@ def load_recipe(path: Path) -> LoadedRecipe:
     except OSError as exc:
         raise RecipeError(f"cannot read {spec_file}: {exc.strerror}") from None
     spec = load_yaml_model(
-        text, str(spec_file), Recipe, RecipeError, "a recipe (description:, base:, files: ...)"
+        text,
+        str(spec_file),
+        Recipe,
+        RecipeError,
+        "a recipe (description:, base:, files: ...)",
+        "docs/images.md",
     )
     contents, patches = {}, {}
     for f in spec.files:
