@@ -266,3 +266,19 @@ def test_security_is_a_registered_check_in_ups_quick_subset() -> None:
     found = check.judge(ctx, {n: NodeFacts(n) for n in plan.nodes})
     assert check.selected(ctx) and [(f.check, f.severity) for f in found] == [("ApiExposure", Severity.ERROR)]
     assert found[0].data["group"] == "Security"
+
+
+def test_an_unset_env_secret_source_is_a_preflight_error_with_the_export_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sparkctl.preflight.checks.security import check_secret_envs
+
+    plan = build_plan(load(DUAL), "dp2")  # ranks (HF_TOKEN), endpoint and router (api key)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-set")
+    found = {f.message.split(" comes")[0]: f for f in check_secret_envs(plan)}
+    bad = [f for f in found.values() if f.severity is Severity.ERROR]
+    assert len(bad) == 1 and "$HF_TOKEN" in bad[0].message
+    assert bad[0].fix.startswith("export HF_TOKEN=")
+    monkeypatch.setenv("HF_TOKEN", "hf-set")
+    assert {f.severity for f in check_secret_envs(plan)} == {Severity.OK}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 GROUP = "Security"
-NAMES = ("ApiExposure", "Privileged", "RemoteCode", "UnpinnedRevision", "SecretFileMode")
+NAMES = ("ApiExposure", "Privileged", "RemoteCode", "UnpinnedRevision", "SecretFileMode", "SecretEnvSet")
 STAT_SCRIPT = 'for f; do [ -e "$f" ] && stat -c "%a %n" -- "$f" || echo "missing $f"; done; exit 0'
 
 
@@ -117,6 +117,34 @@ def secret_files(plan: Plan) -> dict[str, list[str]]:
     return {n: sorted(paths) for n, paths in wanted.items()}
 
 
+def secret_envs(plan: Plan) -> dict[str, str]:
+    """Every `env:` secret source of the plan (ranks, endpoint, router): variable -> secret name."""
+    refs = [r for spec in plan.ranks for r in spec.secret_refs()]
+    refs += [plan.endpoint.api_key] if plan.endpoint.api_key else []
+    refs += plan.router.secret_refs() if plan.router else []
+    return {r.env: r.name for r in refs if r.env}
+
+
+def check_secret_envs(plan: Plan) -> list[Finding]:
+    """An `env:` secret whose variable is unset in this shell fails at `up`: say so now."""
+    import os
+
+    out = []
+    for var, name in secret_envs(plan).items():
+        if os.environ.get(var):
+            out.append(Finding("SecretEnvSet", Severity.OK, f"secret {name}: ${var} is set"))
+            continue
+        out.append(
+            Finding(
+                "SecretEnvSet",
+                Severity.ERROR,
+                f"secret {name} comes from ${var}, which is not set in this shell (`up` would fail)",
+                fix=f"export {var}='...' in the shell that runs sparkctl (or use file: in the profile)",
+            )
+        )
+    return out
+
+
 def secret_modes(node: str, paths: list[str], res: object) -> list[Finding]:
     """The `stat` probe's result (or its failure) -> findings for one node."""
     if isinstance(res, Exception) or res is None:
@@ -144,7 +172,7 @@ class Security(Check):
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         profile = ctx.profile
-        out = [check_api_exposure(profile), *check_remote_code(profile)]
+        out = [check_api_exposure(profile), *check_remote_code(profile), *check_secret_envs(ctx.plan)]
         if (priv := check_privileged(profile)) is not None:
             out.append(priv)
         for node, paths in secret_files(ctx.plan).items():
