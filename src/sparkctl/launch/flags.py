@@ -239,9 +239,8 @@ def _skipped(check: FlagCheck, node: str | None) -> Finding:
     return Finding(
         CHECK,
         Severity.WARN,
-        "flag names and choices NOT checked with SGLang's parser "
-        f"({check.problem}); only the value syntax sparkctl knows was checked",
-        fix=f"run where the serving image is reachable, or install the parser locally: {INSTALL_HINT}",
+        f"flag names NOT checked with SGLang's parser ({check.problem}); value syntax only",
+        fix="run where the image is reachable, or install SGLang's parser here (docs/launch-safety.md)",
         node=node,
         data={"checked": False},
     )
@@ -338,7 +337,8 @@ def check_flags(
             rc, out, err = run_in_image([python, "-c", PARSER_CHECK_SOURCE, *flags])
             result = parse_check_output("image", rc, out, err)
         except Exception as exc:  # noqa: BLE001 - any transport failure means: try the next way
-            result = FlagCheck(method="skipped", problem=str(exc) or type(exc).__name__)
+            why = getattr(exc, "message", None) or str(exc) or type(exc).__name__  # never its fix
+            result = FlagCheck(method="skipped", problem=" ".join(why.split()))
         if result.method != "skipped":
             return result
         image_problem = f"in the image: {result.problem}"

@@ -67,9 +67,14 @@ def run_ship(
 
     jobs = []  # (what, src, obj, peers): the items some reachable peer may need
     for what, src, obj in items:
-        peers = [n for n in targets if n != src and states[n].error is None]
+        down = (
+            (lambda n: states[n].image_unknown)
+            if what == "image"
+            else (lambda n: states[n].error is not None)
+        )
+        peers = [n for n in targets if n != src and not down(n)]
         for n in targets:
-            err = states[n].error
+            err = states[n].error or (states[n].docker_error if what == "image" else None)
             if n != src and err is not None and not any(e[0] == n for e in report.errors):
                 report.errors.append(
                     (n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n))

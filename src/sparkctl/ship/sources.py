@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.facts.hfcache import repo_dir
+from sparkctl.errors import EngineDownError, SparkctlError, several
 from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.planning.build import hf_cache_for
 from sparkctl.ship.errors import ShipError, SourceMissingError
@@ -28,6 +29,11 @@ class NodeState:
     models: dict[str, dict] = field(default_factory=dict)  # model id -> manifest doc (+ free)
     cores: int = 1
     error: BaseException | None = None
+    docker_error: SparkctlError | None = None  # the image was asked for and Docker did not answer
+
+    @property
+    def image_unknown(self) -> bool:
+        return self.error is not None or self.docker_error is not None
 
 
 def gather(
@@ -51,11 +57,20 @@ def gather(
             "mode": "deep" if deep else "lazy",
         }
         doc = run_op(pool.get(node), "state", payload=req, timeout=None)
+        image = doc.get("image")
+        docker = None
+        if image_ref and isinstance(image, dict) and image.get("error"):
+            docker = EngineDownError(
+                f"Docker is not answering, so its images are unknown ({image['error']})",
+                node=node,
+                fix=f"start it on {node}: `sudo systemctl start docker` (check with `docker info`)",
+            )
         return NodeState(
             node,
-            doc.get("image"),
+            image,
             {m.id: doc["models"][repos[m.id]] for m in models},
             int(doc.get("cores") or 1),
+            docker_error=docker,
         )
 
     states = {}
@@ -76,8 +91,13 @@ def image_source(states: dict[str, NodeState], order: list[str], ref: str, want_
         if img and img.get("id") and (not want_id or img["id"] == want_id):
             return node
     looked = ", ".join(
-        _looked(states, n, (states[n].image or {}).get("id", "absent")[:19]) for n in order if n in states
+        _looked(states, n, (states[n].image or {}).get("id", "absent")[:19], docker=True)
+        for n in order
+        if n in states
     )
+    docker_down = [states[n].docker_error for n in order if n in states and states[n].docker_error]
+    if docker_down:  # not "absent": Docker did not answer there, so nobody knows
+        raise several(docker_down)
     pinned = f" with the pinned ID {want_id[:19]}" if want_id else ""
     raise SourceMissingError(
         f"image {ref}{pinned} is on no node (looked on: {looked})",
@@ -110,9 +130,13 @@ def model_source(profile: Profile, states: dict[str, NodeState], order: list[str
     )
 
 
-def _looked(states: dict[str, NodeState], node: str, what: str) -> str:
+def _looked(states: dict[str, NodeState], node: str, what: str, docker: bool = False) -> str:
     err = states[node].error
-    return f"{node} (unreachable: {getattr(err, 'message', err)})" if err is not None else f"{node}:{what}"
+    if err is not None:
+        return f"{node} (unreachable: {getattr(err, 'message', err)})"
+    if docker and states[node].docker_error is not None:
+        return f"{node} (Docker not answering)"
+    return f"{node}:{what}"
 
 
 def manifest_of(profile: Profile, node: str, ref: ModelRef, doc: dict) -> Manifest:

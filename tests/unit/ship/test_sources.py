@@ -1,0 +1,31 @@
+"""ship's node states: a node whose Docker does not answer is said so, never "image absent"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkctl.connectors import NodePool
+from sparkctl.errors import EngineDownError, ExitCode
+from sparkctl.fanout import CancelToken
+from sparkctl.profile import load_profile_file
+from sparkctl.ship.sources import gather, image_source
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_docker_not_running_is_an_exit_5_error_not_an_absent_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real node program on this machine (the profile's node is `local`), its engine socket
+    # pointing where no Docker listens: what a node with Docker stopped answers.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    prof = load_profile_file(ROOT / "profiles" / "solo-spark.yaml")
+    with NodePool(prof) as pool:
+        states = gather(prof, pool, ["spark1"], "sglang-dflash:spark", [], deep=False, cancel=CancelToken())
+    state = states["spark1"]
+    assert state.error is None and isinstance(state.docker_error, EngineDownError)
+    with pytest.raises(EngineDownError) as err:
+        image_source(states, ["spark1"], "sglang-dflash:spark", None)
+    assert err.value.exit_code == ExitCode.CONNECT and err.value.node == "spark1"
+    assert "Docker is not answering" in err.value.message and "absent" not in err.value.message
+    assert "systemctl start docker" in (err.value.fix or "")
