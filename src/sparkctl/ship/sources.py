@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.facts.hfcache import repo_dir
 from sparkctl.errors import EngineDownError, SparkctlError, several
+from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.planning.build import hf_cache_for
 from sparkctl.ship.errors import ShipError, SourceMissingError
