@@ -62,8 +62,13 @@ class ServerInfo:
     max_model_len: int | None  # SGLang and vLLM report it in /v1/models; None when not reported
 
 
+METADATA_TIMEOUT_S = 5.0  # /v1/models is static metadata: a live server answers at once
+
+
 def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> ServerInfo:
-    """GET /v1/models once: the endpoint is an OpenAI-compatible server and it serves `model`."""
+    """GET /v1/models once: the endpoint is an OpenAI-compatible server and it serves `model`.
+    Waits at most METADATA_TIMEOUT_S, whatever the (generation) timeout: "nothing answers" fast."""
+    timeout_s = min(timeout_s, METADATA_TIMEOUT_S)
     target = f"{api_base(url)}/models"
     req = urllib.request.Request(target, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
@@ -75,7 +80,7 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     except TimeoutError:
         raise ConnectError(
             f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
-            fix="check what listens there and that it is not hung; raise --timeout if it is only slow",
+            fix="check what listens there and that it is not hung (`sparkctl status`, `sparkctl logs`)",
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
