@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import ExitCode, SparkctlError, UsageError
+from sparkctl.errors import ConnectError, ExitCode, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
 from sparkctl.lifecycle import router as routers
@@ -297,13 +297,27 @@ def start_group(
         rep.phase("rolling back the containers this run started")
         problems, left = remove_started(pool, plan, started)
         note = orphans.record_leftovers(plan.cluster, left)
-        if isinstance(exc, SparkctlError):
+        final = as_node_loss(exc, left)
+        if isinstance(final, SparkctlError):
             extra = "; ".join([*problems, note] if note else problems)
             if extra:
-                exc.fix = ((exc.fix + "; ") if exc.fix else "") + "rollback: " + extra
+                final.fix = ((final.fix + "; ") if final.fix else "") + "rollback: " + extra
+        if final is not exc:
+            raise final from exc
         raise
     record_attempt(plan, "ready")
     return result
+
+
+def as_node_loss(exc: BaseException, left: list) -> BaseException:
+    """The error `up` ends with. A node the rollback could not reach is a lost node: exit 5
+    (CONNECT) naming it, whatever another thread happened to notice first (a rank that looked
+    dead, a Docker call cut mid-way). Decided after the rollback, which visits every node this
+    run started a rank on, so the exit code does not depend on timing."""
+    if not left or not isinstance(exc, Exception) or isinstance(exc, ConnectError):
+        return exc
+    first = left[0]
+    return orphans.lost(first.node, first.rank, exc, "starting the ranks")
 
 
 def serving(
