@@ -193,7 +193,8 @@ def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric(
     env1 = plan.ranks[1].env
     assert env1["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1" and env1["SGLANG_HOST_IP"] == "192.168.100.11"
     assert env1["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1" and plan.dist_init_addr == "192.168.100.10:50051"
-    assert not plan.unresolved
+    # spark2 is addressed by name: its --host is the IP that name has on spark2, resolved by `up`
+    assert plan.unresolved == ["spark2: --host is the IP spark2.local has on spark2 (resolved there by `up`)"]
     assert prof.default_mode() == "solo"
 
 

@@ -77,7 +77,28 @@ def test_tp2x2_has_two_groups_each_with_its_own_rendezvous_behind_the_router() -
     assert plan.router is not None and plan.router.node == "spark1"
     assert (plan.endpoint.port, flag(plan.router.argv, "--port")) == (8888, "8888")
     urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
-    assert urls == ["http://127.0.0.1:8889", "http://spark3.local:8889"]
+    # spark3 is addressed by name: the router reaches it at the IP that name has on spark3
+    assert urls == ["http://127.0.0.1:8889", "http://<IP of spark3.local>:8889"]
+    assert plan.unresolved == ["spark3: --host is the IP spark3.local has on spark3 (resolved there by `up`)"]
+
+
+def test_a_name_addressed_node_binds_and_is_routed_to_by_ip_never_by_name() -> None:
+    from sparkctl.planning.model import PlanFacts
+
+    prof = load(quad(engine__host=None))
+    facts = PlanFacts(
+        addresses={n: (f"10.9.0.{i}", "landed") for i, n in enumerate(["spark2", "spark3", "spark4"], 2)}
+    )
+    plan = build_plan(prof, "tp2x2", facts)
+    hosts = {r.node: flag(r.argv, "--host") for r in plan.ranks}
+    assert hosts == {"spark1": "127.0.0.1", "spark2": "10.9.0.2", "spark3": "10.9.0.3", "spark4": "10.9.0.4"}
+    urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
+    assert urls == ["http://127.0.0.1:8889", "http://10.9.0.3:8889"]
+    assert not plan.unresolved and "spark3: 10.9.0.3 (landed)" in plan.addresses
+    unresolved = build_plan(prof, "tp2x2")
+    assert not any(
+        ".local" in flag(r.argv, "--host") and "<" not in flag(r.argv, "--host") for r in unresolved.ranks
+    )
 
 
 def test_dp2_is_one_solo_replica_per_box_with_no_multi_node_flags() -> None:

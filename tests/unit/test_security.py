@@ -170,15 +170,22 @@ def test_binding_every_interface_needs_a_key_or_expose_public() -> None:
     assert check_api_exposure(local).severity is Severity.OK
 
 
-def test_default_host_is_each_nodes_own_address() -> None:
+def test_default_host_is_each_nodes_own_ip_resolved_on_the_node() -> None:
+    from sparkctl.planning.model import PlanFacts
+
     prof = load(DUAL.replace("  host: 0.0.0.0", "  host:").replace("address: local", "address: spark1.local"))
-    plan = build_plan(prof, "tp2")
+    plan = build_plan(prof, "tp2")  # names: never bound as names; `up` resolves them on the nodes
     hosts = [r.argv[r.argv.index("--host") + 1] for r in plan.ranks]
-    assert hosts == ["spark1.local", "spark2.local"] and plan.endpoint.host == "spark1.local"
-    pinned = build_plan(load(DUAL.replace("  host: 0.0.0.0", "  host: 10.1.2.3")), "tp2")
+    assert hosts == ["<IP of spark1.local>", "<IP of spark2.local>"] and len(plan.unresolved) == 2
+    assert plan.endpoint.host == "spark1.local"  # this machine's client may use the name
+    facts = PlanFacts(addresses={"spark1": ("10.0.0.1", "ssh"), "spark2": ("10.0.0.2", "ssh")})
+    resolved = build_plan(prof, "tp2", facts)
+    assert [r.argv[r.argv.index("--host") + 1] for r in resolved.ranks] == ["10.0.0.1", "10.0.0.2"]
+    assert not resolved.unresolved
+    pinned = build_plan(load(DUAL.replace("  host: 0.0.0.0", "  host: 10.1.2.3")), "tp2", facts)
     hosts = [r.argv[r.argv.index("--host") + 1] for r in pinned.ranks]
     assert (
-        hosts == ["10.1.2.3", "spark2.local"] and pinned.endpoint.host == "10.1.2.3"
+        hosts == ["10.1.2.3", "10.0.0.2"] and pinned.endpoint.host == "10.1.2.3"
     )  # rank 1 can't bind rank 0's IP
 
 

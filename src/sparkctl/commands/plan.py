@@ -104,6 +104,8 @@ def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily
     )
     for item in plan.warnings:
         out.print(f"[yellow]security:[/] {item}")
+    for item in plan.addresses:
+        out.print(f"address: {item}")
     for item in plan.unresolved:
         out.print(f"[yellow]resolved at up:[/] {item}")
 

@@ -147,12 +147,12 @@ def roll_if_possible(
 
 
 def _hcas(plan: Plan) -> PlanFacts:
-    """The facts `up` resolved for the new plan (fabric.hcas: auto) hold for the old one too."""
+    """The facts `up` resolved for the new plan (fabric.hcas: auto, node IPs) hold for the old one too."""
     hcas: dict[str, list[str]] = {}
     for r in plan.ranks:
         if "NCCL_IB_HCA" in r.env:
             hcas[r.node] = str(r.env["NCCL_IB_HCA"]).split(",")
-    return PlanFacts(hcas=hcas)
+    return PlanFacts(hcas=hcas, addresses=dict(plan.node_ips))
 
 
 def _check_signal(new: Plan, verdict: Verdict, workers: list[Worker], key: str | None) -> Verdict:

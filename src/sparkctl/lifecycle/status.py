@@ -179,7 +179,7 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
-        plan = build_plan(profile, mode) if mode in profile.modes else None
+        plan = _resolved(profile, pool, build_plan(profile, mode)) if mode in profile.modes else None
         hashes = {c.config_hash for c in ranks if c.running}
         if plan and plan.endpoint.api_key and plan.endpoint.api_key.file:  # read the key on rank 0's node
             with contextlib.suppress(SparkctlError):
@@ -190,6 +190,21 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
             _replicas(pool, plan, out.containers, st)
         out.modes.append(st)
     return out
+
+
+def _resolved(profile: Profile, pool: NodePool, plan: Plan) -> Plan:
+    """With replicas, the router knows each replica by IP: resolve the named nodes' IPs as `up`
+    did, so the router's view matches (best effort: an unreachable node keeps the name)."""
+    if plan.replicas <= 1 or not plan.unresolved:
+        return plan
+    from sparkctl.lifecycle.addresses import node_addresses
+    from sparkctl.planning.model import PlanFacts
+
+    try:
+        addresses = node_addresses(profile, pool, plan.all_nodes)
+    except SparkctlError:
+        return plan
+    return build_plan(profile, plan.mode, PlanFacts(addresses=addresses))
 
 
 def _replicas(pool: NodePool, plan: Plan, found: list[ContainerInfo], st: ModeStatus) -> None:

@@ -132,10 +132,12 @@ log_path = logs.rank_log_path
 
 
 def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
-    """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
+    """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs; the IP of a node addressed
+    by name, on the node itself) and rebuild the same plan."""
     if not plan.unresolved:
         return plan
     from sparkctl.facts.rdma import hca_candidates, probe_rdma
+    from sparkctl.lifecycle.addresses import node_addresses
 
     auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
 
@@ -154,7 +156,8 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
         return found
 
     hcas = fan_out(auto, discover).values_or_raise()
-    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas))
+    addresses = node_addresses(profile, pool, plan.all_nodes)
+    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas, addresses=addresses))
     if resolved.unresolved:
         raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))
     return resolved

@@ -187,6 +187,7 @@ class _Build:
     ranks: list[RankSpec] = field(default_factory=list)
     groups: list[GroupSpec] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)  # node: IP (from where)
 
 
 def _build_group(
@@ -204,7 +205,8 @@ def _build_group(
     indices = []
     for slot in group.slots:
         node = profile.node(slot.node)
-        host = sec.bind_host(profile, node, slot.node_rank)
+        ip = _node_ip(node, facts, out) if sec.needs_node_ip(profile, node, slot.node_rank) else None
+        host = sec.bind_host(profile, node, slot.node_rank, ip)
         layout = RankLayout(
             slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host=host, port=group.port, pp=mode.pp
         )
@@ -237,7 +239,28 @@ def _build_group(
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, head),
     )
-    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name))
+    worker = None  # what the router reaches the replica at: an IP, never a name
+    if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):
+        worker = _node_ip(head, facts, out)
+    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker))
+
+
+def _node_ip(node: Node, facts: PlanFacts, out: _Build) -> str:
+    """The node's IP: its address when that is an IP, else the address its name has on the node
+    itself (PlanFacts.addresses, filled by `up`); until then a placeholder `up` resolves."""
+    if sec.is_ip(node.address):
+        ip, where = node.address.strip("[]"), f"nodes[{node.name}].address"
+    elif node.name in facts.addresses:
+        ip, where = facts.addresses[node.name]
+    else:
+        ip, where = f"<IP of {node.address}>", "resolved at `up`"
+        note = f"{node.name}: --host is the IP {node.address} has on {node.name} (resolved there by `up`)"
+        if note not in out.unresolved:
+            out.unresolved.append(note)
+    line = f"{node.name}: {ip} ({where})"
+    if line not in out.addresses:
+        out.addresses.append(line)
+    return ip
 
 
 def _api_key_ref(profile: Profile, node: Node) -> SecretRef | None:
@@ -283,6 +306,8 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         pp=mode.pp,
         groups=out.groups,
         router=router,
+        addresses=out.addresses,
+        node_ips=dict((facts or PlanFacts()).addresses),
     )
 
 

@@ -133,13 +133,30 @@ def secret_ref(
     )
 
 
-def bind_host(profile: Profile, node: Node, rank: int) -> str:
+def bind_host(profile: Profile, node: Node, rank: int, ip: str | None = None) -> str:
     """--host of a rank: the profile's choice (rank 0 serves the API; a specific address of rank 0
-    cannot be bound on the other nodes), else the address sparkctl reaches the node at."""
+    cannot be bound on the other nodes), else the node's IP (`ip`: resolved on the node when the
+    profile addresses it by name; never a name the container may not resolve)."""
     host = profile.engine.host
     if host is not None and (rank == 0 or host in ALL_INTERFACES):
         return host
-    return "127.0.0.1" if node.is_local else node.address
+    return "127.0.0.1" if node.is_local else ip or node.address
+
+
+def needs_node_ip(profile: Profile, node: Node, rank: int) -> bool:
+    """Whether bind_host falls back to the node's own address."""
+    host = profile.engine.host
+    return not node.is_local and not (host is not None and (rank == 0 or host in ALL_INTERFACES))
+
+
+def is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def endpoint_host(profile: Profile, rank0: Node) -> str:

@@ -71,10 +71,11 @@ class GroupSpec:
     endpoint: Endpoint
     dist_init_addr: str | None
     head_node: str
+    worker_host: str | None = None  # the address the router reaches this replica at (an IP)
 
     @property
     def worker_url(self) -> str:
-        return self.endpoint.url
+        return f"http://{self.worker_host}:{self.endpoint.port}" if self.worker_host else self.endpoint.url
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class PlanFacts:
     """What only the nodes can tell (from preflight probes), needed to finish a plan."""
 
     hcas: dict[str, list[str]] = field(default_factory=dict)  # node -> RoCE devices (for hcas: auto)
+    # node -> (IP, where it came from): a node addressed by name binds to the IP the name has on
+    # that node (the container may not resolve the name: mDNS `.local`, /etc/hosts of the host)
+    addresses: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,10 @@ class Plan:
     pp: int = 1
     groups: list[GroupSpec] = field(default_factory=list)
     router: RankSpec | None = None  # sglang-router's container when replicas > 1 (role "router")
+    addresses: list[str] = field(default_factory=list)  # which IP each node's --host is, and from where
+    node_ips: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # PlanFacts.addresses it was built with
 
     @property
     def replicas(self) -> int:
@@ -179,6 +187,7 @@ class Plan:
                 "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
             },
             "warnings": self.warnings,
+            "addresses": self.addresses,
             "stop_first": [asdict(c) for c in self.stop_first],
             "unresolved": self.unresolved,
             "ranks": [r.to_json() for r in self.ranks],

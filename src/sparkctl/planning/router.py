@@ -44,7 +44,7 @@ def worker_urls(router_node_name: str, groups: list[GroupSpec]) -> list[str]:
     """Each replica's URL as the router reaches it; a replica bound to loopback must share its node."""
     urls = []
     for g in groups:
-        if g.endpoint.host in LOOPBACK and g.head_node != router_node_name:
+        if g.worker_host is None and g.endpoint.host in LOOPBACK and g.head_node != router_node_name:
             raise UsageError(
                 f"replica {g.index} listens on {g.endpoint.host} on node {g.head_node}, which the "
                 f"router on node {router_node_name} cannot reach",

@@ -67,14 +67,9 @@ def run_ship(
 
     jobs = []  # (what, src, obj, peers): the items some reachable peer may need
     for what, src, obj in items:
-        down = (
-            (lambda n: states[n].image_unknown)
-            if what == "image"
-            else (lambda n: states[n].error is not None)
-        )
-        peers = [n for n in targets if n != src and not down(n)]
+        peers = [n for n in targets if n != src and _cannot_take(states[n], what) is None]
         for n in targets:
-            err = states[n].error or (states[n].docker_error if what == "image" else None)
+            err = _cannot_take(states[n], what)
             if n != src and err is not None and not any(e[0] == n for e in report.errors):
                 report.errors.append(
                     (n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n))
@@ -104,6 +99,11 @@ def run_ship(
     if report.errors and raise_on_error:
         raise_first(report)
     return report
+
+
+def _cannot_take(state, what: str) -> BaseException | None:  # NodeState
+    """Why a node cannot take this item: unreachable, or (for the image) its Docker not answering."""
+    return state.error or (state.docker_error if what == "image" else None)
 
 
 def _item(profile, pool, states, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: PLR0913

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.errors import EngineDownError, SparkctlError, several
+from sparkctl.errors import DockerDownError, SparkctlError, several
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.profile.derived import hf_cache_for
@@ -60,7 +60,7 @@ def gather(
         image = doc.get("image")
         docker = None
         if image_ref and isinstance(image, dict) and image.get("error"):
-            docker = EngineDownError(
+            docker = DockerDownError(
                 f"Docker is not answering, so its images are unknown ({image['error']})",
                 node=node,
                 fix=f"start it on {node}: `sudo systemctl start docker` (check with `docker info`)",

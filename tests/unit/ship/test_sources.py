@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.connectors import NodePool
-from sparkctl.errors import EngineDownError, ExitCode
+from sparkctl.errors import DockerDownError, ExitCode
 from sparkctl.fanout import CancelToken
 from sparkctl.profile import load_profile_file
 from sparkctl.ship.sources import gather, image_source
@@ -23,8 +23,8 @@ def test_docker_not_running_is_an_exit_5_error_not_an_absent_image(monkeypatch: 
     with NodePool(prof) as pool:
         states = gather(prof, pool, ["spark1"], "sglang-dflash:spark", [], deep=False, cancel=CancelToken())
     state = states["spark1"]
-    assert state.error is None and isinstance(state.docker_error, EngineDownError)
-    with pytest.raises(EngineDownError) as err:
+    assert state.error is None and isinstance(state.docker_error, DockerDownError)
+    with pytest.raises(DockerDownError) as err:
         image_source(states, ["spark1"], "sglang-dflash:spark", None)
     assert err.value.exit_code == ExitCode.CONNECT and err.value.node == "spark1"
     assert "Docker is not answering" in err.value.message and "absent" not in err.value.message
