@@ -77,3 +77,26 @@ def test_real_parser_accepts_the_recipe_flags(sglang_python: None) -> None:
     result = check_flags_local(flags)
     assert result.ok, (result.errors, result.parser_error, result.problem)
     assert [f.severity for f in flag_findings(result)] == [Severity.OK]
+
+
+@pytest.mark.slow
+def test_the_local_parsers_answer_is_reused_for_the_same_install_and_flags(
+    sglang_python: None, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPARKCTL_SGLANG_PYTHON", raising=False)
+    flags = ["--model-path", "org/m", "--attention-backend", "fa5"]
+    first = check_flags_local(flags)
+    assert first.method == "local" and first.errors
+    assert list((tmp_path / "sparkctl" / "flag-parser").glob("*.json"))
+
+    def no_subprocess(*_a, **_k):
+        raise AssertionError("the parser ran again for the same install and flags")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    again = check_flags_local(flags)
+    assert (again.method, again.errors, again.sglang_version) == ("local", first.errors, first.sglang_version)
+    with pytest.raises(AssertionError, match="ran again"):
+        check_flags_local([*flags, "--tp", "2"])  # other flags: asked again

@@ -304,10 +304,43 @@ def local_python() -> str | None:
     return sys.executable if importlib.util.find_spec("sglang") is not None else None
 
 
+def _local_cache_key(python: str, flags: list[str]) -> str | None:
+    """The local parser's answer depends on the interpreter, its installed SGLang and the flags:
+    a key over those (None when the SGLang install cannot be identified without importing it)."""
+    import hashlib
+    import importlib.metadata as md
+
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return None
+    try:
+        dist = md.distribution("sglang")
+        files = dist.files or []
+        record = next((f for f in files if str(f).endswith(".dist-info/RECORD")), None)
+        stamp = os.stat(dist.locate_file(record)).st_mtime_ns if record else 0
+    except (md.PackageNotFoundError, OSError):
+        return None
+    material = json.dumps([os.path.realpath(python), dist.version, stamp, PARSER_CHECK_SOURCE, flags])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cache_path(key: str) -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sparkctl", "flag-parser", f"{key}.json")
+
+
 def check_flags_local(flags: list[str], python: str | None = None, timeout: float = 120.0) -> FlagCheck:
+    """The local SGLang's parser in a subprocess (it imports torch: seconds); an answer for the
+    same interpreter, SGLang install and flags is reused from ~/.cache/sparkctl/flag-parser."""
     python = python or local_python()
     if python is None:
         return FlagCheck(method="skipped", problem="SGLang is not installed here")
+    key = _local_cache_key(python, flags)
+    if key is not None:
+        try:
+            with open(_cache_path(key)) as fh:
+                return parse_check_output("local", 0, fh.read(), "")
+        except OSError:
+            pass
     try:
         proc = subprocess.run(
             [python, "-c", PARSER_CHECK_SOURCE, *flags],
@@ -318,7 +351,18 @@ def check_flags_local(flags: list[str], python: str | None = None, timeout: floa
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return FlagCheck(method="skipped", problem=f"{python}: {exc}")
-    return parse_check_output("local", proc.returncode, proc.stdout, proc.stderr)
+    result = parse_check_output("local", proc.returncode, proc.stdout, proc.stderr)
+    if key is not None and result.method == "local":
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            path = _cache_path(key)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(proc.stdout)
+            os.replace(tmp, path)
+    return result
 
 
 def check_flags(
