@@ -87,10 +87,12 @@ def _ssh_finding(rank0: str, peer: str, host: str, rc: int, stderr: str) -> Find
         if "host key" in low
         else f"on {rank0}: `ssh-copy-id {host}` (or `sparkctl init --ssh-setup`)"
     )
+    # An error, as `ship` sees it: it copies image layers and weights node to node over this SSH
+    # (never through this machine), so a peer that lacks anything could not be shipped to.
     return Finding(
         "SshRank0ToPeer",
-        WARN,
-        f"{where}: path works, login does not: {last}",
-        hint + "; sparkctl itself only needs SSH from this machine",
+        ERROR,
+        f"{where}: path works, login does not ({last}): `sparkctl ship` copies node to node over it",
+        hint + " (or --ignore SshRank0ToPeer when every node already has the image and weights)",
         node=rank0,
     )
