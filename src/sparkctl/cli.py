@@ -13,7 +13,7 @@ import sys
 import typer
 
 from sparkctl import __version__
-from sparkctl.commands import _common
+from sparkctl.commands import _common, _help
 from sparkctl.commands._common import ProfileOpt
 
 # Order is the order in `--help`.
@@ -64,6 +64,7 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"sparkctl.commands.{_name}").register(app)
+_help.apply(app)
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ def live_screen_refreshes(state: Path, path: Path) -> None:
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once
         os.environ.update(XDG_STATE_HOME=str(state), COLUMNS="80", LINES="40", TERM="xterm")
-        os.execv(sys.executable, [sys.executable, "-m", "sparkctl", "top", "-n", "0.5", "-p", str(path)])
+        os.execv(sys.executable, [sys.executable, "-m", "sparkctl", "top", "-i", "0.5", "-p", str(path)])
     out, deadline = b"", time.monotonic() + 90
     try:
         while out.count(b"sparkctl top") < 3 and time.monotonic() < deadline:

@@ -108,6 +108,13 @@ def handle_errors(fn: F) -> F:
 root_profile: Path | None = None
 
 
+def group_profile(profile: ProfileOpt = None) -> None:
+    """The callback of a command group (`profile`, `image`): `sparkctl profile -p X check` too."""
+    global root_profile
+    if profile is not None:
+        root_profile = profile
+
+
 def load_profile(path: Path | None):
     """Find and validate the profile (whole file, before any connection)."""
     from sparkctl.profile import find_profile, load_profile_file

@@ -13,7 +13,8 @@ from sparkctl.commands.verify import ApiKeyEnvOpt, ApiKeyOpt, ModeArg, ModelOpt,
 
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, max=50, help="Repetitions per workload.")]
 WorkloadOpt = Annotated[
-    list[str] | None, typer.Option("--workload", "-w", help="Only these workloads (repeatable).")
+    list[str] | None,
+    typer.Option("--workload", "-w", metavar="WORKLOAD", help="Only these workloads (repeatable)."),
 ]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Save the full results (every request) as JSON.")]
 ChartOpt = Annotated[

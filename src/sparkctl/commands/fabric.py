@@ -50,7 +50,10 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def fabric_test(
         mode: Annotated[
-            str | None, typer.Argument(help="Mode whose ranks to test (default: the profile's default mode).")
+            str | None,
+            typer.Argument(
+                metavar="MODE", help="Mode whose ranks to test (default: the profile's default mode)."
+            ),
         ] = None,
         profile: ProfileOpt = None,
         mode_opt: Annotated[str | None, typer.Option("--mode", "-m", hidden=True)] = None,

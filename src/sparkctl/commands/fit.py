@@ -10,7 +10,9 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 from sparkctl.commands._findings import render_findings
 
-ModeArg = Annotated[str | None, typer.Argument(help="Mode to check (default: the profile's default mode).")]
+ModeArg = Annotated[
+    str | None, typer.Argument(metavar="MODE", help="Mode to check (default: the profile's default mode).")
+]
 DirOpt = Annotated[
     Path | None, typer.Option(help="Model directory with config.json + *.safetensors (headers).")
 ]

@@ -6,15 +6,27 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import (
+    JsonOpt,
+    ProfileOpt,
+    console,
+    group_profile,
+    handle_errors,
+    load_profile,
+    print_json,
+)
 
-RecipeArg = Annotated[str, typer.Argument(help="Recipe name (under images/) or recipe directory.")]
+RecipeArg = Annotated[
+    str, typer.Argument(metavar="RECIPE", help="Recipe name (under images/) or recipe directory.")
+]
 TagOpt = Annotated[
-    str | None, typer.Option("--tag", "-t", help="Image tag (default: sparkctl/<recipe>:latest).")
+    str | None, typer.Option("--tag", metavar="TAG", help="Image tag (default: sparkctl/<recipe>:latest).")
 ]
 NodeOpt = Annotated[
     list[str] | None,
-    typer.Option("--node", "-n", help="Node to act on (repeatable; default: every node of the profile)."),
+    typer.Option(
+        "--node", metavar="NODE", help="Node to act on (repeatable; default: every node of the profile)."
+    ),
 ]
 
 
@@ -102,6 +114,7 @@ def register(app: typer.Typer) -> None:
     image_app = typer.Typer(
         help="Image recipes: build a derivative serving image from a pinned base, verify it.",
         no_args_is_help=True,
+        callback=group_profile,
     )
     image_app.command("build")(build)
     image_app.command("verify")(verify)

@@ -11,7 +11,9 @@ from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_error
 if TYPE_CHECKING:
     pass
 
-ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
+ModeArg = Annotated[
+    str | None, typer.Argument(metavar="MODE", help="Mode to run (default: the profile's default mode).")
+]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
 SkipPreflightOpt = Annotated[
     bool, typer.Option("--skip-preflight", help="Do not run the fast preflight checks first.")
@@ -279,7 +281,7 @@ def up_cmd(
 
 @handle_errors
 def switch_cmd(
-    mode: Annotated[str, typer.Argument(help="Mode to switch to.")],
+    mode: Annotated[str, typer.Argument(metavar="MODE", help="Mode to switch to.")],
     skip_preflight: SkipPreflightOpt = False,
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
@@ -310,10 +312,7 @@ def switch_cmd(
 
 @handle_errors
 def down_cmd(
-    mode: Annotated[
-        str | None,
-        typer.Argument(metavar="MODE", help="Only this mode's ranks (and its router); default: everything."),
-    ] = None,
+    mode: Annotated[str | None, typer.Argument(metavar="MODE", help="Only this mode (default: all).")] = None,
     profile: ProfileOpt = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,

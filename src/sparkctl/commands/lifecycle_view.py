@@ -319,7 +319,9 @@ BackoffOpt = Annotated[
 
 @handle_errors
 def supervise_cmd(
-    mode: Annotated[str | None, typer.Argument(help="Mode to supervise (default: the running one).")] = None,
+    mode: Annotated[
+        str | None, typer.Argument(metavar="MODE", help="Mode to supervise (default: the running one).")
+    ] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background, detached.")] = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the running supervisor.")] = False,
     max_restarts: MaxRestartsOpt = 5,

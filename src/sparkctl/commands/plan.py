@@ -11,7 +11,9 @@ from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_error
 if TYPE_CHECKING:
     from sparkctl.secrets import SecretFile
 
-ModeArg = Annotated[str | None, typer.Argument(help="Mode to plan (default: the profile's default mode).")]
+ModeArg = Annotated[
+    str | None, typer.Argument(metavar="MODE", help="Mode to plan (default: the profile's default mode).")
+]
 
 
 CheckOpt = Annotated[

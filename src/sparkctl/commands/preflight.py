@@ -9,11 +9,15 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 from sparkctl.commands._findings import COLORS
 
-ModeArg = Annotated[str | None, typer.Argument(help="Mode to check (default: the profile's default mode).")]
+ModeArg = Annotated[
+    str | None, typer.Argument(metavar="MODE", help="Mode to check (default: the profile's default mode).")
+]
 IgnoreOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--ignore", help="Downgrade a check's errors to warnings (repeatable; 'all' for every check)."
+        "--ignore",
+        metavar="CHECK",
+        help="Downgrade a check's errors to warnings (repeatable; 'all' for every check).",
     ),
 ]
 OnlyOpt = Annotated[

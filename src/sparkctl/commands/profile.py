@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import (
+    JsonOpt,
+    ProfileOpt,
+    console,
+    group_profile,
+    handle_errors,
+    load_profile,
+    print_json,
+)
 
-profile_app = typer.Typer(help="Inspect and validate cluster profiles.", no_args_is_help=True)
+profile_app = typer.Typer(
+    help="Inspect and validate cluster profiles.", no_args_is_help=True, callback=group_profile
+)
 
 
 @profile_app.command("check")

@@ -10,7 +10,8 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 
 ModeArg = Annotated[
-    str | None, typer.Argument(help="Mode whose nodes get the files (default: the default mode).")
+    str | None,
+    typer.Argument(metavar="MODE", help="Mode whose nodes get the files (default: the default mode)."),
 ]
 
 
@@ -23,12 +24,16 @@ def ship(
     weights: Annotated[bool, typer.Option("--weights", help="Ship the weights (target and draft).")] = False,
     to: Annotated[
         list[str] | None,
-        typer.Option("--to", help="Only to this node (repeatable; default: the mode's nodes)."),
+        typer.Option(
+            "--to", metavar="NODE", help="Only to this node (repeatable; default: the mode's nodes)."
+        ),
     ] = None,
     from_node: Annotated[
         str | None,
         typer.Option(
-            "--from", help="Source node (default: the first that holds it: the local node, then rank order)."
+            "--from",
+            metavar="NODE",
+            help="Source node (default: the first that holds it: the local node, then rank order).",
         ),
     ] = None,
     dry_run: Annotated[

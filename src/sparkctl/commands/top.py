@@ -9,12 +9,15 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 
 ModeArg = Annotated[
-    str | None, typer.Argument(help="Mode to watch (default: the one running, else the profile's default).")
+    str | None,
+    typer.Argument(
+        metavar="MODE", help="Mode to watch (default: the one running, else the profile's default)."
+    ),
 ]
 OnceOpt = Annotated[
     bool, typer.Option("--once", help="One snapshot (two reads one interval apart), then exit.")
 ]
-IntervalOpt = Annotated[float, typer.Option("--interval", "-n", help="Seconds between refreshes (>= 0.5).")]
+IntervalOpt = Annotated[float, typer.Option("--interval", "-i", help="Seconds between refreshes (>= 0.5).")]
 
 
 def register(app: typer.Typer) -> None:

@@ -9,12 +9,14 @@ import typer
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 
 ModeArg = Annotated[
-    str | None, typer.Argument(help="Mode whose endpoint to check (default: the profile's default).")
+    str | None,
+    typer.Argument(metavar="MODE", help="Mode whose endpoint to check (default: the profile's default)."),
 ]
 UrlOpt = Annotated[str | None, typer.Option("--url", help="Endpoint (http://host:port); skips the profile.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name (with --url).")]
 OnlyOpt = Annotated[
-    list[str] | None, typer.Option("--only", help="Run checks whose name starts with this (repeatable).")
+    list[str] | None,
+    typer.Option("--only", metavar="CHECK", help="Run checks whose name starts with this (repeatable)."),
 ]
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", min=0.1, help="Seconds per request, and the longest gap in a stream.")
