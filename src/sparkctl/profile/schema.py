@@ -199,7 +199,8 @@ class Engine(Strict):
     )
     host: str | None = Field(
         None,
-        description="--host of the API server (default: the address sparkctl reaches each rank's node at; "
+        description="--host of the API server (default: each node's IP: its address, or the IP its name has "
+        "on that node, resolved by `up`; "
         "127.0.0.1 for a local node). 0.0.0.0 needs api_key or expose: public.",
     )
     expose: Literal["private", "public"] = Field(
