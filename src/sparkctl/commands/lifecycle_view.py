@@ -181,7 +181,7 @@ def logs_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Rank logs from the files kept on the nodes (they outlive the containers), merged in time order.
-    Exit 3 when no rank has a log file yet."""
+    Exit 3 when no rank has a log file yet, 5 when a node cannot be reached."""
     from rich.markup import escape
 
     from sparkctl.connectors import NodePool
