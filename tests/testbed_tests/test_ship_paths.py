@@ -124,7 +124,7 @@ def test_save_of_an_image_the_engine_lacks_is_its_error_not_a_stream(lab: Lab) -
     engine's message (reported as the source's), never an empty stream sent to the peers."""
     src = Path(__file__).resolve().parents[2] / "src"
     code = (
-        "from sparkctl.ship._engine import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
+        "from sparkctl.node.docker_api import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
         "print(s.fd, s.finish())"
     )
     n1 = lab.node("spark1")
@@ -194,7 +194,7 @@ def test_source_symlink_out_of_the_cache_is_refused(lab: Lab, tmp_path: Path) ->
 
 
 def test_receiver_on_the_peer_refuses_traversal_names(lab: Lab) -> None:
-    from sparkctl.ship._node import frame
+    from sparkctl.node.base import frame
     from sparkctl.ship.hop import hop_argv
     from sparkctl.ship.manifest import node_argv
 

@@ -14,9 +14,9 @@ from tests.testbed_tests.test_ship import make_fake_snapshot
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.hfcache import repo_dir
+from sparkctl.node.base import frame
 from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
-from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.weights import WeightsPeer, plan_streams, ship_weights
@@ -346,7 +346,7 @@ def test_engine_socket_is_where_the_docker_cli_would_go(
 ) -> None:
     """The node program talks to the engine's socket itself only where the docker CLI would; a
     docker context or a remote DOCKER_HOST leaves it to the CLI (None)."""
-    from sparkctl.ship._engine import engine_socket
+    from sparkctl.node.docker_api import engine_socket
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkctl.facts.hfcache import repo_dir
-from sparkctl.ship._node import manifest_digest
+from sparkctl.node.base import manifest_digest
 from sparkctl.ship.errors import ShipError
 
 if TYPE_CHECKING:
@@ -108,9 +108,9 @@ def revision_of(ref: ModelRef) -> str:
 def node_script() -> str:
     """The node program: tarfilter.py, _node.py, _recv.py, _relay.py, _engine.py, _load.py and _push.py as one stdlib-only script (their
     in-package imports, marked `# node: strip`, dropped; one `from __future__` line first)."""
-    here = Path(__file__).parent
+    here = Path(__file__).parent.parent / "node"
     parts = ["from __future__ import annotations"]
-    for name in ("tarfilter.py", "_node.py", "_recv.py", "_relay.py", "_engine.py", "_load.py", "_push.py"):
+    for name in ("tarfilter.py", "base.py", "recv.py", "relay.py", "docker_api.py", "load.py", "push.py"):
         skipping = False
         for line in (here / name).read_text().splitlines():
             if line.endswith("# node: strip"):

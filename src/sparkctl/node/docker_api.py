@@ -12,8 +12,8 @@ import json
 import os
 import socket
 
-from sparkctl.ship._node import free_bytes  # node: strip
-from sparkctl.ship.tarfilter import chain_ids  # node: strip
+from .base import free_bytes  # node: strip
+from .tarfilter import chain_ids  # node: strip
 
 
 def engine_socket():

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from sparkctl.ship._node import (  # node: strip
+from .base import (  # node: strip
     CHUNK,
     COMMIT_RE,
     PART,

@@ -21,9 +21,7 @@ import os
 import sys
 import threading
 
-from sparkctl.ship._engine import SaveStream, image_state  # node: strip
-from sparkctl.ship._load import op_load  # node: strip
-from sparkctl.ship._node import (  # node: strip
+from .base import (  # node: strip
     CHUNK,
     HashCache,
     dest_path,
@@ -31,9 +29,11 @@ from sparkctl.ship._node import (  # node: strip
     free_bytes,
     op_manifest,
 )
-from sparkctl.ship._recv import weights_op  # node: strip
-from sparkctl.ship._relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
-from sparkctl.ship.tarfilter import LayerFilter  # node: strip
+from .docker_api import SaveStream, image_state  # node: strip
+from .load import op_load  # node: strip
+from .recv import weights_op  # node: strip
+from .relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
+from .tarfilter import LayerFilter  # node: strip
 
 CHILDREN = []
 LIBC = []  # [libc or None], loaded by the first spawn: ops that start no child never import ctypes

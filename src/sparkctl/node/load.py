@@ -17,8 +17,8 @@ import socket
 import struct
 import sys
 
-from sparkctl.ship._engine import engine_socket  # node: strip
-from sparkctl.ship._node import big_pipe  # node: strip
+from .base import big_pipe  # node: strip
+from .docker_api import engine_socket  # node: strip
 
 
 def _upload(sock, inp):
