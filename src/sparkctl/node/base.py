@@ -1,11 +1,11 @@
 """Runs ON a node (python3 stdlib only): manifests, hashes and names of weights. See `node_script()` in
-manifest.py: this file, tarfilter.py, _recv.py, _relay.py and _push.py are one `python3 -c PROGRAM OP ARGS`.
+node/pack.py: this file, tarfilter.py, recv.py, relay.py and push.py are one `python3 -c PROGRAM OP ARGS`.
 
 Ops on one Hugging Face repo dir (<hf_cache>/hub/models--org--name):
   manifest REPO REVISION [lazy|deep] -> JSON {commit, files: {rel: [sha256|null, size, blob|null]},
                                    broken, outside, marker}
   probe REPO [deep]  (stdin JSON {commit, paths}) -> {hashes: {dest: [sha256, size]|null}, free, marker}
-  recv, finish: the receiving side, in _recv.py
+  recv, finish: the receiving side, in recv.py
 Every name written is checked against the HF cache layout (see `dest_path`): no `..`, no absolute
 path, no symlink leading out of the repo; a source symlink pointing outside is refused.
 

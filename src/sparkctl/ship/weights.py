@@ -266,7 +266,7 @@ def _copy(
 
 
 def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
-    """The peer's `finish` result: done by its first stream's receiver (see _recv.op_recv), else
+    """The peer's `finish` result: done by its first stream's receiver (see node/recv.op_recv), else
     (nothing sent, or an older peer answer) one round trip here."""
     node = need.peer.conn.node
     done = arrived.get("finish")

@@ -8,9 +8,9 @@ import json
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
+from sparkctl.node.pack import node_argv, node_script
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
 from sparkctl.ship.hop import hop_error, run_push
-from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.progress import FanOut, Progress
 
 if TYPE_CHECKING:
