@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import UsageError
-from sparkctl.lifecycle.containers import create_params, info_from_attrs, parse_docker_time
 from sparkctl.lifecycle.up import choose_mode, involved_nodes, reconcile
 from sparkctl.planning.build import PlanFacts, build_plan
 from sparkctl.profile import load_profile_file
+from sparkctl.runtime.containers import create_params, info_from_attrs, parse_docker_time
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,12 @@ from tests.unit.test_lifecycle_groups import running
 
 from sparkctl.lifecycle import rolling
 from sparkctl.lifecycle.drain import count_in_flight, wait_drained
-from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
 from sparkctl.lifecycle.up import QuietReporter
 from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 from sparkctl.router.client import RouterError, Worker
+from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang"

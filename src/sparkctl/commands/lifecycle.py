@@ -210,7 +210,7 @@ def _run_up(
     sup = None
     if supervise:
         from sparkctl.commands.lifecycle_view import start_detached
-        from sparkctl.lifecycle.supervisor import Policy
+        from sparkctl.lifecycle.supervisor.process import Policy
 
         sup = start_detached(profile, prof, result.plan.mode, Policy())
     if json_out:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.lifecycle.containers import ContainerInfo
-from sparkctl.lifecycle.readiness import probe
 from sparkctl.lifecycle.up import choose_mode, involved_nodes, observe, reconcile, resolve_plan, settle
 from sparkctl.planning.build import Plan, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import probe
 
 
 @dataclass(frozen=True)

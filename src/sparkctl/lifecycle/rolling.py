@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
-from sparkctl.lifecycle.readiness import probe
 from sparkctl.lifecycle.reconcile import involved_nodes
 from sparkctl.lifecycle.rolling_rules import (
     Verdict,
@@ -34,6 +32,8 @@ from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start
 from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterClient, RouterError, Worker
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import probe
 
 __all__ = ["Verdict", "can_roll", "is_router", "layout_blocker", "running_mode"]  # the rules, re-exported
 

@@ -16,17 +16,19 @@ from typing import Protocol
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
+from sparkctl.lifecycle import logs, orphans, state
 from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
+from sparkctl.lifecycle.supervisor import process as supervisor
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth, probe
 
 
 class PreflightFailedError(SparkctlError):
