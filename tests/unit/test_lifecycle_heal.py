@@ -18,8 +18,8 @@ from sparkctl.cli import app
 from sparkctl.commands._common import error_json
 from sparkctl.lifecycle import state
 from sparkctl.lifecycle.orphans import is_connection_loss
-from sparkctl.lifecycle.supervisor.process import Policy
 from sparkctl.lifecycle.supervisor import process as supervisor
+from sparkctl.lifecycle.supervisor.process import Policy
 from sparkctl.lifecycle.watch import RankFailedError, RankLog, first_dead
 from sparkctl.runtime.containers import ContainerInfo
 

@@ -301,8 +301,8 @@ def supervise_cmd(
 ) -> None:
     """Watch the running group; when a rank exits or the generation canary keeps failing, restart
     every rank together (backoff, restart limit). `status` and `logs` show each restart and why."""
-    from sparkctl.lifecycle.supervisor.process import Policy
     from sparkctl.lifecycle.supervisor import process as supervisor
+    from sparkctl.lifecycle.supervisor.process import Policy
 
     prof = load_profile(profile)
     if stop:

@@ -17,8 +17,8 @@ from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
+from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
-from sparkctl.lifecycle.up import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
