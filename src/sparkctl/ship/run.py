@@ -113,13 +113,12 @@ def run_ship(
         outcome = outs[i]
         if not outcome.ok:
             raise outcome.error
-        what = job.what
         for node in job.peers:
             res = outcome.value.get(node)
             if isinstance(res, SparkctlError):
                 if res.node is None:
                     res.node = node
-                report.errors.append((node, what, res))
+                report.errors.append((node, job.what, res))
             elif res is not None:
                 report.results.append(res)
     if report.errors and raise_on_error:
