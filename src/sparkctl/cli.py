@@ -24,7 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fit",
     "preflight",
     "ship",
-    "lifecycle",  # up, down, switch, status, logs
+    "up",  # up, down, switch, upgrade, status, logs, supervise
     "top",
     "verify",
     "bench",

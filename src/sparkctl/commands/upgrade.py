@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile
-from sparkctl.commands.lifecycle import RollingOpt, SkipPreflightOpt, TimeoutOpt, run_up
+from sparkctl.commands.up import RollingOpt, SkipPreflightOpt, TimeoutOpt, run_up
 
 
 def print_rolled(out, result, elapsed: float) -> None:  # RolledUp

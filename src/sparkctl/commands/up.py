@@ -209,7 +209,7 @@ def run_up(
         reporter.close()
     sup = None
     if supervise:
-        from sparkctl.commands.lifecycle_view import start_detached
+        from sparkctl.commands.status import start_detached
         from sparkctl.lifecycle.supervisor.process import Policy
 
         sup = start_detached(profile, prof, result.plan.mode, Policy())
@@ -360,7 +360,7 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool, ro
 
 
 def register(app: typer.Typer) -> None:
-    from sparkctl.commands.lifecycle_view import logs_cmd, status_cmd, supervise_cmd
+    from sparkctl.commands.status import logs_cmd, status_cmd, supervise_cmd
     from sparkctl.commands.upgrade import upgrade_cmd
 
     app.command("up")(up_cmd)
