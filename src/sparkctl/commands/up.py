@@ -1,4 +1,5 @@
-"""`sparkctl up | down | switch | status | logs`: run the plan's containers and look after them."""
+"""`sparkctl up`: run the plan's containers (preflight, ship on offer, roll or restart, wait ready);
+the run that `switch` and `upgrade` share (run_up)."""
 
 from __future__ import annotations
 
@@ -209,7 +210,7 @@ def run_up(
         reporter.close()
     sup = None
     if supervise:
-        from sparkctl.commands.status import start_detached
+        from sparkctl.commands.supervise import start_detached
         from sparkctl.lifecycle.supervisor.process import Policy
 
         sup = start_detached(profile, prof, result.plan.mode, Policy())
@@ -224,8 +225,6 @@ def _print_up(result, elapsed: float, sup: dict | None) -> None:  # UpResult
     plan = result.plan
     ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
     if result.action == "rolled":
-        from sparkctl.commands.upgrade import print_rolled
-
         print_rolled(out, result, elapsed)
     elif result.action == "noop":
         out.print(
@@ -262,7 +261,7 @@ def up_cmd(
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure.
     The running MODE with a changed config and 2+ replicas is replaced replica by replica."""
     if dry_run:
-        _print_preview(profile, mode, tp, json_out, rolling)
+        print_preview(profile, mode, tp, json_out, rolling)
         return
     run_up(
         mode,
@@ -277,60 +276,7 @@ def up_cmd(
     )
 
 
-@handle_errors
-def switch_cmd(
-    mode: Annotated[str, typer.Argument(help="Mode to switch to.")],
-    skip_preflight: SkipPreflightOpt = False,
-    timeout: TimeoutOpt = None,
-    ship: ShipOpt = None,
-    dry_run: DryRunOpt = False,
-    supervise: SuperviseOpt = False,
-    rolling: RollingOpt = True,
-    profile: ProfileOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Switch to MODE. Same replica layout behind the same router (e.g. dp2 -> dp2b): replica by
-    replica, no failed request (--timeout is per replica); else stop the running mode, start MODE."""
-    if dry_run:
-        _print_preview(profile, mode, None, json_out, rolling)
-        return
-    run_up(
-        mode,
-        None,
-        skip_preflight,
-        timeout,
-        profile,
-        json_out,
-        verb="switch",
-        ship_opt=ship,
-        supervise=supervise,
-        rolling=rolling,
-    )
-
-
-@handle_errors
-def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: JsonOpt = False) -> None:
-    """Stop and remove every container of this cluster on every node (nothing running is fine)."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.down import down
-
-    prof = load_profile(profile)
-    with NodePool(prof) as pool:
-        result = down(prof, pool, dry_run=dry_run)
-    if json_out:
-        print_json({**result.to_json(), "dry_run": dry_run})
-        return
-    out = console()
-    for line in filter(None, [result.supervisor, *result.settled]):
-        out.print(line, markup=False)
-    if not result.removed:
-        out.print(f"nothing running for cluster {prof.cluster}")
-    verb = "would remove" if dry_run else "removed"
-    for c in result.removed:
-        out.print(f"{verb} {c.name} on {c.node} ({c.status})")
-
-
-def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool, rolling: bool = True) -> None:
+def print_preview(profile, mode: str | None, tp: int | None, json_out: bool, rolling: bool = True) -> None:
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
     from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
@@ -359,17 +305,27 @@ def _print_preview(profile, mode: str | None, tp: int | None, json_out: bool, ro
         out.print(f"[yellow]dry run:[/] would start {what} on {spec.node} ({spec.container_name})")
 
 
-def register(app: typer.Typer) -> None:
-    from sparkctl.commands.status import logs_cmd, status_cmd, supervise_cmd
-    from sparkctl.commands.upgrade import upgrade_cmd
+def print_rolled(out, result, elapsed: float) -> None:  # RolledUp
+    plan = result.plan
+    done = [r for r in result.replicas if r.action == "rolled"]
+    out.print(
+        f"[green]rolled[/] {len(done)} of {len(result.replicas)} replica(s) onto mode {plan.mode} "
+        f"(config {plan.config_hash}) in {elapsed:.1f}s, one at a time behind the router"
+    )
+    for r in result.replicas:
+        was = f"{r.old['mode']} {r.old['config_hash']}" if r.old["config_hash"] else "nothing"
+        if r.action == "skipped":
+            out.print(f"  replica {r.index} ({'+'.join(r.nodes)}): already on {plan.config_hash}")
+            continue
+        out.print(
+            f"  replica {r.index} ({'+'.join(r.nodes)}): {was} -> {r.new['mode']} {r.new['config_hash']}: "
+            f"drained {r.in_flight} request(s) in {r.drain_s:.1f}s, stopped in {r.stop_s:.1f}s, "
+            f"ready in {r.start_s:.1f}s"
+        )
 
+
+def register(app: typer.Typer) -> None:
     app.command("up")(up_cmd)
-    app.command("down")(down_cmd)
-    app.command("switch")(switch_cmd)
-    app.command("upgrade")(upgrade_cmd)
-    app.command("status")(status_cmd)
-    app.command("logs")(logs_cmd)
-    app.command("supervise")(supervise_cmd)
 
 
 def curl_example(plan) -> str:  # sparkctl.planning.build.Plan
