@@ -1,0 +1,130 @@
+"""The router in front of the replicas, as Kubernetes objects (pure): sglang-router in a Deployment
+that finds the replicas by watching the leader pods (service discovery, so its Role may
+get/list/watch pods), its ServiceAccount, Role, RoleBinding, and the Service clients use.
+
+The router runs in the pod network (its own IP, behind its Service), so it binds 0.0.0.0 where
+`up` binds the router node's address; the replicas it finds are hostNetwork pods, reached at
+their node's address on the replicas' port, as `up`'s router reaches them.
+"""
+
+from __future__ import annotations
+
+from sparkctl.engines.base import Readiness
+from sparkctl.export.k8s_pod import PodParts, quantity, secret_mounts
+from sparkctl.planning.model import Plan
+from sparkctl.planning.router import discovery_argv
+from sparkctl.profile.schema import Profile
+
+POD_HOST = "0.0.0.0"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def leader_selector(lws_name: str) -> dict[str, str]:
+    """The pods that serve a replica's API: worker index 0 of every group of the LeaderWorkerSet."""
+    return {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+def rbac(name: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+    """ServiceAccount + Role (get/list/watch pods, this namespace only) + RoleBinding."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace, labels)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(name, namespace, labels),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(name, namespace, labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def router_pod(
+    profile: Profile, plan: Plan, lws_name: str, namespace: str, secret: str, readiness: Readiness
+) -> dict:
+    router = plan.router
+    assert router is not None
+    port = profile.engine.port
+    argv = discovery_argv(
+        profile, POD_HOST, leader_selector(lws_name), plan.groups[0].endpoint.port, namespace
+    )
+    parts = PodParts()
+    secret_mounts(router, secret, parts)
+    if router.options.shm_size:
+        shm = {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": quantity(router.options.shm_size)},
+        }
+        parts.add(shm, {"name": "dshm", "mountPath": "/dev/shm"})
+    container = {
+        "name": "router",
+        "image": router.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": argv,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": readiness.health_path, "port": port},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+        },
+        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},
+        "volumeMounts": parts.mounts,
+    }
+    term = {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [router.node]}]
+    }
+    return {
+        "serviceAccountName": router_name(profile),
+        "affinity": {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
+            }
+        },
+        "containers": [container],
+        "volumes": parts.volumes,
+    }
+
+
+def router_name(profile: Profile) -> str:
+    return f"sparkctl-{profile.cluster}-router".lower()
+
+
+def router_objects(
+    profile: Profile, plan: Plan, lws_name: str, namespace: str, secret: str, readiness: Readiness
+) -> list[dict]:
+    """RBAC, the Deployment and its Service (on engine.port, the user's one endpoint)."""
+    name = router_name(profile)
+    labels = {"sparkctl.cluster": profile.cluster, "sparkctl.role": "router"}
+    pod = router_pod(profile, plan, lws_name, namespace, secret, readiness)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            # A new router starts before the old one stops: the endpoint never goes away.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": "http", "port": profile.engine.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    return [*rbac(name, namespace, labels), deployment, service]
