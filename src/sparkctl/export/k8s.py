@@ -160,12 +160,21 @@ def _pod_template(profile: Profile, plan: Plan, spec: RankSpec, role: str, ctx: 
         **({"hostIPC": True} if host_ipc else {}),
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": profile.engine.stop_grace,
-        "affinity": pod.node_affinity(list(dict.fromkeys(plan.nodes)), ctx["labels"]),
+        "affinity": pod.node_affinity(_role_nodes(plan, role), ctx["labels"]),
         "containers": [container],
         "volumes": parts.volumes,
     }
     ctx["notes"].extend(n for n in parts.notes if n not in ctx["notes"])
     return {"metadata": {"labels": labels}, "spec": spec_out}
+
+
+def _role_nodes(plan: Plan, role: str) -> list[str]:
+    """The nodes the plan gives this role: leaders on the groups' heads, workers on the others,
+    so a template's node-specific words (an address it binds) hold wherever LWS places the pod."""
+    heads = [g.head_node for g in plan.groups]
+    if role == "leader":
+        return list(dict.fromkeys(heads))
+    return list(dict.fromkeys(r.node for r in plan.ranks if r.node_rank > 0))
 
 
 def _rollout(replicas: int) -> tuple[dict, str]:
