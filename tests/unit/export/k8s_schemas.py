@@ -54,9 +54,9 @@ def strict(node: object) -> object:
     if not isinstance(node, dict):
         return node
     out = {k: strict(v) for k, v in node.items()}
-    if "properties" in out and "additionalProperties" not in out:
-        if not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
+    known = "properties" in out and "additionalProperties" not in out
+    if known and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
     return out
 
 
