@@ -85,3 +85,24 @@ def errors(doc: dict) -> list[str]:
     else:
         return [f"{where}: no vendored schema for {key}"]
     return [f"{where}: {p}{'.'.join(map(str, e.absolute_path))}: {e.message}" for p, e in found]
+
+
+def k8s_expand(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of command and env (`$$` -> `$`, unknown names kept)."""
+    out, i = [], 0
+    while i < len(word):
+        if word[i] == "$" and i + 1 < len(word):
+            nxt = word[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            end = word.find(")", i + 2) if nxt == "(" else -1
+            if end != -1:
+                name = word[i + 2 : end]
+                out.append(env.get(name, word[i : end + 1]))
+                i = end + 1
+                continue
+        out.append(word[i])
+        i += 1
+    return "".join(out)

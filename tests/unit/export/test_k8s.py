@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from k8s_schemas import errors
+from k8s_schemas import errors, k8s_expand
 
 from sparkctl.errors import UsageError
 from sparkctl.export.k8s import export_k8s
@@ -32,27 +32,6 @@ SHELL_ENV = {"PATH", "PWD", "SHLVL", "_", "OLDPWD", "LC_CTYPE"}  # sh and Python
 @pytest.fixture(autouse=True)
 def _home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", HOME)
-
-
-def k8s_expand(word: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion of command and env (`$$` -> `$`, unknown names kept)."""
-    out, i = [], 0
-    while i < len(word):
-        if word[i] == "$" and i + 1 < len(word):
-            nxt = word[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            end = word.find(")", i + 2) if nxt == "(" else -1
-            if end != -1:
-                name = word[i + 2 : end]
-                out.append(env.get(name, word[i : end + 1]))
-                i = end + 1
-                continue
-        out.append(word[i])
-        i += 1
-    return "".join(out)
 
 
 def plan_json(profile: Path, mode: str) -> dict:
