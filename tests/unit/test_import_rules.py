@@ -72,6 +72,7 @@ def test_engines_and_connectors_import_no_core() -> None:
         "sparkctl.gpu",
         "sparkctl.recipes",
         "sparkctl.top",
+        "sparkctl.export",
     )
     low = ("sparkctl.engines", "sparkctl.connectors", "sparkctl.facts", "sparkctl.profile")
     # engines delegate launch safety to sparkctl.launch lazily (the SGLang rules live there for now)
