@@ -64,12 +64,13 @@ def k8s(
             con.print(f"wrote {path}")
         for note in out.notes:
             con.print(f"[yellow]note:[/] {note}")
+        ns = "" if namespace == "default" else f" -n {namespace}"
         if out.secret_name:
+            con.print(f"Secret {out.secret_name} first:", soft_wrap=True)
             con.print(
-                f"before applying: sparkctl export k8s {out.plan.mode} --secrets | kubectl apply -f - "
-                f"(Secret {out.secret_name})"
+                f"  sparkctl export k8s {out.plan.mode}{ns} --secrets | kubectl apply -f -", soft_wrap=True
             )
-        con.print(f"then: kubectl apply -f {output}")
+        con.print(f"then: kubectl apply -f {output}", soft_wrap=True)
 
 
 def _kinds(docs: list[dict]) -> list[str]:

@@ -294,8 +294,9 @@ def _header(profile: Profile, out: K8sExport, router: bool = False) -> list[str]
         f"from the plan `sparkctl plan {plan.mode}` shows (config hash {plan.config_hash}); docs/kubernetes.md",
     ]
     if out.secret_name:
+        ns = "" if out.namespace == "default" else f" -n {out.namespace}"
         lines.append(
-            f"needs Secret {out.secret_name} first: sparkctl export k8s {plan.mode} --secrets | kubectl apply -f -"
+            f"needs Secret {out.secret_name}: sparkctl export k8s {plan.mode}{ns} --secrets | kubectl apply -f -"
         )
     image = plan.router.image if router and plan.router else plan.ranks[0].image
     lines += [

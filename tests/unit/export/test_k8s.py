@@ -312,3 +312,19 @@ def test_cli_secrets_go_to_a_pipe_only(tmp_path: Path) -> None:
     assert data["HF_TOKEN"] == "hf_pipetoken"
     assert yaml.safe_load(data["sparkctl-sglang.yaml"]) == {"api-key": 'key"with\\quote'}
     assert data["sparkctl-router-key"] == 'key"with\\quote'
+
+
+def test_rdma_from_a_device_plugin_replaces_the_hostpath() -> None:
+    out = export_k8s(load_profile_file(ROOT / "profiles/dual-spark.yaml"), "tp2", "llm", "rdma/hca_shared")
+    pod = out.objects["tp2.yaml"][1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    c = pod["containers"][0]
+    assert c["resources"] == {"limits": {"nvidia.com/gpu": 1, "rdma/hca_shared": 1}}
+    assert not any(v.get("hostPath", {}).get("path") == "/dev/infiniband" for v in pod["volumes"])
+    assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+
+
+def test_with_an_api_key_the_startup_probe_needs_no_key() -> None:
+    out = export_k8s(load_profile_file(ROOT / "profiles/dual-spark.yaml"), "solo", "llm")
+    c = out.objects["solo.yaml"][0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert c["startupProbe"]["tcpSocket"] == {"port": 8888}  # /v1/models would want the key
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8888}
