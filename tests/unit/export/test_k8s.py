@@ -328,3 +328,36 @@ def test_with_an_api_key_the_startup_probe_needs_no_key() -> None:
     c = out.objects["solo.yaml"][0]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
     assert c["startupProbe"]["tcpSocket"] == {"port": 8888}  # /v1/models would want the key
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8888}
+
+
+def test_cli_secrets_are_refused_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {
+        **os.environ,
+        "HOME": HOME,
+        "PYTHONPATH": str(ROOT / "src"),
+        "HF_TOKEN": "hf_tty",
+        "SPARKCTL_API_KEY": "k",
+    }
+    argv = [sys.executable, "-m", "sparkctl", "-p", str(ROOT / "profiles/quad-spark.yaml"), "export", "k8s"]
+    try:
+        res = subprocess.run(
+            [*argv, "tp2x2", "--secrets"],
+            stdout=secondary,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=120,
+            text=True,
+        )
+    finally:
+        os.close(secondary)
+    try:
+        shown = os.read(primary, 65536).decode(errors="replace")
+    except OSError:  # EIO: nothing was written to the terminal
+        shown = ""
+    os.close(primary)
+    assert res.returncode == 2
+    assert "refused on a terminal" in res.stderr
+    assert "hf_tty" not in shown + res.stderr
