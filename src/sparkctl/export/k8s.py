@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
 from sparkctl.engines import get_engine
@@ -59,13 +58,6 @@ def _check_exportable(plan: Plan) -> None:
         raise UsageError(
             f"the plan is not settled: {plan.unresolved[0]}",
             fix="write the node's values in the profile (e.g. fabric.hcas from `sparkctl preflight -v`)",
-        )
-    shared = [n for n, c in Counter(plan.nodes).items() if c > 1]
-    if shared:
-        raise UsageError(
-            f"node {shared[0]} runs {Counter(plan.nodes)[shared[0]]} ranks of mode {plan.mode}, each on its "
-            "own GPUs and ports: a LeaderWorkerSet's groups share one template (same port, host network)",
-            fix="export a mode with one rank per node (a replica per node, or TP over the node's GPUs)",
         )
 
 
@@ -160,7 +152,7 @@ def _pod_template(profile: Profile, plan: Plan, spec: RankSpec, role: str, ctx: 
         **({"hostIPC": True} if host_ipc else {}),
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": profile.engine.stop_grace,
-        "affinity": pod.node_affinity(_role_nodes(plan, role), ctx["labels"]),
+        "affinity": pod.node_affinity(_role_nodes(plan, role), ctx["spread"]),
         "containers": [container],
         "volumes": parts.volumes,
     }
@@ -204,15 +196,20 @@ COMMENTS = {
 
 
 def _lws(profile: Profile, plan: Plan, name: str, ctx: dict) -> tuple[dict, dict[str, str]]:
-    leader = plan.group_ranks(0)[0]
-    size = len(plan.groups[0].ranks)
+    ranks = sorted((r for r in plan.ranks if r.group == plan.groups[0].index), key=lambda r: r.node_rank)
+    size = len(ranks)
     rollout, why = _rollout(plan.replicas)
+    if ctx["spread"] is None:
+        why = (
+            f"one of the mode's {ctx['units']} LeaderWorkerSets, one per replica: the replicas share a node, each\n"
+            "on its own GPUs and port, which one template cannot say. Apply the files one at a time to roll."
+        )
     templates: dict = {}
     if size > 1:
-        templates["leaderTemplate"] = _pod_template(profile, plan, leader, "leader", ctx)
-        templates["workerTemplate"] = _pod_template(profile, plan, plan.group_ranks(0)[1], "worker", ctx)
+        templates["leaderTemplate"] = _pod_template(profile, plan, ranks[0], "leader", ctx)
+        templates["workerTemplate"] = _pod_template(profile, plan, ranks[1], "worker", ctx)
     else:
-        templates["workerTemplate"] = _pod_template(profile, plan, leader, "leader", ctx)
+        templates["workerTemplate"] = _pod_template(profile, plan, ranks[0], "leader", ctx)
     lws = {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
@@ -225,6 +222,14 @@ def _lws(profile: Profile, plan: Plan, name: str, ctx: dict) -> tuple[dict, dict
         },
     }
     return lws, {**COMMENTS, "rolloutStrategy": why}
+
+
+def units(plan: Plan, name: str) -> list[tuple[str, Plan]]:
+    """(LeaderWorkerSet name, the plan it runs): one for the mode; one per replica when replicas
+    share a node (fewer nodes than replicas: each its own GPUs and port, one template cannot)."""
+    if len(set(plan.nodes)) == len(plan.nodes):
+        return [(name, plan)]
+    return [(f"{name}-g{g.index}", plan.replica(g.index)) for g in plan.groups]
 
 
 def export_k8s(
@@ -243,31 +248,39 @@ def export_k8s(
     )
     common, per_node = split_env(plan.ranks)
     configmap = f"{name}-nodes" if per_node else None
-    ctx = {
+    labels = {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode}
+    todo = units(plan, name)
+    base = {
         "namespace": namespace,
-        "labels": {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode},
-        "argv": _same_command(plan, engine),
+        "labels": labels,
+        "spread": labels if len(todo) == 1 else None,
+        "units": len(todo),
         "env": common,
         "configmap": configmap,
         "mounts": pod.same_mounts(plan.ranks, secrets),
         "secret": out.secret_name,
         "rdma_resource": rdma_resource,
-        "probes": _probes(profile, plan, engine),
         "notes": out.notes,
     }
-    lws, comments = _lws(profile, plan, name, ctx)
-    docs: list[dict] = []
-    if configmap:
-        data = {f"{node}.env": env_file(env) for node, env in per_node.items()}
-        meta = {"name": configmap, "namespace": namespace, "labels": dict(ctx["labels"])}
-        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
-    docs.append(lws)
-    if plan.router is None:
-        docs.append(_api_service(plan, name, namespace, ctx["labels"]))
-    out.objects[f"{plan.mode}.yaml"] = docs
-    out.files[f"{plan.mode}.yaml"] = dump(docs, _header(profile, out), comments)
+    for i, (lws_name, sub) in enumerate(todo):
+        ctx = {**base, "argv": _same_command(sub, engine), "probes": _probes(profile, sub, engine)}
+        lws, comments = _lws(profile, sub, lws_name, ctx)
+        docs: list[dict] = []
+        if configmap and i == 0:
+            data = {f"{node}.env": env_file(env) for node, env in per_node.items()}
+            meta = {"name": configmap, "namespace": namespace, "labels": dict(labels)}
+            docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+        docs.append(lws)
+        if plan.router is None:
+            docs.append(_api_service(sub, lws_name, namespace, labels))
+        file = f"{plan.mode}.yaml" if len(todo) == 1 else f"{plan.mode}-g{sub.groups[0].index}.yaml"
+        out.objects[file] = docs
+        out.files[file] = dump(docs, _header(profile, out), comments)
     if plan.router is not None:
-        router = router_objects(profile, plan, name, namespace, out.secret_name or "", engine.readiness)
+        static = len(todo) > 1
+        router = router_objects(
+            profile, plan, name, namespace, out.secret_name or "", engine.readiness, static=static
+        )
         out.objects[f"{plan.mode}-router.yaml"] = router
         out.files[f"{plan.mode}-router.yaml"] = dump(router, _header(profile, out, router=True))
     return out

@@ -45,7 +45,7 @@ class RankCommand:
 def lws_argv(plan: Plan, spec: RankSpec, flags: LayoutFlags | None) -> list[str]:
     """The rank's plan argv (escaped) with its place in the group replaced by LWS's variables."""
     argv = [escape(w) for w in spec.argv]
-    group = plan.groups[spec.group]
+    group = next(g for g in plan.groups if g.index == spec.group)  # a replica's sub-plan holds one
     if len(group.ranks) < 2:
         return argv
     if flags is None or group.dist_init_addr is None:

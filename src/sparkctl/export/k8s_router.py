@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sparkctl.engines.base import Readiness
 from sparkctl.export.k8s_pod import PodParts, quantity, secret_mounts
+from sparkctl.planning.hardening import bind_host, binds_everywhere
 from sparkctl.planning.model import Plan
 from sparkctl.planning.router import discovery_argv
 from sparkctl.profile.schema import Profile
@@ -49,23 +50,30 @@ def rbac(name: str, namespace: str, labels: dict[str, str]) -> list[dict]:
     ]
 
 
+def _argv(profile: Profile, plan: Plan, lws_name: str, namespace: str, static: bool) -> list[str]:
+    assert plan.router is not None
+    if static:  # the plan's own argv: its worker URLs, bound where `up` binds it, on the host network
+        return list(plan.router.argv)
+    port = plan.groups[0].endpoint.port
+    return discovery_argv(profile, POD_HOST, leader_selector(lws_name), port, namespace)
+
+
 def router_pod(
-    profile: Profile, plan: Plan, lws_name: str, namespace: str, secret: str, readiness: Readiness
+    profile: Profile, plan: Plan, secret: str, readiness: Readiness, argv: list[str], static: bool
 ) -> dict:
     router = plan.router
     assert router is not None
     port = profile.engine.port
-    argv = discovery_argv(
-        profile, POD_HOST, leader_selector(lws_name), plan.groups[0].endpoint.port, namespace
-    )
     parts = PodParts()
     secret_mounts(router, secret, parts)
     if router.options.shm_size:
-        shm = {
-            "name": "dshm",
-            "emptyDir": {"medium": "Memory", "sizeLimit": quantity(router.options.shm_size)},
-        }
-        parts.add(shm, {"name": "dshm", "mountPath": "/dev/shm"})
+        size = quantity(router.options.shm_size)
+        parts.add(
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        )
+    node = profile.node(router.node)
+    host = {} if not static or binds_everywhere(profile) else {"host": bind_host(profile, node, 0)}
     container = {
         "name": "router",
         "image": router.image,
@@ -73,7 +81,7 @@ def router_pod(
         "command": argv,
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {
-            "httpGet": {"path": readiness.health_path, "port": port},
+            "httpGet": {**host, "path": readiness.health_path, "port": port},
             "periodSeconds": 5,
             "timeoutSeconds": 5,
         },
@@ -83,16 +91,17 @@ def router_pod(
     term = {
         "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [router.node]}]
     }
-    return {
-        "serviceAccountName": router_name(profile),
-        "affinity": {
-            "nodeAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
-            }
-        },
-        "containers": [container],
-        "volumes": parts.volumes,
-    }
+    if static:
+        nodes: dict = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        where: dict = {
+            "hostNetwork": True,
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            "automountServiceAccountToken": False,
+        }
+    else:
+        nodes = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}
+        where = {"serviceAccountName": router_name(profile)}
+    return {**where, "affinity": {"nodeAffinity": nodes}, "containers": [container], "volumes": parts.volumes}
 
 
 def router_name(profile: Profile) -> str:
@@ -100,12 +109,25 @@ def router_name(profile: Profile) -> str:
 
 
 def router_objects(
-    profile: Profile, plan: Plan, lws_name: str, namespace: str, secret: str, readiness: Readiness
+    profile: Profile,
+    plan: Plan,
+    lws_name: str,
+    namespace: str,
+    secret: str,
+    readiness: Readiness,
+    static: bool = False,
 ) -> list[dict]:
-    """RBAC, the Deployment and its Service (on engine.port, the user's one endpoint)."""
+    """RBAC, the Deployment and its Service (on engine.port, the user's one endpoint). `static`:
+    the replicas share a node, each on its own port: the router runs the plan's argv (its worker
+    URLs) on that node's network, as `up` runs it, with no discovery (no RBAC) and a Service only
+    when it binds every interface."""
     name = router_name(profile)
     labels = {"sparkctl.cluster": profile.cluster, "sparkctl.role": "router"}
-    pod = router_pod(profile, plan, lws_name, namespace, secret, readiness)
+    argv = _argv(profile, plan, lws_name, namespace, static)
+    pod = router_pod(profile, plan, secret, readiness, argv, static)
+    # A new router starts before the old one stops (the endpoint stays); on the host network both
+    # would want the same port, so there the old one stops first.
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -113,8 +135,7 @@ def router_objects(
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            # A new router starts before the old one stops: the endpoint never goes away.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {"type": "Recreate"} if static else rolling,
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
@@ -127,4 +148,6 @@ def router_objects(
             "ports": [{"name": "http", "port": profile.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+    if static:
+        return [deployment, *([service] if binds_everywhere(profile) else [])]
     return [*rbac(name, namespace, labels), deployment, service]

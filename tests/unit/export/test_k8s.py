@@ -113,19 +113,21 @@ def test_the_validation_can_fail() -> None:
 def test_each_rank_runs_the_plans_command_and_env(profile: Path, mode: str, tmp_path: Path) -> None:
     plan = plan_json(profile, mode)
     out = export_k8s(load_profile_file(profile), mode, "llm")
-    docs = out.objects[f"{mode}.yaml"]
-    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
+    docs = [d for name, ds in out.objects.items() if not name.endswith("-router.yaml") for d in ds]
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "LeaderWorkerSet"}
     cm = next((d for d in docs if d["kind"] == "ConfigMap"), {"data": {}})
-    leader, worker = templates(lws)
-    assert lws["spec"]["replicas"] == plan["replicas"]
-    assert lws["spec"]["leaderWorkerTemplate"]["size"] == plan["nnodes"]
     for rank in plan["ranks"]:
         group = plan["groups"][rank["group"]]
+        # one LeaderWorkerSet per mode; one per replica when replicas share a node
+        lws = sets.get(out.lws_name) or sets[f"{out.lws_name}-g{rank['group']}"]
+        assert lws["spec"]["replicas"] == (plan["replicas"] if len(sets) == 1 else 1)
+        assert lws["spec"]["leaderWorkerTemplate"]["size"] == plan["nnodes"]
         lws_env = {
             "LWS_LEADER_ADDRESS": (group["dist_init_addr"] or "unused:0").rsplit(":", 1)[0],
             "LWS_GROUP_SIZE": str(plan["nnodes"]),
             "LWS_WORKER_INDEX": str(rank["node_rank"]),
         }
+        leader, worker = templates(lws)
         container = leader if rank["node_rank"] == 0 else worker
         seen = run_pod(container, lws_env, rank["node"], cm["data"], tmp_path)
         assert seen["argv"] == rank["argv"], f"rank {rank['rank']}"
@@ -215,9 +217,23 @@ def test_a_template_refuses_per_node_paths(monkeypatch: pytest.MonkeyPatch) -> N
     assert "same path" in (exc.value.fix or "")
 
 
-def test_replicas_sharing_a_node_are_refused() -> None:
-    with pytest.raises(UsageError, match="node box runs 2 ranks of mode dp2"):
-        export_k8s(load_profile_file(ROOT / "profiles/two-gpu-box.yaml"), "dp2", "llm")
+def test_replicas_sharing_a_node_get_a_leaderworkerset_each_and_the_plans_router() -> None:
+    plan = plan_json(ROOT / "profiles/two-gpu-box.yaml", "dp2")
+    out = export_k8s(load_profile_file(ROOT / "profiles/two-gpu-box.yaml"), "dp2", "llm")
+    assert list(out.files) == ["dp2-g0.yaml", "dp2-g1.yaml", "dp2-router.yaml"]
+    ports = []
+    for g in (0, 1):
+        lws = out.objects[f"dp2-g{g}.yaml"][0]
+        assert lws["metadata"]["name"] == f"{out.lws_name}-g{g}" and lws["spec"]["replicas"] == 1
+        pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        assert "podAntiAffinity" not in pod["affinity"]  # both on box
+        ports.append(pod["containers"][0]["ports"][0]["containerPort"])
+    assert ports == [30001, 30002]
+    (deploy,) = out.objects["dp2-router.yaml"]  # loopback-bound: no Service, no discovery, no RBAC
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == plan["router"]["argv"]
+    assert pod["hostNetwork"] is True and deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert pod["containers"][0]["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
 
 
 def test_an_unsettled_plan_is_refused() -> None:
