@@ -377,3 +377,30 @@ def test_cli_secrets_are_refused_on_a_terminal(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "refused on a terminal" in res.stderr
     assert "hf_tty" not in shown + res.stderr
+
+
+def test_nics_that_differ_by_node_go_in_the_nodes_env_file(tmp_path: Path) -> None:
+    text = (ROOT / "profiles/dual-spark.yaml").read_text()
+    head, tail = text.split("  - name: spark2", 1)
+    tail = tail.replace("netdevs: [enp1s0f1np1]", "netdevs: [enP2p1s0f1np1]", 1)
+    tail = tail.replace("hcas: [rocep1s0f1, roceP2p1s0f1]", "hcas: [roceP2p1s0f1]", 1)
+    profile = tmp_path / "p.yaml"
+    profile.write_text(head + "  - name: spark2" + tail)
+    out = export_k8s(load_profile_file(profile), "tp2", "llm")
+    cm, lws = out.objects["tp2.yaml"][:2]
+    assert cm["data"]["spark2.env"] == (
+        "NCCL_SOCKET_IFNAME=enP2p1s0f1np1\nGLOO_SOCKET_IFNAME=enP2p1s0f1np1\n"
+        "SGLANG_HOST_IP=192.168.100.11\nNCCL_IB_HCA=roceP2p1s0f1\n"
+    )
+    plan = plan_json(profile, "tp2")
+    leader, worker = templates(lws)
+    for rank, container in zip(plan["ranks"], (leader, worker), strict=True):
+        lws_env = {"LWS_LEADER_ADDRESS": "192.168.100.10", "LWS_GROUP_SIZE": "2"}
+        seen = run_pod(
+            container,
+            {**lws_env, "LWS_WORKER_INDEX": str(rank["node_rank"])},
+            rank["node"],
+            cm["data"],
+            tmp_path,
+        )
+        assert (seen["argv"], seen["env"]) == (rank["argv"], rank["env"])
