@@ -57,7 +57,7 @@ def _check_exportable(plan: Plan) -> None:
     if plan.unresolved:
         raise UsageError(
             f"the plan is not settled: {plan.unresolved[0]}",
-            fix="write the node's values in the profile (e.g. fabric.hcas from `sparkctl preflight -v`)",
+            fix="write the node's values in the profile (fabric.hcas: what `sparkctl preflight -v` resolves 'auto' to)",
         )
 
 
@@ -68,9 +68,10 @@ def _same_command(plan: Plan, engine: Engine) -> dict[int, list[str]]:
         argv = lws_argv(plan, spec, getattr(engine, "layout_flags", None))
         first = out.setdefault(min(spec.node_rank, 1), argv)
         if argv != first:
-            i = next(i for i, (a, b) in enumerate(zip(argv, first, strict=False)) if a != b)
+            i = next((i for i, (a, b) in enumerate(zip(argv, first, strict=False)) if a != b), None)
+            ours, theirs = (argv[i], first[i]) if i is not None else (" ".join(argv), " ".join(first))
             raise UsageError(
-                f"rank {spec.rank} on node {spec.node} runs `{argv[i]}` where another runs `{first[i]}`: "
+                f"rank {spec.rank} on node {spec.node} runs `{ours}` where another runs `{theirs}`: "
                 "one pod template cannot hold both",
                 fix="bind every rank alike (engine.host: 0.0.0.0 with an engine.api_key)",
             )
