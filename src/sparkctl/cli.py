@@ -13,7 +13,7 @@ import sys
 import typer
 
 from sparkctl import __version__
-from sparkctl.commands import _common, _help
+from sparkctl.commands import _common, help_text
 from sparkctl.commands._common import ProfileOpt
 
 # Order is the order in `--help`.
@@ -24,12 +24,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fit",
     "preflight",
     "ship",
-    "lifecycle",  # up, down, switch, status, logs
+    "up",
+    "down",
+    "switch",
+    "upgrade",
+    "status",
+    "logs",
+    "supervise",
     "top",
     "verify",
     "bench",
     "fabric",
     "image",
+    "export",
 )
 
 app = typer.Typer(
@@ -64,7 +71,7 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"sparkctl.commands.{_name}").register(app)
-_help.apply(app)
+help_text.apply(app)
 
 
 def main() -> None:

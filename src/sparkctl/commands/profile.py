@@ -21,7 +21,7 @@ profile_app = typer.Typer(
 
 @profile_app.command("check")
 @handle_errors
-def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     """Validate the whole profile (schema, cross-references, TP vs GPUs); touches no node."""
     prof = load_profile(profile)
     from sparkctl.planning.build import build_plan

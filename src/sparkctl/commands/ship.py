@@ -16,7 +16,7 @@ ModeArg = Annotated[
 
 
 @handle_errors
-def ship(
+def ship_cmd(
     mode: ModeArg = None,
     image: Annotated[
         bool, typer.Option("--image", help="Ship the image (default: image and weights).")
@@ -141,4 +141,4 @@ def _render(report, json_out: bool) -> None:  # sparkctl.ship.ShipReport
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ship")(ship)
+    app.command("ship")(ship_cmd)

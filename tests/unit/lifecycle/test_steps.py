@@ -1,0 +1,25 @@
+"""`up`'s final error: a node lost during start is exit 5 whichever thread noticed first."""
+
+from __future__ import annotations
+
+from sparkctl.errors import ConnectError, ExitCode, SparkctlError
+from sparkctl.lifecycle.orphans import pending_item
+from sparkctl.lifecycle.steps import as_node_loss
+from sparkctl.lifecycle.watch import RankFailedError
+
+
+def test_a_node_the_rollback_could_not_reach_makes_any_failure_exit_5() -> None:
+    left = [pending_item("spark2", "sparkctl-x-tp2-r1", 1, "tp2", "connection reset")]
+    # what the watch may see first when spark2 drops: a rank that looks dead (exit 3) ...
+    died = RankFailedError("rank 0 exited (137) while starting", node="spark1", rank=0, logs=[])
+    # ... or a Docker call cut mid-way, wrapped as a plain error (exit 3)
+    cut = SparkctlError("ChunkedEncodingError: connection broken", node="spark2", rank=1)
+    for first in (died, cut):
+        final = as_node_loss(first, left)
+        assert isinstance(final, ConnectError) and final.exit_code == ExitCode.CONNECT
+        assert final.node == "spark2" and "lost the connection to node spark2" in final.message
+    lost = ConnectError("lost the connection to node spark2", node="spark2")
+    assert as_node_loss(lost, left) is lost  # already the truth: kept as it is
+    assert as_node_loss(died, []) is died  # every node answered the rollback: the rank did die
+    interrupted = KeyboardInterrupt()
+    assert as_node_loss(interrupted, left) is interrupted  # Ctrl-C stays 130
