@@ -109,6 +109,12 @@ def _print_secret(prof, out) -> None:  # Profile, K8sExport (imported lazily)
 
 
 def register(app: typer.Typer) -> None:
-    export_app = typer.Typer(help="Export the plan to another scheduler (Kubernetes).", no_args_is_help=True)
+    from sparkctl.commands._common import group_profile
+
+    export_app = typer.Typer(
+        help="Export the plan to another scheduler (Kubernetes).",
+        no_args_is_help=True,
+        callback=group_profile,
+    )
     export_app.command("k8s")(k8s)
     app.add_typer(export_app, name="export")

@@ -29,6 +29,8 @@ HELP: dict[str, tuple[str, str]] = {
     "image": ("Build and verify derivative serving images", "sparkctl image build RECIPE --node spark1"),
     "build": ("Build RECIPE's image from its pinned base", "sparkctl image build RECIPE --node spark1"),
     "verify-image": ("Verify RECIPE's image", "sparkctl image verify RECIPE --node spark1"),
+    "export": ("Export the plan to another scheduler (Kubernetes)", "sparkctl export k8s tp2"),
+    "k8s": ("The plan as Kubernetes manifests", "sparkctl export k8s tp2 > sparkctl-tp2.yaml"),
 }
 
 
