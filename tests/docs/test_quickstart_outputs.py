@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.commands.lifecycle import _print_up
-from sparkctl.lifecycle.readiness import EndpointHealth
-from sparkctl.lifecycle.up import UpResult
+from sparkctl.commands.up import _print_up
+from sparkctl.lifecycle.steps import UpResult
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
+from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "quickstart.md").read_text()
