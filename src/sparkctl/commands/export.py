@@ -14,7 +14,9 @@ ModeArg = Annotated[
     str | None, typer.Argument(metavar="MODE", help="Mode to export (default: the profile's default mode).")
 ]
 OutOpt = Annotated[Path, typer.Option("--output", "-o", help="Directory the manifests are written to.")]
-NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of every object.")]
+NamespaceOpt = Annotated[
+    str, typer.Option("--namespace", metavar="NAMESPACE", help="Namespace of every object.")
+]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the manifests on stdout; write nothing.")]
 SecretsOpt = Annotated[
     bool,
@@ -66,7 +68,7 @@ def k8s(
             con.print(f"wrote {path}")
         for note in out.notes:
             con.print(f"[yellow]note:[/] {note}")
-        ns = "" if namespace == "default" else f" -n {namespace}"
+        ns = "" if namespace == "default" else f" --namespace {namespace}"
         if out.secret_name:
             con.print(f"Secret {out.secret_name} first:", soft_wrap=True)
             con.print(

@@ -57,7 +57,8 @@ def _check_exportable(plan: Plan) -> None:
     if plan.unresolved:
         raise UsageError(
             f"the plan is not settled: {plan.unresolved[0]}",
-            fix="write the node's values in the profile (fabric.hcas: what `sparkctl preflight -v` resolves 'auto' to)",
+            fix="write the node's values in the profile (fabric.hcas: what `sparkctl preflight -v` resolves 'auto' "
+            "to; a rank's --host: engine.host, or nodes[].address as an IP)",
         )
 
 
@@ -308,7 +309,7 @@ def _header(profile: Profile, out: K8sExport, router: bool = False) -> list[str]
         f"from the plan `sparkctl plan {plan.mode}` shows (config hash {plan.config_hash}); docs/kubernetes.md",
     ]
     if out.secret_name:
-        ns = "" if out.namespace == "default" else f" -n {out.namespace}"
+        ns = "" if out.namespace == "default" else f" --namespace {out.namespace}"
         lines.append(
             f"needs Secret {out.secret_name}: sparkctl export k8s {plan.mode}{ns} --secrets | kubectl apply -f -"
         )

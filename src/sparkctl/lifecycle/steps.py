@@ -110,7 +110,7 @@ log_path = logs.rank_log_path
 def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs; the IP of a node addressed
     by name, on the node itself) and rebuild the same plan."""
-    if not plan.unresolved:
+    if not plan.unresolved and not plan.addresses_pending:
         return plan
     from sparkctl.facts.rdma import hca_candidates, probe_rdma
     from sparkctl.lifecycle.addresses import node_addresses

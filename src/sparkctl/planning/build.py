@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
+PENDING = "resolved at `up`"  # an address line of a node whose IP `up` reads on the node
 CONTAINER_TRITON = "/root/.triton"
 
 
@@ -205,7 +206,11 @@ def _build_group(
     indices = []
     for slot in group.slots:
         node = profile.node(slot.node)
-        ip = _node_ip(node, facts, out) if sec.needs_node_ip(profile, node, slot.node_rank) else None
+        ip = (
+            _node_ip(node, facts, out, bind=True)
+            if sec.needs_node_ip(profile, node, slot.node_rank)
+            else None
+        )
         host = sec.bind_host(profile, node, slot.node_rank, ip)
         layout = RankLayout(
             slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host=host, port=group.port, pp=mode.pp
@@ -245,17 +250,18 @@ def _build_group(
     out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker))
 
 
-def _node_ip(node: Node, facts: PlanFacts, out: _Build) -> str:
+def _node_ip(node: Node, facts: PlanFacts, out: _Build, bind: bool = False) -> str:
     """The node's IP: its address when that is an IP, else the address its name has on the node
-    itself (PlanFacts.addresses, filled by `up`); until then a placeholder `up` resolves."""
+    itself (PlanFacts.addresses, filled by `up`); until then a placeholder `up` resolves (and,
+    when a rank binds it, an `unresolved` note: the config hash depends on it)."""
     if sec.is_ip(node.address):
         ip, where = node.address.strip("[]"), f"nodes[{node.name}].address"
     elif node.name in facts.addresses:
         ip, where = facts.addresses[node.name]
     else:
-        ip, where = f"<IP of {node.address}>", "resolved at `up`"
+        ip, where = f"<IP of {node.address}>", PENDING
         note = f"{node.name}: --host is the IP {node.address} has on {node.name} (resolved there by `up`)"
-        if note not in out.unresolved:
+        if bind and note not in out.unresolved:
             out.unresolved.append(note)
     line = f"{node.name}: {ip} ({where})"
     if line not in out.addresses:

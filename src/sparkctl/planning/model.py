@@ -141,6 +141,11 @@ class Plan:
         return list(dict.fromkeys([*self.nodes, *router]))
 
     @property
+    def addresses_pending(self) -> bool:
+        """A node addressed by name whose IP (a rank's --host, a router's worker URL) `up` reads."""
+        return any(line.endswith("(resolved at `up`)") for line in self.addresses)
+
+    @property
     def settled_hash(self) -> str | None:
         """The config hash running containers of this plan carry; None while something is
         unresolved (`hcas: auto` is read from the nodes at `up`, which changes the hash)."""

@@ -248,13 +248,21 @@ def test_an_unsettled_plan_is_refused() -> None:
 
 def test_ranks_that_bind_per_node_addresses_are_refused() -> None:
     text = (ROOT / "profiles/quad-spark.yaml").read_text().replace("  host: 0.0.0.0 ", "  # host unset ")
-    # tp4: the workers on spark2..4 bind spark2.local..spark4.local, one worker template
-    with pytest.raises(UsageError, match="rank 2 on node spark3 runs `spark3.local` where another runs"):
+    # tp4 with host unset: the ranks bind each node's own IP (read on the node by `up`), which
+    # one template cannot hold; a name would not do either (the container may not resolve it)
+    with pytest.raises(UsageError, match="the plan is not settled: spark2: --host is the IP spark2.local"):
         export_k8s(load_profile_text(text), "tp4", "llm")
+    by_ip = text.replace("address: spark3.local", "address: 192.168.1.13").replace(
+        "address: spark2.local", "address: 192.168.1.12"
+    )
+    by_ip = by_ip.replace("address: spark4.local", "address: 192.168.1.14")
+    with pytest.raises(UsageError, match="rank 2 on node spark3 runs `192.168.1.13` where another runs"):
+        export_k8s(load_profile_text(by_ip), "tp4", "llm")
 
 
 def test_leaders_and_workers_stay_on_the_plans_nodes(tmp_path: Path) -> None:
     text = (ROOT / "profiles/dual-spark.yaml").read_text().replace("  host: 0.0.0.0 ", "  # host unset ")
+    text = text.replace("address: spark2.local", "address: 192.168.1.12")  # bound by IP, never by name
     out = export_k8s(load_profile_text(text), "tp2", "llm")
     lwt = out.objects["tp2.yaml"][1]["spec"]["leaderWorkerTemplate"]
 
@@ -262,9 +270,9 @@ def test_leaders_and_workers_stay_on_the_plans_nodes(tmp_path: Path) -> None:
         aff = lwt[tpl]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         return aff["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
 
-    # rank 1 binds spark2.local: its template may only run on spark2
+    # rank 1 binds spark2's IP: its template may only run on spark2
     assert (nodes("leaderTemplate"), nodes("workerTemplate")) == (["spark1"], ["spark2"])
-    assert "spark2.local" in lwt["workerTemplate"]["spec"]["containers"][0]["command"]
+    assert "192.168.1.12" in lwt["workerTemplate"]["spec"]["containers"][0]["command"]
 
 
 def test_single_node_modes_run_the_argv_unwrapped() -> None:
