@@ -195,9 +195,9 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
 
 
 def _resolved(profile: Profile, pool: NodePool, plan: Plan) -> Plan:
-    """With replicas, the router knows each replica by IP: resolve the named nodes' IPs as `up`
-    did, so the router's view matches (best effort: an unreachable node keeps the name)."""
-    if plan.replicas <= 1 or not plan.addresses_pending:
+    """Named nodes' IPs as `up` read them: the endpoint probed from here and the replicas the router
+    knows by IP match what runs (best effort: an unreachable node keeps the name)."""
+    if not plan.addresses_pending:
         return plan
     from sparkctl.lifecycle.addresses import node_addresses
     from sparkctl.planning.model import PlanFacts

@@ -115,7 +115,11 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     from sparkctl.facts.rdma import hca_candidates, probe_rdma
     from sparkctl.lifecycle.addresses import node_addresses
 
-    auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
+    auto = [
+        n
+        for n in dict.fromkeys(plan.nodes)
+        if any(u.startswith(f"{n}: fabric.hcas is 'auto'") for u in plan.unresolved)
+    ]
 
     def discover(node: str) -> list[str]:
         fabric = profile.node(node).fabric

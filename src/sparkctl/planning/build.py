@@ -239,7 +239,7 @@ def _build_group(
             )
         )
     endpoint = Endpoint(
-        host=sec.endpoint_host(profile, head),
+        host=_reach(profile, head, facts),
         port=group.port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, head),
@@ -302,7 +302,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         tp=mode.tp,
         nnodes=lay.groups[0].nnodes,
         ranks=ranks,
-        endpoint=router_endpoint(profile, router) if router else g0.endpoint,
+        endpoint=router_endpoint(profile, router, facts) if router else g0.endpoint,
         stop_first=stop_first,
         dist_init_addr=g0.dist_init_addr,
         config_hash=config_hash,
@@ -317,10 +317,19 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     )
 
 
-def router_endpoint(profile: Profile, router: RankSpec) -> Endpoint:
+def _reach(profile: Profile, node: Node, facts: PlanFacts | None) -> str:
+    """Where this machine reaches a node's API: the profile's host or the node's address, or, once
+    `up` read it, the IP the SSH connection to that name landed on (reachable from here by
+    construction, whatever resolves the name)."""
+    host = sec.endpoint_host(profile, node)
+    known = (facts.addresses if facts else {}).get(node.name)
+    return known[0] if known and host == node.address and not sec.is_ip(host) else host
+
+
+def router_endpoint(profile: Profile, router: RankSpec, facts: PlanFacts | None = None) -> Endpoint:
     node = profile.node(router.node)
     return Endpoint(
-        host=sec.endpoint_host(profile, node),
+        host=_reach(profile, node, facts),
         port=profile.engine.port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, node),
