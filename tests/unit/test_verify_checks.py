@@ -128,8 +128,8 @@ CASES = [
         2,
         ["model 'wrong/name' is not served", f"it serves: {bad.MODEL}", f"--model {bad.MODEL}"],
     ),
-    ("stall", bad.MODEL, 3, ["stalled"]),
-    ("stall-stream", bad.MODEL, 3, ["stalled"]),
+    ("stall", bad.MODEL, 3, ["no first token within --first-token-timeout 3s"]),
+    ("stall-stream", bad.MODEL, 3, ["the stream stalled: no event for --stall-timeout 3s"]),
 ]
 
 
@@ -145,7 +145,8 @@ def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code
     # a stall is caught by --timeout, well inside a --deadline roomy enough for slow imports
     # (3 s: the probe of /v1/models must answer in time even on a loaded machine)
     deadline = DEADLINE * 3 if kind.startswith("stall") else DEADLINE
-    flags = ["--timeout", "3" if kind.startswith("stall") else "2", "--deadline", str(deadline)]
+    limit = "3" if kind.startswith("stall") else "2"
+    flags = ["--first-token-timeout", limit, "--stall-timeout", limit, "--deadline", str(deadline)]
     if kind == "closed":
         proc, took = _cli(command, "--url", bad.closed_port(), "--model", model, *flags, *extra)
     elif kind == "silent":
@@ -161,7 +162,7 @@ def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code
 def test_deadline_shorter_than_timeout_wins(startup) -> None:
     pytest.importorskip("openai")
     with bad.serving("stall") as (url, _):
-        proc, took = _cli("verify", "--url", url, "--model", bad.MODEL, "--timeout", "60", "--deadline", "2")
+        proc, took = _cli("verify", "--url", url, "--model", bad.MODEL, "--first-token-timeout", "60", "--deadline", "2")
     _one_line(proc, 3, "--deadline reached during check Chat")
     assert took < 2 + 2 + startup, (took, startup)
 

@@ -1,14 +1,15 @@
-"""One streamed chat request, timed. Token counts come from the server's `usage`, never chunks:
-speculative decoding (DFlash) packs several tokens into one SSE event."""
+"""One streamed chat request, timed event by event (sparkctl.verify.stream). Token counts come from
+the server's `usage`, never chunks: speculative decoding (DFlash) packs several tokens into one
+SSE event. A stream whose text arrived in one burst gives no decode rate (see `Sample.burst`)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkctl.benchmark.workloads import Workload
 from sparkctl.errors import SparkctlError
+from sparkctl.verify.stream import Limits, burst, max_gap, text_times, watch
 
 
 class BenchRequestError(SparkctlError):
@@ -31,8 +32,16 @@ class Sample:
     max_gap_s: float = 0.0  # longest silence between two text events
 
     @property
+    def burst(self) -> str | None:
+        """Why this stream's text came in one burst (buffered on the way), or None: such a
+        stream has no per-stream decode rate, ITL or prefill rate to report."""
+        return burst(self.completion_tokens, self.ttft_s, self.e2e_s, self.max_gap_s)
+
+    @property
     def decode_tps(self) -> float | None:
         """Tokens/s after the first token: (n - 1) / (e2e - ttft)."""
+        if self.burst:
+            return None
         gen = self.e2e_s - self.ttft_s
         return (self.completion_tokens - 1) / gen if self.completion_tokens > 1 and gen > 0 else None
 
@@ -46,10 +55,17 @@ class Sample:
     def prefill_tps(self) -> float | None:
         """Uncached prompt tokens per second of TTFT."""
         new = self.prompt_tokens - (self.cached_tokens or 0)
+        if self.burst:  # its TTFT is the time to the burst: decoding included
+            return None
         return new / self.ttft_s if self.ttft_s > 0 and new > 0 else None
 
     def to_json(self) -> dict:
-        derived = {"decode_tps": self.decode_tps, "itl_s": self.itl_s, "prefill_tps": self.prefill_tps}
+        derived = {
+            "decode_tps": self.decode_tps,
+            "itl_s": self.itl_s,
+            "prefill_tps": self.prefill_tps,
+            "burst": self.burst,
+        }
         return {**asdict(self), **derived}
 
 
@@ -73,44 +89,51 @@ def _text_of(delta: Any) -> tuple[bool, bool]:
     return bool(content or thought or delta.tool_calls), bool(thought.strip()) or "<think>" in content
 
 
+def _has_text(chunk: Any) -> bool:
+    return any(_text_of(ch.delta)[0] for ch in chunk.choices or [])
+
+
 def stream_once(
-    client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0, timeout_s: float = 60.0
+    client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0, limits: Limits | None = None
 ) -> Sample:
-    """Raises BenchRequestError when no text or no usage came back: no made-up TTFT."""
-    start = time.perf_counter()
-    first = last = None
+    """Raises BenchRequestError when no text or no usage came back (no made-up TTFT), or when the
+    stream repeats deltas; TimedOut/StreamCut from the watcher."""
+    timed = watch(
+        lambda socket_s: client.chat.completions.create(
+            **request_kwargs(model, workload, rep),
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=socket_s,
+        ),
+        limits or Limits(),
+        _has_text,
+    )
     events = reasoning = 0
     usage = finish = None
-    max_gap = 0.0
-    stream = client.chat.completions.create(
-        **request_kwargs(model, workload, rep), stream=True, stream_options={"include_usage": True}
-    )
-    with stream:
-        for chunk in stream:
-            now = time.perf_counter()
-            if now - start > timeout_s:
-                raise TimeoutError(f"request still streaming after --timeout {timeout_s:g}s")
-            usage = chunk.usage or usage
-            for ch in chunk.choices:
-                text, thought = _text_of(ch.delta)
-                if text:
-                    events += 1
-                    reasoning += thought
-                    max_gap = max(max_gap, now - last) if last is not None else max_gap
-                    first, last = first or now, now
-                finish = ch.finish_reason or finish
-    end = time.perf_counter()
+    for chunk in timed.events:
+        usage = chunk.usage or usage
+        for ch in chunk.choices:
+            text, thought = _text_of(ch.delta)
+            events += text
+            reasoning += text and thought
+            finish = ch.finish_reason or finish
+    times = text_times(timed, _has_text)
     where = f"workload {workload.name}"
     if usage is None:
         raise BenchRequestError(
             f"{where}: the server sent no usage on the stream (stream_options.include_usage)",
             fix="bench needs exact token counts; run `sparkctl verify --only ChatStream`",
         )
-    if first is None:
+    if not times:
         raise BenchRequestError(
             f"{where}: a request returned no text ({usage.completion_tokens} completion tokens, "
             f"finish_reason={finish}): no TTFT to measure",
             fix="run `sparkctl verify --only Chat` to see what the server answers",
+        )
+    if events > usage.completion_tokens:
+        raise BenchRequestError(
+            f"{where}: {events} text events for {usage.completion_tokens} tokens: the stream repeats deltas",
+            fix="the server (or a proxy) sends each delta more than once; run `sparkctl verify --only ChatStream`",
         )
     details = getattr(usage, "prompt_tokens_details", None)
     return Sample(
@@ -120,10 +143,10 @@ def stream_once(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         cached_tokens=getattr(details, "cached_tokens", None) if details is not None else None,
-        ttft_s=first - start,
-        e2e_s=end - start,
+        ttft_s=times[0],
+        e2e_s=timed.end_s,
         text_events=events,
         finish_reason=finish,
         reasoning_events=reasoning,
-        max_gap_s=max_gap,
+        max_gap_s=max_gap(times),
     )

@@ -75,7 +75,7 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     except TimeoutError:
         raise ConnectError(
             f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
-            fix="check what listens there and that it is not hung; raise --timeout if it is only slow",
+            fix="check what listens there and that it is not hung (model-list requests get a few seconds)",
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -120,9 +120,11 @@ def _http_error(target: str, code: int, body: str) -> ConnectError:
     return ConnectError(f"GET {target}: HTTP {code} ({detail or 'empty body'})", fix=fix)
 
 
-def make_client(url: str, timeout_s: float = 60.0, api_key: str | None = None) -> Any:
+def make_client(url: str, timeout_s: float = 180.0, api_key: str | None = None) -> Any:
     """An `openai.OpenAI` client with no retries (a retried failure would hide the first error).
-    `timeout_s` bounds connecting and every read, so a stream that stalls fails after that long."""
+    `timeout_s` bounds connecting and every read: the limit of a non-streaming request (its reply
+    comes when it is done). Streams pass their own, longer, socket timeout and are watched by
+    sparkctl.verify.stream."""
     try:
         import openai
     except ImportError as exc:
