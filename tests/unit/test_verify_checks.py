@@ -162,7 +162,9 @@ def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code
 def test_deadline_shorter_than_timeout_wins(startup) -> None:
     pytest.importorskip("openai")
     with bad.serving("stall") as (url, _):
-        proc, took = _cli("verify", "--url", url, "--model", bad.MODEL, "--first-token-timeout", "60", "--deadline", "2")
+        proc, took = _cli(
+            "verify", "--url", url, "--model", bad.MODEL, "--first-token-timeout", "60", "--deadline", "2"
+        )
     _one_line(proc, 3, "--deadline reached during check Chat")
     assert took < 2 + 2 + startup, (took, startup)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sparkctl.benchmark.workloads import Workload
 from sparkctl.errors import SparkctlError
-from sparkctl.verify.stream import Limits, burst, max_gap, text_times, watch
+from sparkctl.verify.stream import Limits, burst, max_gap, median_gap, repeats, text_times, watch
 
 
 class BenchRequestError(SparkctlError):
@@ -30,12 +30,16 @@ class Sample:
     finish_reason: str | None
     reasoning_events: int = 0  # events that carried reasoning (the thinking workload needs some)
     max_gap_s: float = 0.0  # longest silence between two text events
+    median_gap_s: float | None = None  # the typical one (None: not recorded)
+    text_span_s: float | None = None  # first text event -> last (None: not recorded)
 
     @property
     def burst(self) -> str | None:
         """Why this stream's text came in one burst (buffered on the way), or None: such a
         stream has no per-stream decode rate, ITL or prefill rate to report."""
-        return burst(self.completion_tokens, self.ttft_s, self.e2e_s, self.max_gap_s)
+        gap = self.max_gap_s if self.median_gap_s is None else self.median_gap_s
+        span = self.e2e_s - self.ttft_s if self.text_span_s is None else self.text_span_s
+        return burst(self.completion_tokens, self.ttft_s, span, gap)
 
     @property
     def decode_tps(self) -> float | None:
@@ -80,13 +84,19 @@ def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
     )
 
 
-def _text_of(delta: Any) -> tuple[bool, bool]:
-    """(carries generated text of any kind, carries real reasoning). Whitespace counts as a token
-    for TTFT but not as reasoning: some parsers emit the newlines of an empty think block."""
+def _text_of(delta: Any) -> tuple[bool, bool, bool]:
+    """(carries generated text of any kind, carries real reasoning, carries visible text).
+    Whitespace counts as a token for TTFT but not as reasoning: some parsers emit the newlines
+    of an empty think block."""
     extra = getattr(delta, "model_extra", None) or {}
     thought = extra.get("reasoning_content") or extra.get("reasoning") or ""
     content = delta.content or ""
-    return bool(content or thought or delta.tool_calls), bool(thought.strip()) or "<think>" in content
+    visible = bool(content.strip() or thought.strip() or delta.tool_calls)
+    return (
+        bool(content or thought or delta.tool_calls),
+        bool(thought.strip()) or "<think>" in content,
+        visible,
+    )
 
 
 def _has_text(chunk: Any) -> bool:
@@ -108,14 +118,15 @@ def stream_once(
         limits or Limits(),
         _has_text,
     )
-    events = reasoning = 0
+    events = reasoning = visible = 0
     usage = finish = None
     for chunk in timed.events:
         usage = chunk.usage or usage
         for ch in chunk.choices:
-            text, thought = _text_of(ch.delta)
+            text, thought, seen = _text_of(ch.delta)
             events += text
             reasoning += text and thought
+            visible += seen
             finish = ch.finish_reason or finish
     times = text_times(timed, _has_text)
     where = f"workload {workload.name}"
@@ -130,9 +141,9 @@ def stream_once(
             f"finish_reason={finish}): no TTFT to measure",
             fix="run `sparkctl verify --only Chat` to see what the server answers",
         )
-    if events > usage.completion_tokens:
+    if why := repeats(visible, usage.completion_tokens):
         raise BenchRequestError(
-            f"{where}: {events} text events for {usage.completion_tokens} tokens: the stream repeats deltas",
+            f"{where}: {why}",
             fix="the server (or a proxy) sends each delta more than once; run `sparkctl verify --only ChatStream`",
         )
     details = getattr(usage, "prompt_tokens_details", None)
@@ -149,4 +160,6 @@ def stream_once(
         finish_reason=finish,
         reasoning_events=reasoning,
         max_gap_s=max_gap(times),
+        median_gap_s=median_gap(times),
+        text_span_s=times[-1] - times[0],
     )

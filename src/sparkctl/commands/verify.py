@@ -30,7 +30,9 @@ StallOpt = Annotated[
 ]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--timeout", min=0.1, help="Optional limit on each whole request, wall clock (default none)."),
+    typer.Option(
+        "--timeout", min=0.1, help="Optional limit on each whole request, wall clock (default none)."
+    ),
 ]
 DeadlineOpt = Annotated[float, typer.Option("--deadline", min=0.1, help="Seconds for the whole command.")]
 ApiKeyOpt = Annotated[

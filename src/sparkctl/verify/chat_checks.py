@@ -17,7 +17,7 @@ from sparkctl.verify.base import (
     user,
     validate,
 )
-from sparkctl.verify.stream import Timed, burst, max_gap, text_times
+from sparkctl.verify.stream import Timed, burst, max_gap, median_gap, repeats, text_times
 
 
 def _text(msg: object) -> str:
@@ -40,7 +40,9 @@ def chat(ctx: Context) -> Passed:
         raise CheckFailed(f"no finish_reason (got {finish!r}) on a finished reply")
     if r.usage is None or not r.usage.completion_tokens or not r.usage.prompt_tokens:
         raise CheckFailed(f"usage missing or zero: {r.usage}")
-    return Passed(f"{r.usage.completion_tokens} tokens, finish_reason={finish}", {"usage": r.usage.model_dump()})
+    return Passed(
+        f"{r.usage.completion_tokens} tokens, finish_reason={finish}", {"usage": r.usage.model_dump()}
+    )
 
 
 def has_text(chunk: Any) -> bool:
@@ -68,23 +70,23 @@ def _one_stream(ctx: Context) -> tuple[Timed, int, Any, Any]:
         ),
         has_text,
     )
-    events, usage, finish = 0, None, None
+    events = visible = 0
+    usage = finish = None
     for chunk in timed.events:
         usage = chunk.usage or usage
         for ch in chunk.choices:
             finish = ch.finish_reason or finish
-            events += bool(ch.delta.content or extra(ch.delta, "reasoning_content"))
+            text = (ch.delta.content or "") + (extra(ch.delta, "reasoning_content") or "")
+            events += bool(text)
+            visible += bool(text.strip())
     if not events:
         raise CheckFailed("the stream carried no text deltas")
     if finish is None:
         raise CheckFailed(f"{events} text events but no finish_reason")
     if usage is None or not usage.completion_tokens:
         raise CheckFailed(f"no usage on the stream despite stream_options.include_usage ({usage})")
-    if events > usage.completion_tokens:
-        raise CheckFailed(
-            f"{events} text events for {usage.completion_tokens} tokens: the stream repeats deltas",
-            fix=_DUPLICATED_FIX,
-        )
+    if why := repeats(visible, usage.completion_tokens):
+        raise CheckFailed(why, fix=_DUPLICATED_FIX)
     return timed, events, usage, finish
 
 
@@ -95,7 +97,7 @@ def chat_stream(ctx: Context) -> Passed:
         timed, events, usage, finish = _one_stream(ctx)
         times = text_times(timed, has_text)
         gap = max_gap(times)
-        why = burst(usage.completion_tokens, times[0], timed.end_s, gap)
+        why = burst(usage.completion_tokens, times[0], times[-1] - times[0], median_gap(times))
         if why is None:
             break
         if attempt == 2:

@@ -55,7 +55,11 @@ def responses_stream(ctx: Context) -> Passed:
     timed = drain(
         ctx,
         lambda **kw: ctx.client.responses.create(
-            model=ctx.model, input="Name one prime number.", max_output_tokens=ctx.max_tokens, stream=True, **kw
+            model=ctx.model,
+            input="Name one prime number.",
+            max_output_tokens=ctx.max_tokens,
+            stream=True,
+            **kw,
         ),
         lambda event: getattr(event, "type", None) == "response.output_text.delta",
     )

@@ -13,6 +13,7 @@ flush) is recognised instead of yielding a made-up decode rate.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -27,10 +28,10 @@ STALL_S = 60.0  # no event for this long after the first token: the stream has s
 PROBE_S = 5.0  # GET /v1/models and other metadata: no generation, a short limit of its own
 SOCKET_SLACK_S = 5.0  # the SDK's own read timeout stays behind the watcher's limits
 
-# The burst signature: many tokens, nothing between the text events, and all of it at the end.
+# The burst signature: many tokens, text events back to back, and all of it at the end.
 BURST_MIN_TOKENS = 8
-BURST_MAX_GAP_S = 0.002  # 2 ms: no model decodes one stream at 500 tok/s on this hardware
-BURST_TAIL = 0.1  # the text arrived within the last 10% of the request
+BURST_GAP_S = 0.001  # 1 ms: no model decodes one stream at 1000 tok/s on this hardware
+BURST_TAIL = 0.1  # all the text within a tenth of the time to its end
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,10 @@ def watch(open_stream: Callable[[float], Any], limits: Limits, is_token: Callabl
     def produce() -> None:
         try:
             held["stream"] = stream = open_stream(limits.socket_s)
+            read_at = _stamp_reads(stream)
             with stream:
                 for event in stream:
-                    q.put(("event", time.perf_counter(), event))
+                    q.put(("event", read_at[0] or time.perf_counter(), event))
             q.put(("end", time.perf_counter(), None))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             q.put(("error", time.perf_counter(), exc))
@@ -164,11 +166,32 @@ def watch(open_stream: Callable[[float], Any], limits: Limits, is_token: Callabl
             last = at
 
 
+def _stamp_reads(stream: Any) -> list[float]:
+    """An event's arrival is the network read that completed it, not the moment the SDK hands it
+    over: events that came in one read (a buffered body) then share one time, whatever the
+    parsing or thread switching costs. Wraps the SDK stream's `response.iter_bytes` (read
+    lazily, on the first event); without it, the hand-over time is used."""
+    read_at = [0.0]
+    response = getattr(stream, "response", None)
+    inner = getattr(response, "iter_bytes", None)
+    if inner is None:
+        return read_at
+
+    def iter_bytes(*args: Any, **kwargs: Any) -> Any:
+        for chunk in inner(*args, **kwargs):
+            read_at[0] = time.perf_counter()
+            yield chunk
+
+    with contextlib.suppress(AttributeError, TypeError):
+        response.iter_bytes = iter_bytes
+    return read_at
+
+
 def _is_transport(exc: BaseException) -> bool:
-    import httpx
+    """The SDK wraps every transport error (a reset, an incomplete body) in APIConnectionError."""
     import openai
 
-    return isinstance(exc, openai.APIConnectionError | httpx.TransportError)
+    return isinstance(exc, openai.APIConnectionError)
 
 
 def _close(held: dict) -> None:
@@ -181,21 +204,43 @@ def _close(held: dict) -> None:
         pass
 
 
+def repeats(solid_events: int, tokens: int) -> str | None:
+    """More events with visible text than tokens generated: deltas sent twice (each token is
+    at most one event; whitespace-only events do not count, reasoning parsers emit the newlines
+    of an empty think block on their own)."""
+    if solid_events <= tokens:
+        return None
+    return f"{solid_events} events with text for {tokens} tokens: the stream repeats deltas"
+
+
 def text_times(timed: Timed, is_token: Callable[[Any], bool]) -> list[float]:
     return [at for at, event in timed.arrivals if is_token(event)]
 
 
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
 def max_gap(times: list[float]) -> float:
-    return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+    return max(gaps(times), default=0.0)
 
 
-def burst(tokens: int, ttft_s: float, e2e_s: float, gap_s: float) -> str | None:
-    """Why a stream's text is not a measurement of decoding (it came in one burst at the end:
-    a buffering proxy, or a server that does not flush), or None."""
-    if tokens < BURST_MIN_TOKENS or gap_s >= BURST_MAX_GAP_S or e2e_s - ttft_s > BURST_TAIL * e2e_s:
+def median_gap(times: list[float]) -> float:
+    import statistics
+
+    return statistics.median(gaps(times)) if len(times) > 1 else 0.0
+
+
+def burst(tokens: int, ttft_s: float, span_s: float, median_gap_s: float) -> str | None:
+    """Why a stream's text is not a measurement of decoding, or None. The signature: many tokens,
+    text events back to back (their median gap below BURST_GAP_S: most came in the same network
+    read as the one before), all within a span that is a sliver of the wait before it (a
+    buffering proxy, a server that does not flush). The median, not the longest gap: a buffered
+    body can come in two reads."""
+    if tokens < BURST_MIN_TOKENS or median_gap_s >= BURST_GAP_S or span_s > BURST_TAIL * (ttft_s + span_s):
         return None
     return (
-        f"its {tokens} tokens arrived in one burst {ttft_s:.2f}s after the request (longest gap "
-        f"{gap_s * 1000:.1f} ms): the stream is buffered on the way (a proxy buffering, or a "
-        "server that does not flush)"
+        f"its {tokens} tokens arrived in one burst {ttft_s:.2f}s after the request, within "
+        f"{span_s * 1000:.1f} ms: the stream is buffered on the way (a proxy buffering, or a server "
+        "that does not flush)"
     )
