@@ -169,6 +169,32 @@ def test_deadline_shorter_than_timeout_wins(startup) -> None:
     assert took < 2 + 2 + startup, (took, startup)
 
 
+def test_json_holds_the_finished_checks_when_the_deadline_stops_the_run() -> None:
+    pytest.importorskip("openai")
+    import json
+
+    with bad.serving("ok-then-stall") as (url, _):
+        proc, _ = _cli(
+            "verify", "--url", url, "--model", bad.MODEL, "--only", "Chat", "--only", "ChatStream",
+            "--first-token-timeout", "60", "--deadline", "6", "--json",
+        )  # fmt: skip
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    doc = json.loads(proc.stdout)
+    assert [(c["check"], c["severity"]) for c in doc["checks"]] == [("Chat", "ok")]
+    assert doc["passed"] is False and doc["error"]["code"] == 3
+    assert doc["error"]["message"] == "--deadline reached during check ChatStream"
+    assert "--deadline reached during check ChatStream" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_metadata_probe_has_its_own_short_timeout() -> None:
+    # A port that accepts and never answers: GET /v1/models gives up after PROBE_S (5 s), not
+    # after the generation timeouts or the --deadline.
+    pytest.importorskip("openai")
+    with bad.silent() as url:
+        proc, _ = _cli("verify", "--url", url, "--model", bad.MODEL, "--deadline", "60")
+    _one_line(proc, 5, "no reply within 5s", "model-list requests get a few seconds")
+
+
 def _auth(request: dict) -> str | None:
     return next((v for k, v in request["headers"].items() if k.lower() == "authorization"), None)
 
