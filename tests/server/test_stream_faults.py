@@ -29,8 +29,8 @@ def test_buffered_stream_has_no_per_stream_rate(server, proxy) -> None:
     proc = _cli("bench", *at, "-w", "code", "--reps", "2", "--max-tokens", "16", "--json")
     assert proc.returncode == 0, proc.stderr
     (code,) = json.loads(proc.stdout)["workloads"]
-    assert code["burst_streams"] == 2 == len(code["samples"])
     assert code["stats"]["decode_tps"] is None and code["stats"]["itl_s"] is None
+    assert code["burst_streams"] == 2 == len(code["samples"])
     assert all("arrived in one burst" in s["burst"] for s in code["samples"])
     assert code["stats"]["aggregate_tps"]["p50"] > 0  # throughput stays: it is wall-clock based
     table = _cli("bench", *at, "-w", "code", "--reps", "1", "--max-tokens", "16")
@@ -46,17 +46,17 @@ def test_buffered_stream_has_no_per_stream_rate(server, proxy) -> None:
 
 def test_slow_healthy_stream_passes_the_defaults_and_timeouts_name_themselves(server, proxy) -> None:
     at = _endpoint(proxy, server, "drip")  # DRIP_S between events, a few seconds in all
+    # --timeout is the whole-request limit, and says so: not "stalled"
+    whole = _cli("verify", *at, "--only", "ChatStream", "--timeout", "1")
+    assert whole.returncode == 3, whole.stdout + whole.stderr
+    text = " ".join(whole.stderr.split())
+    assert "ran past --timeout 1s (the whole-request limit)" in text and "stall" not in text.split("fix:")[0]
     ok = _cli("verify", *at, "--only", "ChatStream")
     assert ok.returncode == 0 and "pass ChatStream" in ok.stdout, ok.stdout + ok.stderr
     bench = _cli("bench", *at, "-w", "code", "--reps", "1", "--max-tokens", "8", "--json")
     assert bench.returncode == 0, bench.stderr
     (code,) = json.loads(bench.stdout)["workloads"]
     assert code["burst_streams"] == 0 and code["stats"]["decode_tps"]["p50"] > 0
-    # --timeout is the whole-request limit, and says so: not "stalled"
-    whole = _cli("verify", *at, "--only", "ChatStream", "--timeout", "1")
-    assert whole.returncode == 3, whole.stdout + whole.stderr
-    text = " ".join(whole.stderr.split())
-    assert "ran past --timeout 1s (the whole-request limit)" in text and "stall" not in text.split("fix:")[0]
     stall = _cli("bench", *at, "-w", "code", "--reps", "1", "--max-tokens", "8", "--stall-timeout", "0.1")
     assert stall.returncode == 3, stall.stderr
     assert "the stream stalled: no event for --stall-timeout 0.1s" in " ".join(stall.stderr.split())
