@@ -50,6 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 RECORD_PATH = "/tmp/standin-record.json"
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 PHASES = ("start", "rendezvous", "load", "warmup", "serve")
+STREAM_GAP_S = 0.005  # between two stream events when STANDIN_GEN_DELAY is not set
 
 
 class State:
@@ -439,7 +440,8 @@ class Rank0Handler(BaseHTTPRequestHandler):
             self.end_headers()
             words = text.split(" ")
             for i, word in enumerate(words):
-                time.sleep(delay / len(words))
+                # a token at a time, like a real engine (sent all at once, a stream is a burst)
+                time.sleep(delay / len(words) if delay else STREAM_GAP_S)
                 piece = word if i == 0 else " " + word
                 delta = {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": None}
                 if not chat:
