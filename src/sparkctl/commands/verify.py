@@ -44,7 +44,7 @@ ApiKeyEnvOpt = Annotated[
 
 
 @handle_errors
-def verify(
+def verify_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     url: UrlOpt = None,
@@ -160,4 +160,4 @@ def render_summary(findings) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify)
+    app.command("verify")(verify_cmd)
