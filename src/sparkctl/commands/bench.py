@@ -64,7 +64,8 @@ def bench_cmd(
     ] = 8000,
     concurrency: ConcurrencyOpt = "4",
     budget: Annotated[
-        float, typer.Option("--budget", min=0.0, help="Start no repetition or workload after this many seconds.")
+        float,
+        typer.Option("--budget", min=0.0, help="Start no repetition or workload after this many seconds."),
     ] = 600.0,
     first_token_timeout: FirstTokenOpt = 180.0,
     stall_timeout: StallOpt = 60.0,
