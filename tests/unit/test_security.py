@@ -66,6 +66,35 @@ def test_ssh_words_that_could_be_options_are_refused(field: str, value: str) -> 
     assert "must not start with '-'" in err.value.message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: relative/cache", "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", 'hf_cache: "/srv/hf\\n/x\\u0000"', "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: /srv/../etc", "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: -oProxyCommand=x", "model.hf_cache"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: \"Qwen/x'; touch /tmp/p; #\"", "model.target.id"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: ../../etc", "model.target.id"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: a--b/c", "model.target.id"),
+        ("revision: 5b0d4b5", "revision: \"main\\\\'';touch /tmp/p;#\"", "model.draft.revision"),
+        ("revision: 5b0d4b5", "revision: ../../x", "model.draft.revision"),
+        ("revision: 5b0d4b5", "revision: -x", "model.draft.revision"),
+    ],
+)
+def test_paths_model_ids_and_revisions_sent_to_nodes_are_validated(old: str, new: str, where: str) -> None:
+    assert old in DUAL
+    with pytest.raises(ProfileError) as err:
+        load(DUAL.replace(old, new, 1))
+    assert where in err.value.message
+
+
+def test_hostile_but_valid_cache_paths_load() -> None:
+    """Quotes, `;`, `$` and spaces in a path are fine: no shell parses a path (the hop is encoded)."""
+    odd = "/tmp/hf \\'\"; touch x; #$(y)"
+    prof = load(DUAL.replace("hf_cache: ~/.cache/huggingface", f"hf_cache: {json.dumps(odd)}", 1))
+    assert prof.model.hf_cache == odd
+
+
 def test_ssh_default_user_is_validated_too() -> None:
     with pytest.raises(ProfileError, match="ssh.user"):
         load(DUAL.replace("  host_key_policy: strict", "  host_key_policy: strict\n  user: -lroot", 1))
@@ -92,7 +121,7 @@ EVIL = [
 ]
 
 
-@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "fish"])
+@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "fish", "tcsh"])
 def test_remote_command_is_parsed_the_same_by_every_login_shell(shell: str) -> None:
     path = shutil.which(shell)
     if path is None:

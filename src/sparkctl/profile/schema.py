@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from sparkctl.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
 from sparkctl.profile.router import Router
-from sparkctl.profile.security import ContainerOptions, ssh_word
+from sparkctl.profile.security import ContainerOptions, model_id, node_dir, revision, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -72,6 +72,11 @@ class Node(Strict):
     @classmethod
     def _address(cls, v: str) -> str:
         return ssh_word(v, "address") or v
+
+    @field_validator("hf_cache", "triton_cache")
+    @classmethod
+    def _dirs(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return node_dir(v, str(info.field_name))
 
     @field_validator("user")
     @classmethod
@@ -144,6 +149,16 @@ class ModelRef(Strict):
         description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model.",
     )
 
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return model_id(v)
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str | None) -> str | None:
+        return revision(v)
+
 
 class Model(Strict):
     target: ModelRef = Field(description="The served model.")
@@ -152,6 +167,11 @@ class Model(Strict):
     )
     hf_cache: str = Field("~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME.")
     triton_cache: str = Field("~/.triton", description="Triton kernel cache: keeps warm-up across restarts.")
+
+    @field_validator("hf_cache", "triton_cache")
+    @classmethod
+    def _dirs(cls, v: str, info: ValidationInfo) -> str:
+        return node_dir(v, str(info.field_name)) or v
 
 
 class Secret(Strict):

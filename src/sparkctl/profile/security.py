@@ -36,6 +36,48 @@ def ssh_word(value: str | None, what: str) -> str | None:
     return value
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# Hugging Face's repo-id grammar (huggingface_hub `validate_repo_id`), ASCII only: `org/name` or
+# `name`, parts of [A-Za-z0-9._-] up to 96 characters, no `--` or `..`, not ending in `.git`.
+_MODEL_ID_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$"
+)
+# A commit, branch or tag as the HF cache stores it under refs/ (the node program's own rule).
+_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+
+
+def node_dir(value: str | None, what: str) -> str | None:
+    """A directory on the nodes (hf_cache, triton_cache): absolute or `~/...`, no `..` part and no
+    control character. Quotes, spaces, `$`, `;` stay allowed: no shell ever parses a path (the
+    controller's and the node-to-node hop's commands are encoded, docs/security.md)."""
+    if value is None:
+        return None
+    if not (value == "~" or value.startswith(("~/", "/"))):
+        raise ValueError(f"{what} {value!r} must be an absolute path or start with ~/")
+    if _CONTROL_RE.search(value) or ".." in value.split("/"):
+        raise ValueError(f"{what} {value!r} must not contain a '..' part or control characters")
+    return value
+
+
+def model_id(value: str) -> str:
+    if not _MODEL_ID_RE.fullmatch(value) or "--" in value or ".." in value or value.endswith(".git"):
+        raise ValueError(
+            f"id {value!r} is not a Hugging Face repo id (org/name: letters, digits, '.', '_', '-'; "
+            "no '--' or '..')"
+        )
+    return value
+
+
+def revision(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _REVISION_RE.fullmatch(value) or ".." in value.split("/") or value.endswith(".sparkctl-part"):
+        raise ValueError(
+            f"revision {value!r} is not a commit, branch or tag name (letters, digits, '.', '_', '/', '-')"
+        )
+    return value
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

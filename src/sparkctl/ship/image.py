@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
-from sparkctl.ship.hop import hop_error, peer_address, run_push
+from sparkctl.ship.hop import chain_entry, hop_error, peer_address, run_push
 from sparkctl.ship.manifest import load_argv, node_script
 from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.ship.tarfilter import chain_ids
@@ -163,7 +163,7 @@ def _load_all(
     for p, _k in todo:
         progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
-    chain = [{"node": p.conn.node, "hop": p.hop, "cmd": load_argv()} for p, _k in todo]
+    chain = [chain_entry(p.conn.node, p.hop, load_argv()) for p, _k in todo]
     req = {
         "ref": src.ref,
         "diff_ids": src.layers,
