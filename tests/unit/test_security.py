@@ -73,7 +73,7 @@ def test_ssh_words_that_could_be_options_are_refused(field: str, value: str) -> 
         ("hf_cache: ~/.cache/huggingface", 'hf_cache: "/srv/hf\\n/x\\u0000"', "model.hf_cache"),
         ("hf_cache: ~/.cache/huggingface", "hf_cache: /srv/../etc", "model.hf_cache"),
         ("hf_cache: ~/.cache/huggingface", "hf_cache: -oProxyCommand=x", "model.hf_cache"),
-        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: \"Qwen/x'; touch /tmp/p; #\"", "model.target.id"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", 'id: "Qwen/x\'; touch /tmp/p; #"', "model.target.id"),
         ("id: Qwen/Qwen3.6-27B-NVFP4", "id: ../../etc", "model.target.id"),
         ("id: Qwen/Qwen3.6-27B-NVFP4", "id: a--b/c", "model.target.id"),
         ("revision: 5b0d4b5", "revision: \"main\\\\'';touch /tmp/p;#\"", "model.draft.revision"),
