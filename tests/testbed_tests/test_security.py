@@ -91,7 +91,8 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         assert sorted(d["PathOnHost"] for d in host["Devices"]) == sorted(
             str(rdma_dir / n) for n in ("rdma_cm", "uverbs0")
         )
-        assert host["CapAdd"] == ["IPC_LOCK"]
+        assert host["CapAdd"] == ["IPC_LOCK"] and host["CapDrop"] == ["ALL"]  # the node user is root here
+        assert host["SecurityOpt"] == ["no-new-privileges:true"] and host["PidsLimit"] == 8192
         assert [(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]] == [("memlock", memlock, memlock)]
         assert host["IpcMode"] == "private" and host["ShmSize"] == 64 * 1024 * 1024
         env = container.attrs["Config"]["Env"]

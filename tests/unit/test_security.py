@@ -146,10 +146,10 @@ def test_rdma_preset_only_for_multi_node_modes_and_never_privileged() -> None:
     solo = build_plan(prof, "solo").ranks[0].options
     assert (tp2.rdma_devices_dir, tp2.cap_add, tp2.ulimits) == (
         "/dev/infiniband",
-        ["IPC_LOCK"],
+        ["IPC_LOCK", "DAC_OVERRIDE"],  # DAC_OVERRIDE: the node user `spark` owns the mounted caches
         {"memlock": -1},
     )
-    assert (solo.rdma_devices_dir, solo.cap_add, solo.ulimits) == (None, [], {})
+    assert (solo.rdma_devices_dir, solo.cap_add, solo.ulimits) == (None, ["DAC_OVERRIDE"], {})
     assert not tp2.privileged and not solo.privileged
     tcp = build_plan(
         load(
@@ -164,7 +164,23 @@ def test_rdma_preset_only_for_multi_node_modes_and_never_privileged() -> None:
         )
     )
     opts = build_plan(extra, "tp2").ranks[0].options
-    assert opts.cap_add == ["IPC_LOCK", "SYS_NICE"] and opts.ulimits == {"memlock": -1, "nofile": 1024}
+    assert opts.cap_add == ["IPC_LOCK", "DAC_OVERRIDE", "SYS_NICE"]
+    assert opts.ulimits == {"memlock": -1, "nofile": 1024}
+
+
+def test_containers_drop_every_capability_and_gain_no_privileges() -> None:
+    """cap_drop ALL, then only what is needed: nothing for a root node user's solo rank, IPC_LOCK for
+    the rdma preset, DAC_OVERRIDE when another user owns the mounted caches; no-new-privileges and
+    a pids limit on every rank and on the router."""
+    root = load(DUAL.replace("    user: spark", "    user: root"))
+    solo = build_plan(root, "solo").ranks[0].options
+    tp2 = build_plan(root, "tp2").ranks[0].options
+    assert solo.cap_drop == ["ALL"] and solo.cap_add == [] and tp2.cap_add == ["IPC_LOCK"]
+    for o in (solo, tp2):
+        assert o.security_opt == ["no-new-privileges:true"] and o.pids_limit == 8192
+    assert "cap_drop ALL" in solo.describe() and "no-new-privileges" in solo.describe()
+    capped = load(DUAL.replace("    preset: rdma  ", "    pids_limit: 1024\n    preset: rdma  "))
+    assert build_plan(capped, "tp2").ranks[0].options.pids_limit == 1024
 
 
 def test_ipc_private_with_shm_unless_ranks_share_a_machine() -> None:

@@ -161,6 +161,8 @@ def create_params(
         "privileged": opts.privileged,
         "devices": devices,
         "cap_add": list(opts.cap_add),
+        "cap_drop": list(opts.cap_drop),
+        "security_opt": list(opts.security_opt),
         "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in opts.ulimits.items()],
         "mounts": [
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
@@ -168,6 +170,8 @@ def create_params(
         "detach": True,
         "init": True,
     }
+    if opts.pids_limit:
+        params["pids_limit"] = opts.pids_limit
     if opts.shm_size and opts.ipc_mode != "host":  # Docker ignores it under --ipc host
         params["shm_size"] = opts.shm_size
     if opts.gpus == "all":

@@ -61,11 +61,16 @@ def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
     ]
 
 
+def _node_user(node: Node, profile: Profile) -> str:
+    """The node's login user as the profile says (this process's user when it does not)."""
+    return node.user or profile.ssh.user or getpass.getuser()
+
+
 def node_home(node: Node, profile: Profile) -> str:
     """Home of the node's login user: the real one here, /root or /home/<user> on a peer."""
     if node.is_local:
         return str(Path.home())
-    user = node.user or profile.ssh.user or getpass.getuser()
+    user = _node_user(node, profile)
     return "/root" if user == "root" else f"/home/{user}"
 
 
@@ -223,7 +228,9 @@ def _build_group(
         )
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
-        options = sec.container_options(profile, mode, _gpu_request(node, slot.gpu_ids, profile))
+        options = sec.container_options(
+            profile, mode, _gpu_request(node, slot.gpu_ids, profile), _node_user(node, profile)
+        )
         name = container_name(
             profile.cluster, mode_name, slot.node_rank, group.index if replicas > 1 else None
         )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.profile.security import ALL_INTERFACES, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
+from sparkctl.profile.security import ALL_INTERFACES, DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
@@ -39,6 +39,11 @@ class RunOptions:
     devices: list[str] = field(default_factory=list)
     cap_add: list[str] = field(default_factory=list)
     ulimits: dict[str, int] = field(default_factory=dict)  # soft = hard; -1 = unlimited
+    # Every capability dropped, then only cap_add (the preset's, DAC_OVERRIDE for another node
+    # user's caches, the profile's); no setuid gain; a bounded process table.
+    cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
+    security_opt: list[str] = field(default_factory=lambda: ["no-new-privileges:true"])
+    pids_limit: int | None = DEFAULT_PIDS
 
     def describe(self) -> str:
         """One line for `plan`."""
@@ -49,8 +54,12 @@ class RunOptions:
         if self.rdma_devices_dir:
             parts.append(f"rdma devices {self.rdma_devices_dir}/*")
         parts += [f"device {d}" for d in self.devices]
+        parts.append("cap_drop " + ",".join(self.cap_drop))
         if self.cap_add:
             parts.append("cap_add " + ",".join(self.cap_add))
+        parts += [o.replace(":true", "") for o in self.security_opt]
+        if self.pids_limit:
+            parts.append(f"pids {self.pids_limit}")
         parts += [f"ulimit {k}={'unlimited' if v < 0 else v}" for k, v in self.ulimits.items()]
         if self.privileged:
             parts.append("PRIVILEGED")
@@ -71,7 +80,11 @@ def _shared_machine(profile: Profile, mode: Mode) -> bool:
     return len(set(addrs)) < len(addrs)
 
 
-def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOptions:
+def container_options(profile: Profile, mode: Mode, gpus: str | None, node_user: str = "root") -> RunOptions:
+    """`node_user`: who owns the caches the rank mounts read-write. The engine runs as root in the
+    container (the images keep HOME and the mount targets under /root); with every capability
+    dropped, root writes only what root owns, so a node user other than root adds DAC_OVERRIDE
+    (the triton cache, the HF cache when not offline, 0400 `file:` secrets)."""
     opts = profile.engine.container
     ipc = opts.ipc
     if ipc == "auto":
@@ -81,6 +94,8 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
     rdma = uses_rdma(profile, mode)
     ulimits = {k: (-1 if v == "unlimited" else int(v)) for k, v in opts.ulimits.items()}
     caps = list(opts.cap_add)
+    if node_user != "root" and "DAC_OVERRIDE" not in caps:
+        caps.insert(0, "DAC_OVERRIDE")
     if rdma:
         ulimits = {**RDMA_ULIMITS, **ulimits}
         caps = [*RDMA_CAPS, *(c for c in caps if c not in RDMA_CAPS)]
@@ -93,6 +108,7 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
         devices=list(opts.devices),
         cap_add=caps,
         ulimits=ulimits,
+        pids_limit=opts.pids_limit,
     )
 
 

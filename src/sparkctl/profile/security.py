@@ -18,6 +18,9 @@ RDMA_DEVICES_DIR = "/dev/infiniband"
 RDMA_CAPS = ("IPC_LOCK",)
 RDMA_ULIMITS: dict[str, int] = {"memlock": -1}
 DEFAULT_SHM = "32g"
+# Processes + threads of one rank's container: an SGLang rank runs a few processes with up to a few
+# hundred threads each (torch intra-op pools, NCCL, triton's compile workers); a fork bomb stops here.
+DEFAULT_PIDS = 8192
 ALL_INTERFACES = ("0.0.0.0", "::", "[::]", "")
 
 # No leading '-' (ssh/ssh-copy-id would read it as an option), no whitespace or control characters.
@@ -111,6 +114,9 @@ class ContainerOptions(Strict):
     )
     rdma_devices_dir: str = Field(
         RDMA_DEVICES_DIR, description="Where the preset finds the RDMA device nodes on each node."
+    )
+    pids_limit: int = Field(
+        DEFAULT_PIDS, ge=256, description="Processes and threads a rank's container may hold (--pids-limit)."
     )
     privileged: bool = Field(
         False, description="Opt-in --privileged (all devices, all capabilities); plan and preflight warn."
