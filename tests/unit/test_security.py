@@ -95,6 +95,44 @@ def test_hostile_but_valid_cache_paths_load() -> None:
     assert prof.model.hf_cache == odd
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("trust-remote: true", "the engine reads it as --trust-remote-code"),  # argparse abbreviation
+        ('api-ke: ""', "the engine reads it as --api-key"),
+        ("admin-api: x", "the engine reads it as --admin-api-key"),
+        ("log-level: [info, --enable-metrics]", "starting with '-'"),
+        ("log-level: --enable-metrics", "starting with '-'"),
+    ],
+)
+def test_managed_flag_guard_resolves_prefixes_and_refuses_flag_values(args: str, message: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        load(
+            DUAL.replace(
+                "    attention-backend: flashinfer", f"    attention-backend: flashinfer\n    {args}"
+            )
+        )
+    assert message in err.value.message
+
+
+def test_flag_values_that_are_negative_numbers_and_full_flags_pass() -> None:
+    prof = load(
+        DUAL.replace(
+            "    attention-backend: flashinfer",
+            "    attention-backend: flashinfer\n    random-seed: '-1'\n    log-level: info\n    model-impl: sglang",
+        )
+    )
+    assert prof.engine.args["random-seed"] == "-1" and prof.engine.args["model-impl"] == "sglang"
+
+
+def test_admin_key_without_api_key_is_a_profile_error() -> None:
+    text = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  admin_api_key: {env: SPARKCTL_ADMIN_KEY}", 1)
+    assert text != DUAL
+    with pytest.raises(ProfileError) as err:
+        load(text)
+    assert "admin_api_key: set api_key too" in err.value.message
+
+
 def test_ssh_default_user_is_validated_too() -> None:
     with pytest.raises(ProfileError, match="ssh.user"):
         load(DUAL.replace("  host_key_policy: strict", "  host_key_policy: strict\n  user: -lroot", 1))

@@ -47,6 +47,9 @@ class Engine(Protocol):
     name: str
     default_command: tuple[str, ...]  # the container command when engine.command is not set
     managed_flags: Mapping[str, str]  # flag -> the profile key sparkctl renders it from
+    # Every long option of the engine's parser (no dashes): a profile key is resolved against it as
+    # argparse would (an unambiguous prefix names its flag) before the managed-flag check.
+    cli_flags: frozenset[str]
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     readiness: Readiness
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading

@@ -200,14 +200,40 @@ class Secret(Strict):
 
 
 def _check_args(args: dict[str, ArgValue], engine: str = DEFAULT_ENGINE) -> dict[str, ArgValue]:
-    managed = get_engine(engine).managed_flags  # flags sparkctl renders from the profile itself
+    eng = get_engine(engine)
+    managed = eng.managed_flags  # flags sparkctl renders from the profile itself
+    known: frozenset[str] = getattr(eng, "cli_flags", frozenset())
     clean: dict[str, ArgValue] = {}
     for key, value in args.items():
         flag = key.lstrip("-").replace("_", "-")
-        if flag in managed:
-            raise ValueError(f"{key}: '{key}' is set by sparkctl from {managed[flag]}; set it there")
+        target = flag if flag in managed else _argparse_target(flag, known)
+        if target in managed:
+            read_as = "" if target == flag else f" (the engine reads it as --{target})"
+            raise ValueError(
+                f"{key}: '{key}'{read_as} is set by sparkctl from {managed[target]}; set it there"
+            )
+        if flag not in known and any(m.startswith(flag) for m in managed):
+            raise ValueError(
+                f"{key}: '{key}' abbreviates a flag sparkctl sets; write the engine's full flag name"
+            )
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and v.startswith("-") and not _NUMBER_RE.fullmatch(v) for v in values):
+            raise ValueError(
+                f"{key}: a value starting with '-' would be read as another flag; set that flag itself"
+            )
         clean[flag] = value
     return clean
+
+
+_NUMBER_RE = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
+def _argparse_target(flag: str, known: frozenset[str]) -> str:
+    """The flag argparse (allow_abbrev) reads `--flag` as: itself, or the one flag it prefixes."""
+    if not known or flag in known:
+        return flag
+    hits = [k for k in known if k.startswith(flag)]
+    return hits[0] if len(hits) == 1 else flag
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -275,6 +301,17 @@ class Engine(Strict):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env(v)
+
+    @model_validator(mode="after")
+    def _admin_needs_api_key(self) -> Engine:
+        # SGLang with only an admin key leaves every normal route open, and its /server_info (an
+        # open route then) answers the admin key itself to anyone who reaches the port.
+        if self.admin_api_key is not None and self.api_key is None:
+            raise ValueError(
+                "admin_api_key: set api_key too (with only an admin key the API is open and "
+                "/server_info hands that admin key to anyone)"
+            )
+        return self
 
 
 class Mode(Strict):

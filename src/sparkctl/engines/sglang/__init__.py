@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
+from sparkctl.engines.sglang.cli_flags import CLI_FLAGS
 from sparkctl.planning.hardening import auth_flags
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class SGLang:
     name = "sglang"
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
+    cli_flags = CLI_FLAGS
     host_ip_env = F.HOST_IP_ENV
     readiness = Readiness()
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
