@@ -117,26 +117,15 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     for res in outputs:
         text = res.stdout + res.stderr
         assert TOKEN not in text and API_KEY not in text and ADMIN_KEY not in text
-    # The engine printed both files (the node's raw log has them); `logs` masked every value,
-    # the file-held admin key included, though this shell never had it.
-    assert f"/run/secrets/HF_TOKEN={TOKEN}" in "".join(
-        p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir()
-    )
+    # The engine printed both files; the rank log writer on the node masked every value (the
+    # file-held admin key included, read on the node) before the line reached the file.
+    raw = "".join(p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir())
+    assert "STANDIN: /run/secrets/HF_TOKEN=***" in raw
     assert "STANDIN: /run/secrets/HF_TOKEN=***" in outputs[-1].stdout
-    # Nothing sparkctl wrote holds a canary: on the nodes only the engine's own prints of the
-    # files do; on this side no state or log file does.
     canaries = (TOKEN, API_KEY, ADMIN_KEY)
-    for node in lab.nodes:
+    for node in lab.nodes:  # grep of every log file on the nodes: no key, no token
         for p in Path(node.node_root, "logs").iterdir():
-            leaked = [ln for ln in p.read_text().splitlines() if any(c in ln for c in canaries)]
-            engine_prints = (
-                "STANDIN: /run/secrets/",
-                "api-key: ",
-                "admin-api-key: ",
-            )  # after docker's timestamp
-            assert all(
-                ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked
-            ), leaked
+            assert not any(c in p.read_text() for c in canaries), p
     for p in state.rglob("*"):
         assert not p.is_file() or not any(c.encode() in p.read_bytes() for c in canaries), p
     assert 'admin-api-key: "***"' in outputs[-1].stdout

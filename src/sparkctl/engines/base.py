@@ -50,6 +50,9 @@ class Engine(Protocol):
     # Every long option of the engine's parser (no dashes): a profile key is resolved against it as
     # argparse would (an unambiguous prefix names its flag) before the managed-flag check.
     cli_flags: frozenset[str]
+    # Regexes (group 1 kept, group 2 masked) for where the engine itself logs a key, e.g. its
+    # settings at start: the rank log writer on the node masks them before any byte hits a file.
+    log_secret_patterns: tuple[str, ...]
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     readiness: Readiness
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading

@@ -32,6 +32,7 @@ class SGLang:
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
+    log_secret_patterns = F.LOG_SECRET_PATTERNS
     host_ip_env = F.HOST_IP_ENV
     readiness = Readiness()
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
