@@ -7,7 +7,8 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs, orphans, state
-from sparkctl.planning.build import Plan, RankSpec, node_path
+from sparkctl.planning.build import Plan, RankSpec
+from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.secrets import secret_values
 
