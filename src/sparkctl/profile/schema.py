@@ -12,11 +12,11 @@ import re
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
 from sparkctl.profile.router import Router
-from sparkctl.profile.security import ContainerOptions, model_id, node_dir, revision, ssh_word
+from sparkctl.profile.security import ContainerOptions, ModelId, NodeDir, Revision, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -61,18 +61,13 @@ class Node(Strict):
         None, description="GPU facts for planning offline (preflight probes the truth)."
     )
     fabric: NodeFabric | None = Field(None, description="Required on the nodes of multi-node modes.")
-    hf_cache: str | None = Field(None, description="Overrides model.hf_cache on this node.")
-    triton_cache: str | None = Field(None, description="Overrides model.triton_cache on this node.")
+    hf_cache: NodeDir | None = Field(None, description="Overrides model.hf_cache on this node.")
+    triton_cache: NodeDir | None = Field(None, description="Overrides model.triton_cache on this node.")
 
     @field_validator("address")
     @classmethod
     def _address(cls, v: str) -> str:
         return ssh_word(v, "address") or v
-
-    @field_validator("hf_cache", "triton_cache")
-    @classmethod
-    def _dirs(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return node_dir(v, str(info.field_name))
 
     @field_validator("user")
     @classmethod
@@ -136,8 +131,8 @@ class Image(Strict):
 
 
 class ModelRef(Strict):
-    id: str = Field(description="Hugging Face repo id, e.g. org/name.")
-    revision: str | None = Field(
+    id: ModelId = Field(description="Hugging Face repo id, e.g. org/name.")
+    revision: Revision | None = Field(
         None, description="Commit or branch; pin it so every node serves the same bytes."
     )
     local_dir: str | None = Field(
@@ -145,29 +140,18 @@ class ModelRef(Strict):
         description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model.",
     )
 
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v: str) -> str:
-        return model_id(v)
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, v: str | None) -> str | None:
-        return revision(v)
-
 
 class Model(Strict):
     target: ModelRef = Field(description="The served model.")
     draft: ModelRef | None = Field(
         None, description="DFlash draft model; enables --speculative-algorithm DFLASH."
     )
-    hf_cache: str = Field("~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME.")
-    triton_cache: str = Field("~/.triton", description="Triton kernel cache: keeps warm-up across restarts.")
-
-    @field_validator("hf_cache", "triton_cache")
-    @classmethod
-    def _dirs(cls, v: str, info: ValidationInfo) -> str:
-        return node_dir(v, str(info.field_name)) or v
+    hf_cache: NodeDir = Field(
+        "~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME."
+    )
+    triton_cache: NodeDir = Field(
+        "~/.triton", description="Triton kernel cache: keeps warm-up across restarts."
+    )
 
 
 class Secret(Strict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from sparkctl.profile.base import Strict
 
@@ -82,6 +82,11 @@ def revision(value: str | None) -> str | None:
         )
     return value
 
+
+# Annotated types for the profile's fields (the field name is in pydantic's error location).
+NodeDir = Annotated[str, AfterValidator(lambda v: node_dir(v, "path") or v)]
+ModelId = Annotated[str, AfterValidator(model_id)]
+Revision = Annotated[str, AfterValidator(revision)]
 
 Unlimited = Literal["unlimited"]
 
