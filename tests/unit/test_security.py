@@ -130,6 +130,14 @@ def test_admin_key_without_api_key_is_a_profile_error() -> None:
     assert "admin_api_key: set api_key too" in err.value.message
 
 
+@pytest.mark.parametrize("triton", ["~/.cache", "'~'", "/home", "/", "~/.cache/sparkctl"])
+def test_no_read_write_mount_may_hold_the_nodes_own_code(triton: str) -> None:
+    text = DUAL.replace("  triton_cache: ~/.triton", f"  triton_cache: {triton}", 1)
+    with pytest.raises(ProfileError) as err:
+        build_plan(load(text), "solo")
+    assert "would let the serving container write /home/spark/.cache/sparkctl" in err.value.message
+
+
 def test_ssh_default_user_is_validated_too() -> None:
     with pytest.raises(ProfileError, match="ssh.user"):
         load(DUAL.replace("  host_key_policy: strict", "  host_key_policy: strict\n  user: -lroot", 1))

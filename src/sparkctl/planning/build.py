@@ -184,7 +184,22 @@ def _rank_env_mounts(
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
     triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
     mounts = [Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"), Mount(triton, CONTAINER_TRITON), *secret_mounts]
+    _no_host_code_in(mounts, node, profile)
     return env, mounts, secret_files
+
+
+def _no_host_code_in(mounts: list[Mount], node: Node, profile: Profile) -> None:
+    """The container writes its read-write mounts as root: none may hold ~/.cache/sparkctl, where
+    the node keeps code the host runs (the compiled node program) and the weights' hash cache."""
+    own = node_path("~/.cache/sparkctl", node, profile)
+    for m in mounts:
+        if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
+            where = "triton_cache" if m.target == CONTAINER_TRITON else "hf_cache"
+            raise ProfileError(
+                f"{where} {m.source} on node {node.name} would let the serving container write {own}",
+                fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
+                "(e.g. ~/.cache/huggingface, ~/.triton)",
+            )
 
 
 def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:
