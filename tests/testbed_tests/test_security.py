@@ -135,16 +135,18 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     admin_file.unlink()
 
 
-def test_keyless_api_on_every_interface_is_refused(lab, setup, tmp_path):
+def test_keyless_api_on_any_non_loopback_address_is_refused(lab, setup, tmp_path):
     write_profile, state = setup
     path = write_profile()
     doc = yaml.safe_load(path.read_text())
-    doc["engine"]["host"] = "0.0.0.0"
-    path.write_text(yaml.safe_dump(doc))
-    res = cli(state, path, "preflight", "solo", "--json")
-    found = {f["check"]: f for f in json.loads(res.stdout)["findings"]}
-    assert res.returncode == 1 and found["ApiExposure"]["severity"] == "error"
-    assert "engine.api_key" in found["ApiExposure"]["fix"]
+    doc["engine"]["expose"] = "private"  # the lab profile says public
+    for host in ("0.0.0.0", "0", "::0", None):  # None: each node's own (LAN) address, still no key
+        doc["engine"]["host"] = host
+        path.write_text(yaml.safe_dump(doc))
+        res = cli(state, path, "preflight", "solo", "--json")
+        found = {f["check"]: f for f in json.loads(res.stdout)["findings"]}
+        assert res.returncode == 1 and found["ApiExposure"]["severity"] == "error", host
+        assert "engine.api_key" in found["ApiExposure"]["fix"]
     doc["engine"]["expose"] = "public"
     path.write_text(yaml.safe_dump(doc))
     found = {

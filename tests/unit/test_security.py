@@ -254,8 +254,30 @@ def test_binding_every_interface_needs_a_key_or_expose_public() -> None:
         is Severity.WARN
     )
     assert check_api_exposure(load(DUAL)).severity is Severity.OK
-    local = load(keyless.replace("  host: 0.0.0.0", "  host: 127.0.0.1"))
-    assert check_api_exposure(local).severity is Severity.OK
+
+
+@pytest.mark.parametrize("host", ["0", "::0", "0:0:0:0:0:0:0:0", "[::]", "0.0", "0x0", "000.0.0.0", ""])
+def test_every_spelling_of_all_interfaces_needs_a_key(host: str) -> None:
+    keyless = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:")
+    f = check_api_exposure(load(keyless.replace("  host: 0.0.0.0", f"  host: {json.dumps(host)}")))
+    assert f.severity is Severity.ERROR and "binds every interface" in f.message
+
+
+def test_a_keyless_api_on_a_lan_address_is_an_error_unless_public() -> None:
+    """Not only 0.0.0.0: the default host (each node's own address) and any non-loopback address
+    serve SGLang's admin-optional routes to the LAN when there is no key."""
+    keyless = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:")
+    for host in ("192.168.1.10", "127.0.0.1"):  # 127.0.0.1: rank 0 only; spark2 binds its own address
+        f = check_api_exposure(load(keyless.replace("  host: 0.0.0.0", f"  host: {host}")))
+        assert (
+            f.severity is Severity.ERROR and "spark2.local" in f.message and "expose: public" in (f.fix or "")
+        )
+    public = keyless.replace("  host: 0.0.0.0", "  host: 192.168.1.10\n  expose: public")
+    assert check_api_exposure(load(public)).severity is Severity.WARN
+    solo = (ROOT / "profiles" / "solo-spark.yaml").read_text()
+    assert "  api_key:" not in solo and "  host: 127.0.0.1" in solo
+    alone = load(solo.replace("  host: 127.0.0.1", "  host: '127.1'"))  # inet_aton's short loopback
+    assert check_api_exposure(alone).severity is Severity.OK  # one local node: every bind is loopback
 
 
 def test_default_host_is_each_nodes_own_address() -> None:

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.profile.security import ALL_INTERFACES, DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
+from sparkctl.profile.security import DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
@@ -149,24 +151,67 @@ def secret_ref(
     )
 
 
+def all_interfaces(host: str | None) -> bool:
+    """`0.0.0.0`, `::`, `0`, `::0`, `0:0:0:0:0:0:0:0`, `[::]`, `0x0`, ``: every form a socket bind
+    (getaddrinfo, inet_aton's short forms) reads as the unspecified address."""
+    if host is None:
+        return False
+    h = host.strip().strip("[]")
+    if h == "" or h == "*":
+        return True
+    addr = _address(h)
+    return addr is not None and addr.is_unspecified
+
+
+def loopback(host: str) -> bool:
+    h = host.strip().strip("[]")
+    addr = _address(h)
+    return h.lower() == "localhost" or (addr is not None and addr.is_loopback)
+
+
+def _address(h: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(h.split("%", 1)[0])
+    except ValueError:
+        pass
+    try:  # inet_aton's forms: "0", "127.1", "0x7f.1", "017700000001"
+        return ipaddress.IPv4Address(socket.inet_aton(h))
+    except OSError:
+        return None
+
+
+def keyless_binds(profile: Profile) -> list[str]:
+    """The non-loopback addresses an API without a key would listen on: the engine.host (rank 0
+    and, for every interface, all ranks), each remote node's own address (the default host, the
+    other ranks of a multi-node replica, the replicas behind a router)."""
+    if profile.engine.api_key is not None:
+        return []
+    out: list[str] = []
+    host = profile.engine.host
+    if host is not None and not loopback(host):
+        out.append(host or "(empty)")
+    out += [n.address for n in profile.nodes if not n.is_local and n.address not in out]
+    return out
+
+
 def bind_host(profile: Profile, node: Node, rank: int) -> str:
     """--host of a rank: the profile's choice (rank 0 serves the API; a specific address of rank 0
     cannot be bound on the other nodes), else the address sparkctl reaches the node at."""
     host = profile.engine.host
-    if host is not None and (rank == 0 or host in ALL_INTERFACES):
+    if host is not None and (rank == 0 or all_interfaces(host)):
         return host
     return "127.0.0.1" if node.is_local else node.address
 
 
 def endpoint_host(profile: Profile, rank0: Node) -> str:
     host = profile.engine.host
-    if host is not None and host not in ALL_INTERFACES:
+    if host is not None and not all_interfaces(host):
         return host.strip("[]")
     return "127.0.0.1" if rank0.is_local else rank0.address
 
 
 def binds_everywhere(profile: Profile) -> bool:
-    return profile.engine.host in ALL_INTERFACES
+    return all_interfaces(profile.engine.host)
 
 
 def plan_warnings(profile: Profile, mode: Mode) -> list[str]:

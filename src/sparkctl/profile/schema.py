@@ -216,10 +216,10 @@ class Engine(Strict):
     host: str | None = Field(
         None,
         description="--host of the API server (default: the address sparkctl reaches each rank's node at; "
-        "127.0.0.1 for a local node). 0.0.0.0 needs api_key or expose: public.",
+        "127.0.0.1 for a local node). Without api_key, anything but loopback needs expose: public.",
     )
     expose: Literal["private", "public"] = Field(
-        "private", description="public: binding every interface without an API key is intended."
+        "private", description="public: an API without a key on a non-loopback address is intended."
     )
     api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (SGLang --api-key).")
     admin_api_key: Secret | None = Field(

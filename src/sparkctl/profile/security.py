@@ -23,7 +23,6 @@ DEFAULT_SHM = "32g"
 # Processes + threads of one rank's container: an SGLang rank runs a few processes with up to a few
 # hundred threads each (torch intra-op pools, NCCL, triton's compile workers); a fork bomb stops here.
 DEFAULT_PIDS = 8192
-ALL_INTERFACES = ("0.0.0.0", "::", "[::]", "")
 
 # No leading '-' (ssh/ssh-copy-id would read it as an option), no whitespace or control characters.
 _SSH_WORD_RE = re.compile(r"^[^-\s\x00-\x1f\x7f][^\s\x00-\x1f\x7f]*$")

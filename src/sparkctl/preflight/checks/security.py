@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding, Severity
-from sparkctl.planning.hardening import binds_everywhere, is_pinned
+from sparkctl.planning.hardening import binds_everywhere, is_pinned, keyless_binds
 from sparkctl.preflight.base import Check, Ctx, NodeFacts
 
 if TYPE_CHECKING:
@@ -25,6 +25,23 @@ STAT_SCRIPT = 'for f; do [ -e "$f" ] && stat -c "%a %n" -- "$f" || echo "missing
 
 def check_api_exposure(profile: Profile) -> Finding:
     eng = profile.engine
+    exposed = keyless_binds(profile)
+    if exposed and not binds_everywhere(profile):
+        # SGLang without a key serves every route to whoever reaches the port: generation, its
+        # admin-optional routes (/update_weights_from_disk, /load_lora_adapter...) and /server_info.
+        if eng.expose == "public":
+            return Finding(
+                "ApiExposure",
+                Severity.WARN,
+                f"the API listens on {', '.join(exposed)} without a key (expose: public)",
+            )
+        return Finding(
+            "ApiExposure",
+            Severity.ERROR,
+            f"the API has no key and listens on {', '.join(exposed)} (not loopback): anyone reaching it "
+            "may use the model and its admin routes",
+            fix="set engine.api_key: {env: NAME} or {file: PATH}, or say engine.expose: public",
+        )
     if binds_everywhere(profile) and eng.api_key is None:
         if eng.expose == "public":
             return Finding(
