@@ -179,3 +179,31 @@ def test_probe_needs_models_with_the_served_name_and_health():
         srv.shutdown()
     down = probe(Endpoint("127.0.0.1", port, "tiny"))
     assert not down.models_ok and "/v1/models" in down.detail
+
+
+def test_state_and_locks_are_private_and_a_key_never_reaches_the_lock(tmp_path, monkeypatch):
+    """`bench --compare A B --api-key K` held the lock with K in a 0644 file; now the command is
+    redacted and every state file is 0600 in 0700 directories (an old 0755 state dir is tightened)."""
+    from sparkctl.lifecycle import state
+    from sparkctl.lifecycle.lock import ClusterLock, lock_path, redacted_command
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    (tmp_path / "sparkctl").mkdir(mode=0o755)
+    (tmp_path / "sparkctl").chmod(0o755)
+    argv = ["sparkctl", "bench", "--compare", "a", "b", "--api-key", "sk-K", "--hf-token=hf_T", "-k", "x"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with ClusterLock("c"):
+        text = lock_path("c").read_text()
+    assert (
+        "sk-K" not in text and "hf_T" not in text and "--api-key '***'" in text and "--hf-token=***" in text
+    )
+    assert (
+        redacted_command(["sparkctl", "verify", "--api-key-env", "NAME"])
+        == "sparkctl verify --api-key-env '***'"
+    )
+    state.record_event("c", "up", mode="solo")
+    state._write_json(state.cluster_file("c", ".json"), {"a": 1})
+    root = tmp_path / "sparkctl"
+    for p in [root, *root.rglob("*")]:
+        want = 0o700 if p.is_dir() else 0o600
+        assert stat.S_IMODE(p.stat().st_mode) == want, p
