@@ -138,6 +138,37 @@ def test_no_read_write_mount_may_hold_the_nodes_own_code(triton: str) -> None:
     assert "would let the serving container write /home/spark/.cache/sparkctl" in err.value.message
 
 
+@pytest.mark.parametrize("ref", ["--help", "-q", "img:-x", "a b", "x;touch /tmp/p", "IMG", "x@sha256:zz"])
+def test_image_ref_follows_dockers_reference_grammar(ref: str) -> None:
+    text = DUAL.replace("  ref: sglang-dflash:spark", f"  ref: {json.dumps(ref)}", 1)
+    assert text != DUAL
+    with pytest.raises(ProfileError) as err:
+        load(text)
+    assert "image.ref" in err.value.message and "Docker image reference" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("where", "warned"),
+    [
+        ("/dev", True),
+        ("/dev/", True),
+        ("/", True),
+        ("/dev/dri", True),
+        ("/dev/infiniband", False),
+        ("/srv/lab/infiniband", False),
+    ],
+)
+def test_a_device_dir_wider_than_rdma_is_warned(where: str, warned: bool) -> None:
+    from sparkctl.preflight.checks.security import check_rdma_dir
+
+    prof = load(DUAL.replace("    preset: rdma  ", f"    rdma_devices_dir: {where}\n    preset: rdma  ", 1))
+    f = check_rdma_dir(prof)
+    assert (f is not None) is warned
+    if warned:
+        assert f.severity is Severity.WARN and "every character device" in f.message
+        assert any("rdma_devices_dir" in w for w in build_plan(prof, "tp2").warnings)
+
+
 def test_ssh_default_user_is_validated_too() -> None:
     with pytest.raises(ProfileError, match="ssh.user"):
         load(DUAL.replace("  host_key_policy: strict", "  host_key_policy: strict\n  user: -lroot", 1))

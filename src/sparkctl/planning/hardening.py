@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -214,6 +215,14 @@ def binds_everywhere(profile: Profile) -> bool:
     return all_interfaces(profile.engine.host)
 
 
+def broad_rdma_dir(profile: Profile) -> str | None:
+    """rdma_devices_dir when it is wider than an RDMA device directory (/, /dev, /dev/<other>)."""
+    where = posixpath.normpath(profile.engine.container.rdma_devices_dir or "/dev/infiniband")
+    if where in ("/", "/dev") or (where.startswith("/dev/") and not where.startswith("/dev/infiniband")):
+        return where
+    return None
+
+
 def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
     """What `plan` (and preflight, as findings) says about the security of this launch."""
     eng = profile.engine
@@ -228,6 +237,10 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
         out.append(f"the API listens on every interface without engine.api_key: {level}")
     if eng.trust_remote_code:
         out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
+    if uses_rdma(profile, mode) and (where := broad_rdma_dir(profile)) is not None:
+        out.append(
+            f"engine.container.rdma_devices_dir {where}: every character device in it goes to the containers"
+        )
     for what, ref in (("model.target", profile.model.target), ("model.draft", profile.model.draft)):
         if ref is not None and not is_pinned(ref.revision):
             out.append(

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
 from sparkctl.profile.router import Router
-from sparkctl.profile.security import ContainerOptions, ModelId, NodeDir, Revision, ssh_word
+from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -119,7 +119,7 @@ class Fabric(Strict):
 
 
 class Image(Strict):
-    ref: str | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
+    ref: ImageRef | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
     id: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
     recipe: str | None = Field(None, description="Name of an images/<recipe>/ to build instead of a ref.")
 

@@ -82,10 +82,28 @@ def revision(value: str | None) -> str | None:
     return value
 
 
+# Docker's image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest],
+# path components lowercase alphanumerics joined by `.`, `_`, `__` or dashes.
+_DOMAIN = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF_RE = re.compile(
+    rf"^(?:(?:{_DOMAIN}|\[[0-9a-fA-F:]+\])(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def image_ref(value: str) -> str:
+    """An image reference as Docker parses it; never an option (`-...`) or anything else."""
+    if len(value) > 255 or not _IMAGE_REF_RE.fullmatch(value):
+        raise ValueError(f"image.ref {value!r} is not a Docker image reference (name[:tag][@digest])")
+    return value
+
+
 # Annotated types for the profile's fields (the field name is in pydantic's error location).
 NodeDir = Annotated[str, AfterValidator(lambda v: node_dir(v, "path") or v)]
 ModelId = Annotated[str, AfterValidator(model_id)]
 Revision = Annotated[str, AfterValidator(revision)]
+ImageRef = Annotated[str, AfterValidator(image_ref)]
 
 Unlimited = Literal["unlimited"]
 

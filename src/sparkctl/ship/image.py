@@ -82,7 +82,7 @@ def peer_prefix(chains: list[list[str]], layers: list[str]) -> int:
 
 
 def peer_image_id(conn: Connector, ref: str) -> str | None:
-    res = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=60)
+    res = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", "--", ref], timeout=60)
     return res.stdout.strip() if res.ok else None
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding, Severity
-from sparkctl.planning.hardening import binds_everywhere, is_pinned, keyless_binds
+from sparkctl.planning.hardening import binds_everywhere, broad_rdma_dir, is_pinned, keyless_binds
 from sparkctl.preflight.base import Check, Ctx, NodeFacts
 
 if TYPE_CHECKING:
@@ -66,6 +66,19 @@ def check_privileged(profile: Profile) -> Finding | None:
         Severity.WARN,
         "engine.container.privileged: true gives the containers every device and capability",
         fix="remove it: the rdma preset (engine.container.preset) grants what NCCL over RoCE needs",
+    )
+
+
+def check_rdma_dir(profile: Profile) -> Finding | None:
+    """The rdma preset passes every character device it finds there: /dev would be all of them."""
+    where = broad_rdma_dir(profile)
+    if where is None:
+        return None
+    return Finding(
+        "Privileged",
+        Severity.WARN,
+        f"engine.container.rdma_devices_dir {where} passes every character device in it to the containers",
+        fix="set it to the RDMA device directory (/dev/infiniband, the default)",
     )
 
 
@@ -162,8 +175,7 @@ class Security(Check):
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         profile = ctx.profile
         out = [check_api_exposure(profile), *check_remote_code(profile)]
-        if (priv := check_privileged(profile)) is not None:
-            out.append(priv)
+        out += [f for f in (check_privileged(profile), check_rdma_dir(profile)) if f is not None]
         for node, paths in secret_files(ctx.plan).items():
             if node in facts:
                 out += secret_modes(node, paths, facts[node].result("secretmodes"))
