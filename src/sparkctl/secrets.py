@@ -93,8 +93,10 @@ def reveal(value: str | SecretRef) -> str:
 @dataclass(frozen=True)
 class SecretFile:
     """A secret the container reads from a file: written into the created container before it
-    starts (`bind=False`; never on the node's disk, argv or env) or bind-mounted read-only from the
-    node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file (SGLang --config)."""
+    starts (`bind=False`; never on argv or in env; the file lies in the container's writable layer
+    under the engine's data root, root-only, removed with the container) or bind-mounted read-only
+    from the node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file
+    (SGLang --config)."""
 
     target: str
     ref: SecretRef
