@@ -369,6 +369,15 @@ def test_secret_files_render_as_sglang_config_and_raw_files(monkeypatch: pytest.
     assert redact('key=we"ird\\key!', ['we"ird\\key']) == "key=***!"
 
 
+def test_masking_covers_escaped_forms_and_short_values() -> None:
+    """What `logs`, the start-up watch and failure tails show: the value as SGLang's repr of its
+    settings prints it (`\\'`, `\\\\`), JSON-escaped, and a short value where it stands alone."""
+    key = "k'e\\y\"1"
+    line = f"server_args=ServerArgs(api_key={key!r}, admin_api_key='ab', x={json.dumps(key)}) cab"
+    out = redact(line, [key, "ab"])
+    assert out == "server_args=ServerArgs(api_key='***', admin_api_key='***', x=\"***\") cab"
+
+
 def test_secret_file_modes_need_0400() -> None:
     found = parse_modes("spark2", "644 /home/spark/tok\n400 /home/spark/ok\nmissing /home/spark/gone\n")
     assert [(f.severity, f.node) for f in found] == [(Severity.ERROR, "spark2")] * 2
