@@ -84,6 +84,7 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     assert plan["endpoint"]["api_key"].startswith("***") and "HF_TOKEN" not in plan["ranks"][0]["env"]
 
     cluster = doc["cluster"]
+    secrets_dirs: list[tuple[str, str]] = []
     for rank, node in enumerate(("spark1", "spark2")):
         container = lab.docker(node).containers.get(f"sparkctl-{cluster}-tp2-r{rank}")
         host = container.attrs["HostConfig"]
@@ -106,6 +107,14 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         assert rc == 0 and out.decode().split() == ["400", TOKEN]
         rc, out = container.exec_run(["cat", "/run/secrets/sparkctl-sglang.yaml"])
         assert out.decode() == f'api-key: "{API_KEY}"\nadmin-api-key: "{ADMIN_KEY}"\n'
+        # On the node's tmpfs, mounted read-only file by file: nothing in the writable layer.
+        shm = {m["Destination"]: m for m in container.attrs["Mounts"] if m["Source"].startswith("/dev/shm/")}
+        assert set(shm) == {"/run/secrets/HF_TOKEN", "/run/secrets/sparkctl-sglang.yaml"}
+        assert all(m["RW"] is False for m in shm.values())
+        upper = container.attrs["GraphDriver"]["Data"]["UpperDir"]  # the writable layer on the node's disk
+        layer = lab.exec(node, ["sh", "-c", 'cat "$1"/run/secrets/* 2>/dev/null | wc -c', "x", upper])
+        assert layer.stdout.strip() == "0"  # only Docker's empty mount points
+        secrets_dirs.append((node, shm["/run/secrets/HF_TOKEN"]["Source"].rsplit("/", 1)[0]))
         # `ps` on the node: no value on any command line (the engine got --config PATH).
         ps = lab.exec(node, ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"]).stdout
         assert "--config /run/secrets/sparkctl-sglang.yaml" in ps
@@ -132,6 +141,9 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     logs_dir = Path(lab.node("spark1").node_root, "logs")
     assert stat.S_IMODE(logs_dir.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in logs_dir.iterdir()} == {0o600}
+    assert cli(state, path, "down").returncode == 0
+    for node, where in secrets_dirs:  # the secret files went with their containers
+        assert lab.exec(node, ["test", "-e", where], check=False).returncode != 0, where
     admin_file.unlink()
 
 
