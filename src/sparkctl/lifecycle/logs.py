@@ -1,7 +1,8 @@
 """Persistent per-rank log files on the nodes, and reading them back merged across ranks.
 
 Mechanism: right after a rank's container starts, `up` starts a detached follower on that node
-(`setsid -f sh -c 'exec docker logs --timestamps --follow NAME >> FILE'`). It needs no daemon
+(`setsid -f sh -c 'exec python3 -S -c LOG_FILTER NAME FILE'`: `docker logs --timestamps --follow
+NAME` appended to FILE line by line, every secret masked on the node). It needs no daemon
 and nothing in the container (the plan's argv runs unchanged), it lives exactly as long as the
 container (docker logs -f returns when the container stops, after writing everything), and it
 survives the CLI exiting or losing its SSH connection. The file outlives the container too, so
