@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.ship import manifest
-from sparkctl.ship.manifest import node_argv, node_script_digest
+from sparkctl.node import pack as manifest
+from sparkctl.node.pack import node_argv, node_script_digest
 
 
 @pytest.fixture
@@ -122,3 +122,13 @@ def test_no_copy_inside_a_hub_cache_without_a_hub_dir(home: Path, marker: str) -
     (home.parent / marker).mkdir(parents=True)
     assert _state(node_argv("state")).returncode == 0
     assert not home.exists()
+
+
+def test_the_packer_lists_every_file_of_the_node_program_once() -> None:
+    from pathlib import Path
+
+    from sparkctl.node.pack import FILES
+
+    here = Path(manifest.__file__).parent
+    program = {p.name for p in here.glob("*.py")} - {"__init__.py", "pack.py"}
+    assert sorted(FILES) == sorted(program) and len(FILES) == len(set(FILES))

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from sparkctl.connectors.ssh import remote_command
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import Cancelled, CancelToken
-from sparkctl.ship._relay import BOOT
+from sparkctl.node.pack import node_argv
+from sparkctl.node.relay import BOOT
 from sparkctl.ship.errors import RERUN, ShipError
-from sparkctl.ship.manifest import node_argv
 from sparkctl.ship.progress import Progress
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def chain_entry(node: str, hop: list[str], cmd: list[str]) -> dict:
 
 class Transfers:
     """Every push in flight, so that Ctrl-C can end them all at once (their node side dies with
-    its stdin: see _push.py)."""
+    its stdin: see node/push.py)."""
 
     def __init__(self, cancel: CancelToken | None = None) -> None:
         self.cancel = cancel or CancelToken()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.connectors.ssh import remote_command
-from sparkctl.ship._relay import BOOT, first_hop
+from sparkctl.node.relay import BOOT, first_hop
 from sparkctl.ship.hop import chain_entry
 
 MARK = Path("/tmp/sparkctl-unit-hop-pwned")

@@ -18,14 +18,13 @@ import os
 import stat
 import sys
 
-from sparkctl.ship._node import (  # node: strip
+from .base import (  # node: strip
     CHUNK,
     COMMIT_RE,
     PART,
     HashCache,
-    _key,
-    _walk_snapshot,
     big_pipe,
+    cache_key,
     check_rel,
     check_revision,
     dest_path,
@@ -35,6 +34,7 @@ from sparkctl.ship._node import (  # node: strip
     op_probe,
     open_dir,
     open_file,
+    walk_snapshot,
     write_file,
 )
 
@@ -261,9 +261,9 @@ def op_finish(repo, req):
     _link_blobs(repo, commit, files)
     want = {rel: sha for rel, (sha, _size, _blob) in files.items()}
     got = {}
-    for rel, path, real, blob in _walk_snapshot(repo, os.path.join(repo, "snapshots", commit)):
+    for rel, path, real, blob in walk_snapshot(repo, os.path.join(repo, "snapshots", commit)):
         if real:
-            got[rel] = cache.sha256(_key(repo, path, blob), real)[0]
+            got[rel] = cache.sha256(cache_key(repo, path, blob), real)[0]
     cache.save()
     bad = sorted(set(rel for rel in want if not want[rel] or got.get(rel) != want[rel]) | set(bad_ranged))
     extra = sorted(set(got) - set(want))

@@ -15,11 +15,11 @@ from tests.testbed_tests.test_ship import make_fake_snapshot
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.hfcache import repo_dir
+from sparkctl.node.base import frame
+from sparkctl.node.pack import node_argv
 from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
-from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
-from sparkctl.ship.manifest import node_argv
 from sparkctl.ship.weights import WeightsPeer, ship_weights
 
 MODEL = "org/model"
