@@ -122,6 +122,18 @@ def test_flag_values_that_are_negative_numbers_and_full_flags_pass() -> None:
     assert prof.engine.args["random-seed"] == "-1" and prof.engine.args["model-impl"] == "sglang"
 
 
+def test_an_admin_key_is_flagged_in_the_plan() -> None:
+    """SGLang 0.5.23's /server_info (a NORMAL route) returns admin_api_key to api_key holders."""
+    text = DUAL.replace(
+        "  api_key: {env: SPARKCTL_API_KEY}",
+        "  api_key: {env: SPARKCTL_API_KEY}\n  admin_api_key: {env: A}",
+        1,
+    )
+    warnings = build_plan(load(text), "solo").warnings
+    assert any("/server_info" in w and "admin_api_key" in w for w in warnings)
+    assert not any("/server_info" in w for w in build_plan(load(DUAL), "solo").warnings)
+
+
 def test_admin_key_without_api_key_is_a_profile_error() -> None:
     text = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  admin_api_key: {env: SPARKCTL_ADMIN_KEY}", 1)
     assert text != DUAL

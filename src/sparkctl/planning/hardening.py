@@ -237,6 +237,11 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
         out.append(f"the API listens on every interface without engine.api_key: {level}")
     if eng.trust_remote_code:
         out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
+    if eng.admin_api_key is not None:
+        out.append(
+            "engine.admin_api_key: SGLang answers every setting, this key included, on /server_info to "
+            "any api_key holder who reaches an engine port: give it only where api_key holders are trusted"
+        )
     if uses_rdma(profile, mode) and (where := broad_rdma_dir(profile)) is not None:
         out.append(
             f"engine.container.rdma_devices_dir {where}: every character device in it goes to the containers"
