@@ -351,11 +351,17 @@ def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
             api.stop(name, timeout=grace)  # a stopped container answers 304: fine
         api.remove_container(name, force=True)  # force: SIGKILL if still running
     except docker.errors.NotFound:
+        _drop_secrets(conn, name)
         return False
-    finally:  # its secret files on the node's tmpfs go with it
-        with contextlib.suppress(Exception):
-            conn.run(["sh", "-c", _SECRETS_DROP, "sparkctl-secrets", name], timeout=30)
+    _drop_secrets(conn, name)
     return True
+
+
+def _drop_secrets(conn: Connector, name: str) -> None:
+    """The container's secret files on the node's tmpfs go with it (best effort: the next start of
+    that name replaces them, a reboot empties /dev/shm)."""
+    with contextlib.suppress(Exception):
+        conn.run(["sh", "-c", _SECRETS_DROP, "sparkctl-secrets", name], timeout=30)
 
 
 def tail_logs(conn: Connector, name: str, lines: int = 40) -> list[str]:
