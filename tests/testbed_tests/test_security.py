@@ -78,6 +78,9 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     outputs = [cli(state, path, "plan", "tp2", "--json"), cli(state, path, "up", "tp2", "--json")]
     assert outputs[-1].returncode == 0, outputs[-1].stdout + outputs[-1].stderr  # readiness sent the key
     outputs += [cli(state, path, "status", "--json"), cli(state, path, "logs", "--tail", "200")]
+    verify = cli(state, path, "verify", "--only", "ChatStream", "--json")  # with the profile's key
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    outputs.insert(-1, verify)  # `logs` stays last
     status = json.loads(outputs[2].stdout)
     assert status["modes"][0]["health"]["ready"], status  # status sends the key too
     plan = json.loads(outputs[0].stdout)
