@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.node.base import frame
