@@ -13,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl.cluster_http import OPENER
 from sparkctl.errors import ConnectError, UsageError
 
 DEFAULT_KEY = "sparkctl-no-key"  # the SDK insists on a key; this one carries no secret
@@ -67,7 +68,7 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     target = f"{api_base(url)}/models"
     req = urllib.request.Request(target, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with OPENER.open(req, timeout=timeout_s) as resp:  # no proxy; the key never follows a redirect away
             body = resp.read(1 << 20)
             ctype = resp.headers.get("content-type", "")
     except urllib.error.HTTPError as exc:
@@ -137,6 +138,9 @@ def make_client(url: str, timeout_s: float = 180.0, api_key: str | None = None) 
         api_key=api_key or DEFAULT_KEY,
         max_retries=0,
         timeout=openai.Timeout(timeout_s),
+        # No HTTP(S)_PROXY from the environment: the key goes to the endpoint, never a proxy (as
+        # the probe, cluster_http.py); httpx drops Authorization on a redirect to another origin.
+        http_client=openai.DefaultHttpxClient(trust_env=False, timeout=openai.Timeout(timeout_s)),
     )
 
 
