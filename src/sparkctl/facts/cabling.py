@@ -28,6 +28,11 @@ from sparkctl.facts.rdma import RdmaDevice, roce_v2_gid_index
 _CX_RE = re.compile(r"^en(?:P(\d+))?p(\d+)s(\d+)f(\d+)np(\d+)$")
 
 
+def _halves_first(name: str) -> tuple[bool, str]:
+    """Sort key: the first PCIe half (PCI domain 0: rocep1s0f1, enp1s0f1np1) before the second."""
+    return (bool(re.match(r"^(?:roce|en)P\d", name)), name)
+
+
 def cage_of(netdev: str) -> str | None:
     """The QSFP cage a ConnectX netdev belongs to ("port 1"), the same for both PCIe halves."""
     m = _CX_RE.match(netdev)
@@ -62,14 +67,16 @@ def node_cages(
     extra: tuple[str, ...] = (),
 ) -> dict[str, Cage]:
     """Every ConnectX cage of a node (plus `extra` netdevs, e.g. a profile's non-CX fabric netdev)."""
-    names = sorted({n for n in netdevs if cage_of(n)} | {n for n in extra if n in netdevs})
+    names = sorted({n for n in netdevs if cage_of(n)} | {n for n in extra if n in netdevs}, key=_halves_first)
     by_cage: dict[str, list[str]] = {}
     for n in names:
         by_cage.setdefault(cage_of(n) or n, []).append(n)
     out: dict[str, Cage] = {}
     for cage, devs in by_cage.items():
         nds = [netdevs[d] for d in devs]
-        hcas = sorted(h for h, dev in (rdma or {}).items() if dev.bound_netdevs() & set(devs))
+        hcas = sorted(
+            (h for h, d in (rdma or {}).items() if d.bound_netdevs() & set(devs)), key=_halves_first
+        )
         ips = tuple(a for nd in nds for a in nd.ipv4)
         out[cage] = Cage(
             node=node,

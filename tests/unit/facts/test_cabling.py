@@ -43,9 +43,9 @@ def test_two_nodes_direct(tmp_path) -> None:
     lay = build_layout(["spark1", "spark2"], cages)
     assert lay.kind == "direct" and len(lay.links) == 1
     assert lay.links[0].describe() == "spark1 port 1 <-> spark2 port 1 (192.168.100.0/24)"
-    assert lay.hcas("spark1") == ["roceP2p1s0f1", "rocep1s0f1"]  # both halves of the cage
+    assert lay.hcas("spark1") == ["rocep1s0f1", "roceP2p1s0f1"]  # both halves of the cage
     assert lay.gid_index("spark1") == 3
-    assert layout_env(lay, "spark2") == {"NCCL_IB_HCA": "roceP2p1s0f1,rocep1s0f1", "NCCL_IB_GID_INDEX": "3"}
+    assert layout_env(lay, "spark2") == {"NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1", "NCCL_IB_GID_INDEX": "3"}
     assert cable_faults(lay, cages) == []
 
 
@@ -54,7 +54,7 @@ def test_three_node_ring_uses_both_cages_and_ring_algo(tmp_path) -> None:
     lay = build_layout(["spark1", "spark2", "spark3"], cages)
     assert lay.kind == "ring" and len(lay.links) == 3 and lay.missing == []
     env = layout_env(lay, "spark1")
-    assert env["NCCL_IB_HCA"] == "roceP2p1s0f0,rocep1s0f0,roceP2p1s0f1,rocep1s0f1"
+    assert env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1"
     assert env["NCCL_ALGO"] == "Ring"
     assert cable_faults(lay, cages) == []
 
@@ -98,7 +98,7 @@ def test_switch(tmp_path) -> None:
     lay = build_layout(nodes, cages)
     assert lay.kind == "switch" and list(lay.switch) == ["10.0.0.0/24"]
     env = layout_env(lay, "spark3")
-    assert "NCCL_ALGO" not in env and env["NCCL_IB_HCA"] == "roceP2p1s0f1,rocep1s0f1"
+    assert "NCCL_ALGO" not in env and env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
 
 
 def test_gid_index_five_on_one_kit(tmp_path) -> None:
