@@ -43,10 +43,10 @@ class ImageNccl(Check):
 
         ref = image_ref(ctx.profile)[0]
 
-        def read(conn, got):
-            return None if got["image"] is None else probe_image_nccl(conn, ref)
+        def read(conn, got):  # after "image" in the same chain (tasks run in the order named)
+            return None if got.get("image") is None else probe_image_nccl(conn, ref)
 
-        return {**docker_tasks(ctx, image=True), "image_nccl": Task(read, after="image")}
+        return {**docker_tasks(ctx, image=True), "image_nccl": Task(read, after="docker")}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
