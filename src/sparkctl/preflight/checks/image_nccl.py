@@ -39,7 +39,7 @@ class ImageNccl(Check):
     order = 93
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
-        from sparkctl.plan import image_ref
+        from sparkctl.planning.build import image_ref
 
         ref = image_ref(ctx.profile)[0]
 

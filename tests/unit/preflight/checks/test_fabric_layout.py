@@ -14,7 +14,7 @@ from sparkctl.facts.cabling import parse_neighbours
 from sparkctl.facts.net import parse_netdevs
 from sparkctl.facts.rdma import probe_rdma
 from sparkctl.findings import Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.cables import Cabling
 from sparkctl.preflight.checks.fabric_layout import FabricLayout

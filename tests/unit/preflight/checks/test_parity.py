@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sparkctl.facts.versions import parse_versions
 from sparkctl.findings import Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.parity import NodeParity, compare
 from sparkctl.preflight.registry import REGISTRY
