@@ -94,6 +94,7 @@ def fit(
                     for f in result.memory_fixes
                 ],
                 "fix": result.fix,
+                "layouts": [o.to_json() for o in result.layouts],
             }
         )
     else:
@@ -153,6 +154,10 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
         out.print(f"[bold]proposed flags:[/] {escape(flags)}")
     for t in (f for f in result.memory_fixes if f.tradeoff):
         out.print(f"[yellow]trade-off:[/] {escape(t.flags)} ({escape(t.why)})")
+    if result.layouts:
+        from sparkctl.commands._layouts import render_layouts
+
+        render_layouts(plan, result.layouts)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from sparkctl.launch.check import LaunchCheck, LaunchContext, check_launch, cont
 from sparkctl.launch.fixes import Margin
 from sparkctl.launch.flags import RunInImage, check_flags
 from sparkctl.launch.inputs import GpuFacts, server_flags
+from sparkctl.launch.layouts import needs_layouts, propose_layouts
 from sparkctl.launch.model_meta import ModelFacts, find_model_facts, load_model_facts
 
 Progress = Callable[[str], None]
@@ -178,6 +179,9 @@ def check_plan(
     result = check_launch(
         argv, ctx, flag_result, node=plan.ranks[0].node, expected=expected_versions(plan, profile)
     )
+    nodes = list(dict.fromkeys(plan.nodes))
+    if needs_layouts(result.findings) and len(nodes) > 1 and all(profile.node(n).gpus == 1 for n in nodes):
+        result.layouts = propose_layouts(profile, nodes, found.target, found.draft, probed, margin)
     if not parse_flags:
         result.findings.insert(
             0,
