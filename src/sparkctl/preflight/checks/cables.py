@@ -32,7 +32,9 @@ class Cabling(Check):
         for lay, cages in group_layouts(ctx, facts, self.name, out):
             head = lay.nodes[0]
             faults = cable_faults(lay, cages)
-            if faults is None:
+            if not lay.links:
+                out.append(Finding(self.name, OK, f"{lay.kind}: no point-to-point cable to trace", node=head))
+            elif faults is None:
                 msg = "no link-layer neighbours seen on any node (IPv6 off on the fabric?): cables not traced"
                 out.append(Finding(self.name, SKIP, msg, node=head))
             elif not faults:
