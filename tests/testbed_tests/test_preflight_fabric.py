@@ -82,3 +82,30 @@ def test_parity_table_names_the_driver_error(lab: Lab, standins: dict[str, Path]
     assert table["kernel"]["spark1"] != "6.14.0-1013-nvidia"
     (kernel,) = [f for f in find(report, "NodeParity", severity="warn") if f["data"]["field"] == "kernel"]
     assert "spark2 6.14.0-1013-nvidia" in kernel["message"]
+
+
+def test_layout_and_cables_traced_on_the_lab_fabric(lab: Lab, tmp_path: Path) -> None:
+    """Real `ip -j addr` and real link-local neighbours across the lab's fabric: the two nodes share
+    one subnet (direct), and each fabric netdev hears the other node's MAC."""
+    prof = write_lab_profile(lab, tmp_path / "p.yaml")
+    rc, report, err = preflight(prof, "tp2", "--only", "FabricLayout,Cabling")
+    assert rc == 0, (err, report)
+    (layout,) = find(report, "FabricLayout", "spark1", "ok")
+    subnet = lab.node("spark1").fabric_ip.rsplit(".", 1)[0] + ".0/24"  # the lab names its fabric like a CX-7
+    assert layout["message"] == f"direct: spark1 port 1 <-> spark2 port 1 ({subnet})"
+    (cables,) = find(report, "Cabling", "spark1")
+    assert cables["severity"] == "ok" and cables["message"] == "1 cable(s) as addressed", cables
+
+
+def test_a_fabric_link_without_carrier_is_a_missing_cable(lab: Lab, tmp_path: Path) -> None:
+    n2 = lab.node("spark2")
+    prof = write_lab_profile(lab, tmp_path / "p.yaml")
+    lab.exec(n2, ["ip", "link", "set", "dev", n2.fabric_netdev, "down"])
+    try:
+        rc, report, err = preflight(prof, "tp2", "--only", "Cabling")
+    finally:
+        lab.exec(n2, ["ip", "link", "set", "dev", n2.fabric_netdev, "up"])
+    assert rc == 1, (err, report)
+    (missing,) = find(report, "Cabling", "spark2", "error")
+    assert missing["message"].startswith(f"missing link: spark2 port 1 ({n2.fabric_netdev}) has no carrier")
+    assert "should reach spark1" in missing["message"]
