@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
+from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, orphans, state, supervisor
 from sparkctl.lifecycle.containers import ContainerInfo
@@ -169,7 +169,7 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
             else str(exc)
         )
         out.unreachable[node] = why
-        out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
+        out.unknown_why[node] = "Docker not answering" if isinstance(exc, DockerDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
