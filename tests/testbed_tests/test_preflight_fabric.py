@@ -7,7 +7,10 @@ spark2 gets stand-in `uname` and `nvidia-smi` commands (first on its PATH) print
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +85,16 @@ def test_parity_table_names_the_driver_error(lab: Lab, standins: dict[str, Path]
     assert table["kernel"]["spark1"] != "6.14.0-1013-nvidia"
     (kernel,) = [f for f in find(report, "NodeParity", severity="warn") if f["data"]["field"] == "kernel"]
     assert "spark2 6.14.0-1013-nvidia" in kernel["message"]
+    human = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "preflight", "tp2", "-p", str(prof), "--only", "NodeParity"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    assert human.returncode == 1 and "node parity" in human.stdout, human.stdout
+    driver_row = next(line for line in human.stdout.splitlines() if line.strip().startswith("driver"))
+    assert "580.95.05" in driver_row and "580.82.09" in driver_row  # the one table, a row per field
 
 
 def test_layout_and_cables_traced_on_the_lab_fabric(lab: Lab, tmp_path: Path) -> None:
