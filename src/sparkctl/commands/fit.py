@@ -76,6 +76,7 @@ def fit(
         models=models,
         margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
         progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+        build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
     if json_out:
         print_json(

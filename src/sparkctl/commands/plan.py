@@ -65,10 +65,11 @@ def launch_check(prof, plan, parser_timeout: float = 30.0, quiet: bool = False):
     """The launch-check pipeline (sparkctl.launch.pipeline): SGLang's parser in the image on rank 0's
     node (a local SGLang when that fails), the rules, the memory plan with probed GPU memory."""
     from sparkctl.launch.pipeline import check_reachable
+    from sparkctl.planning.build import build_plan
 
     err = console(stderr=True)
     progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}...[/]"))
-    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress)
+    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress, build=build_plan)
 
 
 def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily

@@ -5,7 +5,8 @@ and KV heads split evenly or not at all). Instead of only refusing, list what th
 run: pipeline parallel across the nodes (where the engine's rules allow it), a TP=2 replica plus
 solo replicas behind the router, a smaller TP with idle boxes, one solo replica per box. Each is
 judged by the same rules and memory planner as the mode itself (a synthetic mode per replica
-shape), with the throughput shape it trades for. Pure: the caller passes models and GPU facts.
+shape), with the throughput shape it trades for. Pure: the caller passes models, GPU facts and
+`build` (planning's build_plan: this floor sits below planning and cannot import it).
 """
 
 from __future__ import annotations
@@ -111,16 +112,16 @@ def candidates(nodes: list[str]) -> list[tuple[str, list[Replica], list[str], st
 
 
 def judge_replica(
-    profile, rep: Replica, target, draft, probed: dict[str, list[GpuFacts]] | None, margin
+    profile, rep: Replica, target, draft, probed: dict[str, list[GpuFacts]] | None, margin, build
 ) -> ReplicaFit:
-    """The mode's rules and memory planner on one replica shape (a synthetic mode of the profile)."""
-    from sparkctl.planning.build import build_plan
+    """The mode's rules and memory planner on one replica shape (a synthetic mode of the profile);
+    `build(profile, mode_name) -> Plan` is planning's build_plan."""
     from sparkctl.profile.schema import Mode
 
     name = "__layout__"
     mode = Mode(nodes=list(rep.nodes), tp=rep.tp, pp=rep.pp)
     synthetic = profile.model_copy(update={"modes": {**profile.modes, name: mode}})
-    plan = build_plan(synthetic, name)
+    plan = build(synthetic, name)
     ctx: LaunchContext = context_for(
         plan, synthetic, target=target, draft=draft, probed=probed, margin=margin
     )
@@ -139,11 +140,15 @@ def judge_replica(
     )
 
 
-def propose_layouts(profile, nodes: list[str], target, draft, probed=None, margin=None) -> list[LayoutOption]:
+def propose_layouts(
+    profile, nodes: list[str], target, draft, *, build, probed=None, margin=None
+) -> list[LayoutOption]:
     """Every candidate layout of these boxes, judged; the ones that work first (stable order)."""
     out = []
     for name, reps, idle, shape, mode in candidates(nodes):
-        fits = {r: judge_replica(profile, r, target, draft, probed, margin) for r in dict.fromkeys(reps)}
+        fits = {
+            r: judge_replica(profile, r, target, draft, probed, margin, build) for r in dict.fromkeys(reps)
+        }
         out.append(LayoutOption(name, [fits[r] for r in reps], idle, shape, mode))
     return sorted(out, key=lambda o: not o.works)
 

@@ -164,6 +164,7 @@ def check_plan(
     margin: Margin | None = None,
     models: ModelLookup | None = None,
     progress: Progress | None = None,
+    build=None,
 ) -> LaunchCheck:
     """All launch checks for a Plan: parser (image, then local), rules, memory with fixes."""
     found = models or lookup_models(profile, target_dir, draft_dir)
@@ -180,8 +181,11 @@ def check_plan(
         argv, ctx, flag_result, node=plan.ranks[0].node, expected=expected_versions(plan, profile)
     )
     nodes = list(dict.fromkeys(plan.nodes))
-    if needs_layouts(result.findings) and len(nodes) > 1 and all(profile.node(n).gpus == 1 for n in nodes):
-        result.layouts = propose_layouts(profile, nodes, found.target, found.draft, probed, margin)
+    single = len(nodes) > 1 and all(profile.node(n).gpus == 1 for n in nodes)
+    if build is not None and single and needs_layouts(result.findings):  # build: planning's build_plan
+        result.layouts = propose_layouts(
+            profile, nodes, found.target, found.draft, build=build, probed=probed, margin=margin
+        )
     if not parse_flags:
         result.findings.insert(
             0,

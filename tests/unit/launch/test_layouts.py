@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from sparkctl.cli import app
 from sparkctl.launch.layouts import candidates, propose_layouts
 from sparkctl.launch.model_meta import load_model_facts
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 
 ROOT = Path(__file__).parents[3]
@@ -35,7 +36,9 @@ def test_candidates_of_three_boxes() -> None:
 def test_the_working_layouts_come_first_with_their_memory() -> None:
     target, draft = models()
     assert target.num_kv_heads == 4
-    found = {o.name: o for o in propose_layouts(load_profile_file(TRIO), NODES, target, draft)}
+    found = {
+        o.name: o for o in propose_layouts(load_profile_file(TRIO), NODES, target, draft, build=build_plan)
+    }
     assert (
         not found["tp3"].works and "4 KV heads do not split over tp=3" in found["tp3"].replicas[0].errors[0]
     )
@@ -51,7 +54,9 @@ def test_the_working_layouts_come_first_with_their_memory() -> None:
         "tp": 2,
     }
     assert found["dp3"].works and len(found["dp3"].replicas) == 3
-    order = [o.works for o in propose_layouts(load_profile_file(TRIO), NODES, target, draft)]
+    order = [
+        o.works for o in propose_layouts(load_profile_file(TRIO), NODES, target, draft, build=build_plan)
+    ]
     assert order == sorted(order, reverse=True)
 
 
@@ -92,10 +97,13 @@ def test_a_mode_that_splits_lists_no_layouts() -> None:
 
 def test_the_launch_pipeline_plan_check_runs_carries_the_layouts() -> None:
     from sparkctl.launch.pipeline import ModelLookup, check_plan
-    from sparkctl.planning.build import build_plan
 
     profile = load_profile_file(TRIO)
-    result = check_plan(build_plan(profile, "tp3"), profile, parse_flags=False, models=ModelLookup(*models()))
+    lookup = ModelLookup(*models())
+    result = check_plan(
+        build_plan(profile, "tp3"), profile, parse_flags=False, models=lookup, build=build_plan
+    )
     assert {o.name for o in result.layouts if o.works} == {"tp2+1solo", "tp2-idle", "dp3"}
-    ok = check_plan(build_plan(profile, "dp3"), profile, parse_flags=False, models=ModelLookup(*models()))
+    ok = check_plan(build_plan(profile, "dp3"), profile, parse_flags=False, models=lookup, build=build_plan)
     assert ok.layouts == []
+    assert check_plan(build_plan(profile, "tp3"), profile, parse_flags=False, models=lookup).layouts == []

@@ -9,7 +9,7 @@ from tests.fixtures.sysfs import layouts
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts import rdma
-from sparkctl.lifecycle.up import resolve_plan
+from sparkctl.lifecycle.steps import resolve_plan
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
 
