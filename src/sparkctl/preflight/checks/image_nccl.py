@@ -59,12 +59,15 @@ class ImageNccl(Check):
                 out.append(Finding(self.name, SKIP, "skipped: the image is not on this node", node=node))
                 continue
             env = {k: str(v) for r in ctx.plan.ranks if r.node == node for k, v in r.env.items()}
-            out += judge_image(node, got, env)
+            out += judge_image(node, got, env, uses_nccl=ctx.plan.tp * ctx.plan.pp > 1)
             seen[node] = got
         return out + judge_versions(seen)
 
 
-def judge_image(node: str, got: ImageNcclFacts, plan_env: Mapping[str, str]) -> list[Finding]:
+def judge_image(
+    node: str, got: ImageNcclFacts, plan_env: Mapping[str, str], uses_nccl: bool = True
+) -> list[Finding]:
+    """`uses_nccl`: the mode's replicas span several GPUs (one GPU each: a setting is only a warning)."""
     out: list[Finding] = []
     data = got.to_json()
     baked = [(f"{path}", k, v) for path, keys in got.conf.items() for k, v in keys.items()]
@@ -74,10 +77,11 @@ def judge_image(node: str, got: ImageNcclFacts, plan_env: Mapping[str, str]) -> 
             msg = f"{where} sets {key}={value}; overridden: the plan sets {key}={plan_env[key]} on every rank here"
             out.append(Finding("ImageNccl", OK, msg, node=node, data=data))
             continue
-        sev = ERROR if key in DANGEROUS else WARN
+        sev = ERROR if key in DANGEROUS and uses_nccl else WARN
         msg = (
             f"{where} sets {key}={value}, in force on every rank (NCCL reads it when the env leaves it unset)"
         )
+        msg += "" if uses_nccl else "; unused while every replica runs on one GPU"
         fix = (
             f"remove it from the image, or override it: engine.env: {{{key}: <value>}} "
             "(the environment wins over nccl.conf and the image's env)"

@@ -48,3 +48,9 @@ def test_image_env_and_version_drift_across_nodes() -> None:
     (drift,) = judge_versions({"spark1": a, "spark2": b})
     assert drift.severity is Severity.ERROR and "spark1 2.27.3, spark2 2.26.2" in drift.message
     assert judge_versions({"spark1": a, "spark2": a}) == []
+
+
+def test_a_mode_without_nccl_only_warns() -> None:
+    found = judge_image("spark1", parse_listing(FIX.read_text()), {}, uses_nccl=False)
+    inline = next(f for f in found if "NCCL_IB_USE_INLINE" in f.message)
+    assert inline.severity is Severity.WARN and "unused while every replica runs on one GPU" in inline.message
