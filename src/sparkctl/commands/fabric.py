@@ -56,7 +56,7 @@ def _render_links(per_link) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("fabric-test")
     @handle_errors
-    def fabric_test(
+    def fabric_test_cmd(
         mode: Annotated[
             str | None, typer.Argument(help="Mode whose ranks to test (default: the profile's default mode).")
         ] = None,
