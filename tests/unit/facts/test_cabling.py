@@ -5,7 +5,6 @@ cable), a 4-node switchless ring and a 4-node switch."""
 from __future__ import annotations
 
 import pytest
-from tests.fixtures.sysfs import layouts
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.cabling import (
@@ -20,6 +19,7 @@ from sparkctl.facts.cabling import (
 from sparkctl.facts.net import parse_netdevs
 from sparkctl.facts.probe import ParseError
 from sparkctl.facts.rdma import probe_rdma
+from tests.fixtures.sysfs import layouts
 
 
 def gather(sc: layouts.Scenario, tmp_path) -> dict:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fixtures.sysfs.build import build_tree
-
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.versions import parse_versions, versions_probe
+from tests.fixtures.sysfs.build import build_tree
 
 FIX = Path(__file__).parents[2] / "fixtures" / "versions"
 

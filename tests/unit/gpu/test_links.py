@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fixtures.sysfs import layouts
-from tests.unit.facts.test_cabling import gather
-
 from sparkctl.facts.cabling import build_layout
 from sparkctl.gpu.fabric import rendezvous_host
 from sparkctl.gpu.links import link_pairs, link_plans
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
+from tests.fixtures.sysfs import layouts
+from tests.unit.facts.test_cabling import gather
 
 TRIO = Path(__file__).parents[3] / "profiles" / "trio-spark.yaml"
 NODES = ["spark1", "spark2", "spark3"]

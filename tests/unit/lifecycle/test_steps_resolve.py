@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from tests.fixtures.sysfs import layouts
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts import rdma
 from sparkctl.lifecycle.steps import resolve_plan
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
+from tests.fixtures.sysfs import layouts
 
 ROOT = Path(__file__).parents[3]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.fixtures.sysfs import layouts
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.cabling import parse_neighbours
@@ -21,6 +20,7 @@ from sparkctl.preflight.checks.fabric_layout import FabricLayout
 from sparkctl.preflight.checks.gid_index import RoceGidIndex
 from sparkctl.preflight.registry import REGISTRY
 from sparkctl.profile import load_profile_text
+from tests.fixtures.sysfs import layouts
 
 ROOT = Path(__file__).parents[4]
 E, W, OK = Severity.ERROR, Severity.WARN, Severity.OK
