@@ -60,14 +60,28 @@ def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
 
 
 def _fabric_env(
-    profile: Profile, node: Node, facts: PlanFacts, unresolved: list[str], engine_env: dict[str, str]
+    profile: Profile,
+    node: Node,
+    facts: PlanFacts,
+    unresolved: list[str],
+    engine_env: dict[str, str],
+    nnodes: int,
 ) -> dict[str, str]:
     assert node.fabric is not None  # schema guarantees it for multi-node modes
     ifnames = ",".join(node.fabric.netdevs)
     env = {"NCCL_SOCKET_IFNAME": ifnames, "GLOO_SOCKET_IFNAME": ifnames, **engine_env}
+    if profile.fabric.layout == "ring" and nnodes >= 3:
+        env["NCCL_ALGO"] = "Ring"  # a switchless ring: NCCL's tree would route through a non-neighbour
     if profile.fabric.transport == "tcp":
         env["NCCL_IB_DISABLE"] = "1"
         return env
+    gid = node.fabric.gid_index
+    if gid == "auto":
+        gid = facts.gid_index.get(node.name)
+        if gid is None and node.name not in facts.gid_index:
+            unresolved.append(f"{node.name}: fabric.gid_index is 'auto' (read from sysfs by preflight)")
+    if gid is not None:
+        env["NCCL_IB_GID_INDEX"] = str(gid)
     hcas = node.fabric.hcas
     if hcas == "auto":
         if node.name in facts.hcas:
@@ -173,7 +187,8 @@ def _rank_env_mounts(
     if mode.tp > 1:
         env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
     if layout.nnodes > 1:
-        env |= _fabric_env(profile, node, facts, unresolved, engine.rank_env(profile, node, layout))
+        rank_env = engine.rank_env(profile, node, layout)
+        env |= _fabric_env(profile, node, facts, unresolved, rank_env, layout.nnodes)
     if profile.engine.offline:
         env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
     env |= profile.engine.env

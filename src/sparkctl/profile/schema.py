@@ -44,6 +44,11 @@ class NodeFabric(Strict):
     hcas: Literal["auto"] | list[str] = Field(
         "auto", description="RoCE devices for NCCL_IB_HCA; 'auto' reads them from sysfs."
     )
+    gid_index: Literal["auto"] | Annotated[int, Field(ge=0, le=255)] | None = Field(
+        None,
+        description="NCCL_IB_GID_INDEX on this node (the RoCE v2 GID of its fabric IP); 'auto' reads "
+        "it from sysfs; unset leaves NCCL's own choice.",
+    )
 
 
 class Node(Strict):
@@ -110,6 +115,11 @@ class Fabric(Strict):
         21.875,
         gt=0,
         description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875).",
+    )
+    layout: Literal["auto", "direct", "ring", "mesh", "switch"] = Field(
+        "auto",
+        description="How the nodes are cabled; ring (switchless, 3+ nodes) adds NCCL_ALGO=Ring. "
+        "Preflight's FabricLayout compares it with what the nodes show.",
     )
     min_link_gbps: float = Field(
         200,
