@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from sparkctl.commands import _common
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-
-if TYPE_CHECKING:
-    pass
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
@@ -165,14 +163,16 @@ def _run_up(
     ship_opt: bool | None = None,
     supervise: bool = False,
     rolling: bool = True,
+    guard: bool | None = None,
 ) -> None:
     from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.router import RouterFailedError
     from sparkctl.lifecycle.up import PreflightFailedError
     from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
-    prof = load_profile(profile)
+    prof = with_guard(load_profile(profile), guard)
     _interrupt_on_sigterm()
     reporter = _Reporter(stderr=json_out)
     if verb in ("switch", "upgrade"):
@@ -212,7 +212,7 @@ def _run_up(
         from sparkctl.commands.lifecycle_view import start_detached
         from sparkctl.lifecycle.supervisor import Policy
 
-        sup = start_detached(profile, prof, result.plan.mode, Policy())
+        sup = start_detached(profile, prof, result.plan.mode, Policy(guard=guard))
     if json_out:
         print_json({**result.to_json(), "supervisor": sup})
         return
@@ -255,6 +255,7 @@ def up_cmd(
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
     rolling: RollingOpt = True,
+    guard: _common.GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -274,6 +275,7 @@ def up_cmd(
         ship_opt=ship,
         supervise=supervise,
         rolling=rolling,
+        guard=guard,
     )
 
 
@@ -286,6 +288,7 @@ def switch_cmd(
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
     rolling: RollingOpt = True,
+    guard: _common.GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -305,6 +308,7 @@ def switch_cmd(
         ship_opt=ship,
         supervise=supervise,
         rolling=rolling,
+        guard=guard,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from sparkctl.commands import _common
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
 
 
@@ -145,6 +146,12 @@ def _render_supervision(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
         out.print("supervisor: [yellow]not running[/]")
     for event in st.restarts:
         out.print(f"  {escape(describe_event(event))}")
+    from sparkctl.lifecycle.guard import describe, describe_trip
+
+    for node, doc in st.guards.items():
+        out.print(escape(describe(node, doc)))
+        for trip in doc.get("trips", [])[-3:]:
+            out.print(f"  [red]{escape(describe_trip(node, trip))}[/]")
 
 
 @handle_errors
@@ -179,7 +186,15 @@ def logs_cmd(
 
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.logs import event_lines, follow_all, merge, parse_since, read_all, source_label
+    from sparkctl.lifecycle.logs import (
+        event_lines,
+        follow_all,
+        guard_lines,
+        merge,
+        parse_since,
+        read_all,
+        source_label,
+    )
     from sparkctl.lifecycle.state import events, last_attempt
     from sparkctl.lifecycle.status import running_mode
     from sparkctl.plan import build_plan
@@ -205,9 +220,11 @@ def logs_cmd(
             if rank is None and not router:  # the supervisor's events (restarts, causes) in the same timeline
                 stamps = [x.ts for x in lines if x.ts is not None]
                 lines = merge(
-                    lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
+                    lines
+                    + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
+                    + guard_lines(prof, pool, since_at or min(stamps, default=None))
                 )
-                width = max(width, len("supervisor")) if any(x.label for x in lines) else width
+                width = max([width] + [len(x.label) for x in lines if x.label])
             _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
             return
         try:
@@ -297,20 +314,27 @@ def supervise_cmd(
     canary_every: CanaryEveryOpt = 10.0,
     canary_failures: CanaryFailuresOpt = 3,
     backoff: BackoffOpt = 2.0,
+    guard: _common.GuardOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Watch the running group; when a rank exits or the generation canary keeps failing, restart
-    every rank together (backoff, restart limit). `status` and `logs` show each restart and why."""
+    every rank together (backoff, restart limit). `status` and `logs` show each restart and why.
+    The memory guard runs on the guarded nodes meanwhile (docs/memory.md)."""
     from sparkctl.lifecycle import supervisor
+    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.supervisor import Policy
 
-    prof = load_profile(profile)
+    prof = with_guard(load_profile(profile), guard)
     if stop:
         console().print(supervisor.stop(prof.cluster) or f"no supervisor runs for cluster {prof.cluster}")
         return
     mode = mode or _running_mode(prof)
     policy = Policy(
-        max_restarts=max_restarts, backoff=backoff, canary_every=canary_every, canary_failures=canary_failures
+        max_restarts=max_restarts,
+        backoff=backoff,
+        canary_every=canary_every,
+        canary_failures=canary_failures,
+        guard=guard,
     )
     if detach:
         info = start_detached(profile, prof, mode, policy)

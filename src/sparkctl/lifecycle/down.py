@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, SparkctlError
 from sparkctl.lifecycle import containers, orphans, supervisor
+from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.up import remove_all
@@ -43,6 +44,8 @@ def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool =
         result.removed = found
         if not dry_run:
             remove_all(pool, found, grace=profile.engine.stop_grace)
+            nodes = [c.node for c in found] + guards.guarded_nodes(profile, [n.name for n in profile.nodes])
+            guards.stop(profile, pool, [n for n in dict.fromkeys(nodes) if n not in unreachable])
         if unreachable:
             raise _unreachable(unreachable, len(found))
         return result

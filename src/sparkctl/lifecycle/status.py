@@ -9,6 +9,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, orphans, state, supervisor
+from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
@@ -120,6 +121,9 @@ class ClusterStatus:
     pending: list[state.Pending] = field(default_factory=list)  # still owed (node not reachable yet)
     supervisor: dict | None = None  # the live supervisor's record
     events: list[dict] = field(default_factory=list)  # the supervisor's events since it started
+    guards: dict[str, dict] = field(
+        default_factory=dict
+    )  # node -> the memory guard's {running, state, trips}
 
     @property
     def restarts(self) -> list[dict]:
@@ -137,6 +141,7 @@ class ClusterStatus:
             "supervisor": {**self.supervisor, "running": True} if self.supervisor else None,
             "restarts": self.restarts,
             "events": self.events,
+            "memory_guard": self.guards,
         }
 
 
@@ -171,6 +176,8 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         out.unreachable[node] = why
         out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
+    reachable = [n.name for n in profile.nodes if n.name not in out.unreachable]
+    out.guards = guards.read(profile, pool, reachable)
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
         plan = build_plan(profile, mode) if mode in profile.modes else None
