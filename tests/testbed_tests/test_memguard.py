@@ -116,7 +116,7 @@ def test_guard_kills_the_group_when_memory_runs_out(lab, memlab, record_property
     cluster = load_profile_file(path).cluster
     up = cli(state, path, "up", "solo")
     assert up.returncode == 0, up.stderr
-    assert "memory guard started on spark1" in up.stderr
+    assert "memory guard started on spark1" in up.stdout + up.stderr
     bystanders(lab, others)
     rank = rank_container(lab, cluster)
     rank.exec_run(["touch", "/tmp/standin-alloc-go"])  # the "prefill" starts eating memory
@@ -201,8 +201,9 @@ def test_restart_after_a_stop_waits_for_memory_to_settle(lab, memlab):
         threading.Thread(target=release_later, daemon=True).start()
         again = cli(state, second, "up", "solo")
         assert again.returncode == 0, again.stderr
-        assert "waiting for memory to settle" in again.stderr, again.stderr
-        assert "memory settled" in again.stderr, again.stderr
+        said = again.stdout + again.stderr
+        assert "waiting for memory to settle" in said, said
+        assert "memory settled" in said, said
         started = rank_container(lab, cluster).attrs["State"]["StartedAt"]
         from sparkctl.lifecycle.containers import parse_docker_time
 

@@ -36,13 +36,14 @@ import time
 from sparkctl.node.memsense import (  # node: strip
     Targets,
     Watch,
-    kill_all,
+    kill_api,
+    kill_pids,
     meminfo,
     open_kmsg,
-    pid_gone,
     psi_full_total,
     read_kmsg,
     read_text,
+    wait_gone,
 )
 
 REFRESH_S = 2.0  # how often the list of containers to guard is read from Docker
@@ -74,11 +75,15 @@ class Guard:
     def trip(self, cause, detected):
         """Kill the group, wait until its inits are gone, record why."""
         mem = self.mem
-        killed, sent = kill_all(self.targets)
-        deadline = sent + 10
-        while not all(pid_gone(k["pid"]) for k in killed) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        killed = kill_pids(self.targets)
+        sent = time.monotonic()
+        gone_ok = wait_gone(killed, 2.0)
         gone = time.monotonic()
+        more = kill_api(self.targets, killed)
+        if more or not gone_ok:
+            gone_ok = wait_gone(killed + more, 10.0)
+            gone = time.monotonic()
+        killed += more
         rec = {
             "at": time.time(),
             "cluster": self.cfg["cluster"],
@@ -91,7 +96,7 @@ class Guard:
             "killed": [{k: v for k, v in x.items() if k != "start"} for x in killed],
             "kill_ms": round((sent - detected) * 1000, 1),
             "gone_ms": round((gone - detected) * 1000, 1),
-            "gone": all(pid_gone(k["pid"]) for k in killed),
+            "gone": gone_ok,
         }
         self.trips += 1
         fd = os.open(self.p["trips"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -177,10 +177,9 @@ class Targets:
         return {"id": c["Id"], "name": name, "pid": pid, "start": pid_start(pid)}
 
 
-def kill_all(targets):
-    """SIGKILL every guarded container: by pid at once, then by the API for what that missed
-    (and for any that started since the last listing). Returns ([{name, id, pid, how}], the
-    monotonic time the pid signals were sent)."""
+def kill_pids(targets):
+    """SIGKILL every guarded container's init by pid (checked by its start time): no Docker round
+    trip. Returns [{name, id, pid, how}]: how is "pid", "gone", or "api" (the API must do it)."""
     killed = []
     for info in list(targets.known.values()):
         how = "api"
@@ -193,20 +192,37 @@ def kill_all(targets):
             except PermissionError:
                 pass
         killed.append({**info, "how": how})
-    sent = time.monotonic()
     targets.killed |= {k["id"] for k in killed}
+    targets.known = {}
+    return killed
+
+
+def kill_api(targets, killed):
+    """SIGKILL through the Docker API what the pid could not reach, and any container of the
+    cluster that started since the last listing; returns those added."""
     for info in killed:
         if info["how"] == "api":
             with contextlib.suppress(OSError):
                 docker("POST", f"/containers/{info['id']}/kill?signal=SIGKILL")
     targets.refresh()
-    for info in targets.known.values():  # started since the last listing
+    more = []
+    for info in targets.known.values():
         with contextlib.suppress(OSError):
             docker("POST", f"/containers/{info['id']}/kill?signal=SIGKILL")
-        killed.append({**info, "how": "api"})
+        more.append({**info, "how": "api"})
         targets.killed.add(info["id"])
     targets.known = {}
-    return killed, sent
+    return more
+
+
+def wait_gone(killed, timeout):
+    """Until every killed init is gone (or a zombie), at most `timeout` s; True when they all are."""
+    deadline = time.monotonic() + timeout
+    while not all(pid_gone(k["pid"]) for k in killed):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 # ------------------------------------------------------------------------------ kernel log
