@@ -15,7 +15,7 @@ from sparkctl.lifecycle.drain import count_in_flight, wait_drained
 from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
 from sparkctl.lifecycle.up import QuietReporter
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 from sparkctl.router.client import RouterError, Worker
 

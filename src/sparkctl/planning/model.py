@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from sparkctl.hardening import Mount, RunOptions
+from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
 
