@@ -25,7 +25,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import guard, state
 from sparkctl.lifecycle.admission import GIB, NodeMemory, Serving, Verdict, judge, parse_size
-from sparkctl.plan import Plan, RankSpec
+from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
 
