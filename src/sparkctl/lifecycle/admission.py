@@ -1,11 +1,12 @@
 """Admission on a unified-memory node, pure: does a start fit the memory the node can really give?
 
-The engine pins `fraction x P` for its weights and KV pool (SGLang sizes its pools to fill
-exactly that share of the memory P it finds free at start; the `fit` planner breaks it down), and
-on a GB10 the container's shared memory is the same RAM. What is left must cover the host
-reserve: `P - ranks x fraction x P - shm >= reserve`. P is what the GPU can really allocate:
-the CUDA free memory probed in the engine's image when the node's containers get a GPU, else
-MemAvailable. A refusal carries the numbers and a computed fix (docs/memory.md).
+The engine pins `fraction x P` for its weights and KV pool: SGLang sizes its pools to fill exactly
+that share of the memory P it finds free at start, and on an integrated GPU P is MemAvailable
+(psutil's `available`; the `fit` planner breaks the share down). What the GPU can really allocate,
+B, can be less: the CUDA free memory probed in the engine's image (when the node's containers get
+a GPU), else MemAvailable itself. On a GB10 the container's shared memory is the same RAM. What
+is left must cover the host reserve: `B - ranks x fraction x P - shm >= reserve`. A refusal
+carries the numbers and a computed fix (docs/memory.md).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class Verdict:
     node: str
     ok: bool
     budget: int
-    take: int  # the engine's share, all ranks on the node
+    take: int  # the engine's share (fraction x MemAvailable), all ranks on the node
+    seen: int  # MemAvailable: what the engine sizes its share from
     shm: int
     reserve: int
     fraction: float
@@ -72,14 +74,26 @@ class Verdict:
     def message(self) -> str:
         ranks = f"{self.ranks} ranks x " if self.ranks > 1 else ""
         return (
-            f"not enough memory to start: {self.source} {human_bytes(self.budget)}, the engine takes "
-            f"{ranks}{self.fraction:g} of it ({human_bytes(self.take)}) + shm {human_bytes(self.shm)}, "
-            f"leaving {human_bytes(self.left)} < the host reserve {human_bytes(self.reserve)} "
-            "(memory.reserve_gib)"
+            f"not enough memory to start: the engine takes {ranks}{self.fraction:g} x MemAvailable "
+            f"{human_bytes(self.seen)} = {human_bytes(self.take)}, shm {human_bytes(self.shm)}; of "
+            f"{self.source} {human_bytes(self.budget)} that leaves {human_bytes(self.left)} < the host "
+            f"reserve {human_bytes(self.reserve)} (memory.reserve_gib)"
         )
 
     def to_json(self) -> dict:
-        keys = ("node", "ok", "budget", "take", "shm", "reserve", "fraction", "ranks", "source", "fixes")
+        keys = (
+            "node",
+            "ok",
+            "budget",
+            "take",
+            "seen",
+            "shm",
+            "reserve",
+            "fraction",
+            "ranks",
+            "source",
+            "fixes",
+        )
         return {k: getattr(self, k) for k in keys} | {"left": self.left}
 
 
@@ -93,11 +107,11 @@ def parse_size(text: str | None) -> int:
     return int(m.group(1)) * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
 
 
-def max_fraction(budget: int, shm: int, reserve: int, ranks: int) -> float:
+def max_fraction(budget: int, seen: int, shm: int, reserve: int, ranks: int) -> float:
     """The largest fraction (2 decimals, rounded down) that leaves the reserve."""
-    if budget <= 0:
+    if budget <= 0 or seen <= 0:
         return 0.0
-    return max(0.0, math.floor((budget - shm - reserve) / (ranks * budget) * 100) / 100)
+    return min(1.0, max(0.0, math.floor((budget - shm - reserve) / (ranks * seen) * 100) / 100))
 
 
 def judge(
@@ -107,18 +121,17 @@ def judge(
     ranks: int,
     shm: int,
     reserve: int,
-    planner: Callable[[float, int], Serving | None] | None = None,
+    planner: Callable[[float, int], Serving | None] | None = None,  # (fraction, MemAvailable)
 ) -> Verdict:
     """Admit or refuse one node; a refusal lists the fixes, best first."""
-    budget = mem.budget
-    v = Verdict(
-        mem.node, True, budget, int(ranks * fraction * budget), shm, reserve, fraction, ranks, mem.source
-    )
+    budget, seen = mem.budget, mem.mem_available
+    take = int(ranks * fraction * seen)
+    v = Verdict(mem.node, True, budget, take, seen, shm, reserve, fraction, ranks, mem.source)
     if v.left >= reserve:
         return v
     v.ok = False
-    best = max_fraction(budget, shm, reserve, ranks)
-    serving = planner(best, budget) if planner is not None and best > 0 else None
+    best = max_fraction(budget, seen, shm, reserve, ranks)
+    serving = planner(best, seen) if planner is not None and best > 0 else None
     if best <= 0:
         v.fixes.append(
             f"nothing fits: {human_bytes(budget)} does not cover shm {human_bytes(shm)} and the reserve; "

@@ -121,21 +121,26 @@ def cuda_free(pool: NodePool, spec: RankSpec) -> int | None:
         return None
 
 
-def settle(
-    profile: Profile, pool: NodePool, plan: Plan, nodes: list[str], say: Callable[[str], None]
-) -> None:
-    """Wait on each node stopped recently until MemAvailable is back near its pre-start level."""
-    data, now = _load(plan.cluster), time.time()
-    margin = int(profile.memory.settle_margin_gib * GIB)
-    todo = {}
+def settle_targets(data: dict, nodes: list[str], now: float, margin: int) -> dict[str, int]:
+    """{node: MemAvailable to wait for}: the nodes whose ranks were stopped since their last start
+    (and recently), each back to its level before that start, less the margin."""
+    out = {}
     for node in nodes:
         rec = data.get(node, {})
         stopped, before = rec.get("stopped_at"), rec.get("before")
         if stopped and before and stopped >= rec.get("at", 0) and now - stopped < RECENT_STOP_S:
-            todo[node] = int(before) - margin
-    if not todo:
-        return
-    fan_out(list(todo), lambda n: _settle_one(pool, n, todo[n], profile.memory.settle_timeout, say))
+            out[node] = int(before) - margin
+    return out
+
+
+def settle(
+    profile: Profile, pool: NodePool, plan: Plan, nodes: list[str], say: Callable[[str], None]
+) -> None:
+    """Wait on each node stopped recently until MemAvailable is back near its pre-start level."""
+    margin = int(profile.memory.settle_margin_gib * GIB)
+    todo = settle_targets(_load(plan.cluster), nodes, time.time(), margin)
+    if todo:
+        fan_out(list(todo), lambda n: _settle_one(pool, n, todo[n], profile.memory.settle_timeout, say))
 
 
 def _settle_one(pool: NodePool, node: str, target: int, timeout: float, say: Callable[[str], None]) -> None:
