@@ -17,6 +17,7 @@ from pathlib import Path
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
+from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
 
@@ -90,15 +91,6 @@ def node_config(profile: Profile) -> dict:
         "kernel_patterns": list(g.kernel_patterns),
         "idle_exit_s": g.idle_exit_s,
     }
-
-
-def unified_nodes(profile: Profile, nodes: list[str]) -> list[str]:
-    """The nodes whose GPU shares the host's memory: `memory.unified` true (all), false (none),
-    auto (by the profile's nodes[].gpu.unified_memory)."""
-    unique, unified = list(dict.fromkeys(nodes)), profile.memory.unified
-    if isinstance(unified, bool):
-        return unique if unified else []
-    return [n for n in unique if (gpu := profile.node(n).gpu) is not None and gpu.unified_memory]
 
 
 def guarded_nodes(profile: Profile, nodes: list[str]) -> list[str]:

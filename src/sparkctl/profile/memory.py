@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from sparkctl.profile.security import Strict
+
+if TYPE_CHECKING:
+    from sparkctl.profile.schema import Profile
 
 # Kernel lines that mean the GPU driver ran out of memory or the GPU faulted (regular expressions,
 # searched in each /dev/kmsg message).
@@ -78,3 +81,12 @@ class Memory(Strict):
         ge=0,
         description="Seconds a start waits for memory to settle after a stop (then admission decides).",
     )
+
+
+def unified_nodes(profile: Profile, nodes: list[str]) -> list[str]:
+    """The nodes whose GPU shares the host's memory: `memory.unified` true (all), false (none),
+    auto (by the profile's nodes[].gpu.unified_memory)."""
+    unique, unified = list(dict.fromkeys(nodes)), profile.memory.unified
+    if isinstance(unified, bool):
+        return unique if unified else []
+    return [n for n in unique if (gpu := profile.node(n).gpu) is not None and gpu.unified_memory]
