@@ -234,7 +234,17 @@ def gate(profile: Profile, pool: NodePool, plan: Plan, say: Callable[[str], None
         for node, mem in mems.items():
             data[node] = {"before": mem.mem_available, "at": now}
         _save(plan.cluster, data)
-    guarded = guard.guarded_nodes(profile, [s.node for s in plan.ranks])
+    guard_running(profile, pool, plan, say)
+
+
+def guard_running(profile: Profile, pool: NodePool, plan: Plan, say: Callable[[str], None]) -> None:
+    """The memory guard runs on the plan's guarded nodes with this profile's settings (and, when
+    it is off, `--no-guard` or `memory.guard.enabled: false`, no longer runs there)."""
+    nodes = [s.node for s in plan.ranks]
+    if profile.memory.guard.enabled is False:
+        guard.stop(profile, pool, nodes)
+        return
+    guarded = guard.guarded_nodes(profile, nodes)
     if guarded:
         started = guard.ensure(profile, pool, guarded)
         fresh = [n for n, out in started.items() if out.get("started")]

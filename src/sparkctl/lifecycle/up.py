@@ -230,6 +230,7 @@ def _up_locked(
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
+            memgate.guard_running(profile, pool, plan, rep.phase)  # (re)started if it is not
             action = "router" if router_started else "noop"  # only the router was (re)started
             if not router_started:
                 rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
