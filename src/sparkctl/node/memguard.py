@@ -46,7 +46,11 @@ from sparkctl.node.memsense import (  # node: strip
     wait_gone,
 )
 
-REFRESH_S = 2.0  # how often the list of containers to guard is read from Docker
+# How often the list of containers to guard is read from Docker: every 2 s for a minute after the
+# guard starts or is poked (SIGUSR1: sparkctl is about to start ranks here) and while it guards
+# nothing; every 10 s once it guards a steady set (each listing costs Docker and the guard a few
+# wake-ups: docs/memory.md#measured).
+REFRESH_S, REFRESH_STEADY_S, BUSY_S = 2.0, 10.0, 60.0
 STATE_EVERY_S = 5.0
 
 
@@ -71,6 +75,12 @@ class Guard:
         self.trips = 0
         self.mem = {}
         self.since = time.time()
+        self.busy_until = time.monotonic() + BUSY_S
+        self.poked = False
+
+    def poke(self, *_):
+        self.busy_until = time.monotonic() + BUSY_S
+        self.poked = True
 
     def trip(self, cause, detected):
         """Kill the group, wait until its inits are gone, record why."""
@@ -155,9 +165,11 @@ class Guard:
         seen = time.monotonic()
         while not stop:
             now = time.monotonic()
-            if now >= next_refresh:
+            if now >= next_refresh or self.poked:
+                self.poked = False
                 self.targets.refresh()
-                next_refresh = now + REFRESH_S
+                steady = self.targets.known and now >= self.busy_until
+                next_refresh = now + (REFRESH_STEADY_S if steady else REFRESH_S)
                 if self.targets.known:
                     seen = now
                 elif now - seen > self.cfg["idle_exit_s"]:
@@ -203,6 +215,7 @@ def op_run(cfg):
         signal.signal(sig, lambda *_: stop.append(1))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard = Guard(cfg)
+    signal.signal(signal.SIGUSR1, guard.poke)
     print(
         f"{time.strftime('%H:%M:%S')} guarding {cfg['cluster']}: {guard.kmsg_note or 'kernel log watched'}",
         flush=True,
@@ -242,6 +255,8 @@ def op_start(cfg):
     info = running(cfg["cluster"])
     if info is not None:
         if info.get("digest") == cfg_digest(cfg) and info.get("program") == program_id():
+            with contextlib.suppress(OSError):  # ranks start next: list containers often again
+                os.kill(int(info.get("pid") or 0), signal.SIGUSR1)
             return {"pid": info.get("pid"), "started": False}
         op_stop(cfg["cluster"])
     with open(os.path.join(here(), cfg["cluster"] + ".log"), "ab") as log:
