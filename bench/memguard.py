@@ -12,7 +12,8 @@ The lab node shares this host's kernel and memory (docs/testbed.md), so the trig
       both with the guard's own record beside (detection -> signals sent -> gone);
   (3) overhead, --window s each, one after the other in the same run: the idle baseline (the least
       a 1 Hz watcher costs: python3 -S sleeping 1 s in a loop), the guard guarding a running rank
-      (1 Hz), the guard near its floor (10 Hz), and earlyoom --dryrun (Debian's earlyoom, when
+      in its first minute (containers listed every 2 s) and after it (1 Hz samples, a listing
+      every 10 s), the guard near its floor (10 Hz), and earlyoom --dryrun (Debian's earlyoom, when
       installed; it acts on nothing in dry-run mode): per process CPU ms per second and
       wakeups per second (voluntary + involuntary context switches), and the node's dockerd CPU
       (the guard lists the cluster's containers every 2 s) against the baseline window.

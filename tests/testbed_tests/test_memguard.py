@@ -211,3 +211,28 @@ def test_restart_after_a_stop_waits_for_memory_to_settle(lab, memlab):
     finally:
         if os.path.exists(f"/dev/shm/{shm}"):
             os.unlink(f"/dev/shm/{shm}")
+
+
+def test_supervisor_keeps_the_guard_and_names_it_as_the_cause(lab, memlab):
+    write, state, marker, _ = memlab
+    path = write(memory={"guard": {"enabled": True, "min_available_gib": 0}})
+    up = cli(state, path, "up", "solo", "--supervise", "--json")
+    assert up.returncode == 0, up.stderr
+    cluster = load_profile_file(path).cluster
+    first = rank_container(lab, cluster)
+    with open("/dev/kmsg", "w") as kmsg:
+        kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY {marker}\n")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        st = json.loads(cli(state, path, "status", "--json").stdout)
+        if any(e["event"] == "restarted" for e in st["restarts"]):
+            break
+        time.sleep(1)
+    events = {e["event"]: e for e in st["events"]}
+    assert "guard_tripped" in events and marker in events["guard_tripped"]["line"], st["events"]
+    assert events["restarted"]["cause"].startswith(
+        "the memory guard on spark1 killed the group: kernel: NVRM"
+    )
+    again = rank_container(lab, cluster)
+    assert again.id != first.id and again.status == "running"
+    assert st["memory_guard"]["spark1"]["running"], "the guard still guards the restarted group"

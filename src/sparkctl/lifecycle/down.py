@@ -44,7 +44,7 @@ def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool =
         result.removed = found
         if not dry_run:
             remove_all(pool, found, grace=profile.engine.stop_grace)
-            nodes = [c.node for c in found] + guards.guarded_nodes(profile, [n.name for n in profile.nodes])
+            nodes = guards.nodes_to_read(profile)  # where sparkctl started one
             guards.stop(profile, pool, [n for n in dict.fromkeys(nodes) if n not in unreachable])
         if unreachable:
             raise _unreachable(unreachable, len(found))

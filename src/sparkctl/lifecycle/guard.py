@@ -8,8 +8,10 @@ controller goes away, and it only ever kills containers labelled with this clust
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from functools import cache
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
+from sparkctl.lifecycle import state
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
@@ -114,6 +117,7 @@ def ensure(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict
     """Start the guard on each guarded node of `nodes` (a running one with this config is kept)."""
     todo = guarded_nodes(profile, nodes)
     arg = json.dumps(node_config(profile))
+    _remember(profile.cluster, add=todo)
     started = fan_out(todo, lambda n: run_op(pool, n, "start", arg)).values_or_raise()
     for node, out in started.items():
         if not out.get("pid"):
@@ -127,7 +131,38 @@ def ensure(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict
 
 def stop(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, BaseException]:
     """Stop the cluster's guard on every node that answers; {node: why} for the others."""
-    return fan_out(list(dict.fromkeys(nodes)), lambda n: run_op(pool, n, "stop", profile.cluster)).errors
+    res = fan_out(list(dict.fromkeys(nodes)), lambda n: run_op(pool, n, "stop", profile.cluster))
+    _remember(profile.cluster, drop=list(res.ok))
+    return res.errors
+
+
+def _remember(
+    cluster: str, add: tuple[str, ...] | list[str] = (), drop: tuple[str, ...] | list[str] = ()
+) -> list[str]:
+    """The nodes sparkctl started a guard on (controller state), so `status` and `logs` ask only
+    those and the unified ones: a profile without a guard costs them no extra exec."""
+    path = state.cluster_file(cluster, ".guards.json")
+    known: list[str] = []
+    with contextlib.suppress(OSError, ValueError):
+        known = list(json.loads(path.read_text()))
+    now = [n for n in dict.fromkeys([*known, *add]) if n not in drop]
+    if now != known:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(now))
+            os.replace(tmp, path)
+    return now
+
+
+def nodes_to_read(profile: Profile) -> list[str]:
+    """Where a guard may have run: the guarded nodes, and those sparkctl started one on."""
+    every = [n.name for n in profile.nodes]
+    return list(
+        dict.fromkeys(
+            [*guarded_nodes(profile, every), *(n for n in _remember(profile.cluster) if n in every)]
+        )
+    )
 
 
 def read(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict]:

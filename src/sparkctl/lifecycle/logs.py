@@ -167,10 +167,10 @@ def event_lines(events: list[dict], since: datetime | None) -> list[LogLine]:
 
 def guard_lines(profile, pool, since: datetime | None) -> list[LogLine]:  # Profile, NodePool
     """The memory guards' trips as log lines (label `guard@<node>`), read on every node that answers."""
-    from sparkctl.lifecycle.guard import describe_trip, read
+    from sparkctl.lifecycle.guard import describe_trip, nodes_to_read, read
 
     out = []
-    for node, doc in read(profile, pool, [n.name for n in profile.nodes]).items():
+    for node, doc in read(profile, pool, nodes_to_read(profile)).items():
         for trip in doc.get("trips", []):
             ts = datetime.fromtimestamp(float(trip.get("at", 0)), UTC)
             if since is None or ts >= since:

@@ -242,7 +242,7 @@ def guard_running(profile: Profile, pool: NodePool, plan: Plan, say: Callable[[s
     it is off, `--no-guard` or `memory.guard.enabled: false`, no longer runs there)."""
     nodes = [s.node for s in plan.ranks]
     if profile.memory.guard.enabled is False:
-        guard.stop(profile, pool, nodes)
+        guard.stop(profile, pool, [n for n in guard.nodes_to_read(profile) if n in nodes])
         return
     guarded = guard.guarded_nodes(profile, nodes)
     if guarded:

@@ -176,8 +176,9 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         out.unreachable[node] = why
         out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
-    reachable = [n.name for n in profile.nodes if n.name not in out.unreachable]
-    out.guards = guards.read(profile, pool, reachable)
+    out.guards = guards.read(
+        profile, pool, [n for n in guards.nodes_to_read(profile) if n not in out.unreachable]
+    )
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
         plan = build_plan(profile, mode) if mode in profile.modes else None
