@@ -73,7 +73,7 @@ class _Reporter:
 
         self.out.print(f"{self._stamp()} {escape(text)}")
 
-    def update(self, snap) -> None:  # sparkctl.lifecycle.watch.Snapshot
+    def update(self, snap) -> None:  # sparkctl.lifecycle.watch.WaitProgress
         if not self.out.is_terminal:
             for view in snap.ranks:  # plain output: only state changes
                 if self.states.get(view.rank) != view.status:
@@ -93,7 +93,7 @@ class _Reporter:
             self.live = None
 
 
-def _live_table(snap):  # rich renderable from a Snapshot
+def _live_table(snap):  # rich renderable from a WaitProgress
     from rich.table import Table
 
     table = Table(

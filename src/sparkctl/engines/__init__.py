@@ -11,13 +11,15 @@ import importlib
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS
+
 if TYPE_CHECKING:
     from sparkctl.engines.base import Engine
 
 # engine name (profile engine.kind) -> "module:attribute" of its Engine instance
 _ENGINES: dict[str, str] = {"sglang": "sparkctl.engines.sglang:ENGINE"}
-ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)
-DEFAULT_ENGINE = "sglang"
+ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)  # == profile.base.ENGINE_KINDS (a unit test holds it)
+__all__ = ["DEFAULT_ENGINE", "ENGINE_KINDS", "ENGINE_NAMES", "get_engine"]
 
 
 @cache

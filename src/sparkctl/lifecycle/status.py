@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
+from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, orphans, state, supervisor
 from sparkctl.lifecycle import guard as guards
@@ -174,7 +174,7 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
             else str(exc)
         )
         out.unreachable[node] = why
-        out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
+        out.unknown_why[node] = "Docker not answering" if isinstance(exc, DockerDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     out.guards = guards.read(
         profile, pool, [n for n in guards.nodes_to_read(profile) if n not in out.unreachable]

@@ -24,7 +24,7 @@ from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
-from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
+from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
 
@@ -50,14 +50,14 @@ class PreflightFailedError(SparkctlError):
 
 class Reporter(Protocol):
     def phase(self, text: str) -> None: ...
-    def update(self, snapshot: Snapshot) -> None: ...
+    def update(self, snapshot: WaitProgress) -> None: ...
 
 
 class QuietReporter:
     def phase(self, text: str) -> None:
         pass
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: WaitProgress) -> None:
         pass
 
 

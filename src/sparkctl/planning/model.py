@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
+LABEL_PREFIX = "sparkctl."  # every container sparkctl starts carries sparkctl.cluster, .mode, .node ...
+
 
 @dataclass(frozen=True)
 class RankSpec:

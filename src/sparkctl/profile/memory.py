@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from sparkctl.profile.security import Strict
+from sparkctl.profile.base import Strict
 
 if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile

@@ -1,8 +1,9 @@
 """The cluster profile: pydantic v2 models, every model `extra="forbid"`.
 
 Validation covers the whole file before any connection is opened: cross-references (modes ->
-nodes), TP vs the GPUs of a mode's nodes, flags sparkctl manages itself, and secrets kept out of
-plain env. Documented key by key in docs/profile.md.
+nodes), TP vs the GPUs of a mode's nodes, and secrets kept out of plain env; the flags an engine
+manages are refused when the plan is built (planning/build.py), so the profile imports no engine.
+Documented key by key in docs/profile.md.
 """
 
 from __future__ import annotations
@@ -11,23 +12,18 @@ import re
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sparkctl.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
+from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
-Port = Annotated[int, Field(ge=1, le=65535)]
 ArgValue = str | int | float | bool | None | list[str | int | float]
 
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GpuSpec(Strict):
@@ -180,15 +176,9 @@ class Secret(Strict):
             return None
 
 
-def _check_args(args: dict[str, ArgValue], engine: str = DEFAULT_ENGINE) -> dict[str, ArgValue]:
-    managed = get_engine(engine).managed_flags  # flags sparkctl renders from the profile itself
-    clean: dict[str, ArgValue] = {}
-    for key, value in args.items():
-        flag = key.lstrip("-").replace("_", "-")
-        if flag in managed:
-            raise ValueError(f"{key}: '{key}' is set by sparkctl from {managed[flag]}; set it there")
-        clean[flag] = value
-    return clean
+def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
+    """Flag names without dashes; flags the engine manages are refused when the plan is built."""
+    return {key.lstrip("-").replace("_", "-"): value for key, value in args.items()}
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -202,9 +192,9 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class Engine(Strict):
-    kind: Literal[ENGINE_NAMES] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
-    command: list[str] = Field(
-        default_factory=lambda: list(get_engine().default_command),
+    kind: Literal[ENGINE_KINDS] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
+    command: list[str] | None = Field(
+        None,
         min_length=1,
         description="Container command (default: the engine's launcher).",
     )
@@ -249,8 +239,8 @@ class Engine(Strict):
 
     @field_validator("args")
     @classmethod
-    def _args(cls, v: dict[str, ArgValue], info: ValidationInfo) -> dict[str, ArgValue]:
-        return _check_args(v, info.data.get("kind", DEFAULT_ENGINE))
+    def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        return _check_args(v)
 
     @field_validator("env")
     @classmethod

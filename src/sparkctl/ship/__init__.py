@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import CancelToken
-from sparkctl.planning.build import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.manifest import Manifest, snapshot_manifest

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.planning.build import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
