@@ -87,13 +87,18 @@ def bystanders(lab, others: list) -> list:
     return others
 
 
-def wait_trip(state: Path, path: Path, node: str = "spark1", timeout: float = 90) -> tuple[dict, dict]:
+def wait_trip(
+    state: Path, path: Path, since: float, node: str = "spark1", timeout: float = 90
+) -> tuple[dict, list]:
+    """`status --json` until the node's guard recorded a trip at or after `since` (the trips file
+    on the node outlives a test: the session's lab keeps one cluster name)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = json.loads(cli(state, path, "status", "--json").stdout)
         doc = st.get("memory_guard", {}).get(node) or {}
-        if doc.get("trips"):
-            return st, doc
+        trips = [t for t in doc.get("trips", []) if t["at"] >= since]
+        if trips:
+            return doc, trips
         time.sleep(0.5)
     raise AssertionError(f"no guard trip on {node} within {timeout}s: {st.get('memory_guard')}")
 
@@ -119,9 +124,10 @@ def test_guard_kills_the_group_when_memory_runs_out(lab, memlab, record_property
     assert "memory guard started on spark1" in up.stdout + up.stderr
     bystanders(lab, others)
     rank = rank_container(lab, cluster)
+    since = time.time()
     rank.exec_run(["touch", "/tmp/standin-alloc-go"])  # the "prefill" starts eating memory
-    st, doc = wait_trip(state, path)
-    trip = doc["trips"][-1]
+    doc, trips = wait_trip(state, path, since)
+    trip = trips[-1]
     assert trip["kind"] == "memavailable", trip
     assert trip["mem_available"] < trip["min_available"]
     assert [k["name"] for k in trip["killed"]] == [rank.name]
@@ -146,12 +152,12 @@ def test_guard_trips_on_an_nvrm_kernel_line(lab, memlab):
     assert cli(state, path, "up", "solo").returncode == 0
     bystanders(lab, others)
     rank = rank_container(lab, cluster)
+    since = time.time()
     with open("/dev/kmsg", "w") as kmsg:  # another run's marker first: must not trip this guard
         kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY sparkctl-test-other{marker[-6:]}\n")
     with open("/dev/kmsg", "w") as kmsg:
         kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: Assertion failed: NV_ERR_NO_MEMORY {marker}\n")
-    _, doc = wait_trip(state, path)
-    (trip,) = doc["trips"]
+    _, (trip,) = wait_trip(state, path, since)
     assert trip["kind"] == "kernel" and marker in trip["line"], trip
     assert [k["name"] for k in trip["killed"]] == [rank.name]
     rank.reload()
