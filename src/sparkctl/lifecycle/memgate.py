@@ -168,24 +168,27 @@ def _settle_one(pool: NodePool, node: str, target: int, timeout: float, say: Cal
         time.sleep(SETTLE_POLL_S)
 
 
-def _planner(profile: Profile, spec: RankSpec) -> Callable[[float, int], Serving | None] | None:
-    """The `fit` planner at a given fraction and budget, when the model is on this machine."""
-    try:
-        from sparkctl.launch.check import LaunchContext, memory_plan
-        from sparkctl.launch.inputs import GpuFacts, with_flags
-        from sparkctl.launch.pipeline import lookup_models
+def _planner(profile: Profile, spec: RankSpec) -> Callable[[float, int], Serving | None]:
+    """The `fit` planner at a given fraction and MemAvailable, when the model's facts are on this
+    machine (looked up only when a refusal needs it); None from it otherwise."""
 
-        found = lookup_models(profile)
-    except Exception:  # noqa: BLE001 - no model facts here: the fix names the fraction only
-        return None
-    if found.target is None:
-        return None
+    def at(fraction: float, seen: int) -> Serving | None:
+        try:
+            from sparkctl.launch.check import LaunchContext, memory_plan
+            from sparkctl.launch.inputs import GpuFacts, with_flags
+            from sparkctl.launch.pipeline import lookup_models
 
-    def at(fraction: float, budget: int) -> Serving | None:
-        mib = budget // (1 << 20)
-        gpu = GpuFacts("budget", mib, (12, 1), unified=True, available_mib=mib, probed_on=spec.node)
-        ctx = LaunchContext([gpu], {spec.node: 1}, found.target, found.draft, profile.engine.sglang_version)
-        mp = memory_plan(with_flags(spec.argv, {"mem-fraction-static": f"{fraction:g}"}), ctx)
+            found = lookup_models(profile)
+            if found.target is None:
+                return None
+            mib = seen // (1 << 20)
+            gpu = GpuFacts("budget", mib, (12, 1), unified=True, available_mib=mib, probed_on=spec.node)
+            ctx = LaunchContext(
+                [gpu], {spec.node: 1}, found.target, found.draft, profile.engine.sglang_version
+            )
+            mp = memory_plan(with_flags(spec.argv, {"mem-fraction-static": f"{fraction:g}"}), ctx)
+        except Exception:  # noqa: BLE001 - no model facts here: the fix names the fraction only
+            return None
         if mp is None:
             return None
         return Serving(
