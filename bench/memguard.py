@@ -61,11 +61,15 @@ def gone(pid: int) -> bool:
         return True
 
 
+class NoTrip(Exception):
+    pass
+
+
 def wait_gone(pid: int, timeout: float = 30.0) -> float:
     deadline = time.monotonic() + timeout
     while not gone(pid):
         if time.monotonic() > deadline:
-            raise SystemExit(f"pid {pid} still alive after {timeout}s: the guard did not act")
+            raise NoTrip(f"pid {pid} still alive after {timeout}s")
         time.sleep(0.0005)
     return time.monotonic()
 
@@ -137,9 +141,26 @@ class Bench:
         with open("/dev/kmsg", "w") as kmsg:
             t0 = time.monotonic()
             kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY {self.marker}\n")
-        t1 = wait_gone(pid)
+        try:
+            t1 = wait_gone(pid)
+        except NoTrip as exc:
+            return self.failed(exc)
         time.sleep(0.3)  # the record is written once the group is gone
         return {"trigger_to_gone_ms": (t1 - t0) * 1000, "guard": self.last_trip()}
+
+    def failed(self, exc: Exception, **extra: object) -> dict:
+        """A round in which the group was not gone: what the guard said, then go on."""
+        log = self.guard_dir / f"{self.cluster}.log"
+        tail = log.read_text().splitlines()[-5:] if log.exists() else []
+        st = self.guard_dir / f"{self.cluster}.json"
+        seen = json.loads(st.read_text()) if st.exists() else {}
+        cli(self.state, self.tmp / "k.yaml", "down")
+        return {
+            "failed": str(exc),
+            **extra,
+            "guard_log": tail,
+            "guard_state": {k: seen.get(k) for k in ("watching", "mem_available", "docker", "kernel_log")},
+        }
 
     def memory_round(self) -> dict:
         floor = mem_available() - int(1.5 * GIB)
@@ -160,7 +181,11 @@ class Bench:
             filters={"label": f"sparkctl.cluster={self.cluster}"}
         )
         c.exec_run(["touch", "/tmp/standin-alloc-go"])
-        t1 = wait_gone(pid)
+        try:
+            t1 = wait_gone(pid)
+        except NoTrip as exc:
+            done.set()
+            return self.failed(exc, crossed=bool(crossed), floor=floor)
         done.set()
         time.sleep(0.3)
         trip = self.last_trip()
@@ -254,18 +279,14 @@ def main() -> None:
             over = b.overhead(args.window)
         finally:
             cli(b.state, Path(tmp) / "k.yaml", "down")
+        keys = ("kind", "kill_ms", "gone_ms", "mem_available", "min_available")
         for r in kernel + memory:
-            print(
-                json.dumps(
-                    {k: v for k, v in r.items() if k != "guard"}
-                    | {
-                        "guard": {
-                            k: r["guard"].get(k)
-                            for k in ("kind", "kill_ms", "gone_ms", "mem_available", "min_available")
-                        }
-                    }
-                )
-            )
+            guard = {k: r["guard"].get(k) for k in keys} if "guard" in r else None
+            print(json.dumps({k: v for k, v in r.items() if k != "guard"} | {"guard": guard}))
+        failed = [r for r in kernel + memory if "failed" in r]
+        kernel = [r for r in kernel if "failed" not in r]
+        memory = [r for r in memory if "failed" not in r]
+        print(f"rounds without a trip: {len(failed)} of {2 * args.rounds}")
         report(kernel, memory, teardown, over)
 
 

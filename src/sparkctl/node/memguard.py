@@ -202,6 +202,7 @@ def running(cluster):
 
 
 def op_run(cfg):
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a poke before the guard is up must not kill it
     fd = os.open(paths(cfg["cluster"])["lock"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -255,8 +256,10 @@ def op_start(cfg):
     info = running(cfg["cluster"])
     if info is not None:
         if info.get("digest") == cfg_digest(cfg) and info.get("program") == program_id():
-            with contextlib.suppress(OSError):  # ranks start next: list containers often again
-                os.kill(int(info.get("pid") or 0), signal.SIGUSR1)
+            pid = int(info.get("pid") or 0)
+            if pid > 0:  # ranks start next: list containers often again
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGUSR1)
             return {"pid": info.get("pid"), "started": False}
         op_stop(cfg["cluster"])
     with open(os.path.join(here(), cfg["cluster"] + ".log"), "ab") as log:
