@@ -82,10 +82,14 @@ def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
     return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
 
 
-def _guard_cause(profile: Profile, pool: NodePool, plan: Plan, cause: dict, started: float) -> dict:
+def _guard_cause(
+    profile: Profile, pool: NodePool, plan: Plan, cause: dict, infos: dict[int, ContainerInfo | None]
+) -> dict:
     """The cause, told by the memory guard when it killed the group on the dead rank's node (a trip
-    since the ranks started), recorded as its own event with the numbers."""
-    node = cause.get("node")
+    since that rank's container started, both by the node's clock), recorded as its own event
+    with the numbers."""
+    node, info = cause.get("node"), infos.get(cause.get("rank", -1))
+    started = info.started_at.timestamp() if info is not None and info.started_at else time.time() - 3600
     if node is None or node not in guards.guarded_nodes(profile, plan.nodes):
         return cause
     try:
@@ -115,7 +119,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
-    next_guard, since = time.monotonic() + GUARD_EVERY, time.time()
+    next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
     canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
     while not flag.set:
@@ -130,7 +134,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         unreachable = set(lost)
         cause = _cause(plan, infos) if not lost else None
         if cause is not None:
-            cause = _guard_cause(profile, pool, plan, cause, since)
+            cause = _guard_cause(profile, pool, plan, cause, infos)
         if time.monotonic() >= next_guard:
             _ensure_guard(profile, pool, plan)
             next_guard = time.monotonic() + GUARD_EVERY
@@ -171,7 +175,6 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         canary_fails = 0
         if not _restart(profile, pool, plan, cause, flag):
             restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
-        since = time.time()
         next_canary = time.monotonic() + policy.canary_every
     state.record_event(cluster, "supervisor_stopped", mode=mode)
     return 0

@@ -83,17 +83,26 @@ class Guard:
         self.poked = True
 
     def trip(self, cause, detected):
-        """Kill the group, wait until its inits are gone, record why."""
-        mem = self.mem
+        """Kill the group by pid, wait until those inits are gone, record why at once (the
+        supervisor reads it when it sees the ranks dead); then the Docker API for what the pids
+        could not reach or what started since the last listing, as a record of its own."""
         killed = kill_pids(self.targets)
-        sent = time.monotonic()
-        gone_ok = wait_gone(killed, 2.0)
-        gone = time.monotonic()
-        more = kill_api(self.targets, killed)
-        if more or not gone_ok:
-            gone_ok = wait_gone(killed + more, 10.0)
-            gone = time.monotonic()
-        killed += more
+        by_pid = [k for k in killed if k["how"] != "api"]
+        if by_pid:
+            self.record(cause, by_pid, detected, time.monotonic(), wait_gone(by_pid, 2.0))
+        api = [k for k in killed if k["how"] == "api"] + kill_api(self.targets, killed)
+        if api:
+            sent = time.monotonic()
+            self.record(
+                {**cause, "reason": cause["reason"] + " (killed through Docker)"},
+                api,
+                detected,
+                sent,
+                wait_gone(api, 10.0),
+            )
+
+    def record(self, cause, killed, detected, sent, gone_ok):
+        mem = self.mem
         rec = {
             "at": time.time(),
             "cluster": self.cfg["cluster"],
@@ -105,7 +114,7 @@ class Guard:
             "psi_full_pct": self.watch.psi_share() if self.watch.hist else None,
             "killed": [{k: v for k, v in x.items() if k != "start"} for x in killed],
             "kill_ms": round((sent - detected) * 1000, 1),
-            "gone_ms": round((gone - detected) * 1000, 1),
+            "gone_ms": round((time.monotonic() - detected) * 1000, 1),
             "gone": gone_ok,
         }
         self.trips += 1
