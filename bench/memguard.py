@@ -41,7 +41,7 @@ from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_lab_profile  # noqa: E402
 
 from _cli import cli  # noqa: E402
-from sparkctl.node.memguard import BUSY_S  # noqa: E402
+from sparkctl.node.guard.memguard import BUSY_S  # noqa: E402
 
 GIB = 1 << 30
 

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
+import typer
+
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile
-from sparkctl.commands.lifecycle import RollingOpt, SkipPreflightOpt, TimeoutOpt, _run_up
-
-
-def print_rolled(out, result, elapsed: float) -> None:  # RolledUp
-    plan = result.plan
-    done = [r for r in result.replicas if r.action == "rolled"]
-    out.print(
-        f"[green]rolled[/] {len(done)} of {len(result.replicas)} replica(s) onto mode {plan.mode} "
-        f"(config {plan.config_hash}) in {elapsed:.1f}s, one at a time behind the router"
-    )
-    for r in result.replicas:
-        was = f"{r.old['mode']} {r.old['config_hash']}" if r.old["config_hash"] else "nothing"
-        if r.action == "skipped":
-            out.print(f"  replica {r.index} ({'+'.join(r.nodes)}): already on {plan.config_hash}")
-            continue
-        out.print(
-            f"  replica {r.index} ({'+'.join(r.nodes)}): {was} -> {r.new['mode']} {r.new['config_hash']}: "
-            f"drained {r.in_flight} request(s) in {r.drain_s:.1f}s, stopped in {r.stop_s:.1f}s, "
-            f"ready in {r.start_s:.1f}s"
-        )
+from sparkctl.commands.up import RollingOpt, SkipPreflightOpt, TimeoutOpt, run_up
 
 
 @handle_errors
@@ -53,4 +36,8 @@ def upgrade_cmd(
             f"mode {mode} has 1 replica: upgrading restarts it (requests fail until it is back); "
             "a mode with 2+ replicas behind the router is upgraded one replica at a time"
         )
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)
+    run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("upgrade")(upgrade_cmd)

@@ -1,4 +1,4 @@
-"""The unified-memory guard, controller side: ship the node program (`sparkctl/node/memsense.py` +
+"""The unified-memory guard, controller side: ship the node program (`sparkctl/node/guard/memsense.py` +
 `memguard.py`, stdlib only, as one file), start it on every guarded node before ranks start, stop
 it on `down`, and read what it saw (its last sample and its trips) for `status`, `top` and `logs`.
 
@@ -25,7 +25,7 @@ from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
 
 GIB = 1 << 30
-NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+NODE_DIR = Path(__file__).resolve().parents[1] / "node" / "guard"
 GUARD_DIR = "~/.local/state/sparkctl/guard"
 
 # Writes the program into the guard directory (0700) once per version, removes older versions,

@@ -83,7 +83,7 @@ class LogLine:
 
 def split_timestamp(line: str) -> tuple[datetime | None, str]:
     """'2024-05-01T12:00:00.123456789Z text' -> (datetime, 'text'); lines without one pass as is."""
-    from sparkctl.lifecycle.containers import parse_docker_time
+    from sparkctl.runtime.containers import parse_docker_time
 
     m = TS_RE.match(line)
     if not m:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, TypeVar
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, DockerDownError, SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, state
-from sparkctl.lifecycle.containers import CLUSTER_LABEL
+from sparkctl.lifecycle import state
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import CLUSTER_LABEL
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector

@@ -8,14 +8,16 @@ from dataclasses import asdict, dataclass, field
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, orphans, state, supervisor
 from sparkctl.lifecycle import guard as guards
-from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.router import RouterView
+from sparkctl.lifecycle.supervisor import process as supervisor
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth, probe
 
 
 @dataclass

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.orphans import is_connection_loss, lost
-from sparkctl.lifecycle.readiness import EndpointHealth, Prober
 from sparkctl.planning.build import Endpoint, Plan, RankSpec
+from sparkctl.runtime.containers import ContainerInfo, inspect, tail_logs
+from sparkctl.runtime.readiness import EndpointHealth, Prober
 from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25

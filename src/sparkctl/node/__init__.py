@@ -1,1 +1,1 @@
-"""Programs sparkctl runs ON the nodes: python3 stdlib only, importing nothing of sparkctl."""
+"""The program sparkctl runs on nodes (python3 stdlib only; imports nothing of sparkctl)."""

@@ -127,7 +127,7 @@ def ship(
     pool = pool or NodePool(profile)
     transfers = Transfers(cancel)
     try:
-        from sparkctl.ship.run import run_ship
+        from sparkctl.ship.run import ShipOptions, run_ship
 
         return run_ship(
             profile,
@@ -139,7 +139,7 @@ def ship(
             to,
             source,
             progress,
-            dict(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
+            ShipOptions(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
             transfers,
             raise_on_error,
         )

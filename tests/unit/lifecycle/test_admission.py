@@ -71,33 +71,3 @@ def test_two_ranks_on_one_node_share_it_and_nothing_fits_says_so() -> None:
 
 def test_shm_size_parses_docker_units() -> None:
     assert parse_size("64m") == 64 << 20 and parse_size("16g") == 16 << 30 and parse_size(None) == 0
-
-
-def test_the_fit_planner_says_what_the_lower_fraction_serves(tmp_path) -> None:
-    """The real planner on a real model's config and safetensors headers (a fixture), as admission
-    runs it when the model is on the controller."""
-    from pathlib import Path
-
-    from sparkctl.lifecycle.memgate import _planner
-    from sparkctl.planning.build import build_plan
-    from sparkctl.profile import load_profile_text
-
-    models = Path(__file__).resolve().parents[2] / "fixtures" / "models"
-    prof = load_profile_text(
-        "cluster: gb\n"
-        "nodes:\n"
-        "  - {name: spark1, address: local, gpu: {name: NVIDIA GB10, memory_gib: 119.7,"
-        ' compute_capability: "12.1", unified_memory: true}}\n'
-        "image: {ref: img:1}\n"
-        f"model: {{hf_cache: {models}, target: {{id: meta-llama/llama-3.1-8b}}}}\n"
-        'engine: {sglang_version: "0.5.23", args: {context-length: 32768, mem-fraction-static: 0.95}}\n'
-        "modes: {solo: {nodes: [spark1], tp: 1}}\n"
-    )
-    spec = build_plan(prof, "solo").ranks[0]
-    planner = _planner(prof, spec)
-    served = planner(0.8, 100 * GIB)
-    assert served is not None and served.fits and served.requests > 0 and served.kv_tokens > 32768
-    v = judge(mem(100), fraction=0.95, ranks=1, shm=0, reserve=8 * GIB, planner=planner)
-    assert v.fixes[0].startswith(
-        f"--mem-fraction-static 0.92: still serves {planner(0.92, 100 * GIB).requests} "
-    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sparkctl.lifecycle import guard
-from sparkctl.lifecycle.memgate import RECENT_STOP_S, settle_targets
 from sparkctl.profile import load_profile_text
 
 GIB = 1 << 30
@@ -54,14 +53,3 @@ def test_a_trip_reads_as_one_line() -> None:
         in line
     )
     assert line.endswith("killed sparkctl-c1-tp2-r0, gone 42 ms after")
-
-
-def test_settle_waits_only_where_ranks_stopped_since_the_last_start() -> None:
-    now = 10_000.0
-    data = {
-        "a": {"before": 100 * GIB, "at": now - 60, "stopped_at": now - 5},  # stopped after its start
-        "b": {"before": 100 * GIB, "at": now - 60},  # never stopped since
-        "c": {"before": 100 * GIB, "at": now - 5000, "stopped_at": now - RECENT_STOP_S - 1},  # long ago
-        "d": {"before": 100 * GIB, "at": now - 5, "stopped_at": now - 60},  # started again since
-    }
-    assert settle_targets(data, ["a", "b", "c", "d", "e"], now, 2 * GIB) == {"a": 98 * GIB}

@@ -1,0 +1,250 @@
+"""The supervisor's loop (see supervisor.py): watch every rank and a generation canary; on a
+failure, restart the failed group under the cluster lock, with backoff and a restart limit: with
+replicas, only the replica whose rank died (the router serves from the others meanwhile)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.request
+
+from sparkctl.cluster_http import OPENER as _OPENER
+from sparkctl.connectors.pool import NodePool
+from sparkctl.errors import LockHeldError, SparkctlError
+from sparkctl.fanout import fan_out
+from sparkctl.lifecycle import guard as guards
+from sparkctl.lifecycle import orphans, state
+from sparkctl.lifecycle import router as routers
+from sparkctl.lifecycle.lock import ClusterLock
+from sparkctl.lifecycle.rolling_rules import replica_containers
+from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
+from sparkctl.lifecycle.watch import first_dead
+from sparkctl.planning.build import Plan, build_plan
+from sparkctl.profile.schema import Profile
+from sparkctl.router.client import RouterError
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
+
+CANARY_TIMEOUT = 20.0
+GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on its nodes
+
+
+def api_key(plan: Plan, pool: NodePool) -> str | None:
+    """The endpoint's API key when the profile sets one (a file-held key is read on rank 0's node)."""
+    ref = getattr(plan.endpoint, "api_key", None)
+    if ref is None:
+        return None
+    if getattr(ref, "file", None):
+        with contextlib.suppress(SparkctlError):
+            ref.reveal_on(pool.get(plan.ranks[0].node))
+    return ref.known_value()
+
+
+def canary(plan: Plan, key: str | None = None) -> str | None:
+    """One real 1-token generation through rank 0's API; None when it worked, else why not."""
+    ep = plan.endpoint
+    body = {"model": ep.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(
+        f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
+    try:
+        with _OPENER.open(req, timeout=CANARY_TIMEOUT) as resp:
+            data = json.loads(resp.read() or b"{}")
+    except Exception as exc:  # noqa: BLE001 - any failure is a failed canary, said in the event
+        return f"{type(exc).__name__}: {exc}"
+    return None if data.get("choices") else f"no choices in the reply: {str(data)[:200]}"
+
+
+def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, str]]:
+    """Each rank's container, and {node: why} for nodes that do not answer (dialled again next time)."""
+    res = fan_out(
+        [s.rank for s in plan.ranks],
+        lambda r: containers.inspect(pool.get(plan.rank(r).node), plan.rank(r).container_name),
+        where=lambda r: (plan.rank(r).node, r),
+    )
+    lost: dict[str, str] = {}
+    for o in res.failed:
+        if not orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
+            raise o.as_error()
+        orphans.forget_connection(pool, o.node or "")
+        lost[o.node or "?"] = str(o.error)
+    return {r: v for r, v in res.ok.items()}, lost
+
+
+def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
+    dead = first_dead(infos)
+    if dead is None:
+        return None
+    info, spec = infos[dead], plan.rank(dead)
+    how = f"exited ({info.describe_exit()})" if info else "disappeared"
+    return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
+
+
+def _guard_cause(
+    profile: Profile, pool: NodePool, plan: Plan, cause: dict, infos: dict[int, ContainerInfo | None]
+) -> dict:
+    """The cause, told by the memory guard when it killed the group on the dead rank's node (a trip
+    since that rank's container started, both by the node's clock), recorded as its own event
+    with the numbers."""
+    node, info = cause.get("node"), infos.get(cause.get("rank", -1))
+    started = info.started_at.timestamp() if info is not None and info.started_at else time.time() - 3600
+    if node is None or node not in guards.guarded_nodes(profile, plan.nodes):
+        return cause
+    try:
+        trips = guards.read(profile, pool, [node]).get(node, {}).get("trips", [])
+    except SparkctlError:
+        return cause
+    trip = next((t for t in reversed(trips) if t.get("at", 0) >= started), None)
+    if trip is None:
+        return cause
+    keys = ("kind", "reason", "mem_available", "mem_total", "line", "gone_ms")
+    state.record_event(plan.cluster, "guard_tripped", node=node, **{k: trip.get(k) for k in keys})
+    return {**cause, "cause": f"the memory guard on {node} killed the group: {trip.get('reason')}"}
+
+
+def _ensure_guard(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    try:
+        guards.ensure(profile, pool, plan.nodes)
+    except SparkctlError as exc:
+        state.record_event(plan.cluster, "guard_failed", node=exc.node, detail=exc.message)
+
+
+def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag) -> int:
+    """Supervise until stopped (0) or the restart limit is reached (1)."""
+    cluster = profile.cluster
+    fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
+    plan = resolve_plan(profile, build_plan(profile, mode), pool)
+    key = api_key(plan, pool)
+    state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
+    _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
+    next_guard = time.monotonic() + GUARD_EVERY
+    restarts: list[float] = []
+    canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
+    while not flag.set:
+        try:
+            infos, lost = _look(pool, plan)
+        except SparkctlError as exc:  # e.g. an engine answering 500: say so, look again
+            state.record_event(cluster, "watch_failed", detail=exc.message, node=exc.node, rank=exc.rank)
+            flag.wait(POLL_S * 4)
+            continue
+        for node in set(lost) - unreachable:
+            state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
+        unreachable = set(lost)
+        cause = _cause(plan, infos) if not lost else None
+        if cause is not None:
+            cause = _guard_cause(profile, pool, plan, cause, infos)
+        if time.monotonic() >= next_guard:
+            _ensure_guard(profile, pool, plan)
+            next_guard = time.monotonic() + GUARD_EVERY
+        if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
+            why = canary(plan, key)
+            next_canary = time.monotonic() + policy.canary_every
+            canary_fails = canary_fails + 1 if why else 0
+            if why:
+                state.record_event(cluster, "canary_failed", count=canary_fails, detail=why)
+            if canary_fails >= policy.canary_failures:
+                cause = {"cause": f"generation canary failed {canary_fails} times in a row: {why}"}
+        if cause is None:
+            flag.wait(POLL_S)
+            continue
+        now = time.time()
+        restarts = [t for t in restarts if now - t < policy.window]
+        if len(restarts) >= policy.max_restarts:
+            state.record_event(
+                cluster,
+                "gave_up",
+                **cause,
+                detail=f"{len(restarts)} restarts within {policy.window:.0f}s (limit)",
+            )
+            return 1
+        delay = policy.delay(len(restarts))
+        replica = failed_replica(plan, cause)
+        state.record_event(
+            cluster,
+            "restarting",
+            **cause,
+            **({"replica": replica} if replica is not None else {}),
+            attempt=len(restarts) + 1,
+            delay_s=delay,
+        )
+        if flag.wait(delay):
+            break
+        restarts.append(time.time())
+        canary_fails = 0
+        if not _restart(profile, pool, plan, cause, flag):
+            restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
+        next_canary = time.monotonic() + policy.canary_every
+    state.record_event(cluster, "supervisor_stopped", mode=mode)
+    return 0
+
+
+def failed_replica(plan: Plan, cause: dict) -> int | None:
+    """The replica to restart alone: the group of the rank that died, when the mode has several
+    (the router keeps serving from the others). None: the whole plan restarts (one group, or a
+    failed canary, which goes through the router and so speaks for every replica)."""
+    rank = cause.get("rank")
+    return plan.rank(rank).group if plan.replicas > 1 and rank is not None else None
+
+
+def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: StopFlag) -> bool:
+    """Kill the failed group's ranks (a group restarts together) and start it again from the plan,
+    under the lock: one replica of several, or the whole plan. False when it could not even try
+    (the lock is held by another sparkctl)."""
+    t0, replica = time.monotonic(), failed_replica(plan, cause)
+    where = {"replica": replica} if replica is not None else {}
+    what = f"replica {replica}" if replica is not None else "group"
+    try:
+        with ClusterLock(plan.cluster, f"sparkctl supervise {plan.mode} ({what} restart)"):
+            flag.interrupt = True
+            try:
+                if replica is None:
+                    _restart_all(profile, pool, plan)
+                else:
+                    restart_replica(profile, pool, plan, replica)
+            finally:
+                flag.interrupt = False
+    except LockHeldError as exc:
+        state.record_event(plan.cluster, "restart_deferred", **cause, **where, detail=exc.message)
+        flag.wait(POLL_S * 4)
+        return False
+    except KeyboardInterrupt:
+        state.record_event(plan.cluster, "restart_interrupted", **cause, **where)
+        return True
+    except SparkctlError as exc:
+        state.record_event(
+            plan.cluster,
+            "restart_failed",
+            **cause,
+            **where,
+            detail=str(exc.message),
+            failed_rank=exc.rank,
+            failed_node=exc.node,
+        )
+        return True
+    state.record_event(plan.cluster, "restarted", **cause, **where, ready_s=round(time.monotonic() - t0, 2))
+    return True
+
+
+def _restart_all(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+    remove_all(pool, observed, grace=None)  # nothing to save in a broken group
+    budget = profile.engine.ready_timeout
+    start_group(profile, pool, plan, time.monotonic() + budget, budget, QuietReporter())
+
+
+def restart_replica(profile: Profile, pool: NodePool, plan: Plan, index: int) -> None:
+    """Replica `index` alone: out of the router, its containers removed, started again, back in
+    and healthy. The other replicas and the router are not touched and serve meanwhile."""
+    url, sub = plan.groups[index].worker_url, plan.replica(index)
+    rc = routers.client(pool, plan)
+    with contextlib.suppress(RouterError):
+        rc.remove(url)  # re-added once it serves: the router's circuit breaker starts afresh
+    observed, _ = containers.list_nodes(pool, plan.cluster, sub.nodes)
+    remove_all(pool, replica_containers(observed, plan, index, {plan.mode}), grace=None)
+    budget = profile.engine.ready_timeout
+    deadline = time.monotonic() + budget
+    start_group(profile, pool, sub, deadline, budget, QuietReporter())
+    routers.put_back(rc, url, index, max(1.0, deadline - time.monotonic()))

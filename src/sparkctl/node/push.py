@@ -1,0 +1,355 @@
+"""Runs ON a node (python3 stdlib only), after base.py and tarfilter.py in one program: the state of
+a node in one round trip, and the source side of a transfer straight to a peer over system OpenSSH.
+
+  state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
+          manifest per model, in one run (what `ship` compares)
+  push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
+                engine socket (docker_api.SaveStream), minus the layers the peers have, into `ssh PEER
+                ... load` (load.py) (the socket itself is ssh's stdin when nothing is dropped)
+  push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
+                on the peer through its own ssh, fed files or ranges of large files; the first
+                stream's end line carries `finish` for its receiver
+A push prints {"progress": bytes} lines, then {"result": ...}. Its stdin stays open: when it closes
+(sparkctl was interrupted or lost the node) every child is killed at once, and a child also dies
+with its parent (PR_SET_PDEATHSIG), so no transfer outlives the command that started it.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import threading
+
+from .base import (  # node: strip
+    CHUNK,
+    HashCache,
+    dest_path,
+    frame,
+    free_bytes,
+    op_manifest,
+)
+from .docker_api import SaveStream, image_state  # node: strip
+from .load import op_load  # node: strip
+from .recv import weights_op  # node: strip
+from .relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
+from .tarfilter import LayerFilter  # node: strip
+
+CHILDREN = []
+LIBC = []  # [libc or None], loaded by the first spawn: ops that start no child never import ctypes
+
+
+def _libc():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None)
+    except (ImportError, OSError):
+        return None
+
+
+def _die_with_parent():
+    if LIBC[0] is not None:
+        LIBC[0].prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+
+
+def spawn(argv, **kw):
+    """A child that dies with this process; only from the main thread (the death signal is per thread)."""
+    import subprocess  # node program: imported where used (~10 ms per start saved for the others)
+
+    if not LIBC:  # loaded before forking: nothing may be imported between fork and exec
+        LIBC.append(_libc())
+    proc = subprocess.Popen(argv, preexec_fn=_die_with_parent, **kw)  # noqa: PLW1509 - async-signal-safe
+    CHILDREN.append(proc)
+    return proc
+
+
+def kill_children():
+    for proc in CHILDREN:
+        with contextlib.suppress(OSError):
+            proc.kill()
+
+
+def _watch_stdin():
+    """The controller keeps our stdin open for the whole push; EOF means stop now."""
+
+    def watch():
+        with contextlib.suppress(OSError, ValueError):
+            while sys.stdin.buffer.read(1 << 16):
+                pass
+        kill_children()
+        os._exit(130)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def op_state(req):
+    out = {"image": None, "models": {}, "cores": os.cpu_count() or 1}
+    t = None
+    if req.get("image"):
+        t = threading.Thread(target=lambda: out.__setitem__("image", image_state(req["image"])))
+        t.start()
+    for repo, revision in req.get("models", []):
+        try:
+            doc = op_manifest(repo, revision, req.get("mode", "lazy"))
+        except (OSError, ValueError) as exc:
+            doc = {"commit": None, "files": {}, "error": str(exc)}
+        doc["free"], doc["exists"] = free_bytes(repo), os.path.isdir(repo)
+        out["models"][repo] = doc
+    if t is not None:
+        t.join()
+    return out
+
+
+class Meter:
+    """Bytes moved so far, printed as progress lines by the main thread."""
+
+    def __init__(self):
+        self.n = 0
+        self.lock = threading.Lock()
+        self.wake = threading.Event()  # set when a worker ends: the result goes out at once
+
+    def run(self, target, *args):
+        """A worker thread that wakes the reporter when it ends."""
+
+        def body():
+            try:
+                target(*args)
+            finally:
+                self.wake.set()
+
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        return t
+
+    def add(self, n):
+        with self.lock:
+            self.n += n
+
+    def report_until(self, done, extra=None):
+        last = -1
+        while True:
+            finished = done()
+            now = max(last, self.n + (extra() if extra else 0))  # never backwards
+            if now != last:
+                sys.stdout.write(json.dumps({"progress": now}) + "\n")
+                sys.stdout.flush()
+                last = now
+            if finished:
+                return
+            self.wake.wait(0.2)
+            self.wake.clear()
+
+
+def _rchar(pid):
+    """Bytes a process has read so far (its stdin, for ssh fed straight from `docker save`)."""
+    try:
+        with open("/proc/%d/io" % pid) as fh:  # noqa: UP031
+            return int(next(line for line in fh if line.startswith("rchar:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def op_push_image(req):
+    """`docker save`, minus the layers every peer of the chain has, into the chain."""
+    argv, line = first_hop(req["chain"], req.get("prog"))
+    save = SaveStream(req["ref"], spawn)
+    meter, filt = Meter(), None
+    if save.fd is None:  # the engine refused (no such image...): nothing to send
+        rc, err = save.finish()
+        return {
+            "sent": 0,
+            "peers": {},
+            "save_rc": rc,
+            "save_err": err,
+            "skipped_layers": [],
+            "skipped_bytes": 0,
+        }
+    if not req["skip"] and not line:  # one peer, nothing to drop: ssh reads the engine's stream itself
+        sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": save.fd}))
+        save.detach()
+        final = []
+
+        def ended():  # ssh exited: read its count before it is reaped (a zombie's /proc/PID/io stays)
+            with contextlib.suppress(OSError):
+                os.waitid(os.P_PID, sink.proc.pid, os.WEXITED | os.WNOWAIT)
+            final.append(_rchar(sink.proc.pid))
+
+        waiter = meter.run(ended)
+        meter.report_until(
+            lambda: not waiter.is_alive(), lambda: final[0] if final else _rchar(sink.proc.pid)
+        )
+        sent = None
+    else:
+        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
+        filt = LayerFilter(req["diff_ids"], set(req["skip"]))
+
+        def pump():
+            for chunk in filt.filter(iter(lambda: save.read(CHUNK), b"")):
+                sink.write(chunk)
+                meter.add(len(chunk))
+                if not sink.alive:
+                    return
+
+        worker = meter.run(pump)
+        meter.report_until(lambda: not worker.is_alive())
+        sent = meter.n
+    peers = flatten(sink.close()) if line or sent is not None else flatten(_closed(sink))
+    save_rc, save_err = save.finish()
+    return {
+        "sent": sent,
+        "peers": peers,
+        "save_rc": save_rc,
+        "save_err": save_err,
+        "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
+        "skipped_bytes": filt.skipped_bytes if filt else 0,
+    }
+
+
+def _closed(sink):
+    """A sink whose stdin is not ours (fed by `docker save` directly)."""
+    sink.proc.stdin = None
+    sink.proc.wait()
+    for t in sink.readers:
+        t.join()
+    return {
+        "node": sink.node,
+        "rc": sink.proc.returncode,
+        "out": b"".join(sink.out).decode(errors="replace"),
+        "err": b"".join(sink.err).decode(errors="replace")[-2000:],
+    }
+
+
+def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
+    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line
+    (for the first stream, `trailer()` adds what its receiver needs to finish the snapshot)."""
+    view = memoryview(bytearray(CHUNK))
+    try:
+        for dest, offset, length in items:
+            with open(os.path.realpath(dest_path(repo, dest)), "rb", buffering=0) as fh:
+                st = os.fstat(fh.fileno())
+                whole = offset is None
+                head = {"path": dest, "size": st.st_size if whole else length}
+                if not whole:
+                    head["offset"], head["total"] = offset, st.st_size
+                    fh.seek(offset)
+                sink.write(frame(head))
+                h, left = hashlib.sha256() if whole else None, head["size"]
+                while left and sink.alive:
+                    n = fh.readinto(view[: min(CHUNK, left)])
+                    if not n:
+                        raise EOFError(dest + " shrank while being sent")
+                    if h is not None:
+                        h.update(view[:n])
+                    sink.write(view[:n])
+                    meter.add(n)
+                    left -= n
+                if h is not None and not left:
+                    hashes[dest] = (st, h.hexdigest())
+        end = {"end": True}
+        if trailer is not None and sink.alive:
+            end.update(trailer())
+        sink.write(frame(end))
+    except (OSError, EOFError, ValueError) as exc:
+        errors.append(str(exc))
+
+
+def _finish_doc(req, hashes, ranged, errors, others, sinks):
+    """Stream 0's trailer, once every other stream has ended: the plan with every sha256 now known
+    and what the other streams' receivers wrote (their own hashes), per peer. The receiver of
+    stream 0 then finishes the snapshot itself, saving sparkctl a round trip to the peer."""
+    for t in others:
+        t.join()
+    plan = req.get("finish")
+    if plan is None or errors:
+        return {}
+    known = dict(ranged, **{d: v[1] for d, v in hashes.items()})
+    files = {}
+    for rel, (sha, size, blob) in plan["files"].items():
+        dest = "blobs/" + blob if blob else "snapshots/%s/%s" % (plan["commit"], rel)  # noqa: UP031
+        files[rel] = [sha or known.get(dest), size, blob]
+    written = {}
+    for sink in sinks:
+        for node, res in flatten(sink.close()).items():
+            if res["rc"] == 0:
+                written.setdefault(node, {}).update(last_json(res["out"]).get("written", {}))
+    return {"finish": {"plan": dict(plan, files=files), "ranged": ranged, "written": written}}
+
+
+def op_push_weights(req):
+    repo, meter, hashes, errors = req["repo"], Meter(), {}, []
+    sinks, threads = [], []
+    for _items in req["streams"]:
+        argv, line = first_hop(req["chain"], req["prog"])
+        sinks.append(Sink(req["chain"][0]["node"], argv, line, spawn))
+    ranged = dict(req.get("ranged", {}))
+    for i, items in enumerate(req["streams"][1:], 1):
+        threads.append(meter.run(_send_stream, repo, items, sinks[i], meter, hashes, errors))
+    todo = [d for d, sha in ranged.items() if not sha]
+
+    def hash_ranged():
+        cache = HashCache(repo)
+        for dest in todo:
+            ranged[dest] = cache.sha256(dest, os.path.realpath(dest_path(repo, dest)))[0]
+        cache.save()
+
+    if todo:
+        threads.append(meter.run(hash_ranged))
+    others = list(threads)
+    threads.append(
+        meter.run(
+            _send_stream,
+            repo,
+            req["streams"][0],
+            sinks[0],
+            meter,
+            hashes,
+            errors,
+            lambda: _finish_doc(req, hashes, ranged, errors, others, sinks[1:]),
+        )
+    )
+    meter.report_until(lambda: not any(t.is_alive() for t in threads))
+    streams = [flatten(sink.close()) for sink in sinks]
+    cache = HashCache(repo)
+    for dest, (st, digest) in hashes.items():
+        cache.record(dest, st, digest)
+    cache.save()
+    return {
+        "streams": streams,
+        "errors": errors,
+        "bytes": meter.n,
+        "hashes": {d: v[1] for d, v in hashes.items()},
+        "ranged": ranged,
+    }
+
+
+def main(argv):
+    op, args = argv[0], argv[1:]
+    if op in ("push-image", "push-weights"):
+        req = json.loads(sys.stdin.buffer.readline())
+        _watch_stdin()
+        try:
+            result = op_push_image(req) if op == "push-image" else op_push_weights(req)
+        except Exception as exc:  # noqa: BLE001 - reported to sparkctl as this node's failure
+            result = {"crash": "%s: %s" % (type(exc).__name__, exc)}  # noqa: UP031
+        finally:
+            kill_children()
+        sys.stdout.write(json.dumps({"result": result}) + "\n")
+        sys.stdout.flush()
+        os._exit(0)  # the stdin watcher is still reading
+    if op == "load":
+        op_load()
+        return
+    if op == "relay":  # started by BOOT, which read the header line
+        result = op_relay(globals()["HEAD"], spawn)
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+    result = op_state(json.load(sys.stdin)) if op == "state" else weights_op(op, args)
+    if result is None:
+        raise SystemExit("unknown op " + op)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

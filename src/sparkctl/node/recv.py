@@ -1,0 +1,250 @@
+"""Runs ON a node (python3 stdlib only), part of the node program: the receiving side of weights.
+
+  recv REPO [COMMIT] (stdin: framed files, see `frame`) -> first drops COMMIT's completion marker
+                     (before any byte is written); each whole file under a part name, renamed once
+                     complete; ranges of a large file go into its part file in place
+  finish REPO        (stdin JSON {plan, written, ranged}) -> ranged files checked and renamed, snapshot
+                     links, every file verified against the plan, refs/<revision>, the marker last;
+                     part files left by an interrupted run removed
+Every name written goes through `dest_path`/`check_rel`: no `..`, no absolute path, no symlink
+leading out of the repo, part files opened with O_NOFOLLOW.
+"""
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import sys
+
+from .base import (  # node: strip
+    CHUNK,
+    COMMIT_RE,
+    PART,
+    HashCache,
+    big_pipe,
+    cache_key,
+    check_rel,
+    check_revision,
+    dest_path,
+    manifest_digest,
+    marker_path,
+    op_manifest,
+    op_probe,
+    walk_snapshot,
+)
+
+FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
+
+
+def _drop_marker(repo, commit):
+    """Whatever happens next, this snapshot no longer looks complete."""
+    if not COMMIT_RE.match(commit):
+        raise ValueError("unsafe commit: %r" % (commit,))  # noqa: UP031
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker_path(repo, commit))
+
+
+def _drop_parts(repo, commit):
+    """Part files left by an interrupted run (every stream has ended when `finish` runs)."""
+    for top in ("blobs", os.path.join("snapshots", commit)):
+        for root, _dirs, files in os.walk(os.path.join(repo, top)):
+            for name in files:
+                if name.endswith(PART):
+                    os.unlink(os.path.join(root, name))
+
+
+def _header(inp):
+    line = inp.readline()
+    if not line.endswith(b"\n"):
+        raise EOFError("stream ended")
+    return json.loads(line)
+
+
+def _open_part(path, total):
+    """The part file, never through a symlink someone planted under that name. A ranged one (total
+    = the whole file's size) is shared by several streams: sized, never truncated by one of them
+    (a leftover of another version gets every range rewritten and is checked whole in `finish`)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+    if total is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        flags |= os.O_TRUNC | os.O_EXCL
+    fd = os.open(path, flags, 0o600)  # readable by others only once complete (see FINAL_MODE)
+    if total is not None and os.fstat(fd).st_size != total:
+        os.ftruncate(fd, total)
+    return fd
+
+
+def _recv_one(inp, repo, head, view):
+    dest = dest_path(repo, head["path"])
+    ranged = "offset" in head
+    fd = _open_part(dest + PART, int(head["total"]) if ranged and "total" in head else None)
+    h = hashlib.sha256()
+    try:
+        if ranged:
+            os.lseek(fd, int(head["offset"]), os.SEEK_SET)
+        left = int(head["size"])
+        while left:
+            n = inp.readinto(view[: min(CHUNK, left)])
+            if not n:
+                raise EOFError("stream ended inside " + head["path"])
+            if not ranged:
+                h.update(view[:n])
+            os.write(fd, view[:n])
+            left -= n
+        if ranged:
+            return None
+    except BaseException:
+        if not ranged:
+            with contextlib.suppress(OSError):
+                os.unlink(dest + PART)
+        raise
+    finally:
+        os.close(fd)
+    os.chmod(dest + PART, FINAL_MODE)
+    os.replace(dest + PART, dest)
+    return h.hexdigest()
+
+
+def op_recv(repo, commit=None, node=None):
+    """Receive one stream; the first stream's end line may carry `finish` (plan, ranged, what the
+    other streams wrote per node): then this receiver finishes the snapshot too."""
+    inp = sys.stdin.buffer
+    big_pipe(inp.fileno())
+    view = memoryview(bytearray(CHUNK))
+    written, total, done = {}, 0, None
+    try:
+        if commit:
+            _drop_marker(repo, commit)
+        while True:
+            head = _header(inp)
+            if head.get("end"):
+                fin = head.get("finish")
+                if fin is not None:
+                    mine = dict(fin["written"].get(node or "", {}), **written)
+                    done = op_finish(repo, {"plan": fin["plan"], "written": mine, "ranged": fin["ranged"]})
+                break
+            digest = _recv_one(inp, repo, head, view)
+            if digest is not None:
+                written[head["path"]] = digest
+            total += int(head["size"])
+    except OSError as exc:
+        code = "enospc" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "oserror"
+        _fail({"error": code, "message": str(exc), "written": len(written)}, 28 if code == "enospc" else 1)
+    except ValueError as exc:
+        _fail({"error": "unsafe", "message": str(exc), "written": len(written)}, 4)
+    except (EOFError, KeyError) as exc:
+        _fail({"error": "truncated", "message": str(exc), "written": len(written)}, 3)
+    return {"written": written, "bytes": total, "finish": done}
+
+
+def _fail(doc, rc):
+    sys.stderr.write(json.dumps(doc) + "\n")
+    sys.exit(rc)
+
+
+def _settle_ranged(repo, ranged, cache):
+    """Files sent in ranges: the whole part must hash to the source's sha256, then it is renamed."""
+    bad = []
+    for dest, sha in ranged.items():
+        path = dest_path(repo, dest)
+        try:
+            digest, _size = HashCache(repo, deep=True).sha256(dest, path + PART)
+        except OSError:
+            digest = None
+        if digest != sha:
+            with contextlib.suppress(OSError):
+                os.unlink(path + PART)
+            bad.append(dest)
+            continue
+        _durable(path + PART)
+        os.chmod(path + PART, FINAL_MODE)
+        os.replace(path + PART, path)
+        cache.record(dest, os.stat(path), sha)
+    return bad
+
+
+def _durable(path):
+    """fsync a received file. `recv` renames a file once its bytes are in, without waiting for the
+    disk (an fsync per file stops the stream while it lasts); `finish` makes each one durable before
+    recording its hash and writing the marker, so after a power cut a file not yet on disk has no
+    hash in the cache and no marker vouching for it: the next run rehashes it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link_blobs(repo, commit, files):
+    for rel, (_sha, _size, blob) in files.items():
+        if not blob:
+            continue
+        link = dest_path(repo, "snapshots/%s/%s" % (commit, rel))  # noqa: UP031
+        target = os.path.relpath(dest_path(repo, "blobs/" + blob), os.path.dirname(link))
+        if os.path.islink(link) and os.readlink(link) == target:
+            continue
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        tmp = link + PART
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+
+
+def op_finish(repo, req):
+    """Ranged files, links, verify every file against the plan, then refs, then the marker."""
+    plan = req["plan"]
+    commit, revision, files = plan["commit"], check_revision(plan["revision"]), plan["files"]
+    if not COMMIT_RE.match(commit):
+        raise ValueError("unsafe commit: %r" % (commit,))  # noqa: UP031
+    for rel in files:
+        check_rel(rel)
+    cache = HashCache(repo)
+    for dest, sha in req.get("written", {}).items():
+        path = dest_path(repo, dest)
+        _durable(path)  # on disk before its hash vouches for it (not per file mid-stream: no stall)
+        cache.record(dest, os.stat(path), sha)  # hashed on arrival by `recv`
+    bad_ranged = _settle_ranged(repo, req.get("ranged", {}), cache)
+    _link_blobs(repo, commit, files)
+    want = {rel: sha for rel, (sha, _size, _blob) in files.items()}
+    got = {}
+    for rel, path, real, blob in walk_snapshot(repo, os.path.join(repo, "snapshots", commit)):
+        if real:
+            got[rel] = cache.sha256(cache_key(repo, path, blob), real)[0]
+    cache.save()
+    bad = sorted(set(rel for rel in want if not want[rel] or got.get(rel) != want[rel]) | set(bad_ranged))
+    extra = sorted(set(got) - set(want))
+    _drop_parts(repo, commit)
+    if bad:
+        _drop_marker(repo, commit)
+        return {"ok": False, "mismatch": bad, "extra": extra, "digest": None}
+    digest = manifest_digest(want)
+    if revision != commit:
+        ref = os.path.join(repo, "refs", revision)
+        os.makedirs(os.path.dirname(ref), exist_ok=True)
+        with open(ref + PART, "w") as fh:
+            fh.write(commit)
+        os.replace(ref + PART, ref)
+    marker = marker_path(repo, commit)
+    os.makedirs(os.path.dirname(marker), exist_ok=True)
+    with open(marker + PART, "w") as fh:  # the very last write: the snapshot is now complete
+        fh.write(digest + "\n")
+    os.replace(marker + PART, marker)
+    return {"ok": True, "mismatch": [], "extra": extra, "digest": digest}
+
+
+def weights_op(op, args):
+    """The weights ops; None when `op` is not one of them."""
+    repo = args[0]
+    if op == "manifest":
+        return op_manifest(repo, args[1], args[2] if len(args) > 2 else "")
+    if op == "probe":
+        return op_probe(repo, json.load(sys.stdin), deep=args[1:] == ["deep"])
+    if op == "recv":
+        return op_recv(repo, *args[1:3])
+    if op == "finish":
+        return op_finish(repo, json.load(sys.stdin))
+    return None
