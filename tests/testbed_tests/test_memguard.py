@@ -211,7 +211,7 @@ def test_restart_after_a_stop_waits_for_memory_to_settle(lab, memlab):
         assert "waiting for memory to settle" in said, said
         assert "memory settled" in said, said
         started = rank_container(lab, cluster).attrs["State"]["StartedAt"]
-        from sparkctl.lifecycle.containers import parse_docker_time
+        from sparkctl.runtime.containers import parse_docker_time
 
         assert released and released[0] < parse_docker_time(started).timestamp()
     finally:
