@@ -112,7 +112,6 @@ def test_whole_image_goes_from_the_engine_straight_to_the_peers_engine(lab: Lab)
 def test_peer_loader_reports_the_engines_refusal(lab: Lab) -> None:
     """A stream the peer's engine cannot load: exit 1 and the engine's message, like `docker load`."""
     from sparkctl.node.pack import load_argv
-
     from sparkctl.ship.hop import hop_argv
 
     argv = [*hop_argv(_profile_for(lab), "spark2"), shlex.join(load_argv())]
@@ -195,9 +194,8 @@ def test_source_symlink_out_of_the_cache_is_refused(lab: Lab, tmp_path: Path) ->
 
 
 def test_receiver_on_the_peer_refuses_traversal_names(lab: Lab) -> None:
-    from sparkctl.node.pack import node_argv
-
     from sparkctl.node.base import frame
+    from sparkctl.node.pack import node_argv
     from sparkctl.ship.hop import hop_argv
 
     repo = "/srv/sparknode/hf/hub/models--evil--x"
