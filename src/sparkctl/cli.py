@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bench",
     "fabric",
     "image",
+    "export",
 )
 
 app = typer.Typer(

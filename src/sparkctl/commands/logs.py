@@ -50,8 +50,8 @@ def logs_cmd(
         read_all,
         source_label,
     )
-    from sparkctl.lifecycle.state import events, last_attempt
-    from sparkctl.lifecycle.status import running_mode
+    from sparkctl.lifecycle.modes import resolve_mode
+    from sparkctl.lifecycle.state import events
     from sparkctl.planning.build import build_plan
 
     mode = mode_arg or mode
@@ -60,9 +60,7 @@ def logs_cmd(
     out = console()
     with NodePool(prof) as pool:
         if mode is None:
-            mode = running_mode(prof, pool) or last_attempt(prof.cluster).get("mode") or prof.default_mode()
-            if mode not in prof.modes:
-                mode = prof.default_mode()
+            mode = resolve_mode(prof, pool=pool, fallback=("running", "last", "default"))
         plan = build_plan(prof, mode)
         specs = plan.ranks if rank is None else [s for s in plan.ranks if s.rank == rank]
         if router:

@@ -45,7 +45,14 @@ def supervise_cmd(
     if stop:
         console().print(supervisor.stop(prof.cluster) or f"no supervisor runs for cluster {prof.cluster}")
         return
-    mode = mode or _running_mode(prof)
+    from sparkctl.lifecycle.modes import resolve_mode
+
+    mode = resolve_mode(
+        prof,
+        mode,
+        fallback=("running",),
+        missing=("no mode is running to supervise", "name the MODE, or `sparkctl up --supervise`"),
+    )
     policy = Policy(
         max_restarts=max_restarts,
         backoff=backoff,
@@ -65,18 +72,6 @@ def supervise_cmd(
     with NodePool(prof) as pool:
         code = run(prof, pool, mode, policy, flag)
     raise typer.Exit(code)
-
-
-def _running_mode(prof) -> str:  # Profile
-    from sparkctl.connectors import NodePool
-    from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.status import running_mode
-
-    with NodePool(prof) as pool:
-        mode = running_mode(prof, pool)
-    if mode is None:
-        raise UsageError("no mode is running to supervise", fix="name the MODE, or `sparkctl up --supervise`")
-    return mode
 
 
 def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # Path|None, Profile, Policy

@@ -19,18 +19,18 @@ def upgrade_cmd(
     """Restart the running mode onto the profile's current config (e.g. a new image.ref): replica
     by replica behind the router when it has 2+, so clients see no failed request. --timeout is
     per replica."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.status import running_mode
+
+    from sparkctl.lifecycle.modes import resolve_mode
 
     prof = load_profile(profile)
-    with NodePool(prof) as pool:
-        mode = running_mode(prof, pool)
-    if mode is None:
-        raise UsageError(
+    mode = resolve_mode(
+        prof,
+        fallback=("running",),
+        missing=(
             "no single mode of this profile is running to upgrade",
-            fix="`sparkctl status` shows what runs; `sparkctl switch MODE` names the mode",
-        )
+            "`sparkctl status` shows what runs; `sparkctl switch MODE` names the mode",
+        ),
+    )
     if prof.modes[mode].replicas < 2 and not json_out:
         console(stderr=True).print(
             f"mode {mode} has 1 replica: upgrading restarts it (requests fail until it is back); "

@@ -42,6 +42,16 @@ class RankLayout:
     pp: int = 1
 
 
+@dataclass(frozen=True)
+class LayoutFlags:
+    """The flags whose values carry a rank's place in its group (its RankLayout): what a scheduler
+    that places ranks itself (Kubernetes' LeaderWorkerSet, `export k8s`) fills in per pod."""
+
+    nnodes: str  # takes the group's node count
+    node_rank: str  # takes the rank inside the group
+    dist_init_addr: str  # takes the group's rendezvous as host:port
+
+
 class LaunchRank(Protocol):
     """What a launch check reads of one planned rank (planning's RankSpec has these)."""
 
@@ -68,6 +78,7 @@ class Engine(Protocol):
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     key_file: str  # in-container file the engine reads its API keys from (kept off argv)
     readiness: Readiness
+    layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
