@@ -207,7 +207,7 @@ def admit(profile: Profile, pool: NodePool, plan: Plan, nodes: list[str]) -> dic
     def one(node: str) -> tuple[NodeMemory, Verdict]:
         specs = [s for s in plan.ranks if s.node == node]
         mem = read_memory(pool, node)
-        probed = cuda_free(pool, specs[0]) if specs else None
+        probed = cuda_free(pool, specs[0]) if specs and profile.memory.admission else None
         if probed is not None:
             mem = NodeMemory(mem.node, mem.mem_available, mem.mem_free, mem.mem_total, mem.cached, probed)
         opts = specs[0].options if specs else None
