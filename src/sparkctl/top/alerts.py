@@ -88,9 +88,9 @@ def mem_available_low(node: NodeView, floor: float = MEM_AVAILABLE_FLOOR) -> str
 
 
 def guard_tripped(node: NodeView, recent_s: float = 600.0) -> str | None:
-    """The memory guard killed the group on this node lately (node clock: its trip vs its last sample)."""
-    trip, state = (node.guard or {}).get("last_trip"), (node.guard or {}).get("state") or {}
-    if not trip or state.get("at", 0) - trip.get("at", 0) > recent_s:
+    """The memory guard killed the group on this node lately (both times by the node's clock)."""
+    trip, now = (node.guard or {}).get("last_trip"), (node.guard or {}).get("now")
+    if not trip or now is None or now - trip.get("at", 0) > recent_s:
         return None
     killed = ", ".join(k.get("name", "?") for k in trip.get("killed", [])) or "nothing"
     return f"memory guard killed {killed}: {trip.get('reason')}; `sparkctl status` has the numbers"

@@ -179,21 +179,24 @@ def _why(res: RunResult, what: str) -> str:
 # The memory guard's files on the node (docs/memory.md): liveness (its flock), last sample, last trip.
 GUARD_SH = r"""f="$HOME/.local/state/sparkctl/guard/$1"
 [ -f "$f.json" ] || exit 0
-if flock -n -s "$f.lock" true 2>/dev/null; then echo false; else echo true; fi
+if flock -n -s "$f.lock" true 2>/dev/null; then echo "false $(date +%s)"; else echo "true $(date +%s)"; fi
 cat "$f.json"; echo
 tail -n 1 "$f.trips.jsonl" 2>/dev/null; echo
 """
 
 
 def parse_guard(text: str) -> dict | None:
-    """The guard probe's output: {"running", "state", "last_trip"}; None when no guard ran there."""
+    """The guard probe's output: {"running", "now" (the node's clock), "state", "last_trip"}; None
+    when no guard ran there."""
     import json
 
     lines = text.splitlines()
     if not lines:
         return None
+    head = lines[0].split()
     docs = [json.loads(x) if x.strip().startswith("{") else None for x in [*lines[1:3], "", ""][:2]]
-    return {"running": lines[0].strip() == "true", "state": docs[0], "last_trip": docs[1]}
+    now = float(head[1]) if len(head) > 1 and head[1].isdigit() else None
+    return {"running": head[:1] == ["true"], "now": now, "state": docs[0], "last_trip": docs[1]}
 
 
 def node_probes(netdevs: list[str], cluster: str | None = None) -> dict[str, Any]:

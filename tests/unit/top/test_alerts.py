@@ -118,7 +118,7 @@ def test_a_recent_memory_guard_trip_warns_and_an_old_one_does_not() -> None:
     from sparkctl.top.alerts import evaluate
 
     trip = {"at": 990.0, "reason": "MemAvailable 3.90 GiB < 6.00 GiB", "killed": [{"name": "r0"}]}
-    guard = {"running": True, "state": {"at": 1000.0}, "last_trip": trip}
+    guard = {"running": False, "now": 1000.0, "state": {"at": 995.0}, "last_trip": trip}
     snap = Snapshot("c", "solo", "t", 2.0, nodes=[NodeView("spark1", guard=guard)])
     (alert,) = [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]
     assert "memory guard killed r0: MemAvailable 3.90 GiB < 6.00 GiB" in alert.reason
