@@ -205,6 +205,21 @@ def event_lines(events: list[dict], since: datetime | None) -> list[LogLine]:
     return out
 
 
+def guard_lines(profile, pool, since: datetime | None) -> list[LogLine]:  # Profile, NodePool
+    """The memory guards' trips as log lines (label `guard@<node>`), read on every node that answers."""
+    from sparkctl.lifecycle.guard import describe_trip, nodes_to_read, read
+
+    out = []
+    for node, doc in read(profile, pool, nodes_to_read(profile)).items():
+        for trip in doc.get("trips", []):
+            ts = datetime.fromtimestamp(float(trip.get("at", 0)), UTC)
+            if since is None or ts >= since:
+                out.append(
+                    LogLine(-1, node, ts, describe_trip(node, trip).split(" ", 1)[1], label=f"guard@{node}")
+                )
+    return out
+
+
 def merge(lines: Iterable[LogLine]) -> list[LogLine]:
     """Time order across ranks; lines without a timestamp keep their place after their rank's last."""
     indexed = list(enumerate(lines))

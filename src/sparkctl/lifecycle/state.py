@@ -142,5 +142,7 @@ def describe_event(e: dict) -> str:
         "canary_failed": f"generation canary failed ({e.get('count')} in a row): {detail}",
         "node_unreachable": f"node {e.get('node')} unreachable: {detail}",
         "watch_failed": f"could not look at the ranks: {detail}",
+        "guard_tripped": f"memory guard on {e.get('node')} killed the group: {e.get('reason')}",
+        "guard_failed": f"memory guard could not start on {e.get('node')}: {detail}",
     }.get(str(kind), f"{kind}: {cause} {detail}".strip())
     return f"{when} {text}"

@@ -13,7 +13,7 @@ from typing import Protocol
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import logs, orphans, state
+from sparkctl.lifecycle import logs, memgate, orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
@@ -98,6 +98,8 @@ def remove_all(pool: NodePool, infos: list[ContainerInfo], grace: int | None = c
         return key[0], items[key].rank
 
     results = fan_out(list(items), remove_one, where=where)
+    stopped = [c for c in infos if c.running and (c.node, c.name) in results.ok]
+    memgate.note_stopped(stopped[0].cluster if stopped else None, [c.node for c in stopped])
     for o in results.failed:
         if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
             raise orphans.lost(o.node or "?", o.rank, o.error, "stopping its containers")  # type: ignore[arg-type]
@@ -158,6 +160,7 @@ def start_group(
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
+        memgate.gate(profile, pool, plan, rep.phase)  # settle, admit, guard (unified memory)
         prepare_nodes(profile, pool, plan)
         peers = [s for s in plan.ranks if s.node_rank > 0]
         heads = [s for s in plan.ranks if s.node_rank == 0]

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
+from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
 
@@ -328,6 +329,7 @@ class Profile(Strict):
     engine: Engine = Field(default_factory=Engine, description="The SGLang launch.")
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
+    memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Profile:

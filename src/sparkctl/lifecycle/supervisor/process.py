@@ -41,6 +41,7 @@ class Policy:
     backoff: float = 2.0  # first restart at once, then 2, 4, 8 ... s (capped at 60 s)
     canary_every: float = 10.0  # seconds between generation canaries (0: none)
     canary_failures: int = 3  # consecutive failed canaries that count as a failure
+    guard: bool | None = None  # `--guard/--no-guard` (None: the profile's memory.guard.enabled)
 
     def delay(self, recent: int) -> float:
         return 0.0 if recent == 0 else min(60.0, self.backoff * 2 ** (recent - 1))
@@ -111,6 +112,7 @@ def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
         str(policy.canary_failures),
         "--backoff",
         str(policy.backoff),
+        *([] if policy.guard is None else ["--guard" if policy.guard else "--no-guard"]),
     ]
     with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own CLI, argv list
