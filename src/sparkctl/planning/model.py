@@ -90,6 +90,7 @@ class PlanFacts:
     """What only the nodes can tell (from preflight probes), needed to finish a plan."""
 
     hcas: dict[str, list[str]] = field(default_factory=dict)  # node -> RoCE devices (for hcas: auto)
+    gid_index: dict[str, int | None] = field(default_factory=dict)  # node -> RoCE v2 GID index (auto)
     # node -> (IP, where it came from): a node addressed by name binds to the IP the name has on
     # that node (the container may not resolve the name: mDNS `.local`, /etc/hosts of the host)
     addresses: dict[str, tuple[str, str]] = field(default_factory=dict)
