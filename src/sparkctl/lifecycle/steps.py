@@ -141,7 +141,7 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
     got = fan_out([n for n in dict.fromkeys(plan.nodes) if auto(n)], discover).values_or_raise()
     hcas = {n: h for n, (h, _) in got.items() if (f := profile.node(n).fabric) and f.hcas == "auto"}
     gids = {n: g for n, (_, g) in got.items()}
-    addresses = node_addresses(profile, pool, plan.all_nodes)
+    addresses = node_addresses(profile, pool, plan.all_nodes) if plan.addresses_pending else {}
     resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas, gid_index=gids, addresses=addresses))
     if resolved.unresolved:
         raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))

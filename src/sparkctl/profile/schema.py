@@ -226,9 +226,8 @@ class Engine(Strict):
     )
     host: str | None = Field(
         None,
-        description="--host of the API server (default: each node's IP: its address, or the IP its name has "
-        "on that node, resolved by `up`; 127.0.0.1 for a local node). Without api_key, anything but "
-        "loopback needs expose: public.",
+        description="--host of the API server (default: each node's IP, its name resolved on that node by `up`; "
+        "127.0.0.1 for a local node). Without api_key, anything but loopback needs expose: public.",
     )
     expose: Literal["private", "public"] = Field(
         "private", description="public: an API without a key on a non-loopback address is intended."
