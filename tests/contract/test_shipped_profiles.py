@@ -161,8 +161,17 @@ def test_preflight_json_against_unreachable_nodes(
     doc = one_json(res)
     errors = [f for f in doc["findings"] if f["severity"] == "error"]
     assert errors, "unreachable nodes must be errors"
-    assert {f["check"] for f in errors} <= REACH_CHECKS, [f for f in errors if f["check"] not in REACH_CHECKS]
-    assert {f["node"] for f in errors} == set(doc["nodes"]), "every node's reason is named"
+    allowed = set(REACH_CHECKS)
+    shipped = yaml.safe_load(path.read_text())
+    if not shipped.get("engine", {}).get("api_key") and any(
+        n["address"] == "local" for n in shipped["nodes"]
+    ):
+        # the copy addresses a `local` node at 127.0.0.x as a remote one: a keyless API on a
+        # remote node's address is an ApiExposure error, which the shipped (local) layout is not
+        allowed.add("ApiExposure")
+    assert {f["check"] for f in errors} <= allowed, [f for f in errors if f["check"] not in allowed]
+    reach = {f["node"] for f in errors if f["check"] in REACH_CHECKS}
+    assert reach == set(doc["nodes"]), "every node's reason is named"
 
 
 def _exit_5_naming(res: subprocess.CompletedProcess, nodes: set[str]) -> None:
