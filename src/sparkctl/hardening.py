@@ -97,12 +97,16 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
 
 
 def secret_delivery(
-    profile: Profile, node: Node, node_path: Callable[[str, Node, Profile], str]
+    profile: Profile,
+    node: Node,
+    node_path: Callable[[str, Node, Profile], str],
+    auth_config: str = SGLANG_AUTH_CONFIG,
 ) -> tuple[dict[str, str], list[Mount], list[SecretFile]]:
     """env (paths only), read-only mounts and secret files of a rank.
 
     Every secret reaches the container as a file and `<NAME>_PATH` (HF_TOKEN -> HF_TOKEN_PATH,
     which huggingface_hub reads): `docker inspect` and /proc/<pid>/environ never show a value.
+    The API keys go in the engine's `--config` YAML file at `auth_config`.
     """
     env: dict[str, str] = {}
     mounts: list[Mount] = []
@@ -118,9 +122,7 @@ def secret_delivery(
             files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
     for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
         if secret is not None:
-            files.append(
-                SecretFile(SGLANG_AUTH_CONFIG, secret_ref(key, secret, node, profile, node_path), key)
-            )
+            files.append(SecretFile(auth_config, secret_ref(key, secret, node, profile, node_path), key))
     return env, mounts, files
 
 

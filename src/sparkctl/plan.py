@@ -173,7 +173,9 @@ def _rank_env_mounts(
         env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
     env |= profile.engine.env
     env |= mode.env
-    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path)
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(
+        profile, node, node_path, engine.auth_config
+    )
     env |= secret_env
     # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
@@ -249,6 +251,7 @@ def _build_group(
         port=group.port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, head),
+        readiness=engine.readiness,
     )
     out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from ipaddress import IPv4Address
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -246,10 +246,24 @@ class Engine(Strict):
         5, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL when `down`/`switch` stop a rank."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_command(cls, data: Any) -> Any:
+        """No command given: the launcher of the chosen engine (engine.kind), not the default's."""
+        if isinstance(data, dict) and "command" not in data and data.get("kind") in ENGINE_NAMES:
+            data = {**data, "command": list(get_engine(data["kind"]).default_command)}
+        return data
+
     @field_validator("args")
     @classmethod
     def _args(cls, v: dict[str, ArgValue], info: ValidationInfo) -> dict[str, ArgValue]:
         return _check_args(v, info.data.get("kind", DEFAULT_ENGINE))
+
+    @model_validator(mode="after")
+    def _keys_the_engine_takes(self) -> Engine:
+        if self.admin_api_key is not None and "admin-api-key" not in get_engine(self.kind).auth_keys:
+            raise ValueError(f"admin_api_key: engine '{self.kind}' has no admin key; use api_key")
+        return self
 
     @field_validator("env")
     @classmethod
@@ -325,6 +339,12 @@ class Profile(Strict):
                     hint = f" (did you mean '{near[0]}'?)" if near else f" (nodes: {', '.join(names)})"
                     raise ValueError(f"{where}.nodes[{i}]: unknown node '{node}'{hint}")
             _check_layout(self, mode_name, mode, by_name)
+        if self.engine.kind != DEFAULT_ENGINE:  # Mode checks its args against the default engine
+            for mode_name, mode in self.modes.items():
+                try:
+                    _check_args(mode.args, self.engine.kind)
+                except ValueError as e:
+                    raise ValueError(f"modes.{mode_name}.args.{e}") from None
         if self.router.node is not None and self.router.node not in by_name:
             raise ValueError(f"router.node: unknown node '{self.router.node}' (nodes: {', '.join(names)})")
         return self

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import RankLayout, Readiness
+from sparkctl.engines.base import MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
-from sparkctl.hardening import auth_flags
+from sparkctl.hardening import SGLANG_AUTH_CONFIG, auth_flags
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -16,6 +16,29 @@ if TYPE_CHECKING:
     from sparkctl.findings import Finding
     from sparkctl.plan import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
+
+
+# SGLang 0.5.23's names (sglang/srt/observability/metrics_collector.py; docs/top.md); the drain's
+# gauge counts a request from arrival to the last byte of its response (pure-ASGI middleware).
+METRICS = MetricNames(
+    running="sglang:num_running_reqs",
+    queued="sglang:num_queue_reqs",
+    token_usage="sglang:token_usage",
+    gen_throughput="sglang:gen_throughput",
+    accept_length="sglang:spec_accept_length",
+    accept_rate="sglang:spec_accept_rate",
+    cache_hit_rate="sglang:cache_hit_rate",
+    max_tokens="sglang:max_total_num_tokens",
+    prompt_tokens="sglang:prompt_tokens_total",
+    generation_tokens="sglang:generation_tokens_total",
+    requests="sglang:num_requests_total",
+    aborted="sglang:num_aborted_requests_total",
+    ttft="sglang:time_to_first_token_seconds",
+    itl="sglang:inter_token_latency_seconds",
+    e2e="sglang:e2e_request_latency_seconds",
+    in_flight=("sglang:http_requests_active",),
+    enable_flag="enable-metrics",
+)
 
 
 def _is_gb10(node: Node) -> bool:
@@ -32,6 +55,10 @@ class SGLang:
     managed_flags = F.MANAGED_FLAGS
     host_ip_env = F.HOST_IP_ENV
     readiness = Readiness()
+    metrics = METRICS
+    auth_config = SGLANG_AUTH_CONFIG
+    auth_keys = ("api-key", "admin-api-key")
+    image_markers = ("sglang",)
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
