@@ -33,7 +33,7 @@ from tests.testbed.lab import NODE_MOUNT, Lab  # noqa: E402
 from tests.testbed.profiles import lab_profile, seed_weights  # noqa: E402
 
 from sparkctl.connectors import NodePool  # noqa: E402
-from sparkctl.plan import build_plan  # noqa: E402
+from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.preflight import run_preflight  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 

@@ -35,7 +35,7 @@ from tests.testbed.loadgen import LoadGen  # noqa: E402
 from tests.testbed.profiles import seed_weights, write_rolling_profile  # noqa: E402
 
 from _cli import cli, must  # noqa: E402
-from sparkctl.plan import build_plan  # noqa: E402
+from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 
 

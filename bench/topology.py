@@ -37,7 +37,7 @@ from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profi
 from tests.testbed.routerlab import wait_for  # noqa: E402
 
 from _cli import cli as run_cli  # noqa: E402
-from sparkctl.plan import build_plan  # noqa: E402
+from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 from sparkctl.router.client import RouterClient, RouterError  # noqa: E402
 

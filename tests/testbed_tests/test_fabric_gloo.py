@@ -14,7 +14,7 @@ import yaml
 from sparkctl.connectors import NodePool
 from sparkctl.findings import Severity
 from sparkctl.gpu.fabric import run_fabric_test
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 from tests.testbed.lab import FABRIC_NETDEV, Lab
 from tests.testbed.profiles import lab_profile

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed.profiles import write_lab_profile
 from tests.testbed_tests.conftest import SOLO, TP2, cli, cluster_containers

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.router.client import RouterClient
 from tests.testbed.loadgen import LoadGen

@@ -72,7 +72,7 @@ def _repo(lab: Lab, node: str, model_id: str) -> Path:
 
 def _ship(profile: Profile, **kw):
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.ship import ByteCounter, ship
 
     counter = kw.pop("progress", None) or ByteCounter()
@@ -83,7 +83,7 @@ def _ship(profile: Profile, **kw):
 
 def _manifests(lab: Lab, profile: Profile, ref):
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.plan import hf_cache_for
+    from sparkctl.planning.build import hf_cache_for
     from sparkctl.ship import snapshot_manifest
 
     with NodePool(profile) as pool:

@@ -295,7 +295,7 @@ def test_several_peers_get_one_pipelined_copy_from_the_source() -> None:
     """spark1 -> spark2 -> spark3: both peers get the image and the weights, and about ONE copy of
     the bytes leaves spark1 (spark2 relays to spark3), not one per peer."""
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.ship import ship
     from tests.testbed.images import build_engine_image
 

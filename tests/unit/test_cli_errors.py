@@ -214,7 +214,7 @@ def test_logs_without_files_fails_and_json_lists_lines(tmp_path: Path) -> None:
     assert "no log files for mode solo" in res.output and "sparkctl up solo" in res.output
 
     from sparkctl.lifecycle.logs import rank_log_path
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_file
 
     loaded = load_profile_file(prof)

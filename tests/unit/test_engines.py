@@ -10,7 +10,7 @@ from sparkctl.engines import ENGINE_NAMES, get_engine
 from sparkctl.engines.base import RankLayout, Readiness
 from sparkctl.engines.sglang import SGLang
 from sparkctl.errors import UsageError
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_sglang_is_the_registered_default_and_vllm_the_second() -> None:
 def test_plan_renders_argv_and_env_through_the_engine(profile, monkeypatch: pytest.MonkeyPatch) -> None:
     sglang = build_plan(profile, "tp2")
     assert sglang.ranks[1].env["SGLANG_HOST_IP"] == "192.168.100.11"
-    monkeypatch.setattr("sparkctl.plan.get_engine", lambda kind: Toy())
+    monkeypatch.setattr("sparkctl.planning.build.get_engine", lambda kind: Toy())
     toy = build_plan(profile, "tp2")
     assert toy.ranks[1].argv == ["toy-serve", profile.model.target.id, "--world", "2", "--rank", "1"]
     assert toy.ranks[1].env["TOY_HOST_IP"] == "192.168.100.11" and "SGLANG_HOST_IP" not in toy.ranks[1].env

@@ -13,7 +13,7 @@ from sparkctl.findings import Severity
 from sparkctl.gpu import fabric_worker
 from sparkctl.gpu.fabric import fabric_ranks, rank_env, rendezvous_host, worker_argv
 from sparkctl.gpu.fabric_report import build_report, known_causes, parse_rank_output
-from sparkctl.plan import PlanFacts, build_plan
+from sparkctl.planning.build import PlanFacts, build_plan
 from sparkctl.profile.load import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[2]

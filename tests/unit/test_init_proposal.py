@@ -19,7 +19,7 @@ from sparkctl.discover.render import render_profile
 from sparkctl.facts.docker import DockerFacts
 from sparkctl.facts.gpu import Gpu, GpuReport
 from sparkctl.facts.hfcache import RepoListing
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
 
 C1, C2 = "a" * 40, "b" * 40

@@ -10,7 +10,7 @@ from sparkctl.launch import rules, rules_attention, rules_dflash
 from sparkctl.launch.check import LaunchContext, accepted, check_launch, context_for
 from sparkctl.launch.inputs import GpuFacts, LaunchSettings, read_flags, server_flags, with_flags
 from sparkctl.launch.model_meta import load_model_facts
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
 
 MODELS = Path(__file__).parent.parent / "fixtures" / "models"

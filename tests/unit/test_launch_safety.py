@@ -313,7 +313,7 @@ def test_draft_token_fixes_never_go_below_two() -> None:
 
 def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> None:
     from sparkctl.launch.pipeline import preflight_findings
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_text
 
     monkeypatch.setenv(

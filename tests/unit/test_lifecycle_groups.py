@@ -12,7 +12,7 @@ from sparkctl.lifecycle.containers import info_from_attrs
 from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
 from sparkctl.lifecycle.watch import combined, endpoints, rank_label
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from sparkctl.errors import LockHeldError, UsageError
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.logs import follower_argv, merge, parse_line, parse_since, read_argv
 from sparkctl.lifecycle.readiness import probe
-from sparkctl.plan import Endpoint
+from sparkctl.planning.build import Endpoint
 
 
 def test_follower_appends_docker_logs_and_keeps_the_previous_file(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from sparkctl.errors import UsageError
 from sparkctl.lifecycle.containers import create_params, info_from_attrs, parse_docker_time
 from sparkctl.lifecycle.up import choose_mode, involved_nodes, reconcile
-from sparkctl.plan import PlanFacts, build_plan
+from sparkctl.planning.build import PlanFacts, build_plan
 from sparkctl.profile import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from sparkctl.errors import ProfileError, UsageError
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
+from sparkctl.planning.router import ROUTER_KEY_FILE
 from sparkctl.profile.load import load_profile_text
-from sparkctl.router.spec import ROUTER_KEY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 

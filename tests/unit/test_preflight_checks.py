@@ -14,7 +14,7 @@ from sparkctl.facts.gpu import parse_meminfo
 from sparkctl.facts.hfcache import RepoListing
 from sparkctl.facts.net import Netdev
 from sparkctl.findings import Finding, Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.checks.disk import check_disk
 from sparkctl.preflight.checks.docker import check_docker
 from sparkctl.preflight.checks.fabric import check_fabric_netdevs
@@ -200,7 +200,7 @@ def test_every_launch_finding_has_a_registered_name(name: str) -> None:
 
     from sparkctl.launch import CHECK_NAMES
     from sparkctl.launch.check import check_plan
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_file
 
     root = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 from sparkctl.errors import UsageError
 from sparkctl.facts.net import SPEEDS_MARK, parse_netdevs
 from sparkctl.findings import Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.link_speed import LinkSpeed, check_link_speed
 from sparkctl.preflight.registry import CHECKS, FAST_CHECKS, REGISTRY, validate_names

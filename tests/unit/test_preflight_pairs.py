@@ -15,7 +15,7 @@ from sparkctl.facts.docker import ContainerFacts, DockerFacts, ImageFacts
 from sparkctl.facts.net import PingResult, TcpReach, parse_tcp_reach, path_mtu_hint, tcp_probe
 from sparkctl.facts.probe import ProbeError, run_batch
 from sparkctl.findings import Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.base import Ctx, NodeFacts
 from sparkctl.preflight.checks.docker import DockerEngine
 from sparkctl.preflight.checks.image import check_router_image

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.recipes import RecipeError, find_recipe, load_recipe
 from sparkctl.recipes import patch as patchlib

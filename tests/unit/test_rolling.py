@@ -15,7 +15,7 @@ from sparkctl.lifecycle.drain import count_in_flight, wait_drained
 from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
 from sparkctl.lifecycle.up import QuietReporter
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 from sparkctl.router.client import RouterError, Worker
 
@@ -226,7 +226,9 @@ def harness(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(rolling, "observe", lambda pool, cluster, nodes: observed)
         monkeypatch.setattr(rolling.routers, "client", lambda pool, plan: router)
         monkeypatch.setattr(
-            rolling, "in_flight", lambda url, key=None, names=None: (calls.append(("drain", url)), next(flights[url]))[1]
+            rolling,
+            "in_flight",
+            lambda url, key=None, names=None: (calls.append(("drain", url)), next(flights[url]))[1],
         )
         monkeypatch.setattr(
             rolling,

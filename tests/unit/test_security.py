@@ -14,7 +14,7 @@ from sparkctl.connectors.ssh import remote_command
 from sparkctl.errors import ProfileError
 from sparkctl.facts.net import ssh_probe
 from sparkctl.findings import Severity
-from sparkctl.plan import build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.preflight.checks.security import (
     check_api_exposure,
     check_privileged,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.topology import TopologyError, layout
+from sparkctl.profile.topology import TopologyError, layout
 
 SPARKS = {f"spark{i}": 1 for i in range(1, 5)}
 

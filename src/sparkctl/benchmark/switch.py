@@ -25,7 +25,7 @@ def compare_modes(
     from sparkctl.benchmark.runner import compare, run_bench
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.up import up
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     with NodePool(profile) as pool:
 

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from sparkctl.connectors import NodePool
         from sparkctl.errors import ExitCode
         from sparkctl.gpu.fabric import plans_to_test, run_fabric_test
-        from sparkctl.plan import build_plan
+        from sparkctl.planning.build import build_plan
 
         prof = load_profile(profile)
         plan = build_plan(prof, mode or mode_opt)  # --mode kept for old scripts; MODE is positional

@@ -59,7 +59,7 @@ def fit(
     from sparkctl.findings import Severity
     from sparkctl.launch.fixes import Margin
     from sparkctl.launch.pipeline import check_reachable, lookup_models, require_models
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)

@@ -372,7 +372,7 @@ def register(app: typer.Typer) -> None:
     app.command("supervise")(supervise_cmd)
 
 
-def curl_example(plan) -> str:  # sparkctl.plan.Plan
+def curl_example(plan) -> str:  # sparkctl.planning.build.Plan
     """A curl line for the endpoint; the key by its variable or file, never its value."""
     import json
     import shlex

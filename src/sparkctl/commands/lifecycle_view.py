@@ -182,7 +182,7 @@ def logs_cmd(
     from sparkctl.lifecycle.logs import event_lines, follow_all, merge, parse_since, read_all, source_label
     from sparkctl.lifecycle.state import events, last_attempt
     from sparkctl.lifecycle.status import running_mode
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     mode = mode_arg or mode
     prof = load_profile(profile)

@@ -38,7 +38,7 @@ def plan(
     parser_timeout: ParserTimeoutOpt = 30.0,
 ) -> None:
     """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     prof = load_profile(profile)
     result = build_plan(prof, mode)
@@ -65,7 +65,7 @@ def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = Fals
     return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress).findings
 
 
-def render_plan(plan) -> None:  # sparkctl.plan.Plan, imported lazily
+def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily
     import shlex
 
     from rich.panel import Panel

@@ -50,7 +50,7 @@ def preflight(
     """Check every node of MODE (SSH, fabric MTU/ping/RoCE, Docker, GPUs, image, weights, disk,
     ports, stray containers, memory). Exit 0 only without errors; --ignore CHECK downgrades."""
     from sparkctl.connectors import NodePool
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.preflight import run_preflight, validate_names
 
     # kubeadm style `--ignore Mtu,PingDf` too; unknown names are usage errors before any connection.

@@ -14,7 +14,7 @@ profile_app = typer.Typer(help="Inspect and validate cluster profiles.", no_args
 def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     """Validate the whole profile (schema, cross-references, TP vs GPUs); touches no node."""
     prof = load_profile(profile)
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     plans = {name: build_plan(prof, name) for name in prof.modes}
     if json_out:

@@ -65,7 +65,7 @@ def ship(
     """
     from sparkctl.connectors.pool import NodePool
     from sparkctl.errors import SparkctlError
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.ship import NullProgress
     from sparkctl.ship import ship as do_ship
     from sparkctl.ship.progress import make_progress

@@ -38,7 +38,7 @@ def top_cmd(
 
     prof = load_profile(profile)
     if mode is not None:
-        from sparkctl.plan import build_plan
+        from sparkctl.planning.build import build_plan
 
         build_plan(prof, mode)  # an unknown mode is a usage error now, not a degraded screen
     with NodePool(prof) as pool:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 

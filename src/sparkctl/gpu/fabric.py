@@ -30,7 +30,7 @@ from sparkctl.secrets import SecretRef
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
-    from sparkctl.plan import Plan, RankSpec
+    from sparkctl.planning.build import Plan, RankSpec
 
 WORKER_SOURCE = Path(__file__).with_name("fabric_worker.py")
 WORKER_DIR = "/sparkctl-fabric"

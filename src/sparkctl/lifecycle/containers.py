@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import SparkctlError
-from sparkctl.plan import LABEL_PREFIX, RankSpec
+from sparkctl.planning.build import LABEL_PREFIX, RankSpec
 from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:

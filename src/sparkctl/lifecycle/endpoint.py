@@ -41,7 +41,7 @@ def resolve_endpoint(
         if mode:
             raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
         return Endpoint(url, model, None, None, resolve_api_key(api_key, api_key_env, None))
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
 
     prof = load_profile()
     if mode is None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.plan import RankSpec, node_path
+from sparkctl.planning.build import RankSpec, node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.secrets import redact, secret_values
 

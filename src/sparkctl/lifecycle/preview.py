@@ -8,7 +8,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.readiness import probe
 from sparkctl.lifecycle.up import choose_mode, involved_nodes, observe, reconcile, resolve_plan, settle
-from sparkctl.plan import Plan, RankSpec, build_plan
+from sparkctl.planning.build import Plan, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.engines.base import Readiness
-from sparkctl.plan import Endpoint
+from sparkctl.planning.build import Endpoint
 
 MODELS_TIMEOUT = 2.0
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sparkctl.errors import UsageError
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.router import matches
-from sparkctl.plan import Plan
+from sparkctl.planning.build import Plan
 from sparkctl.profile.schema import Profile
 
 

@@ -32,7 +32,7 @@ from sparkctl.lifecycle.rolling_rules import (
     running_mode,
 )
 from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start_group
-from sparkctl.plan import Plan, PlanFacts, build_plan
+from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterClient, RouterError, Worker
 

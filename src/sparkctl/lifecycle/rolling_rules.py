@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sparkctl.lifecycle.containers import ContainerInfo
-from sparkctl.plan import Plan
+from sparkctl.planning.build import Plan
 from sparkctl.router.client import Worker
 
 GROUP_LABEL = "sparkctl.group"

@@ -19,7 +19,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import containers
 from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.logs import plain
-from sparkctl.plan import LABEL_PREFIX, Plan, RankSpec
+from sparkctl.planning.build import LABEL_PREFIX, Plan, RankSpec
 from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.secrets import redact, secret_values
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sparkctl.connectors.pool import NodePool
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import containers, logs, orphans, state
-from sparkctl.plan import Plan, RankSpec, node_path
+from sparkctl.planning.build import Plan, RankSpec, node_path
 from sparkctl.profile.schema import Profile
 
 

@@ -13,7 +13,7 @@ from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.router import RouterView
-from sparkctl.plan import Plan, build_plan
+from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 
 

@@ -21,7 +21,7 @@ from sparkctl.lifecycle.rolling_rules import replica_containers
 from sparkctl.lifecycle.supervisor import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.up import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.watch import first_dead
-from sparkctl.plan import Plan, build_plan
+from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterError
 

@@ -25,7 +25,7 @@ from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes,
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
 from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
-from sparkctl.plan import Plan, PlanFacts, RankSpec, build_plan
+from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
 
 

@@ -43,7 +43,7 @@ def up_or_ship(
         what = offer(exc)
         if not what:
             raise
-    from sparkctl.plan import build_plan
+    from sparkctl.planning.build import build_plan
     from sparkctl.ship import ship
 
     plan = build_plan(profile, choose_mode(profile, mode, tp))

@@ -20,7 +20,7 @@ from sparkctl.fanout import fan_out
 from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.orphans import is_connection_loss, lost
 from sparkctl.lifecycle.readiness import EndpointHealth, Prober
-from sparkctl.plan import Endpoint, Plan, RankSpec
+from sparkctl.planning.build import Endpoint, Plan, RankSpec
 from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25

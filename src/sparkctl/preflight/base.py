@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.probe import Probe
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ModelRef, Profile
 
 OK, WARN, ERROR, SKIP = Severity.OK, Severity.WARN, Severity.ERROR, Severity.SKIP
@@ -108,7 +108,7 @@ class Ctx:
         return [("target", m.target), *([("draft", m.draft)] if m.draft is not None else [])]
 
     def hf_cache(self, node: str) -> str:
-        from sparkctl.plan import hf_cache_for
+        from sparkctl.planning.build import hf_cache_for
 
         return hf_cache_for(self.profile, node)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
 
 
 def group_nodes(plan: Plan) -> list[list[str]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.facts.probe import Probe, run_batch
 from sparkctl.fanout import fan_out
 from sparkctl.findings import Finding, Severity
-from sparkctl.plan import Plan
+from sparkctl.planning.build import Plan
 from sparkctl.preflight.base import Check, Ctx, NodeFacts, Task
 from sparkctl.preflight.registry import CHECKS, REGISTRY, group_of, validate_names
 from sparkctl.profile.schema import Profile

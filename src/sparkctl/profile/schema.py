@@ -371,9 +371,9 @@ _RULE_KEYS = {
 
 
 def _check_layout(profile: Profile, mode_name: str, mode: Mode, by_name: dict[str, Node]) -> None:
-    """The topology rules (sparkctl.topology), each error naming its rule; then the fabric that
+    """The topology rules (sparkctl.profile.topology), each error naming its rule; then the fabric that
     every group spanning several nodes needs."""
-    from sparkctl.topology import TopologyError, mode_layout
+    from sparkctl.profile.topology import TopologyError, mode_layout
 
     where = f"modes.{mode_name}"
     try:

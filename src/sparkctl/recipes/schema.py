@@ -128,7 +128,7 @@ class LoadedRecipe:
 
     @property
     def tag(self) -> str:
-        from sparkctl.plan import recipe_tag
+        from sparkctl.planning.build import recipe_tag
 
         return recipe_tag(self.name)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import CancelToken
-from sparkctl.plan import hf_cache_for
+from sparkctl.planning.build import hf_cache_for
 from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.manifest import Manifest, snapshot_manifest
@@ -21,7 +21,7 @@ from sparkctl.ship.progress import ByteCounter, NullProgress, Progress, RichProg
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
 
 __all__ = [

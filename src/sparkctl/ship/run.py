@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.plan import hf_cache_for
+from sparkctl.planning.build import hf_cache_for
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
@@ -14,7 +14,7 @@ from sparkctl.ship.sources import gather, image_source, manifest_of, model_sourc
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
     from sparkctl.ship import ShipReport
 
@@ -39,7 +39,7 @@ def run_ship(
     order = [source] if source else preference(profile, mode_nodes, wanted)
     ref = None
     if image:
-        from sparkctl.plan import image_ref
+        from sparkctl.planning.build import image_ref
 
         ref = plan.ranks[0].image if plan is not None else image_ref(profile)[0]
     models = (

@@ -19,7 +19,7 @@ from sparkctl.top.nodes import GpuStat, NodeSample, net_rates, read_node
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.lifecycle.containers import ContainerInfo
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
     from sparkctl.top.alerts import Alert
 
@@ -211,7 +211,7 @@ class Collector:
         return [rows.ok[g.index] for g in plan.groups]
 
     def sample(self) -> Snapshot:
-        from sparkctl.plan import build_plan
+        from sparkctl.planning.build import build_plan
         from sparkctl.top.alerts import evaluate
 
         containers, samples, unreachable = self._read_nodes()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
-from sparkctl.hardening import SGLANG_AUTH_CONFIG, auth_flags
+from sparkctl.planning.hardening import SGLANG_AUTH_CONFIG, auth_flags
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 

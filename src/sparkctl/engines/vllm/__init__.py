@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import MetricNames, RankLayout, Readiness
 from sparkctl.engines.vllm import flags as F
-from sparkctl.hardening import SECRETS_DIR
+from sparkctl.planning.hardening import SECRETS_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 AUTH_CONFIG = f"{SECRETS_DIR}/sparkctl-vllm.yaml"  # vLLM's --config YAML: the key stays off argv

@@ -17,7 +17,7 @@ from sparkctl.findings import Finding, Severity
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
 
 FLAGS, ARCH, MEMORY = "VllmFlags", "VllmGpuArch", "VllmMemory"
@@ -159,7 +159,7 @@ def _model_facts(profile: Profile) -> tuple[int | None, dict | None]:
     """Weights' size and config.json of the target, from this machine's HF cache (None: not here)."""
     from pathlib import Path
 
-    from sparkctl.plan import hf_cache_for
+    from sparkctl.planning.build import hf_cache_for
 
     local = next((n for n in profile.nodes if n.is_local), None)
     if local is None:

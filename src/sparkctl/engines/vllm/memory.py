@@ -24,7 +24,7 @@ from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.facts.gpu import GpuReport
-    from sparkctl.plan import Plan, RankSpec
+    from sparkctl.planning.model import Plan, RankSpec
     from sparkctl.profile.schema import Node
 
 MEMORY = "VllmMemory"

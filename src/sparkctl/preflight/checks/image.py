@@ -14,7 +14,7 @@ from sparkctl.preflight.checks.router import OnRouterNode
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
-    from sparkctl.plan_model import RankSpec
+    from sparkctl.planning.model import RankSpec
 
 
 class _Images(Check):
@@ -24,7 +24,7 @@ class _Images(Check):
         return docker_tasks(ctx, image=True)
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        from sparkctl.plan import image_ref
+        from sparkctl.planning.build import image_ref
 
         out: list[Finding] = []
         # Why a node's image is unknown is ImagePresent's to say (ImageSame's when it runs alone).

@@ -8,7 +8,7 @@ from sparkctl.facts.docker import ContainerFacts
 from sparkctl.facts.net import ports_probe
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.plan import Plan
+from sparkctl.planning.build import Plan
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, Task
 from sparkctl.preflight.checks.docker import docker_tasks
 from sparkctl.profile.schema import Profile

@@ -18,7 +18,7 @@ from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task, prob
 from sparkctl.preflight.pairs import ReplicaHead, router_targets
 
 if TYPE_CHECKING:
-    from sparkctl.plan_model import RankSpec
+    from sparkctl.planning.model import RankSpec
 
 
 class OnRouterNode(Check):

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding, Severity
-from sparkctl.hardening import binds_everywhere, is_pinned
+from sparkctl.planning.hardening import binds_everywhere, is_pinned
 from sparkctl.preflight.base import Check, Ctx, NodeFacts
 
 if TYPE_CHECKING:
-    from sparkctl.plan import Plan
+    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
 
 GROUP = "Security"

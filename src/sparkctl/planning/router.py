@@ -14,12 +14,12 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from sparkctl import hardening as sec
 from sparkctl.errors import UsageError
+from sparkctl.planning import hardening as sec
 from sparkctl.secrets import SecretFile
 
 if TYPE_CHECKING:
-    from sparkctl.plan import GroupSpec, RankSpec
+    from sparkctl.planning.build import GroupSpec, RankSpec
     from sparkctl.profile.schema import Profile
 
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
@@ -85,8 +85,8 @@ def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
 
 
 def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSpec:
-    from sparkctl.plan import node_path
-    from sparkctl.plan_model import RankSpec
+    from sparkctl.planning.build import node_path
+    from sparkctl.planning.model import RankSpec
 
     node_name = profile.router.node or groups[0].head_node
     node = profile.node(node_name)

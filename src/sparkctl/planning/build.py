@@ -14,15 +14,15 @@ import posixpath
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from sparkctl import hardening as sec
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
-from sparkctl.hardening import SECRETS_DIR, Mount, RunOptions
-from sparkctl.plan_model import ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
+from sparkctl.planning import hardening as sec
+from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
+from sparkctl.planning.model import ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
 from sparkctl.profile.schema import Mode, Node, Profile
+from sparkctl.profile.topology import Group
 from sparkctl.secrets import SecretFile, SecretRef
-from sparkctl.topology import Group
 
 # Re-exported: callers import them from here.
 __all__ = [
@@ -51,7 +51,7 @@ def container_name(cluster: str, mode: str, rank: int, group: int | None = None)
 
 def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
     """(node, container name) of every rank of a mode, without building its plan."""
-    from sparkctl.topology import mode_layout
+    from sparkctl.profile.topology import mode_layout
 
     lay = mode_layout(profile, profile.modes[mode_name])
     many = lay.replicas > 1
@@ -262,8 +262,8 @@ def _api_key_ref(profile: Profile, node: Node) -> SecretRef | None:
 
 
 def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts | None = None) -> Plan:
-    from sparkctl.router.spec import router_spec
-    from sparkctl.topology import mode_layout
+    from sparkctl.planning.router import router_spec
+    from sparkctl.profile.topology import mode_layout
 
     mode_name = mode_name or profile.default_mode()
     _check_mode(profile, mode_name)
