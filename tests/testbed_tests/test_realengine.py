@@ -128,6 +128,10 @@ def _secret_nowhere(lab, plan, state: Path, path: Path) -> None:
 
 
 def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, state, request):
+    report(
+        request,
+        f"vLLM image: built={SETUP['built']} build {SETUP['build_s']:.0f}s, load {SETUP['load_s']:.0f}s",
+    )
     prof = load_profile_file(profile_path)
     plan = build_plan(prof, "solo")
     t0 = time.monotonic()
