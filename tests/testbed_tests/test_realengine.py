@@ -224,3 +224,32 @@ def test_tp2_across_namespaces_then_a_rank_killed_while_idle(vllm_lab, profile_p
     assert {c["rank"]: c["exit_code"] for c in status["containers"]} == {0: 0, 1: 137}
     human = " ".join(cli(state, profile_path, "status").stdout.split())
     assert "exited (exit code 0)" in human, human
+
+
+def test_supervised_tp2_rank0_gone_stops_the_orphaned_headless_rank(vllm_lab, profile_path, state, request):
+    """vLLM's headless rank whose rank 0 died stays alive and silent forever: the supervisor
+    (`up --supervise`) sees rank 0's container gone and takes the whole group down to restart it."""
+    prof = load_profile_file(profile_path)
+    r0, r1 = build_plan(prof, "tp2").ranks
+    _up(state, profile_path, "tp2", "--supervise")
+    old1 = vllm_lab.docker(r1.node).containers.get(r1.container_name).id
+    t0 = time.monotonic()
+    vllm_lab.kill_container(r0.node, r0.container_name)
+    gone = False
+    for _ in range(240):
+        try:
+            c1 = vllm_lab.docker(r1.node).containers.get(r1.container_name)
+            gone = c1.id != old1 or c1.status != "running"
+        except Exception:  # noqa: BLE001 - docker.errors.NotFound: removed
+            gone = True
+        if gone:
+            break
+        time.sleep(0.5)
+    assert gone, "the orphaned headless rank 1 still runs"
+    report(
+        request,
+        f"vLLM tp2 supervised: orphaned headless rank stopped {time.monotonic() - t0:.1f}s after rank 0 died",
+    )
+    status = json.loads(cli(state, profile_path, "status", "--json").stdout)
+    restarting = [e for e in status["events"] if e.get("event") == "restarting"]
+    assert restarting and restarting[0]["rank"] == 0, status["events"]
