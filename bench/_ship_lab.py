@@ -180,7 +180,7 @@ class Bench:
 
     def forget_hashes(self, node: str, repo: str = f"{NODE_MOUNT}/hf/hub/{REPO}") -> None:
         """Drop the node's hash cache for the model: the next sync is a first sync (reads and hashes all)."""
-        code = "import os,sys; from sparkctl.ship._node import cache_file as c; p=c(sys.argv[1]); os.path.exists(p) and os.unlink(p)"
+        code = "import os,sys; from sparkctl.node.base import cache_file as c; p=c(sys.argv[1]); os.path.exists(p) and os.unlink(p)"
         self.lab.exec(node, ["env", f"PYTHONPATH={ROOT / 'src'}", sys.executable, "-c", code, repo])
 
 

@@ -43,9 +43,9 @@ from tests.testbed.routerlab import wait_for  # noqa: E402
 
 from _cli import cli, must  # noqa: E402
 from sparkctl.connectors import NodePool  # noqa: E402
-from sparkctl.lifecycle.containers import create_params, revealed_env  # noqa: E402
 from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
+from sparkctl.runtime.containers import create_params, revealed_env  # noqa: E402
 
 ENGINES = {"handler": "exit", "deaf": "ignore"}
 

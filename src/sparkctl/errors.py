@@ -56,7 +56,7 @@ class ConnectError(SparkctlError):
     exit_code = ExitCode.CONNECT
 
 
-class EngineDownError(ConnectError):
+class DockerDownError(ConnectError):
     """The node answers but its Docker engine does not (missing, stopped, or no permission)."""
 
 

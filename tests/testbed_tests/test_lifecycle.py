@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.engines import get_engine
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
@@ -70,7 +71,10 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
         assert c.attrs["Config"]["Cmd"] == spec.argv
         assert {k: v for k, v in c.labels.items() if k.startswith("sparkctl.")} == spec.labels
         rec = standin_record(lab, spec.node, spec.container_name)
-        assert rec["argv"] == spec.argv[len(prof.engine.command) :]
+        assert (
+            rec["argv"]
+            == spec.argv[len(prof.engine.command or get_engine(prof.engine.kind).default_command) :]
+        )
         assert {k: rec["env"].get(k) for k in spec.env} == spec.env
         assert (
             c.attrs["HostConfig"]["NetworkMode"] == "host" and c.attrs["HostConfig"]["IpcMode"] == "private"

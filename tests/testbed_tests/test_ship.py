@@ -83,7 +83,7 @@ def _ship(profile: Profile, **kw):
 
 def _manifests(lab: Lab, profile: Profile, ref):
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.planning.build import hf_cache_for
+    from sparkctl.profile.derived import hf_cache_for
     from sparkctl.ship import snapshot_manifest
 
     with NodePool(profile) as pool:

@@ -111,8 +111,8 @@ def test_whole_image_goes_from_the_engine_straight_to_the_peers_engine(lab: Lab)
 
 def test_peer_loader_reports_the_engines_refusal(lab: Lab) -> None:
     """A stream the peer's engine cannot load: exit 1 and the engine's message, like `docker load`."""
+    from sparkctl.node.pack import load_argv
     from sparkctl.ship.hop import hop_argv
-    from sparkctl.ship.manifest import load_argv
 
     argv = [*hop_argv(_profile_for(lab), "spark2"), shlex.join(load_argv())]
     proc = lab.exec("spark1", argv, check=False, input="this is not an image archive\n" * 100)
@@ -124,7 +124,7 @@ def test_save_of_an_image_the_engine_lacks_is_its_error_not_a_stream(lab: Lab) -
     engine's message (reported as the source's), never an empty stream sent to the peers."""
     src = Path(__file__).resolve().parents[2] / "src"
     code = (
-        "from sparkctl.ship._engine import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
+        "from sparkctl.node.docker_api import SaveStream; s = SaveStream('sparkctl-test/absent:1', None); "
         "print(s.fd, s.finish())"
     )
     n1 = lab.node("spark1")
@@ -194,9 +194,9 @@ def test_source_symlink_out_of_the_cache_is_refused(lab: Lab, tmp_path: Path) ->
 
 
 def test_receiver_on_the_peer_refuses_traversal_names(lab: Lab) -> None:
-    from sparkctl.ship._node import frame
+    from sparkctl.node.base import frame
+    from sparkctl.node.pack import node_argv
     from sparkctl.ship.hop import hop_argv
-    from sparkctl.ship.manifest import node_argv
 
     repo = "/srv/sparknode/hf/hub/models--evil--x"
     profile = Profile.model_validate(lab_profile(lab))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.ship import _engine
+from sparkctl.node import docker_api
 
 IMAGES = {f"sha256:{i:064x}": [f"sha256:{i + 1000:064x}", f"sha256:{i + 2000:064x}"] for i in range(24)}
 REF_ID = next(iter(IMAGES))
@@ -79,7 +79,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixt
 
 
 def test_state_reads_every_image_with_queries_in_parallel(engine: FakeEngine) -> None:
-    got = _engine.image_state("bench:1")
+    got = docker_api.image_state("bench:1")
     assert got["id"] == REF_ID and got["layers"] == IMAGES[REF_ID] and got["size"] == 12
     assert got["history"] == [7, 5]
     assert len(got["chains"]) == len(IMAGES) and got["free"] > 0
@@ -89,6 +89,6 @@ def test_state_reads_every_image_with_queries_in_parallel(engine: FakeEngine) ->
 
 @pytest.mark.parametrize("engine", ["/info", "/images/sha256:"], indirect=True)
 def test_a_query_the_engine_fails_falls_back_to_the_cli(engine: FakeEngine) -> None:
-    got = _engine.image_state("bench:1")
+    got = docker_api.image_state("bench:1")
     assert "error" in got  # the CLI path ran (and found no docker here), not a half-read state
     assert "id" not in got

@@ -58,15 +58,32 @@ def test_plan_renders_argv_and_env_through_the_engine(profile, monkeypatch: pyte
     assert toy.ranks[1].mounts == sglang.ranks[1].mounts
 
 
-def test_profile_rejects_flags_the_engine_manages(profile) -> None:
-    from pydantic import ValidationError
-
-    from sparkctl.profile.schema import Engine
+def test_plan_refuses_flags_the_engine_manages(profile) -> None:
+    from sparkctl.errors import ExitCode, ProfileError
 
     assert "tp" in get_engine().managed_flags
-    with pytest.raises(ValidationError, match="set by sparkctl from modes.<mode>.tp"):
-        Engine(args={"tp": 2})
-    assert Engine().command == list(get_engine().default_command)
+    bad = profile.model_copy(update={"engine": profile.engine.model_copy(update={"args": {"tp": 2}})})
+    with pytest.raises(
+        ProfileError, match=r"engine\.args\.tp: 'tp' is set by sparkctl from modes.<mode>.tp"
+    ) as err:
+        build_plan(bad, "solo")
+    assert err.value.exit_code == ExitCode.USAGE
+    mode = bad.modes["solo"].model_copy(update={"args": {"node-rank": 1}})
+    other = profile.model_copy(update={"modes": {**profile.modes, "solo": mode}})
+    with pytest.raises(ProfileError, match=r"modes\.solo\.args\.node-rank: 'node-rank' is set by sparkctl"):
+        build_plan(other, "solo")
+
+
+def test_the_engine_default_command_is_the_engines(profile) -> None:
+    from sparkctl.profile.base import ENGINE_KINDS
+    from sparkctl.profile.schema import Engine
+
+    assert Engine().command is None  # the profile names no engine's launcher
+    argv = build_plan(profile, "solo").ranks[0].argv
+    assert argv[: len(get_engine().default_command)] == list(get_engine().default_command)
+    from sparkctl.engines import ENGINE_NAMES
+
+    assert ENGINE_NAMES == ENGINE_KINDS  # the profile's pure name list is the registry's
 
 
 def test_gb10_cap_is_one_number(profile) -> None:

@@ -1,79 +1,290 @@
-"""The floors of docs/architecture.md, checked on every import in src/ (function-level ones too).
+"""The floors and nevers of docs/architecture.md, checked on every import in src/ (function-level,
+lazy and `if TYPE_CHECKING:` imports included: a typing-only import is an arrow too).
 
-cli/commands -> cores (preflight, discover, lifecycle, ship, launch, verify, benchmark, gpu,
-recipes, plan) -> facts / engines / connectors -> profile, errors, findings, units.
+Each rule is a pure function of the import list, so a test can hand it a deliberately wrong import
+and see it reported (test_the_rules_catch_an_engines_to_planning_import).
 """
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sparkctl"
 
+# Bottom to top. A unit is a package or top-level module under sparkctl; it may import its own
+# floor's units and the floors below, never a floor above.
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("errors", "findings", "fanout", "units", "yaml_model", "cluster_http")),
+    ("profile", ("profile",)),
+    (
+        "reach: connectors, facts, node program, secrets, router client",
+        ("connectors", "facts", "node", "secrets", "router"),
+    ),
+    ("engine support: launch rules", ("launch",)),
+    ("engines", ("engines",)),
+    ("planning", ("planning",)),
+    ("runtime", ("runtime",)),
+    ("flows", ("lifecycle", "preflight", "ship", "verify", "benchmark", "gpu", "recipes", "top", "discover")),
+    ("cli", ("commands", "cli", "__main__")),
+]
+FLOOR = {f"sparkctl.{u}": i for i, (_name, units) in enumerate(FLOORS) for u in units}
 
-def imports() -> list[tuple[str, str]]:
-    """(importing module, imported module) for every `import sparkctl...` / `from sparkctl... import`."""
-    out = []
+# Imports allowed to run from a lower floor to a higher one ("at most one"): none today.
+UPWARD_ALLOWED: set[tuple[str, str]] = set()
+
+# A flow reaches another flow only through these modules (its public entry points).
+ENTRY_POINTS: dict[str, tuple[str, ...]] = {
+    "sparkctl.preflight": ("sparkctl.preflight",),  # run_preflight, FAST_CHECKS
+    "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress", "sparkctl.ship.manifest"),
+    "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes
+    "sparkctl.gpu": ("sparkctl.gpu.drift",),  # preflight's GPU clock drift
+    # the OpenAI-compatible client, its deadline and prompt text (verify's; bench and the
+    # endpoint resolution use them)
+    "sparkctl.verify": ("sparkctl.verify.client", "sparkctl.verify.deadline", "sparkctl.verify.prompts"),
+}
+
+# An underscore module is its package's own; these are also shared with their floor (the CLI's).
+SHARED_PRIVATE_MODULES: dict[str, tuple[str, ...]] = {"sparkctl.commands._common": ("sparkctl.cli",)}
+
+
+class Import(NamedTuple):
+    src: str  # the importing module
+    dst: str  # the imported module (or module.name for `from module import name`)
+    names: tuple[str, ...] = ()  # the names a `from` import takes
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+@cache
+def imports() -> tuple[Import, ...]:
+    """Every sparkctl (and typer) import in src/, wherever it sits in the file."""
+    out: list[Import] = []
     for path in sorted(SRC.rglob("*.py")):
-        mod = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        mod = module_name(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                out += [(mod, n) for n in names if n.startswith("sparkctl")]
+                if node.module.startswith("sparkctl") or node.module == "typer":
+                    out.append(Import(mod, node.module, tuple(a.name for a in node.names)))
             elif isinstance(node, ast.Import):
-                out += [(mod, a.name) for a in node.names if a.name.startswith(("sparkctl", "typer"))]
-            if isinstance(node, ast.ImportFrom) and node.module == "typer":
-                out.append((mod, "typer"))
-    return out
+                out += [Import(mod, a.name) for a in node.names if a.name.startswith(("sparkctl", "typer"))]
+    return tuple(out)
+
+
+def unit(mod: str) -> str:
+    """The package or top-level module a module belongs to: sparkctl.lifecycle.up -> sparkctl.lifecycle."""
+    return ".".join(mod.split(".")[:2])
 
 
 def under(name: str, *pkgs: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in pkgs)
 
 
-def violations(rule: str, bad: list[tuple[str, str]]) -> list[str]:
-    return [f"{rule}: {src} imports {dst}" for src, dst in bad]
+def _inside(edges: tuple[Import, ...] | list[Import]) -> list[Import]:
+    return [e for e in edges if e.dst.startswith("sparkctl.")]
 
 
-def test_nothing_imports_the_cli() -> None:
-    top = ("sparkctl.commands", "sparkctl.cli", "sparkctl.__main__")
-    bad = [
-        (s, d) for s, d in imports() if under(d, "sparkctl.commands", "sparkctl.cli") and not under(s, *top)
+# ------------------------------------------------------------------------------ the rules
+def unplaced(edges) -> list[str]:
+    units = {unit(e.src) for e in edges} | {unit(e.dst) for e in _inside(edges)}
+    return [f"{u} has no floor in FLOORS" for u in sorted(units) if u != "sparkctl" and u not in FLOOR]
+
+
+def upward(edges) -> list[str]:
+    bad = []
+    for e in _inside(edges):
+        s, d = FLOOR.get(unit(e.src)), FLOOR.get(unit(e.dst))
+        if s is not None and d is not None and d > s and (e.src, e.dst) not in UPWARD_ALLOWED:
+            bad.append(f"upward: {e.src} (floor {FLOORS[s][0]}) imports {e.dst} (floor {FLOORS[d][0]})")
+    return bad
+
+
+NEVERS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    # (rule, importers, what they may never import)
+    (
+        "the profile imports nothing above the base",
+        ("sparkctl.profile",),
+        tuple(u for u, f in FLOOR.items() if f > FLOOR["sparkctl.profile"]),
+    ),
+    (
+        "engines never import planning, flows or the CLI",
+        ("sparkctl.engines",),
+        tuple(u for u, f in FLOOR.items() if f > FLOOR["sparkctl.engines"]),
+    ),
+    (
+        "facts do not judge (no findings) nor read the profile",
+        ("sparkctl.facts",),
+        ("sparkctl.findings", "sparkctl.profile"),
+    ),
+    ("the node program imports nothing of sparkctl", ("sparkctl.node",), ("sparkctl",)),
+]
+
+
+def nevers(edges) -> list[str]:
+    bad = []
+    for rule, importers, forbidden in NEVERS:
+        for e in _inside(edges):
+            if under(e.src, *importers) and under(e.dst, *forbidden):
+                bad.append(f"{rule}: {e.src} imports {e.dst}")
+    bad += [
+        f"typer is the CLI's: {e.src} imports typer"
+        for e in edges
+        if e.dst == "typer" and not under(e.src, "sparkctl.commands", "sparkctl.cli")
     ]
-    assert not bad, "\n".join(violations("commands/ is the top floor", bad))
+    return bad
 
 
-def test_only_the_cli_imports_typer() -> None:
-    bad = [(s, d) for s, d in imports() if d == "typer" and not under(s, "sparkctl.commands", "sparkctl.cli")]
-    assert not bad, "\n".join(violations("typer is the CLI's", bad))
+def flow_entry_points(edges) -> list[str]:
+    flows = FLOORS[FLOOR["sparkctl.lifecycle"]][1]
+    bad = []
+    for e in _inside(edges):
+        s, d = unit(e.src), unit(e.dst)
+        if s != d and s.removeprefix("sparkctl.") in flows and d.removeprefix("sparkctl.") in flows:
+            entries = ENTRY_POINTS.get(d, ())
+            target = e.dst if e.dst in _modules() else e.dst.rsplit(".", 1)[0]
+            if target not in entries:
+                bad.append(
+                    f"a flow reaches another through its entry points {entries}: {e.src} imports {e.dst}"
+                )
+    return bad
 
 
-def test_facts_import_no_core() -> None:
-    allowed = (
-        "sparkctl.facts",
-        "sparkctl.errors",
-        "sparkctl.connectors.base",
-        "sparkctl.fanout",
-        "sparkctl.units",
+def private_names(edges) -> list[str]:
+    """Nothing imports another module's _private name (nor an underscore module from outside)."""
+    bad = []
+    for e in _inside(edges):
+        for n in e.names:
+            if n.startswith("_") and f"{e.dst}.{n}" not in _modules():
+                bad.append(f"private name: {e.src} imports {n} from {e.dst}")
+        mods = [e.dst] + [f"{e.dst}.{n}" for n in e.names if f"{e.dst}.{n}" in _modules()]
+        for m in mods:
+            private = any(p.startswith("_") and not p.startswith("__") for p in m.split("."))
+            own = m.rsplit(".", 1)[0]  # an underscore module is its package's own
+            if private and not under(e.src, own, *SHARED_PRIVATE_MODULES.get(m, ())):
+                bad.append(f"private module: {e.src} imports {m}")
+    return bad
+
+
+def unit_graph(edges) -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {}
+    for e in _inside(edges):
+        s, d = unit(e.src), unit(e.dst)
+        if s != d and d != "sparkctl":
+            g.setdefault(s, set()).add(d)
+            g.setdefault(d, set())
+    return g
+
+
+def cycles(edges) -> list[str]:
+    """Strongly connected sets of two or more units (Tarjan), each with the arrows that tie it."""
+    g = unit_graph(edges)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    out = []
+    for comp in found:
+        ties = sorted(
+            {
+                f"{e.src} -> {e.dst}"
+                for e in _inside(edges)
+                if unit(e.src) in comp and unit(e.dst) in comp and unit(e.src) != unit(e.dst)
+            }
+        )
+        out.append(f"cycle {comp}: " + "; ".join(ties))
+    return out
+
+
+@cache
+def _modules() -> frozenset[str]:
+    return frozenset(module_name(p) for p in SRC.rglob("*.py"))
+
+
+# ------------------------------------------------------------------------------ the tests
+def test_every_package_and_top_level_module_has_a_floor() -> None:
+    assert not unplaced(imports()), "\n".join(unplaced(imports()))
+
+
+def test_nothing_imports_a_higher_floor() -> None:
+    bad = upward(imports())
+    assert len(UPWARD_ALLOWED) <= 1 and not bad, "\n".join(bad)
+
+
+def test_the_nevers_hold() -> None:
+    bad = nevers(imports())
+    assert not bad, "\n".join(bad)
+
+
+def test_a_flow_reaches_another_only_through_its_entry_points() -> None:
+    bad = flow_entry_points(imports())
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = private_names(imports())
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycle_between_packages_and_top_level_modules() -> None:
+    bad = cycles(imports())
+    assert not bad, "\n".join(bad)
+
+
+def test_the_node_program_uses_only_relative_imports_of_its_own_files() -> None:
+    for path in (SRC / "node").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert not node.module.startswith("sparkctl"), f"{path.name} imports {node.module}"
+
+
+def test_the_rules_catch_an_engines_to_planning_import() -> None:
+    """A deliberately added engines -> planning import (typing-only counts) is reported by the
+    floors, the nevers and the cycle check (planning imports engines)."""
+    fake = Import("sparkctl.engines.sglang", "sparkctl.planning.build", ("Plan",))
+    edges = (*imports(), fake)
+    assert any(
+        "sparkctl.engines.sglang (floor engines) imports sparkctl.planning.build" in v for v in upward(edges)
     )
-    bad = [(s, d) for s, d in imports() if under(s, "sparkctl.facts") and not under(d, *allowed)]
-    assert not bad, "\n".join(violations("facts/ is a floor below the cores", bad))
-
-
-def test_engines_and_connectors_import_no_core() -> None:
-    cores = (
-        "sparkctl.preflight",
-        "sparkctl.discover",
-        "sparkctl.lifecycle",
-        "sparkctl.ship",
-        "sparkctl.verify",
-        "sparkctl.benchmark",
-        "sparkctl.gpu",
-        "sparkctl.recipes",
-        "sparkctl.top",
+    assert (
+        "engines never import planning, flows or the CLI: sparkctl.engines.sglang imports sparkctl.planning.build"
+        in nevers(edges)
     )
-    low = ("sparkctl.engines", "sparkctl.connectors", "sparkctl.facts", "sparkctl.profile")
-    # engines delegate launch safety to sparkctl.launch lazily (the SGLang rules live there for now)
-    bad = [(s, d) for s, d in imports() if under(s, *low) and under(d, *cores)]
-    assert not bad, "\n".join(violations("engines/connectors/facts/profile sit below the cores", bad))
+    (cycle,) = cycles(edges)
+    assert "sparkctl.engines" in cycle and "sparkctl.planning" in cycle
+    # and the other rules on their own wrong imports
+    assert nevers((Import("sparkctl.node.base", "sparkctl.errors", ("UsageError",)),))
+    assert nevers((Import("sparkctl.profile.schema", "sparkctl.engines", ("get_engine",)),))
+    assert private_names((Import("sparkctl.lifecycle.up", "sparkctl.lifecycle.steps", ("_log_hint",)),))
+    assert private_names((Import("sparkctl.ship.run", "sparkctl.connectors._paramiko"),))
+    assert flow_entry_points((Import("sparkctl.benchmark.switch", "sparkctl.lifecycle.steps", ("observe",)),))
+    assert unplaced((Import("sparkctl.newpkg.x", "sparkctl.errors"),))

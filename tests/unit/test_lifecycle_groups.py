@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.lifecycle.containers import info_from_attrs
-from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
 from sparkctl.lifecycle.watch import combined, endpoints, rank_label
 from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
+from sparkctl.runtime.containers import info_from_attrs
+from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +204,7 @@ def test_status_says_what_is_wrong_with_a_replica_and_the_fix() -> None:
 
 
 def test_the_supervisor_restarts_only_the_replica_whose_rank_died() -> None:
-    from sparkctl.lifecycle.supervise import failed_replica
+    from sparkctl.lifecycle.supervisor.supervise import failed_replica
 
     tp2x2 = build_plan(quad(), "tp2x2")
     assert failed_replica(tp2x2, {"cause": "x", "rank": tp2x2.groups[1].ranks[1]}) == 1

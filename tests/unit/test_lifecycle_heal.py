@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 
 from sparkctl.cli import app
 from sparkctl.commands._common import error_json
-from sparkctl.lifecycle import state, supervisor
-from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle import state
 from sparkctl.lifecycle.orphans import is_connection_loss
-from sparkctl.lifecycle.supervisor import Policy
+from sparkctl.lifecycle.supervisor import process as supervisor
+from sparkctl.lifecycle.supervisor.process import Policy
 from sparkctl.lifecycle.watch import RankFailedError, RankLog, first_dead
+from sparkctl.runtime.containers import ContainerInfo
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +146,7 @@ def test_backoff_first_restart_at_once_then_doubling_capped():
 def test_supervisor_liveness_is_its_flock(tmp_path):
     assert supervisor.running("lab") is None
     code = (
-        "import time; from sparkctl.lifecycle import supervisor; supervisor.hold('lab', 'tp2'); "
+        "import time; from sparkctl.lifecycle.supervisor import process as supervisor; supervisor.hold('lab', 'tp2'); "
         "print('held', flush=True); time.sleep(60)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)

@@ -17,8 +17,8 @@ import pytest
 from sparkctl.errors import LockHeldError, UsageError
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.logs import follower_argv, merge, parse_line, parse_since, read_argv
-from sparkctl.lifecycle.readiness import probe
 from sparkctl.planning.build import Endpoint
+from sparkctl.runtime.readiness import probe
 
 
 def test_follower_appends_docker_logs_and_keeps_the_previous_file(tmp_path):

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import UsageError
-from sparkctl.lifecycle.containers import create_params, info_from_attrs, parse_docker_time
-from sparkctl.lifecycle.up import choose_mode, involved_nodes, reconcile
+from sparkctl.lifecycle.reconcile import choose_mode, involved_nodes, reconcile
 from sparkctl.planning.build import PlanFacts, build_plan
 from sparkctl.profile import load_profile_file
+from sparkctl.runtime.containers import create_params, info_from_attrs, parse_docker_time
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,7 +147,7 @@ def test_container_info_from_inspect(dual):
 
 
 def test_settle_restarts_an_unhealthy_up_to_date_mode() -> None:
-    from sparkctl.lifecycle.up import Reconcile, settle
+    from sparkctl.lifecycle.reconcile import Reconcile, settle
 
     observed = ["r0", "r1"]  # ContainerInfo stand-ins: settle only moves them around
     ok = Reconcile(True, [], ["old"])

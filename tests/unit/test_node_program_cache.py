@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.ship import manifest
-from sparkctl.ship.manifest import node_argv, node_script_digest
+from sparkctl.node import pack as manifest
+from sparkctl.node.pack import node_argv, node_script_digest
 
 
 @pytest.fixture
@@ -98,3 +98,13 @@ def test_a_copy_in_a_directory_others_can_write_is_not_run(home: Path) -> None:
     argv[argv.index(manifest.packed_node_script())] = "bm90IGEgcHJvZ3JhbQ=="
     assert _state(argv).returncode != 0  # the copy was refused, so the (broken) program was compiled
     home.chmod(0o700)
+
+
+def test_the_packer_lists_every_file_of_the_node_program_once() -> None:
+    from pathlib import Path
+
+    from sparkctl.node.pack import FILES
+
+    here = Path(manifest.__file__).parent
+    program = {p.name for p in here.glob("*.py")} - {"__init__.py", "pack.py"}
+    assert sorted(FILES) == sorted(program) and len(FILES) == len(set(FILES))

@@ -92,7 +92,6 @@ def test_managed_flag_and_plain_secret_are_rejected() -> None:
         "  served_model_name: qwen3.6-27b", "  served_model_name: qwen3.6-27b\n  env: {HF_TOKEN: hf_abc}"
     )
     err = error_for(text)
-    assert "engine.args.tp: 'tp' is set by sparkctl from modes.<mode>.tp" in err.message
     assert "engine.env.HF_TOKEN: 'HF_TOKEN' looks like a secret" in err.message
     assert "hf_abc" not in str(err)
 

@@ -12,12 +12,12 @@ from tests.unit.test_lifecycle_groups import running
 
 from sparkctl.lifecycle import rolling
 from sparkctl.lifecycle.drain import count_in_flight, wait_drained
-from sparkctl.lifecycle.readiness import EndpointHealth
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
-from sparkctl.lifecycle.up import QuietReporter
+from sparkctl.lifecycle.steps import QuietReporter
 from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
 from sparkctl.router.client import RouterError, Worker
+from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang"
@@ -395,3 +395,11 @@ def test_a_tp_group_is_one_replica_its_ranks_stop_and_start_together(harness) ->
     stops = [c[1] for c in calls if c[0] == "stop"]
     assert stops == [sorted(r.container_name for r in old.group_ranks(i)) for i in (0, 1)]
     assert [c for c in calls if c[0] == "start"] == [("start", "tp2x2b", 0), ("start", "tp2x2b", 1)]
+
+
+def test_a_rolling_up_lists_the_containers_once(harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = build_plan(profile(), "dp2")
+    prof, new, _router, _calls = harness(containers(old))
+    monkeypatch.setattr(rolling, "observe", lambda *a: pytest.fail("listed again: up passes what it listed"))
+    result = rolling.roll_if_possible(prof, None, new, 60, QuietReporter(), containers(old))  # type: ignore[arg-type]
+    assert result is not None and result.action == "rolled"

@@ -194,19 +194,22 @@ def test_remote_code_is_opt_in_and_unpinned_revisions_warn() -> None:
     )
     assert "--trust-remote-code" in build_plan(opted, "tp2").ranks[0].argv
     assert [f.check for f in check_remote_code(opted)] == ["RemoteCode"]
+    # flags the engine manages are refused when the plan is built (the profile imports no engine)
+    remote = load(
+        DUAL.replace(
+            "    attention-backend: flashinfer",
+            "    attention-backend: flashinfer\n    trust-remote-code: true",
+        )
+    )
     with pytest.raises(ProfileError, match="engine.trust_remote_code"):
-        load(
-            DUAL.replace(
-                "    attention-backend: flashinfer",
-                "    attention-backend: flashinfer\n    trust-remote-code: true",
-            )
+        build_plan(remote, "tp2")
+    keyed = load(
+        DUAL.replace(
+            "    attention-backend: flashinfer", "    attention-backend: flashinfer\n    api-key: abc"
         )
+    )
     with pytest.raises(ProfileError, match="engine.api_key"):
-        load(
-            DUAL.replace(
-                "    attention-backend: flashinfer", "    attention-backend: flashinfer\n    api-key: abc"
-            )
-        )
+        build_plan(keyed, "tp2")
 
 
 def test_secret_files_render_as_sglang_config_and_raw_files(monkeypatch: pytest.MonkeyPatch) -> None:

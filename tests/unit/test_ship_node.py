@@ -14,11 +14,11 @@ from tests.testbed_tests.test_ship import make_fake_snapshot
 
 from sparkctl.connectors.local import LocalConnector
 from sparkctl.facts.hfcache import repo_dir
+from sparkctl.node.base import frame
+from sparkctl.node.pack import node_argv, node_script
 from sparkctl.profile.schema import ModelRef
 from sparkctl.ship import ByteCounter, snapshot_manifest
-from sparkctl.ship._node import frame
 from sparkctl.ship.hop import Transfers
-from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.weights import WeightsPeer, plan_streams, ship_weights
 
 MODEL = "org/model"
@@ -346,18 +346,18 @@ def test_engine_socket_is_where_the_docker_cli_would_go(
 ) -> None:
     """The node program talks to the engine's socket itself only where the docker CLI would; a
     docker context or a remote DOCKER_HOST leaves it to the CLI (None)."""
-    from sparkctl.ship._engine import engine_socket
+    from sparkctl.node.docker_api import docker_socket
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
-    assert engine_socket() == "/var/run/docker.sock"
+    assert docker_socket() == "/var/run/docker.sock"
     (tmp_path / "config.json").write_text('{"currentContext": "rootless"}')
-    assert engine_socket() is None
+    assert docker_socket() is None
     monkeypatch.setenv("DOCKER_HOST", "unix:///run/other/docker.sock")  # wins over the context, as in the CLI
-    assert engine_socket() == "/run/other/docker.sock"
+    assert docker_socket() == "/run/other/docker.sock"
     monkeypatch.setenv("DOCKER_HOST", "ssh://spark2")
-    assert engine_socket() is None
+    assert docker_socket() is None
 
 
 def test_a_refused_docker_save_is_reported_as_the_sources_failure() -> None:

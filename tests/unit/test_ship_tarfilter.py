@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from sparkctl.ship.tarfilter import LayerFilter, _parse_octal, chain_ids, predict_v1_ids
+from sparkctl.node.tarfilter import LayerFilter, _parse_octal, chain_ids, predict_v1_ids
 
 # Recorded from a real Docker 20.10 `docker save` of a 3-layer image (tests/testbed overlays).
 REAL_DIFFS = [

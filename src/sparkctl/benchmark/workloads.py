@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkctl.verify.prompts import filler
+
 _CODE = (
     "Write a Python module that parses a CSV file of sales records, groups them by region and "
     "month, and prints a summary table. Include type hints and docstrings."
@@ -16,38 +18,6 @@ _THINK = (
     "A train leaves at 09:40 and travels 210 km at 84 km/h. A second train leaves the same "
     "station at 10:05 at 105 km/h on the same track. When and where does it catch up?"
 )
-_WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-    "mike",
-    "november",
-    "oscar",
-    "papa",
-    "quebec",
-    "romeo",
-    "sierra",
-    "tango",
-    "uniform",
-    "victor",
-    "whiskey",
-    "xray",
-]
-
-
-def filler(words: int, seed: str = "") -> str:
-    """Deterministic long text; `seed` first so different seeds share no cacheable prefix."""
-    body = " ".join(_WORDS[i % len(_WORDS)] for i in range(words))
-    return f"{seed}\n{body}" if seed else body
 
 
 @dataclass(frozen=True)

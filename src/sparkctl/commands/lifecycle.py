@@ -75,7 +75,7 @@ class _Reporter:
 
         self.out.print(f"{self._stamp()} {escape(text)}")
 
-    def update(self, snap) -> None:  # sparkctl.lifecycle.watch.Snapshot
+    def update(self, snap) -> None:  # sparkctl.lifecycle.watch.WaitProgress
         if not self.out.is_terminal:
             for view in snap.ranks:  # plain output: only state changes
                 if self.states.get(view.rank) != view.status:
@@ -95,7 +95,7 @@ class _Reporter:
             self.live = None
 
 
-def _live_table(snap):  # rich renderable from a Snapshot
+def _live_table(snap):  # rich renderable from a WaitProgress
     from rich.table import Table
 
     table = Table(
@@ -154,7 +154,7 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # Pref
     return what
 
 
-def _run_up(
+def run_up(
     mode: str | None,
     tp: int | None,
     skip_preflight: bool,
@@ -210,7 +210,7 @@ def _run_up(
     sup = None
     if supervise:
         from sparkctl.commands.lifecycle_view import start_detached
-        from sparkctl.lifecycle.supervisor import Policy
+        from sparkctl.lifecycle.supervisor.process import Policy
 
         sup = start_detached(profile, prof, result.plan.mode, Policy())
     if json_out:
@@ -264,7 +264,7 @@ def up_cmd(
     if dry_run:
         _print_preview(profile, mode, tp, json_out, rolling)
         return
-    _run_up(
+    run_up(
         mode,
         tp,
         skip_preflight,
@@ -294,7 +294,7 @@ def switch_cmd(
     if dry_run:
         _print_preview(profile, mode, None, json_out, rolling)
         return
-    _run_up(
+    run_up(
         mode,
         None,
         skip_preflight,

@@ -304,8 +304,8 @@ def supervise_cmd(
 ) -> None:
     """Watch the running group; when a rank exits or the generation canary keeps failing, restart
     every rank together (backoff, restart limit). `status` and `logs` show each restart and why."""
-    from sparkctl.lifecycle import supervisor
-    from sparkctl.lifecycle.supervisor import Policy
+    from sparkctl.lifecycle.supervisor import process as supervisor
+    from sparkctl.lifecycle.supervisor.process import Policy
 
     prof = load_profile(profile)
     if stop:
@@ -320,8 +320,8 @@ def supervise_cmd(
         console().print(f"supervising mode {mode} in the background (pid {info.get('pid')})")
         return
     from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.supervise import run
-    from sparkctl.lifecycle.supervisor import StopFlag
+    from sparkctl.lifecycle.supervisor.process import StopFlag
+    from sparkctl.lifecycle.supervisor.supervise import run
 
     flag = StopFlag().install()
     with NodePool(prof) as pool:
@@ -343,7 +343,7 @@ def _running_mode(prof) -> str:  # Profile
 
 def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # Path|None, Profile, Policy
     """Spawn the background supervisor for `mode` (an already running one for it is kept)."""
-    from sparkctl.lifecycle import supervisor
+    from sparkctl.lifecycle.supervisor import process as supervisor
     from sparkctl.profile import find_profile
 
     current = supervisor.running(prof.cluster)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile
-from sparkctl.commands.lifecycle import RollingOpt, SkipPreflightOpt, TimeoutOpt, _run_up
+from sparkctl.commands.lifecycle import RollingOpt, SkipPreflightOpt, TimeoutOpt, run_up
 
 
 def print_rolled(out, result, elapsed: float) -> None:  # RolledUp
@@ -53,4 +53,4 @@ def upgrade_cmd(
             f"mode {mode} has 1 replica: upgrading restarts it (requests fail until it is back); "
             "a mode with 2+ replicas behind the router is upgraded one replica at a time"
         )
-    _run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)
+    run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)

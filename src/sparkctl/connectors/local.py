@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkctl.connectors.base import DEFAULT_TIMEOUT, Connector, RunResult
-from sparkctl.errors import EngineDownError
+from sparkctl.errors import DockerDownError
 
 if TYPE_CHECKING:
     import docker
@@ -100,7 +100,7 @@ class LocalConnector(Connector):
             ) from None
 
 
-def docker_down_error(node: str, host: str | None, exc: BaseException) -> EngineDownError:
+def docker_down_error(node: str, host: str | None, exc: BaseException) -> DockerDownError:
     """Docker missing or stopped on the node sparkctl runs on: the same exit code as over SSH."""
     import shutil
 
@@ -113,7 +113,7 @@ def docker_down_error(node: str, host: str | None, exc: BaseException) -> Engine
     else:
         what = f"Docker is not running (no engine answers at {where})"
         fix = "start it: `sudo systemctl start docker` (check with `docker info`)"
-    return EngineDownError(f"{what} on this node", node=node, fix=fix)
+    return DockerDownError(f"{what} on this node", node=node, fix=fix)
 
 
 def _text(data: bytes | str | None) -> str:

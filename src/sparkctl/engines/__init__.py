@@ -11,6 +11,8 @@ import importlib
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS
+
 if TYPE_CHECKING:
     from sparkctl.engines.base import Engine
 
@@ -19,8 +21,8 @@ _ENGINES: dict[str, str] = {
     "sglang": "sparkctl.engines.sglang:ENGINE",
     "vllm": "sparkctl.engines.vllm:ENGINE",
 }
-ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)
-DEFAULT_ENGINE = "sglang"
+ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)  # == profile.base.ENGINE_KINDS (a unit test holds it)
+__all__ = ["DEFAULT_ENGINE", "ENGINE_KINDS", "ENGINE_NAMES", "get_engine"]
 
 
 @cache

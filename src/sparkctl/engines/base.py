@@ -1,13 +1,13 @@
 """What sparkctl needs from a serving engine: its command line, env, readiness, flags and checks.
 
-Everything engine-specific sits behind this protocol: plan.py renders argv/env through it, the
-profile schema asks it which flags sparkctl manages, preflight asks which env var carries the
+Everything engine-specific sits behind this protocol: planning/build.py renders argv/env through it
+and refuses the flags it manages in the profile's args, preflight asks which env var carries the
 advertised address and what memory fraction a command line asks for, readiness asks the paths.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 
@@ -67,14 +66,33 @@ class RankLayout:
     pp: int = 1
 
 
+class LaunchRank(Protocol):
+    """What a launch check reads of one planned rank (planning's RankSpec has these)."""
+
+    node: str
+    image: str
+    argv: list[str]
+
+
+class LaunchTarget(Protocol):
+    """What a launch check reads of a plan: its ranks and nodes (planning's Plan is one). The engine
+    floor sits below planning, so it names only these fields, never the Plan type."""
+
+    @property
+    def ranks(self) -> Sequence[LaunchRank]: ...
+
+    @property
+    def nodes(self) -> list[str]: ...
+
+
 class Engine(Protocol):
     name: str
     default_command: tuple[str, ...]  # the container command when engine.command is not set
     managed_flags: Mapping[str, str]  # flag -> the profile key sparkctl renders it from
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
+    key_file: str  # in-container file the engine reads its API keys from (kept off argv)
     readiness: Readiness
     metrics: MetricNames
-    auth_config: str  # the --config YAML file in the container that carries the API key(s)
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
     image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
@@ -101,7 +119,7 @@ class Engine(Protocol):
 
     def check(
         self,
-        plan: Plan,
+        plan: LaunchTarget,
         profile: Profile,
         pool: NodePool | None = None,
         gpu_reports: Mapping[str, GpuReport | None] | None = None,

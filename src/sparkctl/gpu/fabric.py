@@ -162,7 +162,7 @@ def _start(conn: Connector, r: FabricRank, argv: list[str], env: dict[str, str],
     devices/caps/ulimits), but running the worker on one GPU and mounting nothing."""
     import docker
 
-    from sparkctl.lifecycle.containers import create_params, node_rdma_devices
+    from sparkctl.runtime.containers import create_params, node_rdma_devices
 
     client = conn.docker()
     _remove_stale(client, r.container_name)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sparkctl.engines.sglang.flags import GB10_MAX_MEM_FRACTION  # noqa: F401 - one cap, used by rules/memory
+# 0.95 hard-rebooted GB10 during "Capture target verify CUDA graph" (recipe.md): the one cap,
+# used as the plan's default on GB10 (engines/sglang/flags.py), by the launch rules and by
+# preflight's UnifiedMemory.
+GB10_MAX_MEM_FRACTION = 0.90
 
 FlagValue = str | bool | list[str]
 LAUNCH_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang.launch")

@@ -276,7 +276,7 @@ def weight_bytes_in(directory: Path) -> tuple[int, int]:
 def hf_snapshot_dir(hf_cache: Path, repo_id: str, revision: str | None = None) -> Path | None:
     """`<hf_cache>/hub/models--org--name/snapshots/<rev>` (revision: commit, branch/tag via refs/)."""
     from sparkctl.facts.hfcache import repo_dir_name
-    from sparkctl.ship._node import resolve_commit  # the same resolution `ship` uses on the nodes
+    from sparkctl.node.base import resolve_commit  # the same resolution `ship` uses on the nodes
 
     base = hf_cache / "hub" if (hf_cache / "hub").is_dir() else hf_cache  # HF_HOME, or a hub/ dir
     repo = base / repo_dir_name(repo_id)

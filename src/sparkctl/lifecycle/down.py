@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, SparkctlError
-from sparkctl.lifecycle import containers, orphans, supervisor
-from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle import orphans
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.up import remove_all
+from sparkctl.lifecycle.steps import remove_all
+from sparkctl.lifecycle.supervisor import process as supervisor
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
 
 
 @dataclass

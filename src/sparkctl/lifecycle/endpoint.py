@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class ApiTarget:
     url: str
     model: str
     config_hash: str | None
@@ -30,7 +30,7 @@ def resolve_endpoint(
     model: str | None,
     api_key: str | None = None,
     api_key_env: str | None = None,
-) -> Endpoint:
+) -> ApiTarget:
     """The profile is loaded only when --url is not given. The key: --api-key, --api-key-env,
     else the profile's."""
     from sparkctl.verify.client import profile_api_key, resolve_api_key
@@ -40,7 +40,7 @@ def resolve_endpoint(
             raise UsageError("--url and --model go together", fix="pass both, or neither and use -p PROFILE")
         if mode:
             raise UsageError("MODE and --url are exclusive", fix="drop MODE, or drop --url/--model")
-        return Endpoint(url, model, None, None, resolve_api_key(api_key, api_key_env, None))
+        return ApiTarget(url, model, None, None, resolve_api_key(api_key, api_key_env, None))
     from sparkctl.planning.build import build_plan
 
     prof = load_profile()
@@ -52,4 +52,4 @@ def resolve_endpoint(
             mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
     plan = build_plan(prof, mode)
     key = resolve_api_key(api_key, api_key_env, profile_api_key(prof))
-    return Endpoint(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)
+    return ApiTarget(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.planning.build import RankSpec, node_path
+from sparkctl.planning.build import RankSpec
+from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.secrets import redact, secret_values
 
@@ -82,7 +83,7 @@ class LogLine:
 
 def split_timestamp(line: str) -> tuple[datetime | None, str]:
     """'2024-05-01T12:00:00.123456789Z text' -> (datetime, 'text'); lines without one pass as is."""
-    from sparkctl.lifecycle.containers import parse_docker_time
+    from sparkctl.runtime.containers import parse_docker_time
 
     m = TS_RE.match(line)
     if not m:

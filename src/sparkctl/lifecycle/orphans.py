@@ -15,10 +15,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import ConnectError, EngineDownError, SparkctlError
+from sparkctl.errors import ConnectError, DockerDownError, SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, state
-from sparkctl.lifecycle.containers import CLUSTER_LABEL
+from sparkctl.lifecycle import state
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import CLUSTER_LABEL
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 def is_connection_loss(exc: BaseException) -> bool:
     """True when `exc` means the node (its SSH session or tunnelled Docker API) went away."""
-    if isinstance(exc, EngineDownError):  # the node answered; its Docker engine did not
+    if isinstance(exc, DockerDownError):  # the node answered; its Docker engine did not
         return False
     if isinstance(exc, ConnectError):
         return True

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.lifecycle.containers import ContainerInfo
-from sparkctl.lifecycle.readiness import probe
-from sparkctl.lifecycle.up import choose_mode, involved_nodes, observe, reconcile, resolve_plan, settle
+from sparkctl.lifecycle.reconcile import choose_mode, involved_nodes, reconcile, settle
+from sparkctl.lifecycle.steps import observe, resolve_plan
 from sparkctl.planning.build import Plan, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import probe
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def preview(
     router = [plan.router] if plan.router is not None and rec.router is None else []  # else kept
     if rec.up_to_date:
         return Preview(plan, rec.leftovers, router)
-    rolled, note = _rolling_preview(profile, pool, plan) if rolling else (None, None)
+    rolled, note = _rolling_preview(profile, pool, plan, observed) if rolling else (None, None)
     if rolled is not None:
         return rolled
     peers = [s for s in plan.ranks if s.node_rank > 0]
@@ -57,12 +58,14 @@ def preview(
     return Preview(plan, rec.remove, [*peers, *heads, *router], rolling=note)
 
 
-def _rolling_preview(profile: Profile, pool: NodePool, plan: Plan) -> tuple[Preview | None, str | None]:
+def _rolling_preview(
+    profile: Profile, pool: NodePool, plan: Plan, observed: list[ContainerInfo]
+) -> tuple[Preview | None, str | None]:
     """(what a rolling switch would replace replica by replica, None) when it rolls, else
     (None, why not); (None, None) when neither side has replicas."""
     from sparkctl.lifecycle.rolling import decide, replica_containers
 
-    d = decide(profile, pool, plan)
+    d = decide(profile, pool, plan, observed)
     if d.verdict is None:
         return None, None
     if not d.verdict.ok or d.old is None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.errors import UsageError
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.router import matches
 from sparkctl.planning.build import Plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime.containers import ContainerInfo
 
 
 def choose_mode(profile: Profile, mode: str | None, tp: int | None) -> str:

@@ -2,7 +2,7 @@
 clients see no failed request.
 
 Per replica: take it out of the router, wait until it serves no request (drain.py), stop it, start
-it with the new config (`up.start_group` on `Plan.replica(i)`), wait ready, put it back; then the
+it with the new config (`steps.start_group` on `Plan.replica(i)`), wait ready, put it back; then the
 next one. `can_roll` (pure) decides from the two plans, the containers and the router's listing;
 when it says no, `up` stops everything and starts the new mode as before, saying why in one line.
 A replica already on the new config and healthy in the router is skipped, so rerunning the same
@@ -19,9 +19,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.engines.base import MetricNames
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
-from sparkctl.lifecycle.readiness import probe
 from sparkctl.lifecycle.reconcile import involved_nodes
 from sparkctl.lifecycle.rolling_rules import (
     Verdict,
@@ -31,10 +29,12 @@ from sparkctl.lifecycle.rolling_rules import (
     replica_containers,
     running_mode,
 )
-from sparkctl.lifecycle.up import Reporter, UpResult, observe, remove_all, start_group
+from sparkctl.lifecycle.steps import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterClient, RouterError, Worker
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import probe
 
 __all__ = ["Verdict", "can_roll", "is_router", "layout_blocker", "running_mode"]  # the rules, re-exported
 
@@ -103,9 +103,13 @@ class Decision:
     key: str | None = None
 
 
-def decide(profile: Profile, pool: NodePool, new: Plan) -> Decision:
-    """Read the running mode and the router's listing, and rule (`up --dry-run` shows the verdict)."""
-    observed = observe(pool, new.cluster, involved_nodes(new, profile))
+def decide(
+    profile: Profile, pool: NodePool, new: Plan, observed: list[ContainerInfo] | None = None
+) -> Decision:
+    """Read the running mode and the router's listing, and rule (`up --dry-run` shows the verdict).
+    `observed`: the containers the caller already listed (else they are listed here)."""
+    if observed is None:
+        observed = observe(pool, new.cluster, involved_nodes(new, profile))
     mode = running_mode(observed, new.mode)
     old = build_plan(profile, mode, _hcas(new)) if mode in profile.modes else None
     if new.router is None and (old is None or old.router is None):
@@ -123,11 +127,17 @@ def decide(profile: Profile, pool: NodePool, new: Plan) -> Decision:
 
 
 def roll_if_possible(
-    profile: Profile, pool: NodePool, new: Plan, budget: float, rep: Reporter
+    profile: Profile,
+    pool: NodePool,
+    new: Plan,
+    budget: float,
+    rep: Reporter,
+    observed: list[ContainerInfo] | None = None,
 ) -> RolledUp | None:
-    """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before)."""
+    """Roll onto `new` when can_roll says so (None after saying why not: `up` goes on as before).
+    `observed`: what `up` already listed (a rolling `up` lists the containers once)."""
     t0 = time.monotonic()
-    d = decide(profile, pool, new)
+    d = decide(profile, pool, new, observed)
     if d.verdict is None:
         return None
     if not d.verdict.ok:

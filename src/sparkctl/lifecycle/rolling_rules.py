@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.planning.build import Plan
 from sparkctl.router.client import Worker
+from sparkctl.runtime.containers import ContainerInfo
 
 GROUP_LABEL = "sparkctl.group"
 HASH_LABEL = "sparkctl.config_hash"

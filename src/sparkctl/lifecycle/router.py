@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
-from sparkctl.lifecycle import containers
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.logs import plain
 from sparkctl.planning.build import LABEL_PREFIX, Plan, RankSpec
 from sparkctl.router.client import RouterClient, RouterError, Worker
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25

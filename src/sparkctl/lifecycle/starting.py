@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, logs, orphans, state
-from sparkctl.planning.build import Plan, RankSpec, node_path
+from sparkctl.lifecycle import logs, orphans, state
+from sparkctl.planning.build import Plan, RankSpec
+from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
 
 
 def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:

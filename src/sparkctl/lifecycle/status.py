@@ -6,15 +6,17 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import EngineDownError, LockHeldError, SparkctlError
+from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, orphans, state, supervisor
-from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.readiness import EndpointHealth, probe
 from sparkctl.lifecycle.router import RouterView
+from sparkctl.lifecycle.supervisor import process as supervisor
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth, probe
 
 
 @dataclass
@@ -184,7 +186,7 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
             else str(exc)
         )
         out.unreachable[node] = why
-        out.unknown_why[node] = "Docker not answering" if isinstance(exc, EngineDownError) else "unreachable"
+        out.unknown_why[node] = "Docker not answering" if isinstance(exc, DockerDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]

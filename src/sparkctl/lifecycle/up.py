@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import ExitCode, SparkctlError, UsageError
-from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, logs, orphans, state, supervisor
-from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.containers import ContainerInfo
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lifecycle import orphans
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.readiness import EndpointHealth, probe
-from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
-from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
-from sparkctl.lifecycle.state import last_attempt  # noqa: F401 - re-exported for callers
-from sparkctl.lifecycle.watch import Snapshot, WaitResult, combined, endpoints, rank_label, wait_ready
-from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
+from sparkctl.lifecycle.reconcile import choose_mode, involved_nodes, reconcile, settle
+from sparkctl.lifecycle.steps import (
+    QuietReporter,
+    Reporter,
+    UpResult,
+    observe,
+    remove_all,
+    resolve_plan,
+    serving,
+    start_group,
+)
+from sparkctl.lifecycle.supervisor import process as supervisor
+from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
+from sparkctl.runtime import containers
 
 
 class PreflightFailedError(SparkctlError):
@@ -48,118 +51,6 @@ class PreflightFailedError(SparkctlError):
         return {"weights" if c == "Weights" else "image" for c in checks}
 
 
-class Reporter(Protocol):
-    def phase(self, text: str) -> None: ...
-    def update(self, snapshot: Snapshot) -> None: ...
-
-
-class QuietReporter:
-    def phase(self, text: str) -> None:
-        pass
-
-    def update(self, snapshot: Snapshot) -> None:
-        pass
-
-
-@dataclass
-class UpResult:
-    plan: Plan
-    action: str  # "noop", "started", or "router" (the ranks ran as planned; only the router started)
-    endpoint: EndpointHealth
-    removed: list[ContainerInfo] = field(default_factory=list)
-    elapsed: float = 0.0
-    ready_at: float | None = None  # time.monotonic() the endpoint first answered ready
-    settled: list[str] = field(default_factory=list)  # leftovers of lost nodes removed now
-
-    def to_json(self) -> dict:
-        ep = self.plan.endpoint
-        return {
-            "action": self.action,
-            "cluster": self.plan.cluster,
-            "mode": self.plan.mode,
-            "config_hash": self.plan.config_hash,
-            "endpoint": {"url": ep.url, "api_base": ep.api_base, "model": ep.served_model_name},
-            "health": self.endpoint.to_json(),
-            "removed": [c.to_json() for c in self.removed],
-            "elapsed_s": round(self.elapsed, 3),
-            "settled": self.settled,
-            "ranks": [
-                {"rank": r.rank, "replica": r.group, "node": r.node, "container": r.container_name}
-                for r in self.plan.ranks
-            ],
-            "replicas": [{"index": g.index, "url": g.worker_url, "ranks": g.ranks} for g in self.plan.groups],
-            "router": (
-                {"node": self.plan.router.node, "container": self.plan.router.container_name}
-                if self.plan.router
-                else None
-            ),
-        }
-
-
-# ------------------------------------------------------------------------------------ I/O steps
-def observe(pool: NodePool, cluster: str, nodes: list[str]) -> list[ContainerInfo]:
-    found, failed = containers.list_nodes(pool, cluster, nodes)
-    if failed:  # `up` must see every node it may change
-        node, exc = next(iter(failed.items()))
-        if orphans.is_connection_loss(exc):
-            raise orphans.lost(node, None, exc, "listing its containers")
-        if isinstance(exc, SparkctlError) or not isinstance(exc, Exception):
-            raise exc
-        raise SparkctlError(f"listing containers: {exc}", node=node)
-    return found
-
-
-def remove_all(pool: NodePool, infos: list[ContainerInfo], grace: int | None = containers.STOP_GRACE) -> None:
-    """Stop (SIGTERM, SIGKILL after `grace` s; None: SIGKILL) and remove, every container in
-    parallel; raise naming the first node that failed."""
-    items = {(c.node, c.name): c for c in infos}
-
-    def remove_one(key: tuple[str, str]) -> None:
-        c = items[key]
-        containers.remove(pool.get(c.node), c.name, grace=grace)
-
-    def where(key: tuple[str, str]) -> tuple[str, int | None]:
-        return key[0], items[key].rank
-
-    results = fan_out(list(items), remove_one, where=where)
-    for o in results.failed:
-        if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
-            raise orphans.lost(o.node or "?", o.rank, o.error, "stopping its containers")  # type: ignore[arg-type]
-    results.values_or_raise()
-
-
-log_path = logs.rank_log_path
-
-
-def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
-    """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
-    if not plan.unresolved:
-        return plan
-    from sparkctl.facts.rdma import hca_candidates, probe_rdma
-
-    auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
-
-    def discover(node: str) -> list[str]:
-        fabric = profile.node(node).fabric
-        assert fabric is not None
-        devices = probe_rdma(pool.get(node))  # NoRdma: fan_out's outcome names the node
-        found = hca_candidates(devices, fabric.netdevs, str(fabric.ip))
-        if not found:
-            raise UsageError(
-                f"fabric.hcas is 'auto' but no ACTIVE RoCE device is bound to {','.join(fabric.netdevs)}",
-                node=node,
-                fix="run `sparkctl preflight` (RoceHca shows the devices), set nodes[].fabric.hcas, "
-                "or use fabric.transport: tcp",
-            )
-        return found
-
-    hcas = fan_out(auto, discover).values_or_raise()
-    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas))
-    if resolved.unresolved:
-        raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))
-    return resolved
-
-
 def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set[str]) -> str:
     """The quick subset of preflight; raises PreflightFailedError listing every error."""
     try:
@@ -176,10 +67,6 @@ def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set
             errors=report.errors,
         )
     return f"preflight ok ({len(report.findings)} checks)"
-
-
-def record_attempt(plan: Plan, outcome: str) -> None:
-    state.record_attempt(plan.cluster, plan.mode, plan.config_hash, outcome)
 
 
 # ------------------------------------------------------------------------------------ up
@@ -223,7 +110,9 @@ def _up_locked(
         rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
     observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
+    listed = observed  # still what runs, unless serving() below starts a router
     if rec.up_to_date:
+        listed = None
         health, router_started = serving(profile, pool, plan, deadline, rep)
         if health.ready:
             if rec.leftovers:
@@ -247,7 +136,7 @@ def _up_locked(
     if rolling and rec.remove:
         from sparkctl.lifecycle.rolling import roll_if_possible
 
-        if (rolled := roll_if_possible(profile, pool, plan, budget, rep)) is not None:
+        if (rolled := roll_if_possible(profile, pool, plan, budget, rep, listed)) is not None:
             return rolled
     if rec.remove:
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
@@ -256,90 +145,3 @@ def _up_locked(
     return UpResult(
         plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled
     )
-
-
-def start_group(
-    profile: Profile, pool: NodePool, plan: Plan, deadline: float, budget: float, rep: Reporter
-) -> WaitResult:
-    """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
-    0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
-    replicas, bring up the router (a running one with this config is kept) until it routes to
-    each. On any failure kill what this call started (SIGKILL: nothing to save) and raise.
-    A replica's sub-plan (`plan.replica(i)`: no router) starts that group alone."""
-    record_attempt(plan, "starting")
-    started: list[RankSpec] = []
-    try:
-        prepare_nodes(profile, pool, plan)
-        peers = [s for s in plan.ranks if s.node_rank > 0]
-        heads = [s for s in plan.ranks if s.node_rank == 0]
-        if peers:
-            rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
-            start_specs(profile, pool, peers, started)
-        rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
-        start_specs(profile, pool, heads, started)
-        eps = endpoints(plan)
-        what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
-        rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")
-        result = wait_ready(
-            pool,
-            plan,
-            deadline,
-            budget=budget,
-            on_update=rep.update,
-            log_hint=lambda s: _log_hint(profile, s),
-        )
-        if plan.router is not None:
-            routers.bring_up(
-                pool, plan, deadline, rep.phase, lambda s: start_specs(profile, pool, [s], started)
-            )
-    except BaseException as exc:
-        record_attempt(plan, "failed")
-        rep.phase("rolling back the containers this run started")
-        problems, left = remove_started(pool, plan, started)
-        note = orphans.record_leftovers(plan.cluster, left)
-        if isinstance(exc, SparkctlError):
-            extra = "; ".join([*problems, note] if note else problems)
-            if extra:
-                exc.fix = ((exc.fix + "; ") if exc.fix else "") + "rollback: " + extra
-        raise
-    record_attempt(plan, "ready")
-    return result
-
-
-def serving(
-    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter
-) -> tuple[EndpointHealth, bool]:
-    """Whether a mode found running as planned serves: every replica's endpoint ready, and with
-    replicas the router routing to each (its worker set reconciled; a missing router is started,
-    and removed again if it fails to route). A kept router that does not route to a replica
-    within a few of its health checks means not serving: `up` then restarts the replicas.
-    Also says whether it started the router."""
-    health = combined([probe(ep) for ep in endpoints(plan)])
-    if not health.ready or plan.router is None:
-        return health, False
-    started: list[RankSpec] = []
-
-    def start_router(spec: RankSpec) -> None:
-        prepare_nodes(profile, pool, replace(plan, ranks=[]))  # the router's log directory
-        start_specs(profile, pool, [spec], started)
-
-    spec, r = plan.router, profile.router
-    if routers.matches(containers.inspect(pool.get(spec.node), spec.container_name), spec):
-        deadline = min(
-            deadline, time.monotonic() + r.health_check_interval * (r.health_failure_threshold + 1) + 5
-        )
-    try:
-        routers.bring_up(pool, plan, deadline, rep.phase, start_router, restarted=False)
-    except routers.RouterFailedError as exc:
-        if not started:  # the kept router shuns a replica sparkctl finds ready
-            return EndpointHealth(True, health.served, False, f"router: {exc.message}"), False
-        remove_started(pool, plan, started)
-        raise
-    except BaseException:
-        remove_started(pool, plan, started)
-        raise
-    return probe(plan.endpoint), bool(started)
-
-
-def _log_hint(profile: Profile, spec: RankSpec) -> str:
-    return f"full log: `sparkctl logs --rank {spec.rank}` (file {spec.node}:{log_path(profile, spec)})"

@@ -9,7 +9,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lifecycle.up import PreflightFailedError, QuietReporter, Reporter, UpResult, choose_mode, up
+from sparkctl.lifecycle.reconcile import choose_mode
+from sparkctl.lifecycle.steps import QuietReporter, Reporter, UpResult
+from sparkctl.lifecycle.up import PreflightFailedError, up
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool

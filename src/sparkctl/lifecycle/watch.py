@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle.containers import ContainerInfo, inspect, tail_logs
 from sparkctl.lifecycle.orphans import is_connection_loss, lost
-from sparkctl.lifecycle.readiness import EndpointHealth, Prober
 from sparkctl.planning.build import Endpoint, Plan, RankSpec
+from sparkctl.runtime.containers import ContainerInfo, inspect, tail_logs
+from sparkctl.runtime.readiness import EndpointHealth, Prober
 from sparkctl.secrets import redact, secret_values
 
 POLL_S = 0.25
@@ -40,7 +40,7 @@ class RankView:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class WaitProgress:
     elapsed: float
     remaining: float
     ranks: list[RankView]
@@ -152,7 +152,7 @@ def wait_ready(
     deadline: float,
     *,
     budget: float | None = None,
-    on_update: Callable[[Snapshot], None] | None = None,
+    on_update: Callable[[WaitProgress], None] | None = None,
     log_hint: Callable[[RankSpec], str] | None = None,
     poll: float = POLL_S,
 ) -> WaitResult:
@@ -180,7 +180,7 @@ def wait_ready(
                 ready_at = max(p.ready_at for p in probers if p.ready_at is not None)
                 return WaitResult(now - start, health, ready_at, list(views.values()))
             if on_update is not None:
-                on_update(Snapshot(now - start, max(0.0, deadline - now), list(views.values()), health))
+                on_update(WaitProgress(now - start, max(0.0, deadline - now), list(views.values()), health))
             if now >= deadline:
                 raise _timed_out(pool, plan, probers, budget or now - start, log_hint)
             time.sleep(poll)

@@ -7,19 +7,18 @@ a container (image, argv, env, mounts, options), so `up` can tell "already runni
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import posixpath
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
-from sparkctl.errors import UsageError
+from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
-from sparkctl.planning.model import ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
+from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
+from sparkctl.profile.derived import node_path, served_model_name
 from sparkctl.profile.schema import Mode, Node, Profile
 from sparkctl.profile.topology import Group
 from sparkctl.secrets import SecretFile, SecretRef
@@ -39,7 +38,6 @@ __all__ = [
 
 CONTAINER_HF_HOME = "/root/.cache/huggingface"
 CONTAINER_TRITON = "/root/.triton"
-LABEL_PREFIX = "sparkctl."
 
 
 def container_name(cluster: str, mode: str, rank: int, group: int | None = None) -> str:
@@ -59,32 +57,6 @@ def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
         (s.node, container_name(profile.cluster, mode_name, s.node_rank, s.group if many else None))
         for s in lay.slots
     ]
-
-
-def node_home(node: Node, profile: Profile) -> str:
-    """Home of the node's login user: the real one here, /root or /home/<user> on a peer."""
-    if node.is_local:
-        return str(Path.home())
-    user = node.user or profile.ssh.user or getpass.getuser()
-    return "/root" if user == "root" else f"/home/{user}"
-
-
-def hf_cache_for(profile: Profile, node_name: str) -> str:
-    """The node's HF cache path (node override, else the model default), `~` expanded per node."""
-    node = profile.node(node_name)
-    return node_path(node.hf_cache or profile.model.hf_cache, node, profile)
-
-
-def node_path(path: str, node: Node, profile: Profile) -> str:
-    if path == "~" or path.startswith("~/"):
-        path = node_home(node, profile) + path[1:]
-    if not posixpath.isabs(path):
-        raise UsageError(f"path '{path}' on node {node.name} must be absolute (or start with ~/)")
-    return posixpath.normpath(path)
-
-
-def served_model_name(profile: Profile) -> str:
-    return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
 
 
 def _fabric_env(
@@ -143,6 +115,28 @@ def recipe_tag(recipe: str) -> str:
     return f"sparkctl/{recipe}:latest"
 
 
+def _check_managed(profile: Profile, mode_name: str) -> None:
+    """Flags the engine renders from the profile itself may not be set in engine.args/mode args;
+    a key the engine does not take (vLLM has no admin key) may not be set either."""
+    engine = get_engine(profile.engine.kind)
+    if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
+        raise ProfileError(
+            f"engine.admin_api_key: engine '{engine.name}' has no admin key",
+            fix="remove engine.admin_api_key (engine.api_key guards every route)",
+        )
+    managed = engine.managed_flags
+    for where, args in (
+        ("engine.args", profile.engine.args),
+        (f"modes.{mode_name}.args", profile.modes[mode_name].args),
+    ):
+        for flag in args:
+            if flag in managed:
+                raise ProfileError(
+                    f"{where}.{flag}: '{flag}' is set by sparkctl from {managed[flag]}; set it there",
+                    fix=f"remove '{flag}' from {where} and set {managed[flag]}",
+                )
+
+
 def _check_mode(profile: Profile, mode_name: str) -> None:
     if mode_name not in profile.modes:
         import difflib
@@ -173,9 +167,7 @@ def _rank_env_mounts(
         env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
     env |= profile.engine.env
     env |= mode.env
-    secret_env, secret_mounts, secret_files = sec.secret_delivery(
-        profile, node, node_path, engine.auth_config
-    )
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.key_file)
     env |= secret_env
     # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
@@ -267,6 +259,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
 
     mode_name = mode_name or profile.default_mode()
     _check_mode(profile, mode_name)
+    _check_managed(profile, mode_name)
     mode = profile.modes[mode_name]
     lay = mode_layout(profile, mode)
     out = _Build()

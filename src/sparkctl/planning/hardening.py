@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Mode, Node, Profile
 
 SECRETS_DIR = "/run/secrets"
-SGLANG_AUTH_CONFIG = f"{SECRETS_DIR}/sparkctl-sglang.yaml"  # SGLang's --config: keys stay off argv
 
 
 @dataclass(frozen=True)
@@ -97,16 +96,13 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
 
 
 def secret_delivery(
-    profile: Profile,
-    node: Node,
-    node_path: Callable[[str, Node, Profile], str],
-    auth_config: str = SGLANG_AUTH_CONFIG,
+    profile: Profile, node: Node, node_path: Callable[[str, Node, Profile], str], key_file: str
 ) -> tuple[dict[str, str], list[Mount], list[SecretFile]]:
     """env (paths only), read-only mounts and secret files of a rank.
 
     Every secret reaches the container as a file and `<NAME>_PATH` (HF_TOKEN -> HF_TOKEN_PATH,
     which huggingface_hub reads): `docker inspect` and /proc/<pid>/environ never show a value.
-    The API keys go in the engine's `--config` YAML file at `auth_config`.
+    The API keys go in the engine's `key_file` (Engine.key_file).
     """
     env: dict[str, str] = {}
     mounts: list[Mount] = []
@@ -122,7 +118,7 @@ def secret_delivery(
             files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
     for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
         if secret is not None:
-            files.append(SecretFile(auth_config, secret_ref(key, secret, node, profile, node_path), key))
+            files.append(SecretFile(key_file, secret_ref(key, secret, node, profile, node_path), key))
     return env, mounts, files
 
 
@@ -135,14 +131,6 @@ def secret_ref(
     return SecretRef(
         name=name, file=node_path(getattr(secret, "file", "") or "", node, profile), node=node.name
     )
-
-
-def auth_flags(profile: Profile) -> list[str]:
-    """SGLang 0.5.23 takes the keys only as --api-key/--admin-api-key or from a --config YAML file:
-    the file keeps them off every process list."""
-    if profile.engine.api_key is None and profile.engine.admin_api_key is None:
-        return []
-    return ["--config", SGLANG_AUTH_CONFIG]
 
 
 def bind_host(profile: Profile, node: Node, rank: int) -> str:

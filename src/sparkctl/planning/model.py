@@ -12,6 +12,8 @@ from sparkctl.engines.base import Readiness
 from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
+LABEL_PREFIX = "sparkctl."  # every container sparkctl starts carries sparkctl.cluster, .mode, .node ...
+
 
 @dataclass(frozen=True)
 class RankSpec:

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
+from sparkctl.planning.model import LABEL_PREFIX
 from sparkctl.secrets import SecretFile
 
 if TYPE_CHECKING:
-    from sparkctl.planning.build import GroupSpec, RankSpec
+    from sparkctl.planning.model import GroupSpec, RankSpec
     from sparkctl.profile.schema import Profile
 
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
-LABEL_PREFIX = "sparkctl."
 ROLE_LABEL = f"{LABEL_PREFIX}role"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -85,8 +85,8 @@ def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
 
 
 def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSpec:
-    from sparkctl.planning.build import node_path
     from sparkctl.planning.model import RankSpec
+    from sparkctl.profile.derived import node_path
 
     node_name = profile.router.node or groups[0].head_node
     node = profile.node(node_name)

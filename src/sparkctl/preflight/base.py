@@ -108,7 +108,7 @@ class Ctx:
         return [("target", m.target), *([("draft", m.draft)] if m.draft is not None else [])]
 
     def hf_cache(self, node: str) -> str:
-        from sparkctl.planning.build import hf_cache_for
+        from sparkctl.profile.derived import hf_cache_for
 
         return hf_cache_for(self.profile, node)
 

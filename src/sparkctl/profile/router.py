@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from sparkctl.profile.security import Strict
-
-Port = Annotated[int, Field(ge=1, le=65535)]
+from sparkctl.profile.base import Port, Strict
 
 
 class Router(Strict):

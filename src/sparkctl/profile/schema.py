@@ -1,32 +1,28 @@
 """The cluster profile: pydantic v2 models, every model `extra="forbid"`.
 
 Validation covers the whole file before any connection is opened: cross-references (modes ->
-nodes), TP vs the GPUs of a mode's nodes, flags sparkctl manages itself, and secrets kept out of
-plain env. Documented key by key in docs/profile.md.
+nodes), TP vs the GPUs of a mode's nodes, and secrets kept out of plain env; the flags an engine
+manages are refused when the plan is built (planning/build.py), so the profile imports no engine.
+Documented key by key in docs/profile.md.
 """
 
 from __future__ import annotations
 
 import re
 from ipaddress import IPv4Address
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sparkctl.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
+from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
-Port = Annotated[int, Field(ge=1, le=65535)]
 ArgValue = str | int | float | bool | None | list[str | int | float]
 
 SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GpuSpec(Strict):
@@ -179,15 +175,9 @@ class Secret(Strict):
             return None
 
 
-def _check_args(args: dict[str, ArgValue], engine: str = DEFAULT_ENGINE) -> dict[str, ArgValue]:
-    managed = get_engine(engine).managed_flags  # flags sparkctl renders from the profile itself
-    clean: dict[str, ArgValue] = {}
-    for key, value in args.items():
-        flag = key.lstrip("-").replace("_", "-")
-        if flag in managed:
-            raise ValueError(f"{key}: '{key}' is set by sparkctl from {managed[flag]}; set it there")
-        clean[flag] = value
-    return clean
+def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
+    """Flag names without dashes; flags the engine manages are refused when the plan is built."""
+    return {key.lstrip("-").replace("_", "-"): value for key, value in args.items()}
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -201,9 +191,9 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class Engine(Strict):
-    kind: Literal[ENGINE_NAMES] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
-    command: list[str] = Field(
-        default_factory=lambda: list(get_engine().default_command),
+    kind: Literal[ENGINE_KINDS] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
+    command: list[str] | None = Field(
+        None,
         min_length=1,
         description="Container command (default: the engine's launcher).",
     )
@@ -246,24 +236,10 @@ class Engine(Strict):
         5, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL when `down`/`switch` stop a rank."
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_command(cls, data: Any) -> Any:
-        """No command given: the launcher of the chosen engine (engine.kind), not the default's."""
-        if isinstance(data, dict) and "command" not in data and data.get("kind") in ENGINE_NAMES:
-            data = {**data, "command": list(get_engine(data["kind"]).default_command)}
-        return data
-
     @field_validator("args")
     @classmethod
-    def _args(cls, v: dict[str, ArgValue], info: ValidationInfo) -> dict[str, ArgValue]:
-        return _check_args(v, info.data.get("kind", DEFAULT_ENGINE))
-
-    @model_validator(mode="after")
-    def _keys_the_engine_takes(self) -> Engine:
-        if self.admin_api_key is not None and "admin-api-key" not in get_engine(self.kind).auth_keys:
-            raise ValueError(f"admin_api_key: engine '{self.kind}' has no admin key; use api_key")
-        return self
+    def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        return _check_args(v)
 
     @field_validator("env")
     @classmethod
@@ -339,12 +315,6 @@ class Profile(Strict):
                     hint = f" (did you mean '{near[0]}'?)" if near else f" (nodes: {', '.join(names)})"
                     raise ValueError(f"{where}.nodes[{i}]: unknown node '{node}'{hint}")
             _check_layout(self, mode_name, mode, by_name)
-        if self.engine.kind != DEFAULT_ENGINE:  # Mode checks its args against the default engine
-            for mode_name, mode in self.modes.items():
-                try:
-                    _check_args(mode.args, self.engine.kind)
-                except ValueError as e:
-                    raise ValueError(f"modes.{mode_name}.args.{e}") from None
         if self.router.node is not None and self.router.node not in by_name:
             raise ValueError(f"router.node: unknown node '{self.router.node}' (nodes: {', '.join(names)})")
         return self

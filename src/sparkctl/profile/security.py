@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from sparkctl.profile.base import Strict
 
 # What NCCL over RoCE needs in a container (and nothing more): the verbs/rdma_cm device nodes,
 # IPC_LOCK to pin (register) memory for RDMA, and no memlock limit on that pinning.
@@ -34,10 +36,6 @@ def ssh_word(value: str | None, what: str) -> str | None:
             f"or contain spaces or control characters"
         )
     return value
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 Unlimited = Literal["unlimited"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import CancelToken
-from sparkctl.planning.build import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.manifest import Manifest, snapshot_manifest
@@ -127,7 +127,7 @@ def ship(
     pool = pool or NodePool(profile)
     transfers = Transfers(cancel)
     try:
-        from sparkctl.ship.run import run_ship
+        from sparkctl.ship.run import ShipOptions, run_ship
 
         return run_ship(
             profile,
@@ -139,7 +139,7 @@ def ship(
             to,
             source,
             progress,
-            dict(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
+            ShipOptions(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
             transfers,
             raise_on_error,
         )

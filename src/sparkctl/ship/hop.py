@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import Cancelled, CancelToken
+from sparkctl.node.pack import node_argv
 from sparkctl.ship.errors import RERUN, ShipError
-from sparkctl.ship.manifest import node_argv
 from sparkctl.ship.progress import Progress
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def hop_argv(profile: Profile, peer: str) -> list[str]:
 
 class Transfers:
     """Every push in flight, so that Ctrl-C can end them all at once (their node side dies with
-    its stdin: see _push.py)."""
+    its stdin: see node/push.py)."""
 
     def __init__(self, cancel: CancelToken | None = None) -> None:
         self.cancel = cancel or CancelToken()

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
+from sparkctl.node.pack import load_argv, node_script
+from sparkctl.node.tarfilter import chain_ids
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
 from sparkctl.ship.hop import hop_error, peer_address, run_push
-from sparkctl.ship.manifest import load_argv, node_script
 from sparkctl.ship.progress import FanOut, Progress
-from sparkctl.ship.tarfilter import chain_ids
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:

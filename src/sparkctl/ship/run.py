@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.planning.build import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
@@ -15,8 +16,32 @@ from sparkctl.ship.sources import gather, image_source, manifest_of, model_sourc
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.planning.build import Plan
-    from sparkctl.profile.schema import Profile
+    from sparkctl.profile.schema import ModelRef, Profile
     from sparkctl.ship import ShipReport
+    from sparkctl.ship.image import SourceImage
+    from sparkctl.ship.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class ShipOptions:
+    """How `ship` compares and sends, the same for every item."""
+
+    check_space: bool = True
+    dry_run: bool = False
+    deep: bool = False  # `--verify`: every byte rehashed on every node instead of the quick check
+    streams: int | None = None  # parallel weights streams (None: from the source's cores)
+
+
+@dataclass
+class ShipItem:
+    """One thing to ship from its source node: the image, or one model with its source's manifest."""
+
+    what: str  # "image" or "weights <model id>"
+    source: str
+    image: SourceImage | None = None
+    model: ModelRef | None = None
+    manifest: Manifest | None = None
+    peers: list[str] = field(default_factory=list)  # the reachable targets that may lack it
 
 
 def run_ship(
@@ -29,7 +54,7 @@ def run_ship(
     to: list[str] | None,
     source: str | None,
     progress: Progress,
-    opts: dict,
+    opts: ShipOptions,
     transfers: Transfers,
     raise_on_error: bool,
 ) -> ShipReport:
@@ -46,54 +71,54 @@ def run_ship(
         [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
     )
     nodes = list(dict.fromkeys([*order, *wanted]))
-    states = gather(profile, pool, nodes, ref, models, deep=opts["deep"], cancel=transfers.cancel)
+    states = gather(profile, pool, nodes, ref, models, deep=opts.deep, cancel=transfers.cancel)
     if source and states[source].error is not None:
         raise states[source].error
-    items: list[tuple[str, str, object]] = []  # (what, source node, SourceImage | (ModelRef, Manifest))
+    items: list[ShipItem] = []
     if ref is not None:
         from sparkctl.ship.image import source_image
 
         src = image_source(states, order, ref, profile.image.id)
-        items.append(("image", src, source_image(src, ref, states[src].image)))
+        items.append(ShipItem("image", src, image=source_image(src, ref, states[src].image)))
     for m in models:
         src = model_source(profile, states, order, m)
-        items.append((f"weights {m.id}", src, (m, manifest_of(profile, src, m, states[src].models[m.id]))))
-    first = items[0][1] if items else (source or order[0])
-    targets = [n for n in wanted if any(n != src for _w, src, _x in items)]
-    report = ShipReport(source=first, targets=targets, check="deep" if opts["deep"] else "quick")
-    if not any(n != src for n in targets for _w, src, _x in items):
+        manifest = manifest_of(profile, src, m, states[src].models[m.id])
+        items.append(ShipItem(f"weights {m.id}", src, model=m, manifest=manifest))
+    first = items[0].source if items else (source or order[0])
+    targets = [n for n in wanted if any(n != it.source for it in items)]
+    report = ShipReport(source=first, targets=targets, check="deep" if opts.deep else "quick")
+    if not any(n != it.source for n in targets for it in items):
         report.targets = []
         return report
 
-    jobs = []  # (what, src, obj, peers): the items some reachable peer may need
-    for what, src, obj in items:
-        peers = [n for n in targets if n != src and states[n].error is None]
+    jobs: list[ShipItem] = []  # the items some reachable peer may need
+    for it in items:
+        it.peers = [n for n in targets if n != it.source and states[n].error is None]
         for n in targets:
             err = states[n].error
-            if n != src and err is not None and not any(e[0] == n for e in report.errors):
+            if n != it.source and err is not None and not any(e[0] == n for e in report.errors):
                 report.errors.append(
                     (n, "connect", err if isinstance(err, SparkctlError) else ShipError(str(err), node=n))
                 )
-        if peers:
-            jobs.append((what, src, obj, peers))
+        if it.peers:
+            jobs.append(it)
 
     def one(i: int) -> dict:
-        what, src, obj, peers = jobs[i]
-        return _item(profile, pool, states, what, src, obj, peers, progress, opts, transfers, default_streams)
+        return _item(profile, pool, states, jobs[i], progress, opts, transfers, default_streams)
 
     # The image and the weights move at the same time (their sources and links are busy with one
     # each; the peer's `docker load` is mostly engine CPU while the weights stream).
     outs = fan_out(range(len(jobs)), one, cancel=transfers.cancel, where=lambda i: (None, None))
-    for i, (what, _src, _obj, peers) in enumerate(jobs):
+    for i, job in enumerate(jobs):
         outcome = outs[i]
         if not outcome.ok:
             raise outcome.error
-        for node in peers:
+        for node in job.peers:
             res = outcome.value.get(node)
             if isinstance(res, SparkctlError):
                 if res.node is None:
                     res.node = node
-                report.errors.append((node, what, res))
+                report.errors.append((node, job.what, res))
             elif res is not None:
                 report.results.append(res)
     if report.errors and raise_on_error:
@@ -101,11 +126,12 @@ def run_ship(
     return report
 
 
-def _item(profile, pool, states, what, src, obj, peers, progress, opts, transfers, default_streams):  # noqa: PLR0913
+def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, transfers, default_streams):  # noqa: PLR0913
     """One item (the image, or one model) from its source to every peer that lacks it: per peer, its
     result or its error."""
     from sparkctl.fanout import Cancelled
 
+    what, src, peers = item.what, item.source, item.peers
     try:
         src_conn = pool.get(src)
         conns = {n: pool.get(n) for n in peers}
@@ -114,18 +140,18 @@ def _item(profile, pool, states, what, src, obj, peers, progress, opts, transfer
 
             group = [Peer(conns[n], states[n].image or {}, hop_argv(profile, n)) for n in peers]
             out = ship_image(
-                obj,
+                item.image,
                 src_conn,
                 group,
                 transfers,
                 progress,
-                check_space=opts["check_space"],
-                dry_run=opts["dry_run"],
+                check_space=opts.check_space,
+                dry_run=opts.dry_run,
             )
         else:
             from sparkctl.ship.weights import WeightsPeer, ship_weights
 
-            ref, manifest = obj
+            ref, manifest = item.model, item.manifest
             group = [
                 WeightsPeer(
                     conns[n], hf_cache_for(profile, n), hop_argv(profile, n), states[n].models.get(ref.id)
@@ -138,10 +164,10 @@ def _item(profile, pool, states, what, src, obj, peers, progress, opts, transfer
                 group,
                 progress,
                 transfers=transfers,
-                streams=opts["streams"] or default_streams(states[src].cores),
-                deep=opts["deep"],
-                check_space=opts["check_space"],
-                dry_run=opts["dry_run"],
+                streams=opts.streams or default_streams(states[src].cores),
+                deep=opts.deep,
+                check_space=opts.check_space,
+                dry_run=opts.dry_run,
             )
     except Cancelled:
         raise

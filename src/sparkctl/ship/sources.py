@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import CancelToken, fan_out
-from sparkctl.planning.build import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import ShipError, SourceMissingError
 from sparkctl.ship.manifest import Manifest, parse_manifest, revision_of, run_op
 

@@ -105,7 +105,7 @@ class WeightsPeer:
 
 
 @dataclass
-class _Need:
+class WeightsNeed:
     peer: WeightsPeer
     repo: str
     diff: WeightsDiff
@@ -129,7 +129,7 @@ def ship_weights(
     peers: a pipeline through them, each byte leaving the source once). `source` may be lazy (some
     sha256 None): files the peers lack are hashed while being sent."""
     out: dict[str, WeightsResult | SparkctlError] = {}
-    needs: list[_Need] = []
+    needs: list[WeightsNeed] = []
     for peer, outcome in fan_out(
         [p.conn.node for p in peers],
         lambda n: _compare(source, next(p for p in peers if p.conn.node == n), deep),
@@ -158,7 +158,7 @@ def ship_weights(
     return out
 
 
-def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult | _Need:
+def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult | WeightsNeed:
     """Skip when the peer's own manifest already equals the source's (no extra round trip); else
     probe the peer's files by destination (hashing what it has) and diff."""
     assert source.commit is not None
@@ -178,11 +178,11 @@ def _compare(source: Manifest, peer: WeightsPeer, deep: bool) -> WeightsResult |
         probe = run_op(
             peer.conn, "probe", repo, *mode, payload={"commit": source.commit, "paths": dest_paths(source)}
         )
-    return _Need(peer, repo, diff_files(source, probe["hashes"]), result, probe)
+    return WeightsNeed(peer, repo, diff_files(source, probe["hashes"]), result, probe)
 
 
 def _settle_need(
-    source: Manifest, need: _Need, check_space: bool, dry_run: bool, progress: Progress
+    source: Manifest, need: WeightsNeed, check_space: bool, dry_run: bool, progress: Progress
 ) -> dict[str, WeightsResult | SparkctlError]:
     """Final diff of one peer; a result when nothing moves (identical, dry run) or an error (disk)."""
     node, probe = need.peer.conn.node, need.probe
@@ -220,7 +220,7 @@ def _skip_note(check: str) -> str:
 def _copy(
     source: Manifest,
     src: Connector,
-    todo: list[_Need],
+    todo: list[WeightsNeed],
     progress: Progress,
     transfers: Transfers,
     streams: int,
@@ -265,8 +265,10 @@ def _copy(
     return out
 
 
-def _finish(source: Manifest, need: _Need, arrived: dict, progress: Progress, t0: float) -> WeightsResult:
-    """The peer's `finish` result: done by its first stream's receiver (see _recv.op_recv), else
+def _finish(
+    source: Manifest, need: WeightsNeed, arrived: dict, progress: Progress, t0: float
+) -> WeightsResult:
+    """The peer's `finish` result: done by its first stream's receiver (see node/recv.op_recv), else
     (nothing sent, or an older peer answer) one round trip here."""
     node = need.peer.conn.node
     done = arrived.get("finish")

@@ -8,16 +8,16 @@ import json
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
+from sparkctl.node.pack import node_argv, node_script
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
 from sparkctl.ship.hop import hop_error, run_push
-from sparkctl.ship.manifest import node_argv, node_script
 from sparkctl.ship.progress import FanOut, Progress
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
     from sparkctl.ship.hop import Transfers
     from sparkctl.ship.manifest import Manifest
-    from sparkctl.ship.weights import _Need
+    from sparkctl.ship.weights import WeightsNeed
 
 
 def plan_doc(source: Manifest) -> dict:
@@ -33,7 +33,7 @@ def plan_doc(source: Manifest) -> dict:
 def push_weights(
     src: Connector,
     source: Manifest,
-    senders: list[_Need],
+    senders: list[WeightsNeed],
     plan: list,
     ranged: list[str],
     transfers: Transfers,
@@ -78,7 +78,9 @@ def push_weights(
     return {**res, "peers": peers}
 
 
-def _stream_result(stream: dict, need: _Need, source: Manifest, src: str, send_errors: list[str]) -> dict:
+def _stream_result(
+    stream: dict, need: WeightsNeed, source: Manifest, src: str, send_errors: list[str]
+) -> dict:
     node = need.peer.conn.node
     got = stream.get(node)
     if got is None:

@@ -18,9 +18,9 @@ from sparkctl.top.nodes import GpuStat, NodeSample, net_rates, read_node
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.lifecycle.containers import ContainerInfo
     from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
+    from sparkctl.runtime.containers import ContainerInfo
     from sparkctl.top.alerts import Alert
 
 METRICS_TIMEOUT = 2.0
@@ -163,7 +163,7 @@ class Collector:
 
     def _read_nodes(self) -> tuple[list[ContainerInfo], dict[str, NodeSample], dict[str, str]]:
         from sparkctl.fanout import fan_out
-        from sparkctl.lifecycle.containers import list_cluster
+        from sparkctl.runtime.containers import list_cluster
 
         def one(node: str) -> tuple[list[ContainerInfo], NodeSample]:
             conn = self.pool.get(node)

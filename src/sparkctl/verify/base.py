@@ -128,7 +128,7 @@ def output_types(resp: Any) -> list[str]:
 
 
 def long_prompt(ctx: Context, api: str) -> str:
-    from sparkctl.benchmark.workloads import filler
+    from sparkctl.verify.prompts import filler
 
     return filler(ctx.long_prompt_words, seed=f"[{api} {ctx.nonce}] Reply with the first word of this list.")
 

@@ -6,10 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from sparkctl.engines import get_engine
-from sparkctl.engines.vllm import AUTH_CONFIG
 from sparkctl.engines.vllm import flags as F
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
@@ -41,32 +39,36 @@ def test_tp2_over_two_nodes_is_one_vllm_serve_per_node_rank1_headless(dual) -> N
 def test_solo_has_no_multi_node_flags_and_the_key_goes_in_a_config_file(dual) -> None:
     (r0,) = build_plan(dual, "solo").ranks
     assert "--nnodes" not in r0.argv and "--headless" not in r0.argv and "VLLM_HOST_IP" not in r0.env
-    assert r0.argv[r0.argv.index("--config") + 1] == AUTH_CONFIG
+    assert r0.argv[r0.argv.index("--config") + 1] == F.KEY_FILE
     assert "sk-test" not in json.dumps(r0.argv) + json.dumps({k: str(v) for k, v in r0.env.items()})
-    (key_file,) = [f for f in r0.secrets if f.target == AUTH_CONFIG]
+    (key_file,) = [f for f in r0.secrets if f.target == F.KEY_FILE]
     assert key_file.yaml_key == "api-key"
 
 
-def test_default_command_and_managed_flags_follow_engine_kind() -> None:
-    from sparkctl.profile.schema import Engine
-
-    assert Engine(kind="vllm").command == ["vllm", "serve"]
-    assert Engine().command == list(get_engine("sglang").default_command)
-    with pytest.raises(ValidationError, match="set by sparkctl from modes.<mode>.tp"):
-        Engine(kind="vllm", args={"tensor-parallel-size": 2})
-    with pytest.raises(ValidationError, match="headless"):
-        Engine(kind="vllm", args={"headless": True})
-    with pytest.raises(ValidationError, match="has no admin key"):
-        Engine(kind="vllm", api_key={"env": "K"}, admin_api_key={"env": "A"})
-
-
-def test_mode_args_are_checked_against_the_profiles_engine(dual) -> None:
+def _with(profile, **engine):
     from sparkctl.profile.schema import Profile
 
+    data = profile.model_dump(mode="json", exclude_none=True)
+    data["engine"].update(engine)
+    return Profile.model_validate(data)
+
+
+def test_managed_flags_and_keys_follow_engine_kind(dual) -> None:
+    from sparkctl.errors import ProfileError
+
+    assert dual.engine.command is None and build_plan(dual, "solo").ranks[0].argv[:2] == ["vllm", "serve"]
+    for flag, source in (("tensor-parallel-size", "modes.<mode>.tp"), ("headless", "every rank but 0")):
+        bad = _with(dual, args={**dual.engine.args, flag: 2})
+        with pytest.raises(ProfileError, match=f"engine.args.{flag}: .*{source}"):
+            build_plan(bad, "tp2")
+    with pytest.raises(ProfileError, match="has no admin key"):
+        build_plan(_with(dual, admin_api_key={"env": "A"}), "solo")
     data = dual.model_dump(mode="json", exclude_none=True)
     data["modes"]["solo"]["args"] = {"master-port": 1234}
-    with pytest.raises(ValidationError, match=r"modes.solo.args.*master-port"):
-        Profile.model_validate(data)
+    from sparkctl.profile.schema import Profile
+
+    with pytest.raises(ProfileError, match=r"modes.solo.args.master-port"):
+        build_plan(Profile.model_validate(data), "solo")
 
 
 def test_speculative_config_from_the_draft_and_user_keys() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkctl.lifecycle.containers import ContainerInfo
-from sparkctl.lifecycle.readiness import EndpointHealth
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth
+
 from sparkctl.lifecycle.status import ModeStatus
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import LaunchTarget, MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
-from sparkctl.planning.hardening import SGLANG_AUTH_CONFIG, auth_flags
+from sparkctl.profile.derived import served_model_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 
@@ -45,8 +44,12 @@ def _is_gb10(node: Node) -> bool:
     return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
 
 
-def served_model_name(profile: Profile) -> str:
-    return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
+def auth_flags(profile: Profile) -> list[str]:
+    """SGLang 0.5.23 takes the keys only as --api-key/--admin-api-key or from a --config YAML file:
+    the file keeps them off every process list."""
+    if profile.engine.api_key is None and profile.engine.admin_api_key is None:
+        return []
+    return ["--config", F.KEY_FILE]
 
 
 class SGLang:
@@ -54,9 +57,9 @@ class SGLang:
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     host_ip_env = F.HOST_IP_ENV
+    key_file = F.KEY_FILE
     readiness = Readiness()
     metrics = METRICS
-    auth_config = SGLANG_AUTH_CONFIG
     auth_keys = ("api-key", "admin-api-key")
     image_markers = ("sglang",)
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
@@ -87,9 +90,9 @@ class SGLang:
         return flags
 
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
-        # Keys go in SGLang's --config file (hardening.auth_flags): never on a process list.
+        # Keys go in SGLang's --config file (auth_flags): never on a process list.
         argv = (
-            list(profile.engine.command)
+            list(profile.engine.command or self.default_command)
             + self.model_flags(profile)
             + F.render_args(args)
             + auth_flags(profile)
@@ -117,7 +120,7 @@ class SGLang:
 
     def check(
         self,
-        plan: Plan,
+        plan: LaunchTarget,
         profile: Profile,
         pool: NodePool | None = None,
         gpu_reports: Mapping[str, GpuReport | None] | None = None,

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
+
 if TYPE_CHECKING:
     from sparkctl.profile.schema import ArgValue
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+# SGLang's --config YAML: the API keys stay off argv (planning/hardening.py writes it from the secrets)
+KEY_FILE = "/run/secrets/sparkctl-sglang.yaml"
 
 # Flags sparkctl derives from the profile; setting them in `args` would contradict the plan.
 MANAGED_FLAGS: dict[str, str] = {
@@ -40,9 +44,6 @@ RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
     "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
 }
 DFLASH = "DFLASH"
-# 0.95 hard-rebooted GB10 during "Capture target verify CUDA graph" (recipe.md): the one cap,
-# used as the plan's default on GB10, by the launch rules and by preflight's UnifiedMemory.
-GB10_MAX_MEM_FRACTION = 0.90
 HOST_IP_ENV = "SGLANG_HOST_IP"  # else SGLang may advertise its LAN/Wi-Fi address and hang at init
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import LaunchTarget, MetricNames, RankLayout, Readiness
 from sparkctl.engines.vllm import flags as F
-from sparkctl.planning.hardening import SECRETS_DIR
+from sparkctl.profile.derived import served_model_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -19,10 +19,7 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
-
-AUTH_CONFIG = f"{SECRETS_DIR}/sparkctl-vllm.yaml"  # vLLM's --config YAML: the key stays off argv
 
 # vLLM 0.32's names (vllm/v1/metrics/loggers.py); /metrics is always on. The drain counts what the
 # engine holds (running + waiting): a request leaves them when its last token is produced.
@@ -40,10 +37,6 @@ METRICS = MetricNames(
 )
 
 
-def served_model_name(profile: Profile) -> str:
-    return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
-
-
 def _is_gb10(node: Node) -> bool:
     return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
 
@@ -55,8 +48,8 @@ class VLlm:
     host_ip_env = F.HOST_IP_ENV
     # /health answers as soon as the API server reaches EngineCore (no generation): a short wait.
     readiness = Readiness(health_timeout=5.0)
+    key_file = F.KEY_FILE  # vLLM's --config YAML: the key stays off argv
     metrics = METRICS
-    auth_config = AUTH_CONFIG
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
@@ -79,12 +72,12 @@ class VLlm:
 
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
         model = profile.model.target
-        argv = [*profile.engine.command, model.id]
+        argv = [*(profile.engine.command or self.default_command), model.id]
         if model.revision:
             argv += ["--revision", model.revision]
         argv += ["--served-model-name", served_model_name(profile), *F.render_args(args)]
         if profile.engine.api_key is not None:
-            argv += ["--config", AUTH_CONFIG]  # the key in a YAML file: never on a process list
+            argv += ["--config", F.KEY_FILE]  # the key in a YAML file: never on a process list
         argv += ["--tensor-parallel-size", str(layout.tp)]
         if layout.pp > 1:
             argv += ["--pipeline-parallel-size", str(layout.pp)]
@@ -111,7 +104,7 @@ class VLlm:
 
     def check(
         self,
-        plan: Plan,
+        plan: LaunchTarget,
         profile: Profile,
         pool: NodePool | None = None,
         gpu_reports: Mapping[str, GpuReport | None] | None = None,

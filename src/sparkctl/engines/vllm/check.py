@@ -11,13 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.base import LaunchTarget
 from sparkctl.engines.vllm import flags as F
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.facts.gpu import GpuReport
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
 
 FLAGS, ARCH, MEMORY = "VllmFlags", "VllmGpuArch", "VllmMemory"
@@ -66,7 +66,7 @@ def _arg(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def flag_findings(plan: Plan, profile: Profile, pool: NodePool | None) -> list[Finding]:
+def flag_findings(plan: LaunchTarget, profile: Profile, pool: NodePool | None) -> list[Finding]:
     if pool is None:
         return [Finding(FLAGS, Severity.INFO, "flags not checked (no node connection)")]
     from sparkctl.launch.in_image import InImageError, image_runner
@@ -104,7 +104,7 @@ def _cc(text: str | None) -> tuple[int, int] | None:
         return None
 
 
-def arch_findings(plan: Plan, profile: Profile) -> list[Finding]:
+def arch_findings(plan: LaunchTarget, profile: Profile) -> list[Finding]:
     out: list[Finding] = []
     kv = _arg(plan.ranks[0].argv, "kv-cache-dtype") or "auto"
     for node_name in dict.fromkeys(r.node for r in plan.ranks):
@@ -136,7 +136,7 @@ def arch_findings(plan: Plan, profile: Profile) -> list[Finding]:
 
 
 def memory_findings(
-    plan: Plan,
+    plan: LaunchTarget,
     profile: Profile,
     reports: Mapping[str, GpuReport | None],
     model_bytes: int | None = None,
@@ -146,10 +146,10 @@ def memory_findings(
     from sparkctl.engines.vllm.memory import memory_model
 
     out: list[Finding] = []
-    for rank in plan.ranks:
+    for index, rank in enumerate(plan.ranks):
         fraction = F.mem_fraction(rank.argv) or F.DEFAULT_MEM_FRACTION
         node = profile.node(rank.node)
-        finding = memory_model(rank, node, fraction, reports.get(rank.node), plan, model_bytes, config)
+        finding = memory_model(index, rank, node, fraction, reports.get(rank.node), model_bytes, config)
         if finding is not None:
             out.append(finding)
     return out or [Finding(MEMORY, Severity.OK, "--gpu-memory-utilization fits every node")]
@@ -159,14 +159,11 @@ def _model_facts(profile: Profile) -> tuple[int | None, dict | None]:
     """Weights' size and config.json of the target, from this machine's HF cache (None: not here)."""
     from pathlib import Path
 
-    from sparkctl.planning.build import hf_cache_for
-
     local = next((n for n in profile.nodes if n.is_local), None)
     if local is None:
         return None, None
-    repo = Path(
-        hf_cache_for(profile, local.name), "hub", "models--" + profile.model.target.id.replace("/", "--")
-    )
+    cache = Path(local.hf_cache or profile.model.hf_cache).expanduser()
+    repo = cache / "hub" / ("models--" + profile.model.target.id.replace("/", "--"))
     snaps = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) if repo.is_dir() else []
     if not snaps:
         return None, None
@@ -180,7 +177,7 @@ def _model_facts(profile: Profile) -> tuple[int | None, dict | None]:
 
 
 def launch_findings(
-    plan: Plan, profile: Profile, pool: NodePool | None, reports: dict[str, GpuReport | None]
+    plan: LaunchTarget, profile: Profile, pool: NodePool | None, reports: dict[str, GpuReport | None]
 ) -> list[Finding]:
     model_bytes, config = _model_facts(profile)
     return [

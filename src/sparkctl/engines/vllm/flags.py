@@ -37,6 +37,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "config": "engine.api_key (sparkctl passes the key to vLLM in a --config file)",
 }
 
+KEY_FILE = "/run/secrets/sparkctl-vllm.yaml"  # vLLM reads `--config FILE` like its flags
 HOST_IP_ENV = "VLLM_HOST_IP"  # else vLLM asks the default route (8.8.8.8) and may advertise 0.0.0.0
 MEM_FLAG = "gpu-memory-utilization"
 DEFAULT_MEM_FRACTION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization

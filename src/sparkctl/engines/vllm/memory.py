@@ -23,8 +23,8 @@ from sparkctl.engines.vllm import flags as F
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
+    from sparkctl.engines.base import LaunchRank
     from sparkctl.facts.gpu import GpuReport
-    from sparkctl.planning.model import Plan, RankSpec
     from sparkctl.profile.schema import Node
 
 MEMORY = "VllmMemory"
@@ -79,22 +79,33 @@ def _max_model_len(argv: list[str], config: dict | None) -> int | None:
     return (config or {}).get("max_position_embeddings")
 
 
-def _error(rank: RankSpec, message: str, fix: str) -> Finding:
-    return Finding(MEMORY, Severity.ERROR, message, fix=fix, node=rank.node, rank=rank.rank)
+def _int_arg(argv: list[str], flag: str, default: int = 1) -> int:
+    for i, word in enumerate(argv[:-1]):
+        if word == flag:
+            try:
+                return int(argv[i + 1])
+            except ValueError:
+                return default
+    return default
+
+
+def _error(index: int, rank: LaunchRank, message: str, fix: str) -> Finding:
+    return Finding(MEMORY, Severity.ERROR, message, fix=fix, node=rank.node, rank=index)
 
 
 def memory_model(
-    rank: RankSpec,
+    index: int,
+    rank: LaunchRank,
     node: Node,
     fraction: float,
     report: GpuReport | None,
-    plan: Plan,
     model_bytes: int | None,
     config: dict | None,
 ) -> Finding | None:
     flag = f"--{F.MEM_FLAG} {fraction:g}"
     if node.gpu is not None and node.gpu.unified_memory and fraction > F.GB10_MAX_MEM_FRACTION:
         return _error(
+            index,
             rank,
             f"{flag} on unified memory: above {F.GB10_MAX_MEM_FRACTION} a GB10 can hard-reboot while loading",
             f"set engine.args {F.MEM_FLAG}: {F.GB10_MAX_MEM_FRACTION} or lower",
@@ -105,24 +116,28 @@ def memory_model(
     want = fraction * total
     if free is not None and want > free:
         return _error(
+            index,
             rank,
             f"{flag} asks {want / GIB:.1f} GiB but only {free / GIB:.1f} GiB are free: vLLM refuses to start",
             f"lower {F.MEM_FLAG} to {max(0.05, free / total - 0.02):.2f} or free the GPU",
         )
     if model_bytes is None:
         return None
-    weights = model_bytes / max(1, plan.tp * plan.pp)
+    tp = _int_arg(rank.argv, "--tensor-parallel-size")
+    weights = model_bytes / max(1, tp * _int_arg(rank.argv, "--pipeline-parallel-size"))
     left = want - weights
     if left <= 0:
         return _error(
+            index,
             rank,
             f"{flag} gives {want / GIB:.1f} GiB per GPU; its share of the weights alone is {weights / GIB:.1f} GiB",
             f"raise {F.MEM_FLAG}, or spread the model over more GPUs (tp)",
         )
-    per_token = kv_bytes_per_token(config or {}, plan.tp, rank.argv)
+    per_token = kv_bytes_per_token(config or {}, tp, rank.argv)
     seq = _max_model_len(rank.argv, config)
     if per_token and seq and per_token * seq > left:
         return _error(
+            index,
             rank,
             f"one {seq}-token sequence needs {per_token * seq / GIB:.2f} GiB of KV cache; "
             f"{flag} leaves {left / GIB:.2f} GiB after the weights (before activations)",

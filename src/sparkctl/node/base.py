@@ -1,11 +1,11 @@
 """Runs ON a node (python3 stdlib only): manifests, hashes and names of weights. See `node_script()` in
-manifest.py: this file, tarfilter.py, _recv.py, _relay.py and _push.py are one `python3 -c PROGRAM OP ARGS`.
+node/pack.py: this file, tarfilter.py, recv.py, relay.py and push.py are one `python3 -c PROGRAM OP ARGS`.
 
 Ops on one Hugging Face repo dir (<hf_cache>/hub/models--org--name):
   manifest REPO REVISION [lazy|deep] -> JSON {commit, files: {rel: [sha256|null, size, blob|null]},
                                    broken, outside, marker}
   probe REPO [deep]  (stdin JSON {commit, paths}) -> {hashes: {dest: [sha256, size]|null}, free, marker}
-  recv, finish: the receiving side, in _recv.py
+  recv, finish: the receiving side, in recv.py
 Every name written is checked against the HF cache layout (see `dest_path`): no `..`, no absolute
 path, no symlink leading out of the repo; a source symlink pointing outside is refused.
 
@@ -138,7 +138,7 @@ class HashCache:
         self.dirty = False
 
 
-def _key(repo, path, blob):
+def cache_key(repo, path, blob):
     """Cache key of a snapshot file: its blob, or its own path for a plain file."""
     return "blobs/" + blob if blob else os.path.relpath(path, repo)
 
@@ -175,7 +175,7 @@ def _read_marker(repo, commit):
         return None
 
 
-def _walk_snapshot(repo, snap):
+def walk_snapshot(repo, snap):
     """(rel, path, real, blob) per file; real is None for a dangling link, "" for one leading out."""
     root_real = os.path.realpath(repo) + "/"
     blobs = os.path.realpath(os.path.join(repo, "blobs"))
@@ -205,14 +205,14 @@ def op_manifest(repo, revision, mode=""):
     out["commit"] = commit
     out["marker"] = _read_marker(repo, commit)
     cache = HashCache(repo, deep=mode == "deep")
-    for rel, path, real, blob in _walk_snapshot(repo, snap):
+    for rel, path, real, blob in walk_snapshot(repo, snap):
         if real == "":
             out["outside"].append([rel, os.path.realpath(path)])
         elif real is None:
             out["broken"].append(rel)
         else:
             lookup = cache.cached if mode == "lazy" else cache.sha256
-            digest, size = lookup(_key(repo, path, blob), real)
+            digest, size = lookup(cache_key(repo, path, blob), real)
             out["files"][rel] = [digest, size, blob]
     cache.save()
     return out

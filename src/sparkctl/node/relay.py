@@ -16,7 +16,7 @@ import shlex
 import sys
 import threading
 
-from sparkctl.ship._node import CHUNK, big_pipe  # node: strip
+from .base import CHUNK, big_pipe  # node: strip
 
 BOOT = (
     "import sys,json;h=json.loads(sys.stdin.buffer.readline());sys.argv=['-c','relay'];"

@@ -12,11 +12,11 @@ import json
 import os
 import socket
 
-from sparkctl.ship._node import free_bytes  # node: strip
-from sparkctl.ship.tarfilter import chain_ids  # node: strip
+from .base import free_bytes  # node: strip
+from .tarfilter import chain_ids  # node: strip
 
 
-def engine_socket():
+def docker_socket():
     """The engine's unix socket as the docker CLI would reach it; None when the CLI would go
     elsewhere (DOCKER_HOST tcp:// or ssh://, a docker context other than the default)."""
     host = os.environ.get("DOCKER_HOST")
@@ -56,7 +56,7 @@ def _docker(args, timeout=60):
 def _api(url):
     """GET on the node's engine API over its unix socket: (status, doc). No process per query (the
     docker CLI costs ~0.1-0.5 s to start); None when DOCKER_HOST is not a unix socket."""
-    where = engine_socket()
+    where = docker_socket()
     if where is None:
         return None
     with socket.socket(socket.AF_UNIX) as sock:
@@ -99,7 +99,7 @@ def _joined(threads, got):
 
 
 def _image_state_api(ref):
-    if engine_socket() is None:
+    if docker_socket() is None:
         return None
     info = _api_all(["/info"])  # meanwhile: the image, its history, every image's layers
     out = {}
@@ -176,7 +176,7 @@ class SaveStream:
 
     def __init__(self, ref, spawn):
         self.sock, self.proc, self.error = None, None, ""
-        path = engine_socket()
+        path = docker_socket()
         if path is not None:
             with contextlib.suppress(OSError, ValueError, EOFError, IndexError):
                 self._open_api(path, ref)

@@ -1,11 +1,11 @@
-"""Runs ON a node (python3 stdlib only), after _node.py and tarfilter.py in one program: the state of
+"""Runs ON a node (python3 stdlib only), after base.py and tarfilter.py in one program: the state of
 a node in one round trip, and the source side of a transfer straight to a peer over system OpenSSH.
 
   state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
           manifest per model, in one run (what `ship` compares)
   push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
-                engine socket (_engine.SaveStream), minus the layers the peers have, into `ssh PEER
-                ... load` (_load.py) (the socket itself is ssh's stdin when nothing is dropped)
+                engine socket (docker_api.SaveStream), minus the layers the peers have, into `ssh PEER
+                ... load` (load.py) (the socket itself is ssh's stdin when nothing is dropped)
   push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
                 on the peer through its own ssh, fed files or ranges of large files; the first
                 stream's end line carries `finish` for its receiver
@@ -21,9 +21,7 @@ import os
 import sys
 import threading
 
-from sparkctl.ship._engine import SaveStream, image_state  # node: strip
-from sparkctl.ship._load import op_load  # node: strip
-from sparkctl.ship._node import (  # node: strip
+from .base import (  # node: strip
     CHUNK,
     HashCache,
     dest_path,
@@ -31,9 +29,11 @@ from sparkctl.ship._node import (  # node: strip
     free_bytes,
     op_manifest,
 )
-from sparkctl.ship._recv import weights_op  # node: strip
-from sparkctl.ship._relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
-from sparkctl.ship.tarfilter import LayerFilter  # node: strip
+from .docker_api import SaveStream, image_state  # node: strip
+from .load import op_load  # node: strip
+from .recv import weights_op  # node: strip
+from .relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
+from .tarfilter import LayerFilter  # node: strip
 
 CHILDREN = []
 LIBC = []  # [libc or None], loaded by the first spawn: ops that start no child never import ctypes

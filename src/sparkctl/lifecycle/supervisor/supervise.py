@@ -13,17 +13,18 @@ from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import containers, orphans, state
+from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.containers import ContainerInfo
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
-from sparkctl.lifecycle.supervisor import POLL_S, Policy, StopFlag, hold
-from sparkctl.lifecycle.up import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.router.client import RouterError
+from sparkctl.runtime import containers
+from sparkctl.runtime.containers import ContainerInfo
 
 CANARY_TIMEOUT = 20.0
 

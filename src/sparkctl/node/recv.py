@@ -17,14 +17,13 @@ import json
 import os
 import sys
 
-from sparkctl.ship._node import (  # node: strip
+from .base import (  # node: strip
     CHUNK,
     COMMIT_RE,
     PART,
     HashCache,
-    _key,
-    _walk_snapshot,
     big_pipe,
+    cache_key,
     check_rel,
     check_revision,
     dest_path,
@@ -32,6 +31,7 @@ from sparkctl.ship._node import (  # node: strip
     marker_path,
     op_manifest,
     op_probe,
+    walk_snapshot,
 )
 
 FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
@@ -211,9 +211,9 @@ def op_finish(repo, req):
     _link_blobs(repo, commit, files)
     want = {rel: sha for rel, (sha, _size, _blob) in files.items()}
     got = {}
-    for rel, path, real, blob in _walk_snapshot(repo, os.path.join(repo, "snapshots", commit)):
+    for rel, path, real, blob in walk_snapshot(repo, os.path.join(repo, "snapshots", commit)):
         if real:
-            got[rel] = cache.sha256(_key(repo, path, blob), real)[0]
+            got[rel] = cache.sha256(cache_key(repo, path, blob), real)[0]
     cache.save()
     bad = sorted(set(rel for rel in want if not want[rel] or got.get(rel) != want[rel]) | set(bad_ranged))
     extra = sorted(set(got) - set(want))

@@ -17,8 +17,8 @@ import socket
 import struct
 import sys
 
-from sparkctl.ship._engine import engine_socket  # node: strip
-from sparkctl.ship._node import big_pipe  # node: strip
+from .base import big_pipe  # node: strip
+from .docker_api import docker_socket  # node: strip
 
 
 def _upload(sock, inp):
@@ -85,7 +85,7 @@ def _answer(sock):
 
 
 def op_load():
-    path = engine_socket()
+    path = docker_socket()
     sock = socket.socket(socket.AF_UNIX)
     try:
         if path is None:

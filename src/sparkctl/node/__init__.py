@@ -1,0 +1,1 @@
+"""The program sparkctl runs on nodes (python3 stdlib only; imports nothing of sparkctl)."""

@@ -1,0 +1,40 @@
+"""Values read from the profile alone: a node's home and paths (`~` expanded per node), its HF
+cache, the model name clients use. Planning, preflight, ship and the lifecycle import them here."""
+
+from __future__ import annotations
+
+import getpass
+import posixpath
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from sparkctl.profile.schema import Node, Profile
+
+
+def node_home(node: Node, profile: Profile) -> str:
+    """Home of the node's login user: the real one here, /root or /home/<user> on a peer."""
+    if node.is_local:
+        return str(Path.home())
+    user = node.user or profile.ssh.user or getpass.getuser()
+    return "/root" if user == "root" else f"/home/{user}"
+
+
+def hf_cache_for(profile: Profile, node_name: str) -> str:
+    """The node's HF cache path (node override, else the model default), `~` expanded per node."""
+    node = profile.node(node_name)
+    return node_path(node.hf_cache or profile.model.hf_cache, node, profile)
+
+
+def node_path(path: str, node: Node, profile: Profile) -> str:
+    if path == "~" or path.startswith("~/"):
+        path = node_home(node, profile) + path[1:]
+    if not posixpath.isabs(path):
+        raise UsageError(f"path '{path}' on node {node.name} must be absolute (or start with ~/)")
+    return posixpath.normpath(path)
+
+
+def served_model_name(profile: Profile) -> str:
+    return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
