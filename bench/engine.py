@@ -29,13 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from sparkctl.runtime.containers import revealed_env  # noqa: E402
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile  # noqa: E402
 
 from _cli import cli, must  # noqa: E402
 from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
+from sparkctl.runtime.containers import revealed_env  # noqa: E402
 
 DEADLINE_S = 600.0
 

@@ -198,8 +198,12 @@ def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, st
 
     ver = cli(state, profile_path, "verify", "--json", "--timeout", "120", "--deadline", "900", timeout=1000)
     assert ver.returncode in (0, 1), ver.stderr
-    findings = {f["check"]: f["severity"] for f in json.loads(ver.stdout)["findings"]}
+    checks = {f["check"]: f for f in json.loads(ver.stdout)["checks"]}
+    findings = {name: f["severity"] for name, f in checks.items()}
     report(request, "vLLM verify: " + " ".join(f"{k}={v}" for k, v in findings.items()))
+    for name, f in checks.items():
+        if f["severity"] != "ok":
+            report(request, f"vLLM verify {name} {f['severity']}: {f['message'][:300]}")
     # The contract a real engine meets (docs/verify-bench.md "Real vLLM" explains each other line).
     for check in MUST_PASS:
         assert findings.get(check) == "ok", (check, findings)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkctl.runtime.containers import ContainerInfo
-from sparkctl.runtime.readiness import EndpointHealth
-
 from sparkctl.lifecycle.status import ModeStatus
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[3]
 
