@@ -101,7 +101,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     with Lab(nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
-        lab.install_engine_image()
         setup = install_real_engine(lab)
         print(f"image: built={setup['built']} build {setup['build_s']:.0f}s load {setup['load_s']:.0f}s")
         path = write_vllm_profile(lab, Path(tmp, "vllm.yaml"))
