@@ -1,9 +1,9 @@
 """Benchmark sparkctl's `up` against starting the same real engine by hand, in the same run.
 
-    python bench/engine.py [--modes solo,tp2] [--rounds 1]   (root, repo root)
+    python bench/engine.py [--modes solo,tp2] [--rounds 2]   (root, repo root)
 
 Real vLLM (CPU build, tiny random Qwen3: tests/testbed/realengine.py) on a 2-node lab. Per mode,
-alternating, each round:
+one uncounted warm-up start (page cache, first imports), then rounds in alternating order:
   baseline: the recipe's hand start: `docker run -d` of every rank (the plan's exact argv, env,
     mounts, shm) straight on each node's dockerd, then poll until a streamed chat completion
     yields its first token;
@@ -98,7 +98,7 @@ def sparkctl_up(state: str, path: Path, plan, mode: str) -> float:  # Plan
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="solo", help="comma-separated: solo, tp2")
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     with Lab(nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
         setup = install_real_engine(lab)
@@ -108,10 +108,16 @@ def main() -> int:
         os.environ.setdefault("PYTHONPATH", str(ROOT / "src"))
         for mode in args.modes.split(","):
             plan = build_plan(prof, mode)
+            print(f"{mode} warm-up (not counted): docker run {docker_run_by_hand(lab, plan):.1f}s")
             base, ours = [], []
-            for r in range(args.rounds):
-                base.append(docker_run_by_hand(lab, plan))
-                ours.append(sparkctl_up(str(Path(tmp, f"state-{mode}-{r}")), path, plan, mode))
+            for r in range(args.rounds):  # the order alternates: neither side always goes second
+                state = str(Path(tmp, f"state-{mode}-{r}"))
+                if r % 2:
+                    ours.append(sparkctl_up(state, path, plan, mode))
+                    base.append(docker_run_by_hand(lab, plan))
+                else:
+                    base.append(docker_run_by_hand(lab, plan))
+                    ours.append(sparkctl_up(state, path, plan, mode))
                 print(f"{mode} round {r + 1}: docker run {base[-1]:.1f}s, sparkctl up {ours[-1]:.1f}s")
             b, o = statistics.median(base), statistics.median(ours)
             print(
