@@ -52,6 +52,7 @@ class VLlm:
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
+    layout_flags = None  # the rendezvous is two flags (--master-addr, --master-port): see base.py
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
