@@ -24,12 +24,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fit",
     "preflight",
     "ship",
-    "lifecycle",  # up, down, switch, status, logs
+    "up",
+    "down",
+    "switch",
+    "upgrade",
+    "status",
+    "logs",
+    "supervise",
     "top",
     "verify",
     "bench",
     "fabric",
     "image",
+    "export",
 )
 
 app = typer.Typer(

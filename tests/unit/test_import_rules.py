@@ -27,7 +27,21 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("engines", ("engines",)),
     ("planning", ("planning",)),
     ("runtime", ("runtime",)),
-    ("flows", ("lifecycle", "preflight", "ship", "verify", "benchmark", "gpu", "recipes", "top", "discover")),
+    (
+        "flows",
+        (
+            "lifecycle",
+            "preflight",
+            "ship",
+            "verify",
+            "benchmark",
+            "gpu",
+            "recipes",
+            "top",
+            "discover",
+            "export",
+        ),
+    ),
     ("cli", ("commands", "cli", "__main__")),
 ]
 FLOOR = {f"sparkctl.{u}": i for i, (_name, units) in enumerate(FLOORS) for u in units}

@@ -36,7 +36,7 @@ ContextOpt = Annotated[
 
 
 @handle_errors
-def bench(
+def bench_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     url: UrlOpt = None,
@@ -158,4 +158,4 @@ def _emit(data: dict, tables: list, out: Path | None, json_out: bool, con) -> No
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)
+    app.command("bench")(bench_cmd)

@@ -48,7 +48,7 @@ def _render(report) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("fabric-test")
     @handle_errors
-    def fabric_test(
+    def fabric_test_cmd(
         mode: Annotated[
             str | None, typer.Argument(help="Mode whose ranks to test (default: the profile's default mode).")
         ] = None,

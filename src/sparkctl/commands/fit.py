@@ -22,7 +22,7 @@ ParserTimeoutOpt = Annotated[
 
 
 @handle_errors
-def fit(
+def fit_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
@@ -156,4 +156,4 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("fit")(fit)
+    app.command("fit")(fit_cmd)

@@ -39,7 +39,7 @@ def _on_nodes(profile, nodes: list[str] | None, fn):  # Path, Callable -> fanout
 
 
 @handle_errors
-def build(
+def build_cmd(
     recipe: RecipeArg,
     tag: TagOpt = None,
     node: NodeOpt = None,
@@ -70,7 +70,7 @@ def build(
 
 
 @handle_errors
-def verify(
+def verify_cmd(
     recipe: RecipeArg,
     tag: TagOpt = None,
     node: NodeOpt = None,
@@ -103,6 +103,6 @@ def register(app: typer.Typer) -> None:
         help="Image recipes: build a derivative serving image from a pinned base, verify it.",
         no_args_is_help=True,
     )
-    image_app.command("build")(build)
-    image_app.command("verify")(verify)
+    image_app.command("build")(build_cmd)
+    image_app.command("verify")(verify_cmd)
     app.add_typer(image_app, name="image")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @handle_errors
-def init(
+def init_cmd(
     peer: Annotated[
         list[str] | None,
         typer.Option("--peer", metavar="[USER@]HOST[:PORT]", help="A peer over SSH; this machine is rank 0."),
@@ -205,4 +205,4 @@ def show_proposal(draft) -> None:  # sparkctl.discover.Draft
 
 
 def register(app: typer.Typer) -> None:
-    app.command("init")(init)
+    app.command("init")(init_cmd)

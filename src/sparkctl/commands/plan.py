@@ -30,7 +30,7 @@ ParserTimeoutOpt = Annotated[
 
 
 @handle_errors
-def plan(
+def plan_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     check: CheckOpt = False,
@@ -135,4 +135,4 @@ def _argv_lines(argv: list[str]) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)
+    app.command("plan")(plan_cmd)

@@ -29,7 +29,7 @@ SysfsOpt = Annotated[str, typer.Option("--sysfs-root", hidden=True, help="sysfs 
 
 
 @handle_errors
-def preflight(
+def preflight_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     ignore: IgnoreOpt = None,
@@ -128,4 +128,4 @@ def _table(report):  # rich Table from a preflight Report
 
 
 def register(app: typer.Typer) -> None:
-    app.command("preflight")(preflight)
+    app.command("preflight")(preflight_cmd)

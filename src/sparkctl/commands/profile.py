@@ -11,7 +11,7 @@ profile_app = typer.Typer(help="Inspect and validate cluster profiles.", no_args
 
 @profile_app.command("check")
 @handle_errors
-def check(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
+def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     """Validate the whole profile (schema, cross-references, TP vs GPUs); touches no node."""
     prof = load_profile(profile)
     from sparkctl.planning.build import build_plan

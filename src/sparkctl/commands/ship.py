@@ -15,7 +15,7 @@ ModeArg = Annotated[
 
 
 @handle_errors
-def ship(
+def ship_cmd(
     mode: ModeArg = None,
     image: Annotated[
         bool, typer.Option("--image", help="Ship the image (default: image and weights).")
@@ -136,4 +136,4 @@ def _render(report, json_out: bool) -> None:  # sparkctl.ship.ShipReport
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ship")(ship)
+    app.command("ship")(ship_cmd)

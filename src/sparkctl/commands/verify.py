@@ -29,7 +29,7 @@ ApiKeyEnvOpt = Annotated[
 
 
 @handle_errors
-def verify(
+def verify_cmd(
     mode: ModeArg = None,
     profile: ProfileOpt = None,
     url: UrlOpt = None,
@@ -116,4 +116,4 @@ def render_summary(findings) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify)
+    app.command("verify")(verify_cmd)

@@ -66,6 +66,17 @@ class RankLayout:
     pp: int = 1
 
 
+@dataclass(frozen=True)
+class LayoutFlags:
+    """The flags whose values carry a rank's place in its group (its RankLayout): what a scheduler
+    that places ranks itself (Kubernetes' LeaderWorkerSet, `export k8s`) fills in per pod."""
+
+    nnodes: str  # takes the group's node count
+    node_rank: str  # takes the rank inside the group
+    dist_init_addr: str  # takes the group's rendezvous as host:port (only the host with dist_init_port)
+    dist_init_port: str | None = None  # takes the rendezvous port, when the engine splits it (vLLM)
+
+
 class LaunchRank(Protocol):
     """What a launch check reads of one planned rank (planning's RankSpec has these)."""
 
@@ -95,6 +106,7 @@ class Engine(Protocol):
     metrics: MetricNames
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
     image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
+    layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:

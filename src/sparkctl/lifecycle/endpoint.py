@@ -45,11 +45,9 @@ def resolve_endpoint(
 
     prof = load_profile()
     if mode is None:
-        from sparkctl.connectors import NodePool
-        from sparkctl.lifecycle.status import running_mode
+        from sparkctl.lifecycle.modes import resolve_mode
 
-        with NodePool(prof) as pool:
-            mode = running_mode(prof, pool)  # what runs now; else the profile's default mode
+        mode = resolve_mode(prof, fallback=("running", "default"))  # what runs now, else the default
     plan = build_plan(prof, mode)
     key = resolve_api_key(api_key, api_key_env, profile_api_key(prof))
     return ApiTarget(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)

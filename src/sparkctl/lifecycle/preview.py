@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.lifecycle.reconcile import choose_mode, involved_nodes, reconcile, settle
+from sparkctl.lifecycle.modes import resolve_mode
+from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
 from sparkctl.lifecycle.steps import observe, resolve_plan
 from sparkctl.planning.build import Plan, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
@@ -43,7 +44,7 @@ def preview(
     profile: Profile, pool: NodePool, *, mode: str | None = None, tp: int | None = None, rolling: bool = True
 ) -> Preview:
     """The same decisions as `up` (resolve, observe, reconcile, health, rolling), changing nothing."""
-    plan = resolve_plan(profile, build_plan(profile, choose_mode(profile, mode, tp)), pool)
+    plan = resolve_plan(profile, build_plan(profile, resolve_mode(profile, mode, tp=tp)), pool)
     observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
     rec = reconcile(plan, observed)
     rec = settle(rec, observed, healthy=rec.up_to_date and probe(plan.endpoint).ready)

@@ -15,7 +15,6 @@ from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, orphans, state
 from sparkctl.lifecycle import router as routers
-from sparkctl.lifecycle.reconcile import Reconcile, choose_mode, involved_nodes, reconcile, settle  # noqa: F401
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan

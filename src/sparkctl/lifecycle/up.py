@@ -15,7 +15,8 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lifecycle import orphans
 from sparkctl.lifecycle.lock import ClusterLock
-from sparkctl.lifecycle.reconcile import choose_mode, involved_nodes, reconcile, settle
+from sparkctl.lifecycle.modes import resolve_mode
+from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
 from sparkctl.lifecycle.steps import (
     QuietReporter,
     Reporter,
@@ -83,7 +84,7 @@ def up(
     rolling: bool = True,  # replace replicas one at a time behind the router when possible
 ) -> UpResult:
     rep = reporter or QuietReporter()
-    plan = build_plan(profile, choose_mode(profile, mode, tp))
+    plan = build_plan(profile, resolve_mode(profile, mode, tp=tp))
     with ClusterLock(plan.cluster) if lock else contextlib.nullcontext():
         return _up_locked(profile, pool, plan, skip_preflight, timeout, rep, rolling)
 

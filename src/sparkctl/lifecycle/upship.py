@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lifecycle.reconcile import choose_mode
+from sparkctl.lifecycle.modes import resolve_mode
 from sparkctl.lifecycle.steps import QuietReporter, Reporter, UpResult
 from sparkctl.lifecycle.up import PreflightFailedError, up
 
@@ -48,7 +48,7 @@ def up_or_ship(
     from sparkctl.planning.build import build_plan
     from sparkctl.ship import ship
 
-    plan = build_plan(profile, choose_mode(profile, mode, tp))
+    plan = build_plan(profile, resolve_mode(profile, mode, tp=tp))
     rep.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
     with progress() as shown:
         ship(profile, plan, pool, image="image" in what, weights="weights" in what, progress=shown)

@@ -84,6 +84,21 @@ def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def discovery_argv(
+    profile: Profile, host: str, selector: dict[str, str], port: int, namespace: str
+) -> list[str]:
+    """The router's argv when Kubernetes lists the replicas (`export k8s`): the same flags, with
+    `--worker-urls` replaced by sglang-router's service discovery of the ready pods of `selector`."""
+    argv = router_argv(profile, host, [])
+    return [
+        *argv[: argv.index("--worker-urls")],
+        "--service-discovery",
+        "--selector", *(f"{k}={v}" for k, v in selector.items()),
+        "--service-discovery-port", str(port),
+        "--service-discovery-namespace", namespace,
+    ]  # fmt: skip
+
+
 def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSpec:
     from sparkctl.planning.model import RankSpec
     from sparkctl.profile.derived import node_path

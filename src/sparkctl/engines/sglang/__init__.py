@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchTarget, MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
 from sparkctl.profile.derived import served_model_name
 
@@ -62,6 +62,7 @@ class SGLang:
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")
     image_markers = ("sglang",)
+    layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
@@ -101,8 +102,9 @@ class SGLang:
         if layout.pp > 1:
             argv += ["--pp-size", str(layout.pp)]
         if layout.nnodes > 1:
-            argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]
-            argv += ["--dist-init-addr", layout.dist_init_addr or ""]
+            flags = self.layout_flags
+            argv += [flags.nnodes, str(layout.nnodes), flags.node_rank, str(layout.rank)]
+            argv += [flags.dist_init_addr, layout.dist_init_addr or ""]
         return argv + ["--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchTarget, MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
 from sparkctl.engines.vllm import flags as F
 from sparkctl.profile.derived import served_model_name
 
@@ -52,6 +52,12 @@ class VLlm:
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
+    layout_flags = LayoutFlags(
+        nnodes="--nnodes",
+        node_rank="--node-rank",
+        dist_init_addr="--master-addr",
+        dist_init_port="--master-port",
+    )
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
@@ -83,8 +89,9 @@ class VLlm:
             argv += ["--pipeline-parallel-size", str(layout.pp)]
         if layout.nnodes > 1:
             addr, _, port = (layout.dist_init_addr or "").rpartition(":")
-            argv += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.rank)]
-            argv += ["--master-addr", addr, "--master-port", port]
+            flags = self.layout_flags
+            argv += [flags.nnodes, str(layout.nnodes), flags.node_rank, str(layout.rank)]
+            argv += [flags.dist_init_addr, addr, "--master-port", port]
             if layout.rank > 0:
                 return [*argv, "--headless"]  # no API server on the other ranks
         return [*argv, "--host", layout.host, "--port", str(layout.port)]

@@ -1,0 +1,40 @@
+"""`sparkctl down`: stop and remove every container of the cluster."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+if TYPE_CHECKING:
+    pass
+
+from sparkctl.commands.up import DryRunOpt
+
+
+@handle_errors
+def down_cmd(profile: ProfileOpt = None, dry_run: DryRunOpt = False, json_out: JsonOpt = False) -> None:
+    """Stop and remove every container of this cluster on every node (nothing running is fine)."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.down import down
+
+    prof = load_profile(profile)
+    with NodePool(prof) as pool:
+        result = down(prof, pool, dry_run=dry_run)
+    if json_out:
+        print_json({**result.to_json(), "dry_run": dry_run})
+        return
+    out = console()
+    for line in filter(None, [result.supervisor, *result.settled]):
+        out.print(line, markup=False)
+    if not result.removed:
+        out.print(f"nothing running for cluster {prof.cluster}")
+    verb = "would remove" if dry_run else "removed"
+    for c in result.removed:
+        out.print(f"{verb} {c.name} on {c.node} ({c.status})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("down")(down_cmd)

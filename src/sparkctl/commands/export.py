@@ -1,0 +1,112 @@
+"""`sparkctl export k8s [MODE]`: the plan as Kubernetes manifests (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+
+ModeArg = Annotated[str | None, typer.Argument(help="Mode to export (default: the profile's default mode).")]
+OutOpt = Annotated[Path, typer.Option("--output", "-o", help="Directory the manifests are written to.")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of every object.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the manifests on stdout; write nothing.")]
+SecretsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--secrets",
+        help="Print only the Secret the pods mount, with its values, for a pipe: "
+        "`sparkctl export k8s MODE --secrets | kubectl apply -f -` (refused on a terminal).",
+    ),
+]
+RdmaResourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rdma-resource",
+        help="Request the RDMA devices from this device-plugin resource (e.g. rdma/rdma_shared_device_a) "
+        "instead of a hostPath of the device directory.",
+    ),
+]
+
+
+@handle_errors
+def k8s(
+    mode: ModeArg = None,
+    output: OutOpt = Path("k8s"),
+    namespace: NamespaceOpt = "default",
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+    secrets: SecretsOpt = False,
+    rdma_resource: RdmaResourceOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render the plan `up` runs as Kubernetes manifests: a LeaderWorkerSet, the per-node env, the router."""
+    from sparkctl.export.k8s import export_k8s
+
+    prof = load_profile(profile)
+    out = export_k8s(prof, mode, namespace, rdma_resource)
+    if secrets:
+        _print_secret(prof, out)
+        return
+    written = [] if dry_run else _write(out.files, output)
+    if json_out:
+        files = [{"name": n, "path": str(output / n), "objects": _kinds(out.objects[n])} for n in out.files]
+        print_json({"mode": out.plan.mode, "namespace": namespace, "dry_run": dry_run, "files": files,
+                    "written": written, "secret": out.secret_name, "notes": out.notes})  # fmt: skip
+    elif dry_run:
+        sys.stdout.write("".join(out.files.values()))
+    else:
+        con = console()
+        for path in written:
+            con.print(f"wrote {path}")
+        for note in out.notes:
+            con.print(f"[yellow]note:[/] {note}")
+        ns = "" if namespace == "default" else f" -n {namespace}"
+        if out.secret_name:
+            con.print(f"Secret {out.secret_name} first:", soft_wrap=True)
+            con.print(
+                f"  sparkctl export k8s {out.plan.mode}{ns} --secrets | kubectl apply -f -", soft_wrap=True
+            )
+        con.print(f"then: kubectl apply -f {output}", soft_wrap=True)
+
+
+def _kinds(docs: list[dict]) -> list[str]:
+    return [f"{d['kind']}/{d['metadata']['name']}" for d in docs]
+
+
+def _write(files: dict[str, str], output: Path) -> list[str]:
+    output.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in files.items():
+        path = output / name
+        path.write_text(text)
+        paths.append(str(path))
+    return paths
+
+
+def _print_secret(prof, out) -> None:  # Profile, K8sExport (imported lazily)
+    from sparkctl.connectors import NodePool
+    from sparkctl.errors import UsageError
+    from sparkctl.export.k8s_secret import secret_manifest, secret_values
+    from sparkctl.export.yamltext import dump
+
+    if out.secret_name is None:
+        raise UsageError(f"mode {out.plan.mode} has no secrets", fix="the manifests need no Secret")
+    if sys.stdout.isatty():
+        raise UsageError(
+            "--secrets prints secret values: refused on a terminal",
+            fix=f"pipe it: sparkctl export k8s {out.plan.mode} --secrets | kubectl apply -f -",
+        )
+    with NodePool(prof) as pool:
+        values = secret_values(out.plan, pool.get)
+    labels = {"sparkctl.cluster": prof.cluster}
+    sys.stdout.write(dump([secret_manifest(out.secret_name, out.namespace, labels, values)], []))
+
+
+def register(app: typer.Typer) -> None:
+    export_app = typer.Typer(help="Export the plan to another scheduler (Kubernetes).", no_args_is_help=True)
+    export_app.command("k8s")(k8s)
+    app.add_typer(export_app, name="export")

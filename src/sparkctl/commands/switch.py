@@ -1,0 +1,58 @@
+"""`sparkctl switch MODE`: onto another mode, replica by replica when the layout allows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sparkctl.commands._common import JsonOpt, ProfileOpt, handle_errors
+
+if TYPE_CHECKING:
+    pass
+
+from sparkctl.commands.up import (
+    DryRunOpt,
+    RollingOpt,
+    ShipOpt,
+    SkipPreflightOpt,
+    SuperviseOpt,
+    TimeoutOpt,
+    print_preview,
+    run_up,
+)
+
+
+@handle_errors
+def switch_cmd(
+    mode: Annotated[str, typer.Argument(help="Mode to switch to.")],
+    skip_preflight: SkipPreflightOpt = False,
+    timeout: TimeoutOpt = None,
+    ship: ShipOpt = None,
+    dry_run: DryRunOpt = False,
+    supervise: SuperviseOpt = False,
+    rolling: RollingOpt = True,
+    profile: ProfileOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Switch to MODE. Same replica layout behind the same router (e.g. dp2 -> dp2b): replica by
+    replica, no failed request (--timeout is per replica); else stop the running mode, start MODE."""
+    if dry_run:
+        print_preview(profile, mode, None, json_out, rolling)
+        return
+    run_up(
+        mode,
+        None,
+        skip_preflight,
+        timeout,
+        profile,
+        json_out,
+        verb="switch",
+        ship_opt=ship,
+        supervise=supervise,
+        rolling=rolling,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("switch")(switch_cmd)

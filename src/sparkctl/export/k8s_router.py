@@ -1,0 +1,153 @@
+"""The router in front of the replicas, as Kubernetes objects (pure): sglang-router in a Deployment
+that finds the replicas by watching the leader pods (service discovery, so its Role may
+get/list/watch pods), its ServiceAccount, Role, RoleBinding, and the Service clients use.
+
+The router runs in the pod network (its own IP, behind its Service), so it binds 0.0.0.0 where
+`up` binds the router node's address; the replicas it finds are hostNetwork pods, reached at
+their node's address on the replicas' port, as `up`'s router reaches them.
+"""
+
+from __future__ import annotations
+
+from sparkctl.engines.base import Readiness
+from sparkctl.export.k8s_pod import PodParts, quantity, secret_mounts
+from sparkctl.planning.hardening import bind_host, binds_everywhere
+from sparkctl.planning.model import Plan
+from sparkctl.planning.router import discovery_argv
+from sparkctl.profile.schema import Profile
+
+POD_HOST = "0.0.0.0"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def leader_selector(lws_name: str) -> dict[str, str]:
+    """The pods that serve a replica's API: worker index 0 of every group of the LeaderWorkerSet."""
+    return {LWS_NAME_LABEL: lws_name, LWS_WORKER_INDEX_LABEL: "0"}
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+def rbac(name: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+    """ServiceAccount + Role (get/list/watch pods, this namespace only) + RoleBinding."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace, labels)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(name, namespace, labels),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(name, namespace, labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def _argv(profile: Profile, plan: Plan, lws_name: str, namespace: str, static: bool) -> list[str]:
+    assert plan.router is not None
+    if static:  # the plan's own argv: its worker URLs, bound where `up` binds it, on the host network
+        return list(plan.router.argv)
+    port = plan.groups[0].endpoint.port
+    return discovery_argv(profile, POD_HOST, leader_selector(lws_name), port, namespace)
+
+
+def router_pod(
+    profile: Profile, plan: Plan, secret: str, readiness: Readiness, argv: list[str], static: bool
+) -> dict:
+    router = plan.router
+    assert router is not None
+    port = profile.engine.port
+    parts = PodParts()
+    secret_mounts(router, secret, parts)
+    if router.options.shm_size:
+        size = quantity(router.options.shm_size)
+        parts.add(
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        )
+    node = profile.node(router.node)
+    host = {} if not static or binds_everywhere(profile) else {"host": bind_host(profile, node, 0)}
+    container = {
+        "name": "router",
+        "image": router.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": argv,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {**host, "path": readiness.health_path, "port": port},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+        },
+        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False},
+        "volumeMounts": parts.mounts,
+    }
+    term = {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [router.node]}]
+    }
+    if static:
+        nodes: dict = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        where: dict = {
+            "hostNetwork": True,
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            "automountServiceAccountToken": False,
+        }
+    else:
+        nodes = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}
+        where = {"serviceAccountName": router_name(profile)}
+    return {**where, "affinity": {"nodeAffinity": nodes}, "containers": [container], "volumes": parts.volumes}
+
+
+def router_name(profile: Profile) -> str:
+    return f"sparkctl-{profile.cluster}-router".lower()
+
+
+def router_objects(
+    profile: Profile,
+    plan: Plan,
+    lws_name: str,
+    namespace: str,
+    secret: str,
+    readiness: Readiness,
+    static: bool = False,
+) -> list[dict]:
+    """RBAC, the Deployment and its Service (on engine.port, the user's one endpoint). `static`:
+    the replicas share a node, each on its own port: the router runs the plan's argv (its worker
+    URLs) on that node's network, as `up` runs it, with no discovery (no RBAC) and a Service only
+    when it binds every interface."""
+    name = router_name(profile)
+    labels = {"sparkctl.cluster": profile.cluster, "sparkctl.role": "router"}
+    argv = _argv(profile, plan, lws_name, namespace, static)
+    pod = router_pod(profile, plan, secret, readiness, argv, static)
+    # A new router starts before the old one stops (the endpoint stays); on the host network both
+    # would want the same port, so there the old one stops first.
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "strategy": {"type": "Recreate"} if static else rolling,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, namespace, labels),
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": "http", "port": profile.engine.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    if static:
+        return [deployment, *([service] if binds_everywhere(profile) else [])]
+    return [*rbac(name, namespace, labels), deployment, service]

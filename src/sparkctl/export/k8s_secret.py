@@ -1,0 +1,41 @@
+"""The Secret the exported pods mount (`export k8s --secrets`): the plan's secret files with their
+values, read the way `up` reads them (the controller's env, or the file on the node) and rendered
+by the same code (`secrets.render_files`: SGLang's --config YAML holds the API key).
+
+The manifest files never hold a value; this object goes to stdout only, into a pipe
+(`| kubectl apply -f -`): not a file, not a process list.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from collections.abc import Callable
+
+from sparkctl.connectors.base import Connector
+from sparkctl.planning.model import Plan, RankSpec
+from sparkctl.secrets import render_files
+
+
+def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[str, bytes]:
+    conn = connect(spec.node) if any(f.ref.file for f in spec.secrets) else None
+    out = {posixpath.basename(t): v for t, v in render_files(spec.secrets, conn).items()}
+    for f in spec.secrets:
+        if f.bind:  # up bind-mounts these from the node; Kubernetes mounts them from the Secret
+            out[posixpath.basename(f.target)] = f.ref.reveal_on(conn).encode()
+    return out
+
+
+def secret_values(plan: Plan, connect: Callable[[str], Connector]) -> dict[str, bytes]:
+    """{Secret key (the file's name): content} for the engine ranks and the router."""
+    values: dict[str, bytes] = {}
+    for spec in (plan.ranks[0], plan.router):
+        if spec is not None and spec.secrets:
+            values |= _rank_values(spec, connect)
+    return values
+
+
+def secret_manifest(name: str, namespace: str, labels: dict[str, str], values: dict[str, bytes]) -> dict:
+    data = {k: base64.b64encode(v).decode() for k, v in sorted(values.items())}
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "data": data}

@@ -1,0 +1,94 @@
+"""The Engine seam: plan, profile validation and preflight ask the engine, not SGLang by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkctl.engines import ENGINE_NAMES, get_engine
+from sparkctl.engines.base import RankLayout, Readiness
+from sparkctl.engines.sglang import SGLang
+from sparkctl.errors import UsageError
+from sparkctl.planning.build import build_plan
+from sparkctl.profile import load_profile_file
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def profile():
+    return load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+
+
+class Toy(SGLang):
+    """A second engine as a package would provide it (here: another launcher and host-IP variable)."""
+
+    name = "toy"
+    host_ip_env = "TOY_HOST_IP"
+    readiness = Readiness(health_path="/ping")
+
+    def rank_argv(self, profile, args, layout: RankLayout) -> list[str]:
+        return [
+            "toy-serve",
+            profile.model.target.id,
+            "--world",
+            str(layout.nnodes),
+            "--rank",
+            str(layout.rank),
+        ]
+
+
+def test_sglang_is_the_registered_default_and_vllm_the_second() -> None:
+    assert ENGINE_NAMES == ("sglang", "vllm") and isinstance(get_engine(), SGLang)
+    assert get_engine("vllm").name == "vllm"
+    with pytest.raises(UsageError, match="unknown engine 'tgi'"):
+        get_engine("tgi")
+
+
+def test_plan_renders_argv_and_env_through_the_engine(profile, monkeypatch: pytest.MonkeyPatch) -> None:
+    sglang = build_plan(profile, "tp2")
+    assert sglang.ranks[1].env["SGLANG_HOST_IP"] == "192.168.100.11"
+    monkeypatch.setattr("sparkctl.planning.build.get_engine", lambda kind: Toy())
+    toy = build_plan(profile, "tp2")
+    assert toy.ranks[1].argv == ["toy-serve", profile.model.target.id, "--world", "2", "--rank", "1"]
+    assert toy.ranks[1].env["TOY_HOST_IP"] == "192.168.100.11" and "SGLANG_HOST_IP" not in toy.ranks[1].env
+    # What is not the engine's (NCCL over the fabric, caches, mounts) stays the same.
+    assert toy.ranks[1].env["NCCL_IB_HCA"] == sglang.ranks[1].env["NCCL_IB_HCA"]
+    assert toy.ranks[1].mounts == sglang.ranks[1].mounts
+
+
+def test_plan_refuses_flags_the_engine_manages(profile) -> None:
+    from sparkctl.errors import ExitCode, ProfileError
+
+    assert "tp" in get_engine().managed_flags
+    bad = profile.model_copy(update={"engine": profile.engine.model_copy(update={"args": {"tp": 2}})})
+    with pytest.raises(
+        ProfileError, match=r"engine\.args\.tp: 'tp' is set by sparkctl from modes.<mode>.tp"
+    ) as err:
+        build_plan(bad, "solo")
+    assert err.value.exit_code == ExitCode.USAGE
+    mode = bad.modes["solo"].model_copy(update={"args": {"node-rank": 1}})
+    other = profile.model_copy(update={"modes": {**profile.modes, "solo": mode}})
+    with pytest.raises(ProfileError, match=r"modes\.solo\.args\.node-rank: 'node-rank' is set by sparkctl"):
+        build_plan(other, "solo")
+
+
+def test_the_engine_default_command_is_the_engines(profile) -> None:
+    from sparkctl.profile.base import ENGINE_KINDS
+    from sparkctl.profile.schema import Engine
+
+    assert Engine().command is None  # the profile names no engine's launcher
+    argv = build_plan(profile, "solo").ranks[0].argv
+    assert argv[: len(get_engine().default_command)] == list(get_engine().default_command)
+    from sparkctl.engines import ENGINE_NAMES
+
+    assert ENGINE_NAMES == ENGINE_KINDS  # the profile's pure name list is the registry's
+
+
+def test_gb10_cap_is_one_number(profile) -> None:
+    from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION as launch_cap
+
+    plan = build_plan(profile, "solo")  # every node a GB10: the plan sets the cap
+    engine = get_engine()
+    assert engine.mem_fraction(plan.ranks[0].argv) == engine.gb10_max_mem_fraction == launch_cap

@@ -1,0 +1,186 @@
+"""Pure parts of `verify`, the API key rule, and every bad-endpoint case against real sockets on
+127.0.0.1: one line with cause and fix, the documented exit code, within --deadline + 2 s."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sparkctl.errors import UsageError
+from sparkctl.verify.base import CheckFailed, validate
+from sparkctl.verify.chat_checks import SCHEMA, judge_cache
+from sparkctl.verify.checks import CHECKS, select
+from sparkctl.verify.client import api_base, profile_api_key, resolve_api_key
+from tests.server import badendpoints as bad
+
+DOC = Path(__file__).parents[3] / "docs" / "verify-bench.md"
+
+
+def test_check_names_unique_levelled_and_documented() -> None:
+    names = [c.name for c in CHECKS]
+    assert len(names) == len(set(names))
+    assert all(c.proves and c.usual_cause and c.level in ("contract", "optional") for c in CHECKS)
+    # vendor extensions and optional features warn; the OpenAI API contract fails
+    optional = {"ThinkingSwitch", "PrefixCacheResponses", "PrefixCacheChat", "StreamTokenIds"}
+    assert {c.name for c in CHECKS if c.level == "optional"} == optional
+    doc = DOC.read_text()
+    for name in names:
+        assert f"| {name} |" in doc, name
+
+
+def test_select_by_prefix() -> None:
+    assert [c.name for c in select(["prefixcache"])] == ["PrefixCacheResponses", "PrefixCacheChat"]
+    assert [c.name for c in select(["toolchoicen"])] == ["ToolChoiceNone", "ToolChoiceNamed"]
+    assert len(select(None)) == len(CHECKS)
+    assert select(["nothing"]) == []
+
+
+def test_schema_validation_is_a_real_validator() -> None:
+    validate({"city": "Paris", "temperature_c": 18, "conditions": "sunny"}, SCHEMA, "x")
+    with pytest.raises(CheckFailed, match="at temperature_c: 'warm' is not of type 'integer'"):
+        validate({"city": "Paris", "temperature_c": "warm", "conditions": "sunny"}, SCHEMA, "x")
+    with pytest.raises(CheckFailed, match="'conditions' is a required property"):
+        validate({"city": "Paris", "temperature_c": 1}, SCHEMA, "x")
+    with pytest.raises(CheckFailed, match="Additional properties"):
+        validate({"city": "P", "temperature_c": 1, "conditions": "rain", "x": 1}, SCHEMA, "x")
+
+
+def test_cache_judgement() -> None:
+    assert "64 cached" in judge_cache([(2000, 0), (2000, 64)], "f").summary
+    with pytest.raises(CheckFailed, match="f = 0 on the repeated 2000-token prompt"):
+        judge_cache([(2000, 0), (2000, 0)], "f")
+    with pytest.raises(CheckFailed, match="f is missing"):
+        judge_cache([(2000, None), (2000, None)], "f")
+    with pytest.raises(CheckFailed, match="f = 2001"):  # more cached than prompt: not a real count
+        judge_cache([(2000, 0), (2000, 2001)], "f")
+
+
+def test_api_base() -> None:
+    assert api_base("http://10.0.0.1:8888") == "http://10.0.0.1:8888/v1"
+    assert api_base("http://h:1/v1/") == "http://h:1/v1"
+    with pytest.raises(UsageError):
+        api_base("10.0.0.1:8888")
+
+
+def test_api_key_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-ambient")
+    assert resolve_api_key(None, None, None) is None  # never the ambient OPENAI_API_KEY
+    assert resolve_api_key("k1", None, "prof") == "k1"
+    monkeypatch.setenv("MY_KEY", "k2")
+    assert resolve_api_key(None, "MY_KEY", "prof") == "k2"
+    assert resolve_api_key(None, None, "prof") == "prof"
+    with pytest.raises(UsageError, match="NOPE_UNSET: that variable is not set"):
+        resolve_api_key(None, "NOPE_UNSET", None)
+
+
+def test_profile_key_accessor_works_with_or_without_the_field() -> None:
+    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace())) is None  # field not there yet
+    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key=None))) is None
+    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key="plain"))) == "plain"
+    secret = SimpleNamespace(resolve=lambda: "from-env")
+    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key=secret))) == "from-env"
+
+
+@pytest.fixture(scope="module")
+def startup() -> float:
+    """Seconds this machine takes to start the interpreter and import the CLI and the SDK: the part
+    of a command's run time before its --deadline clock can start."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import openai, sparkctl.cli"], check=True, timeout=120)
+    return time.monotonic() - t0
+
+
+def _cli(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    env = {**os.environ, "COLUMNS": "300", **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    return proc, time.monotonic() - t0
+
+
+def _one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and lines[0].startswith("error ") and lines[1].strip().startswith("fix:"), lines
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+DEADLINE = 4.0
+CASES = [
+    # (endpoint, model, exit code, what the line says)
+    ("closed", bad.MODEL, 5, ["cannot connect", "Connection refused"]),
+    ("silent", bad.MODEL, 5, ["no reply", "check what listens there"]),
+    ("500", bad.MODEL, 5, ["HTTP 500", "boom", "read its log"]),
+    ("404", bad.MODEL, 5, ["HTTP 404", "not an OpenAI-compatible endpoint"]),
+    ("html", bad.MODEL, 5, ["HTTP 200 but not an OpenAI model list", "text/html"]),
+    (
+        "ok",
+        "wrong/name",
+        2,
+        ["model 'wrong/name' is not served", f"it serves: {bad.MODEL}", f"--model {bad.MODEL}"],
+    ),
+    ("stall", bad.MODEL, 3, ["stalled"]),
+    ("stall-stream", bad.MODEL, 3, ["stalled"]),
+]
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+@pytest.mark.parametrize(("kind", "model", "code", "needles"), CASES, ids=[c[0] for c in CASES])
+def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code, needles, startup) -> None:
+    pytest.importorskip("openai")
+    extra = (
+        ["--only", "ChatStream"]
+        if command == "verify"
+        else ["-w", "code", "--reps", "1", "--max-tokens", "4"]
+    )
+    # a stall is caught by --timeout, well inside a --deadline roomy enough for slow imports
+    # (3 s: the probe of /v1/models must answer in time even on a loaded machine)
+    deadline = DEADLINE * 3 if kind.startswith("stall") else DEADLINE
+    flags = ["--timeout", "3" if kind.startswith("stall") else "2", "--deadline", str(deadline)]
+    if kind == "closed":
+        proc, took = _cli(command, "--url", bad.closed_port(), "--model", model, *flags, *extra)
+    elif kind == "silent":
+        with bad.silent() as url:
+            proc, took = _cli(command, "--url", url, "--model", model, *flags, *extra)
+    else:
+        with bad.serving(kind) as (url, _):
+            proc, took = _cli(command, "--url", url, "--model", model, *flags, *extra)
+    _one_line(proc, code, *needles)
+    assert took < deadline + 2 + startup, (took, startup)
+
+
+def test_deadline_shorter_than_timeout_wins(startup) -> None:
+    pytest.importorskip("openai")
+    with bad.serving("stall") as (url, _):
+        proc, took = _cli("verify", "--url", url, "--model", bad.MODEL, "--timeout", "60", "--deadline", "2")
+    _one_line(proc, 3, "--deadline reached during check Chat")
+    assert took < 2 + 2 + startup, (took, startup)
+
+
+def _auth(request: dict) -> str | None:
+    return next((v for k, v in request["headers"].items() if k.lower() == "authorization"), None)
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_key_sent_only_when_given(command) -> None:
+    pytest.importorskip("openai")
+    extra = ["--only", "Chat"] if command == "verify" else ["-w", "code", "--reps", "1"]
+    with bad.serving("ok") as (url, seen):
+        base = [command, "--url", url, "--model", bad.MODEL, "--deadline", "20", *extra]
+        _cli(*base, env={"OPENAI_API_KEY": "sk-ambient-canary"})
+        ambient = [_auth(r) for r in seen]
+        seen.clear()
+        proc, _ = _cli(*base, "--api-key-env", "MY_ENDPOINT_KEY", env={"MY_ENDPOINT_KEY": "sk-chosen-canary"})
+        chosen = [_auth(r) for r in seen]
+    assert len(ambient) >= 2 and all("sk-ambient-canary" not in (h or "") for h in ambient)
+    assert len(chosen) >= 2 and all(h == "Bearer sk-chosen-canary" for h in chosen)
+    assert "sk-chosen-canary" not in proc.stdout + proc.stderr  # never printed
