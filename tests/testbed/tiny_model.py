@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tests.testbed.lab import Lab
 
 MODEL_ID = "test-org/tiny-qwen3"
-VOCAB = 512
+VOCAB = 512  # the BPE trainer's ceiling; the ASCII corpus gives ~220 tokens
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CONFIG = {
     "hidden_size": 64,
@@ -32,7 +32,6 @@ CONFIG = {
     "num_key_value_heads": 2,
     "head_dim": 32,
     "max_position_embeddings": 2048,
-    "vocab_size": VOCAB,
     "tie_word_embeddings": True,
     "rope_theta": 10000.0,
 }
@@ -112,11 +111,9 @@ def _tokenizer(dest: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    # Only the corpus' own (ASCII) symbols, not all 256 byte tokens: a random model samples any
+    # token, and a lone byte of a multi-byte character decodes to nothing (a stream with no text).
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL)
     tok.train_from_iterator(_corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
@@ -127,10 +124,14 @@ def _tokenizer(dest: Path) -> None:
 
 def _weights(dest: Path) -> None:
     import torch
+    from tokenizers import Tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3Config(**CONFIG, eos_token_id=2, pad_token_id=0, bos_token_id=None)
+    # The model's vocabulary is exactly the tokenizer's: a sampled id always decodes to a token.
+    vocab = Tokenizer.from_file(str(dest / "tokenizer.json")).get_vocab_size()
+    params = {**CONFIG, "vocab_size": vocab}
+    config = Qwen3Config(**params, eos_token_id=2, pad_token_id=0, bos_token_id=None)
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(dest, safe_serialization=True)
 
