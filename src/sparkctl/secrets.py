@@ -93,8 +93,10 @@ def reveal(value: str | SecretRef) -> str:
 @dataclass(frozen=True)
 class SecretFile:
     """A secret the container reads from a file: written into the created container before it
-    starts (`bind=False`; never on the node's disk, argv or env) or bind-mounted read-only from the
-    node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file (SGLang --config)."""
+    starts (`bind=False`; never on argv or in env; the file lies in the container's writable layer
+    under the engine's data root, root-only, removed with the container) or bind-mounted read-only
+    from the node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file
+    (SGLang --config)."""
 
     target: str
     ref: SecretRef
@@ -123,13 +125,33 @@ def secret_values(refs: Iterable[SecretRef], conn: Connector | None) -> list[str
             value = ref.reveal_on(conn) if ref.file else os.environ.get(ref.env or "", "")
         except UsageError:
             continue
-        if value and len(value) >= 4:
+        if value:
             values.append(value)
     return values
 
 
+# Below this length a value is masked only where it stands alone (not inside a longer word):
+# masking "ab" inside every word would garble the log, leaving it unmasked would leak it.
+SHORT = 4
+
+
+def mask_forms(values: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(long forms, short forms) of each value as a log may show it: as is, repr-escaped (a
+    Python repr of the engine's settings: `\\` and `\\'` escapes) and JSON-escaped; longest first."""
+    forms: set[str] = set()
+    for v in values:
+        forms |= {v, repr(v)[1:-1], json.dumps(v)[1:-1], v.replace("\\", "\\\\").replace("'", "\\'")}
+    ordered = sorted((f for f in forms if f), key=len, reverse=True)
+    return [f for f in ordered if len(f) >= SHORT], [f for f in ordered if len(f) < SHORT]
+
+
 def redact(text: str, values: Iterable[str]) -> str:
-    """Replace any secret value found in `text` (logs, errors) by the mask."""
-    for secret in values:
-        text = text.replace(secret, MASK)
+    """Replace any secret value found in `text` (logs, errors) by the mask, escaped forms included."""
+    import re
+
+    long, short = mask_forms(values)
+    for form in long:
+        text = text.replace(form, MASK)
+    for form in short:
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(form)}(?![A-Za-z0-9])", MASK, text)
     return text

@@ -37,7 +37,8 @@ def closed_port() -> str:
 @contextmanager
 def serving(behaviour: str) -> Iterator[tuple[str, list[dict]]]:
     """behaviour: "500", "404", "html" (200, not JSON), "stall" (models fine, POST never answers),
-    "stall-stream" (models fine, a stream that starts then goes silent), "ok" (a minimal server)."""
+    "stall-stream" (models fine, a stream that starts then goes silent), "ok" (a minimal server),
+    "ok-then-stall" (non-streaming requests answered, streaming ones never)."""
     seen: list[dict] = []
     release = threading.Event()
 
@@ -74,8 +75,11 @@ def serving(behaviour: str) -> Iterator[tuple[str, list[dict]]]:
 
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
+            body = json.loads(self.rfile.read(length) or b"{}")
             if self._common():
+                return
+            if behaviour == "ok-then-stall" and body.get("stream"):
+                release.wait(600)  # until the test ends
                 return
             if behaviour == "stall-stream":
                 self.send_response(200)

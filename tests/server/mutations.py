@@ -19,6 +19,7 @@ class Mutation:
     request: Callable[[str, dict], Any] | None = None  # -> new body, or (status, json) to answer
     response: Callable[[str, Any, dict], dict] | None = None  # whole JSON reply
     events: Callable[[str, Any, list], list] | None = None  # whole SSE stream, parsed
+    timing: str | None = None  # how the proxy delivers a stream (see proxy.py): buffered, drip, ...
 
 
 def _is(path: str, api: str) -> bool:
@@ -52,6 +53,12 @@ def _drop_text(req: Any, events: list) -> list:
             for key in ("content", "reasoning_content", "reasoning"):
                 ch.get("delta", {}).pop(key, None)
     return events
+
+
+def _null_finish(req: Any, data: dict) -> dict:
+    for ch in data.get("choices", []):
+        ch["finish_reason"] = None
+    return data
 
 
 def _drop_usage(req: Any, events: list) -> list:
@@ -260,6 +267,11 @@ def _chat_lose_tool_result(body: dict) -> dict:
 C, R, K = "/chat/completions", "/responses", "/completions"
 MUTATIONS: dict[str, Mutation] = {
     "chat_empty": Mutation(response=_resp(_chat_empty, C)),
+    "null_finish": Mutation(response=_resp(_null_finish, C)),
+    "buffered": Mutation(timing="buffered"),
+    "drip": Mutation(timing="drip"),
+    "duplicated": Mutation(timing="duplicated"),
+    "cut": Mutation(timing="cut"),
     "stream_no_text": Mutation(events=_ev(_drop_text, C)),
     "stream_no_usage": Mutation(events=_ev(_drop_usage, C)),
     "raise_limits": Mutation(request=lambda path, body: _raise_limits(copy.deepcopy(body))),

@@ -11,9 +11,11 @@ a mutation is active, buffered so a hook sees the whole stream.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +23,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.server.mutations import MUTATIONS, Mutation
+
+DRIP_S = 0.25  # between two events of a `drip` stream: slow, healthy
+CUT_AFTER = 3  # text events a `cut` stream delivers before it breaks off
 
 
 @dataclass
@@ -131,9 +136,20 @@ def make_handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             self._reply(resp.status, raw, ctype)
 
         def _stream(self, resp: Any, req: Any, path: str, mutations: list[Mutation]) -> None:
+            timing = next((m.timing for m in mutations if m.timing), None)
+            if timing == "cut":  # chunked framing: the client can tell a cut from an end
+                self.protocol_version = "HTTP/1.1"
+                self.close_connection = True
             self.send_response(resp.status)
             self.send_header("Content-Type", "text/event-stream")
+            if timing == "cut":
+                self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            if timing:
+                # a client that gave up (a timeout under test) leaves nothing to deliver to
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    _deliver(self.wfile, resp, timing)
+                return
             hooks: list[Callable] = [m.events for m in mutations if m.events]
             if not hooks:  # pass through as it arrives: timing stays the server's
                 while chunk := resp.read1(65536):
@@ -146,6 +162,47 @@ def make_handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(_sse(events))
 
     return Handler
+
+
+def _blocks(resp: Any) -> Any:
+    """The upstream's SSE events (raw, with their blank line) as they arrive."""
+    buf = b""
+    while chunk := resp.read1(65536):
+        buf += chunk
+        while b"\n\n" in buf:
+            block, buf = buf.split(b"\n\n", 1)
+            yield block + b"\n\n"
+    if buf.strip():
+        yield buf
+
+
+def _has_text(block: bytes) -> bool:
+    events = _events(block)
+    return (
+        bool(events)
+        and isinstance(events[0], dict)
+        and any(
+            (ch.get("delta") or {}).get("content") or ch.get("text") for ch in events[0].get("choices") or []
+        )
+    )
+
+
+def _deliver(out: Any, resp: Any, timing: str) -> None:
+    if timing == "buffered":  # nothing until the upstream is done, then everything at once
+        out.write(resp.read())
+        out.flush()
+        return
+    texts = 0
+    for block in _blocks(resp):
+        if timing == "drip":
+            time.sleep(DRIP_S)
+        copies = 2 if timing == "duplicated" and _has_text(block) else 1
+        for _ in range(copies):
+            out.write(f"{len(block):x}\r\n".encode() + block + b"\r\n" if timing == "cut" else block)
+        out.flush()
+        texts += _has_text(block)
+        if timing == "cut" and texts >= CUT_AFTER:
+            return  # no terminating chunk: the connection closes mid-stream
 
 
 def start(upstream: str) -> Proxy:

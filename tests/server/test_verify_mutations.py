@@ -20,8 +20,12 @@ ND = "nonstream_default"  # the tiny server streams when `stream` is absent: rep
 # (check, mutations that give the feature, mutations that then break it)
 CASES = [
     ("Chat", [], ["chat_empty"]),
+    ("Chat", [], ["null_finish"]),
     ("ChatStream", [], ["stream_no_text"]),
     ("ChatStream", [], ["stream_no_usage"]),
+    ("ChatStream", [], ["buffered"]),  # the whole body at the end: not incremental
+    ("ChatStream", [], ["duplicated"]),  # every delta twice: more text events than tokens
+    ("ChatStream", [], ["cut"]),  # broken off mid-way: named as a cut stream, not a connection error
     ("MaxTokens", [], ["raise_limits"]),
     ("MaxCompletionTokens", ["fix_max_completion_tokens"], ["fix_max_completion_tokens", "raise_limits"]),
     ("StructuredOutputChat", ["valid_json"], ["invalid_json"]),
@@ -56,7 +60,7 @@ def _run(proxy, server, name: str, mutations: list[str]):
     # A fixed nonce makes every prompt, and so the random-weight model's greedy output, the same
     # on every run: some outputs make this server's tool parser answer HTTP 500.
     client = make_client(proxy.base(*mutations), timeout_s=60)
-    ctx = Context(client=client, model=server.model, timeout_s=60, nonce="5eed5eed5eed")
+    ctx = Context(client=client, model=server.model, nonce="5eed5eed5eed")
     return run_check(BY_NAME[name], ctx, time.monotonic() + 300)
 
 

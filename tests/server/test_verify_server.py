@@ -48,7 +48,7 @@ EXPECTED = {
 
 
 def test_verify_verdicts_are_what_the_server_earns(server) -> None:
-    findings = {f.check: f for f in verify(server.url, server.model, timeout_s=60, deadline_s=600)}
+    findings = {f.check: f for f in verify(server.url, server.model, deadline_s=600)}
     assert list(findings) == [c.name for c in CHECKS] == list(EXPECTED)
     for name, (severity, start) in EXPECTED.items():
         f = findings[name]

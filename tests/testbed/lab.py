@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 STATE_ROOT = Path(os.environ.get("SPARKLAB_STATE_ROOT", "/run/sparklab"))
 DATA_ROOT = Path(os.environ.get("SPARKLAB_DATA_ROOT", "/var/lib/sparklab"))
 NODE_MOUNT = "/srv/sparknode"
+STANDIN_BIN = f"{NODE_MOUNT}/bin"  # each node's own stand-in commands, first on root's PATH over SSH
+STANDIN_PATH = f"{STANDIN_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MGMT_NETDEV = "eth0"
 FABRIC_NETDEV = "enp1s0f1np1"
 HOST_MTU = 9000  # host-side veth ends and bridges: a node at 1500 is then the bottleneck
@@ -501,9 +503,10 @@ class Lab:
                     # docker over SSH (incl. `docker system dial-stdio`) reaches this node's engine; root
                     # gets the node's own HOME (its hash cache, a plain shell without this host's rc
                     # files). Other users (tests' throwaway login users) keep their own HOME. The first
-                    # matching block wins.
+                    # matching block wins. PATH starts with the node's own bin/ (empty unless a test puts
+                    # a stand-in there, e.g. an nvidia-smi or uname printing another version).
                     "Match User root",
-                    f"  SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'}",
+                    f"  SetEnv DOCKER_HOST={node.docker_host} HOME={data_dir / 'home'} PATH={STANDIN_PATH}",
                     "Match all",
                     f"  SetEnv DOCKER_HOST={node.docker_host}",
                     "",

@@ -69,6 +69,9 @@ def lab_profile(
         "log_dir": f"{NODE_MOUNT}/logs",
         "container": {"gpus": False, "shm_size": "64m"},
         "args": {"context-length": 4096},
+        # The lab's nodes are network namespaces on this machine: a keyless API on their addresses
+        # is intended here (security tests set a key or expose: private themselves).
+        "expose": "public",
     }
     eng.update(engine or {})
     profile: dict[str, Any] = {

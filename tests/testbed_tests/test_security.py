@@ -78,12 +78,16 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     outputs = [cli(state, path, "plan", "tp2", "--json"), cli(state, path, "up", "tp2", "--json")]
     assert outputs[-1].returncode == 0, outputs[-1].stdout + outputs[-1].stderr  # readiness sent the key
     outputs += [cli(state, path, "status", "--json"), cli(state, path, "logs", "--tail", "200")]
+    verify = cli(state, path, "verify", "--only", "ChatStream", "--json")  # with the profile's key
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    outputs.insert(-1, verify)  # `logs` stays last
     status = json.loads(outputs[2].stdout)
     assert status["modes"][0]["health"]["ready"], status  # status sends the key too
     plan = json.loads(outputs[0].stdout)
     assert plan["endpoint"]["api_key"].startswith("***") and "HF_TOKEN" not in plan["ranks"][0]["env"]
 
     cluster = doc["cluster"]
+    secrets_dirs: list[tuple[str, str]] = []
     for rank, node in enumerate(("spark1", "spark2")):
         container = lab.docker(node).containers.get(f"sparkctl-{cluster}-tp2-r{rank}")
         host = container.attrs["HostConfig"]
@@ -91,7 +95,8 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         assert sorted(d["PathOnHost"] for d in host["Devices"]) == sorted(
             str(rdma_dir / n) for n in ("rdma_cm", "uverbs0")
         )
-        assert host["CapAdd"] == ["IPC_LOCK"]
+        assert host["CapAdd"] == ["IPC_LOCK"] and host["CapDrop"] == ["ALL"]  # the node user is root here
+        assert host["SecurityOpt"] == ["no-new-privileges:true"] and host["PidsLimit"] == 8192
         assert [(u["Name"], u["Soft"], u["Hard"]) for u in host["Ulimits"]] == [("memlock", memlock, memlock)]
         assert host["IpcMode"] == "private" and host["ShmSize"] == 64 * 1024 * 1024
         env = container.attrs["Config"]["Env"]
@@ -105,6 +110,14 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
         assert rc == 0 and out.decode().split() == ["400", TOKEN]
         rc, out = container.exec_run(["cat", "/run/secrets/sparkctl-sglang.yaml"])
         assert out.decode() == f'api-key: "{API_KEY}"\nadmin-api-key: "{ADMIN_KEY}"\n'
+        # On the node's tmpfs, mounted read-only file by file: nothing in the writable layer.
+        shm = {m["Destination"]: m for m in container.attrs["Mounts"] if m["Source"].startswith("/dev/shm/")}
+        assert set(shm) == {"/run/secrets/HF_TOKEN", "/run/secrets/sparkctl-sglang.yaml"}
+        assert all(m["RW"] is False for m in shm.values())
+        upper = container.attrs["GraphDriver"]["Data"]["UpperDir"]  # the writable layer on the node's disk
+        layer = lab.exec(node, ["sh", "-c", 'cat "$1"/run/secrets/* 2>/dev/null | wc -c', "x", upper])
+        assert layer.stdout.strip() == "0"  # only Docker's empty mount points
+        secrets_dirs.append((node, shm["/run/secrets/HF_TOKEN"]["Source"].rsplit("/", 1)[0]))
         # `ps` on the node: no value on any command line (the engine got --config PATH).
         ps = lab.exec(node, ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"]).stdout
         assert "--config /run/secrets/sparkctl-sglang.yaml" in ps
@@ -116,45 +129,39 @@ def test_least_privilege_and_secrets(lab, setup, monkeypatch, rdma_dir, tmp_path
     for res in outputs:
         text = res.stdout + res.stderr
         assert TOKEN not in text and API_KEY not in text and ADMIN_KEY not in text
-    # The engine printed both files (the node's raw log has them); `logs` masked every value,
-    # the file-held admin key included, though this shell never had it.
-    assert f"/run/secrets/HF_TOKEN={TOKEN}" in "".join(
-        p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir()
-    )
+    # The engine printed both files; the rank log writer on the node masked every value (the
+    # file-held admin key included, read on the node) before the line reached the file.
+    raw = "".join(p.read_text() for p in Path(lab.node("spark1").node_root, "logs").iterdir())
+    assert "STANDIN: /run/secrets/HF_TOKEN=***" in raw
     assert "STANDIN: /run/secrets/HF_TOKEN=***" in outputs[-1].stdout
-    # Nothing sparkctl wrote holds a canary: on the nodes only the engine's own prints of the
-    # files do; on this side no state or log file does.
     canaries = (TOKEN, API_KEY, ADMIN_KEY)
-    for node in lab.nodes:
+    for node in lab.nodes:  # grep of every log file on the nodes: no key, no token
         for p in Path(node.node_root, "logs").iterdir():
-            leaked = [ln for ln in p.read_text().splitlines() if any(c in ln for c in canaries)]
-            engine_prints = (
-                "STANDIN: /run/secrets/",
-                "api-key: ",
-                "admin-api-key: ",
-            )  # after docker's timestamp
-            assert all(
-                ln.split(" ", 1)[1].startswith(engine_prints) or engine_prints[0] in ln for ln in leaked
-            ), leaked
+            assert not any(c in p.read_text() for c in canaries), p
     for p in state.rglob("*"):
         assert not p.is_file() or not any(c.encode() in p.read_bytes() for c in canaries), p
     assert 'admin-api-key: "***"' in outputs[-1].stdout
     logs_dir = Path(lab.node("spark1").node_root, "logs")
     assert stat.S_IMODE(logs_dir.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in logs_dir.iterdir()} == {0o600}
+    assert cli(state, path, "down").returncode == 0
+    for node, where in secrets_dirs:  # the secret files went with their containers
+        assert lab.exec(node, ["test", "-e", where], check=False).returncode != 0, where
     admin_file.unlink()
 
 
-def test_keyless_api_on_every_interface_is_refused(lab, setup, tmp_path):
+def test_keyless_api_on_any_non_loopback_address_is_refused(lab, setup, tmp_path):
     write_profile, state = setup
     path = write_profile()
     doc = yaml.safe_load(path.read_text())
-    doc["engine"]["host"] = "0.0.0.0"
-    path.write_text(yaml.safe_dump(doc))
-    res = cli(state, path, "preflight", "solo", "--json")
-    found = {f["check"]: f for f in json.loads(res.stdout)["findings"]}
-    assert res.returncode == 1 and found["ApiExposure"]["severity"] == "error"
-    assert "engine.api_key" in found["ApiExposure"]["fix"]
+    doc["engine"]["expose"] = "private"  # the lab profile says public
+    for host in ("0.0.0.0", "0", "::0", None):  # None: each node's own (LAN) address, still no key
+        doc["engine"]["host"] = host
+        path.write_text(yaml.safe_dump(doc))
+        res = cli(state, path, "preflight", "solo", "--json")
+        found = {f["check"]: f for f in json.loads(res.stdout)["findings"]}
+        assert res.returncode == 1 and found["ApiExposure"]["severity"] == "error", host
+        assert "engine.api_key" in found["ApiExposure"]["fix"]
     doc["engine"]["expose"] = "public"
     path.write_text(yaml.safe_dump(doc))
     found = {

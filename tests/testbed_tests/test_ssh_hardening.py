@@ -1,5 +1,6 @@
-"""SSH arguments on a real sshd: whatever the login shell (bash, dash, fish), an argument is
-never parsed by a shell; a `user` that looks like an option runs nothing."""
+"""SSH arguments on a real sshd: whatever the login shell (bash, dash, fish, tcsh), an argument is
+never parsed by a shell, on the controller's path and on ship's node-to-node hop; a `user` that
+looks like an option runs nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.testbed.profiles import DRAFT_ID, SEED_COMMIT, TARGET_ID
 from tests.testbed_tests.conftest import cli
 from tests.testbed_tests.test_connectors import connector
 
@@ -65,7 +67,7 @@ def login_user(shell: str, lab_id: int, home: Path):
         subprocess.run(["userdel", "-f", name], check=False)  # -f: sshd may still hold the session
 
 
-@pytest.mark.parametrize("shell", ["bash", "dash", "fish"])
+@pytest.mark.parametrize("shell", ["bash", "dash", "fish", "tcsh"])
 def test_arguments_survive_any_login_shell(lab, open_dir, shell):
     marker = open_dir / f"pwned-{shell}"
     evil = _evil(marker)
@@ -80,22 +82,41 @@ def test_arguments_survive_any_login_shell(lab, open_dir, shell):
     assert not marker.exists()
 
 
-def test_crafted_revision_with_fish_login_shell_runs_nothing(lab, setup, open_dir):
-    """The issue's case: fish as a node's login shell and a crafted `revision` (preflight and ship send it)."""
+def test_crafted_revision_is_a_profile_error_and_runs_nothing(lab, setup, open_dir, tmp_path):
+    """The first report's case (fish login shell, crafted `revision`): the revision never reaches a
+    node now, it is not a revision name (the transport itself is proven by the tests around)."""
     write_profile, state = setup
     marker = open_dir / "pwned-revision"
-    path = write_profile()
-    with login_user("fish", lab.id, open_dir) as user:
-        doc = yaml.safe_load(path.read_text())
-        for node in doc["nodes"]:
-            node["user"] = user
-        # POSIX single quotes (shlex.quote) are not fish's: there \\' escapes the quote.
-        doc["model"]["target"]["revision"] = f"main\\'';touch {marker};#"
+    doc = yaml.safe_load(write_profile().read_text())
+    doc["model"]["target"]["revision"] = f"main\\'';touch {marker};#"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli(state, path, "ship", "tp2", "--weights")
+    assert res.returncode == 2 and "model.target.revision" in res.stderr, res.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("shell", ["fish", "tcsh"])
+def test_ship_hop_to_a_peer_whose_login_shell_is_fish_or_tcsh(lab, setup, open_dir, tmp_path, shell):
+    """ship's source node (spark1, root) reaches the peer (spark2) as a user whose login shell is
+    fish or tcsh, into an HF cache whose name is the issue's payload: the weights arrive, nothing
+    runs (under fish the old POSIX quoting ran the command; under tcsh the hop did not parse)."""
+    write_profile, state = setup
+    marker = open_dir / f"pwned-hop-{shell}"
+    cache = open_dir / f"hf \\'\"; touch {marker}; #"
+    doc = yaml.safe_load(write_profile().read_text())
+    with login_user(shell, lab.id, open_dir) as user:
+        doc["nodes"][1]["user"] = user
+        doc["nodes"][1]["hf_cache"] = str(cache)
+        path = tmp_path / "hop.yaml"
         path.write_text(yaml.safe_dump(doc))
-        res = cli(state, path, "preflight", "tp2", "--only", "SshReachable,Weights", "--json")
-        assert '"SshReachable"' in res.stdout and res.returncode in (0, 1), res.stderr
-        res = cli(state, path, "ship", "tp2", "--weights")  # sends the revision to both nodes' python3
-        assert "Traceback" not in res.stderr, res.stderr
+        res = cli(state, path, "ship", "tp2", "--weights")
+        assert res.returncode == 0, res.stdout + res.stderr
+        for model_id in (TARGET_ID, DRAFT_ID):
+            repo = cache / "hub" / ("models--" + model_id.replace("/", "--"))
+            shard = repo / "snapshots" / SEED_COMMIT / "model.safetensors"
+            assert shard.read_bytes() == model_id.encode() * 1024
+            assert (repo / "refs" / "main").read_text() == SEED_COMMIT
     assert not marker.exists()
 
 

@@ -55,9 +55,14 @@ ENTRY_POINTS: dict[str, tuple[str, ...]] = {
     "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress", "sparkctl.ship.manifest"),
     "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes
     "sparkctl.gpu": ("sparkctl.gpu.drift",),  # preflight's GPU clock drift
-    # the OpenAI-compatible client, its deadline and prompt text (verify's; bench and the
-    # endpoint resolution use them)
-    "sparkctl.verify": ("sparkctl.verify.client", "sparkctl.verify.deadline", "sparkctl.verify.prompts"),
+    # the OpenAI-compatible client, its deadline, its timed streams (first-token/stall limits,
+    # bursts) and prompt text (verify's; bench and the endpoint resolution use them)
+    "sparkctl.verify": (
+        "sparkctl.verify.client",
+        "sparkctl.verify.deadline",
+        "sparkctl.verify.stream",
+        "sparkctl.verify.prompts",
+    ),
 }
 
 # An underscore module is its package's own; these are also shared with their floor (the CLI's).

@@ -1,14 +1,15 @@
-"""One streamed chat request, timed. Token counts come from the server's `usage`, never chunks:
-speculative decoding (DFlash) packs several tokens into one SSE event."""
+"""One streamed chat request, timed event by event (sparkctl.verify.stream). Token counts come from
+the server's `usage`, never chunks: speculative decoding (DFlash) packs several tokens into one
+SSE event. A stream whose text arrived in one burst gives no decode rate (see `Sample.burst`)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkctl.benchmark.workloads import Workload
 from sparkctl.errors import SparkctlError
+from sparkctl.verify.stream import Limits, burst, max_gap, median_gap, repeats, text_times, watch
 
 
 class BenchRequestError(SparkctlError):
@@ -29,10 +30,22 @@ class Sample:
     finish_reason: str | None
     reasoning_events: int = 0  # events that carried reasoning (the thinking workload needs some)
     max_gap_s: float = 0.0  # longest silence between two text events
+    median_gap_s: float | None = None  # the typical one (None: not recorded)
+    text_span_s: float | None = None  # first text event -> last (None: not recorded)
+
+    @property
+    def burst(self) -> str | None:
+        """Why this stream's text came in one burst (buffered on the way), or None: such a
+        stream has no per-stream decode rate, ITL or prefill rate to report."""
+        gap = self.max_gap_s if self.median_gap_s is None else self.median_gap_s
+        span = self.e2e_s - self.ttft_s if self.text_span_s is None else self.text_span_s
+        return burst(self.completion_tokens, self.ttft_s, span, gap)
 
     @property
     def decode_tps(self) -> float | None:
         """Tokens/s after the first token: (n - 1) / (e2e - ttft)."""
+        if self.burst:
+            return None
         gen = self.e2e_s - self.ttft_s
         return (self.completion_tokens - 1) / gen if self.completion_tokens > 1 and gen > 0 else None
 
@@ -46,10 +59,17 @@ class Sample:
     def prefill_tps(self) -> float | None:
         """Uncached prompt tokens per second of TTFT."""
         new = self.prompt_tokens - (self.cached_tokens or 0)
+        if self.burst:  # its TTFT is the time to the burst: decoding included
+            return None
         return new / self.ttft_s if self.ttft_s > 0 and new > 0 else None
 
     def to_json(self) -> dict:
-        derived = {"decode_tps": self.decode_tps, "itl_s": self.itl_s, "prefill_tps": self.prefill_tps}
+        derived = {
+            "decode_tps": self.decode_tps,
+            "itl_s": self.itl_s,
+            "prefill_tps": self.prefill_tps,
+            "burst": self.burst,
+        }
         return {**asdict(self), **derived}
 
 
@@ -64,53 +84,67 @@ def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
     )
 
 
-def _text_of(delta: Any) -> tuple[bool, bool]:
-    """(carries generated text of any kind, carries real reasoning). Whitespace counts as a token
-    for TTFT but not as reasoning: some parsers emit the newlines of an empty think block."""
+def _text_of(delta: Any) -> tuple[bool, bool, bool]:
+    """(carries generated text of any kind, carries real reasoning, carries visible text).
+    Whitespace counts as a token for TTFT but not as reasoning: some parsers emit the newlines
+    of an empty think block."""
     extra = getattr(delta, "model_extra", None) or {}
     thought = extra.get("reasoning_content") or extra.get("reasoning") or ""
     content = delta.content or ""
-    return bool(content or thought or delta.tool_calls), bool(thought.strip()) or "<think>" in content
+    visible = bool(content.strip() or thought.strip() or delta.tool_calls)
+    return (
+        bool(content or thought or delta.tool_calls),
+        bool(thought.strip()) or "<think>" in content,
+        visible,
+    )
+
+
+def _has_text(chunk: Any) -> bool:
+    return any(_text_of(ch.delta)[0] for ch in chunk.choices or [])
 
 
 def stream_once(
-    client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0, timeout_s: float = 60.0
+    client: Any, model: str, workload: Workload, rep: int, stream_idx: int = 0, limits: Limits | None = None
 ) -> Sample:
-    """Raises BenchRequestError when no text or no usage came back: no made-up TTFT."""
-    start = time.perf_counter()
-    first = last = None
-    events = reasoning = 0
-    usage = finish = None
-    max_gap = 0.0
-    stream = client.chat.completions.create(
-        **request_kwargs(model, workload, rep), stream=True, stream_options={"include_usage": True}
+    """Raises BenchRequestError when no text or no usage came back (no made-up TTFT), or when the
+    stream repeats deltas; TimedOut/StreamCut from the watcher."""
+    timed = watch(
+        lambda socket_s: client.chat.completions.create(
+            **request_kwargs(model, workload, rep),
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=socket_s,
+        ),
+        limits or Limits(),
+        _has_text,
     )
-    with stream:
-        for chunk in stream:
-            now = time.perf_counter()
-            if now - start > timeout_s:
-                raise TimeoutError(f"request still streaming after --timeout {timeout_s:g}s")
-            usage = chunk.usage or usage
-            for ch in chunk.choices:
-                text, thought = _text_of(ch.delta)
-                if text:
-                    events += 1
-                    reasoning += thought
-                    max_gap = max(max_gap, now - last) if last is not None else max_gap
-                    first, last = first or now, now
-                finish = ch.finish_reason or finish
-    end = time.perf_counter()
+    events = reasoning = visible = 0
+    usage = finish = None
+    for chunk in timed.events:
+        usage = chunk.usage or usage
+        for ch in chunk.choices:
+            text, thought, seen = _text_of(ch.delta)
+            events += text
+            reasoning += text and thought
+            visible += seen
+            finish = ch.finish_reason or finish
+    times = text_times(timed, _has_text)
     where = f"workload {workload.name}"
     if usage is None:
         raise BenchRequestError(
             f"{where}: the server sent no usage on the stream (stream_options.include_usage)",
             fix="bench needs exact token counts; run `sparkctl verify --only ChatStream`",
         )
-    if first is None:
+    if not times:
         raise BenchRequestError(
             f"{where}: a request returned no text ({usage.completion_tokens} completion tokens, "
             f"finish_reason={finish}): no TTFT to measure",
             fix="run `sparkctl verify --only Chat` to see what the server answers",
+        )
+    if why := repeats(visible, usage.completion_tokens):
+        raise BenchRequestError(
+            f"{where}: {why}",
+            fix="the server (or a proxy) sends each delta more than once; run `sparkctl verify --only ChatStream`",
         )
     details = getattr(usage, "prompt_tokens_details", None)
     return Sample(
@@ -120,10 +154,12 @@ def stream_once(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         cached_tokens=getattr(details, "cached_tokens", None) if details is not None else None,
-        ttft_s=first - start,
-        e2e_s=end - start,
+        ttft_s=times[0],
+        e2e_s=timed.end_s,
         text_events=events,
         finish_reason=finish,
         reasoning_events=reasoning,
-        max_gap_s=max_gap,
+        max_gap_s=max_gap(times),
+        median_gap_s=median_gap(times),
+        text_span_s=times[-1] - times[0],
     )

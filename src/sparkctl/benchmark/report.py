@@ -8,16 +8,21 @@ from typing import Any
 from sparkctl.benchmark.runner import BenchResult, WorkloadResult
 from sparkctl.benchmark.stats import Spread
 
+# A percentile q is shown only from 100 / (100 - q) requests on: p90 from 10, p99 from 100.
+MIN_N = {50: 1, 90: 10, 99: 100}
+
 
 def pct(s: Spread | None, digits: int = 1, scale: float = 1.0) -> str:
-    """`p50 / p90 / p99`."""
+    """`p50 / p90 / p99`, with `-` for a percentile that too few requests cannot support (the
+    tables carry the count)."""
     if s is None:
         return "-"
-    return " / ".join(f"{v * scale:.{digits}f}" for v in (s.p50, s.p90, s.p99))
+    vals = ((50, s.p50), (90, s.p90), (99, s.p99))
+    return " / ".join(f"{v * scale:.{digits}f}" if s.n >= MIN_N[q] else "-" for q, v in vals)
 
 
-def one(s: Spread | None, digits: int = 1) -> str:
-    return "-" if s is None else f"{s.p50:.{digits}f}"
+def one(s: Spread | None, digits: int = 1, scale: float = 1.0) -> str:
+    return "-" if s is None else f"{s.p50 * scale:.{digits}f}"
 
 
 def _title(result: BenchResult) -> str:
@@ -29,17 +34,36 @@ def _title(result: BenchResult) -> str:
     return title
 
 
-def bench_table(result: BenchResult) -> Any:
+def _table(title: str | None, caption: str | None, cols: list[str]) -> Any:
+    """A table that fits 80 columns: no side edges, headers wrap by word and are never cut."""
     from rich import box
     from rich.table import Table
 
-    caption = f"{result.reps} reps each; p50 / p90 / p99 over requests; tokens from server usage"
+    t = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in cols:
+        t.add_column(
+            col,
+            justify="left" if col == "workload" else "right",
+            no_wrap=col == "workload",
+            min_width=max(len(word) for word in col.split()),
+        )
+    return t
 
-    # Headers are words that wrap onto more lines rather than being cut at 80 columns.
-    t = Table(
-        title=_title(result), caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-    )
-    cols = (
+
+def _per_stream(w: WorkloadResult, st: dict, key: str, digits: int, scale: float = 1.0) -> str:
+    """A per-stream rate, or `burst` when every stream arrived in one burst (not measurable)."""
+    if st[key] is None and w.bursts():
+        return "burst"
+    return one(st[key], digits, scale)
+
+
+def _name(w: WorkloadResult) -> str:
+    return w.workload.name + ("*" if w.truncated else "")
+
+
+def bench_table(result: BenchResult) -> Any:
+    """p50 of every metric, one row per workload (the spread: `spread_table`)."""
+    cols = [
         "workload",
         "streams",
         "out tok",
@@ -49,29 +73,46 @@ def bench_table(result: BenchResult) -> Any:
         "total tok/s",
         "prefill tok/s",
         "cached tok",
-    )
-    for col in cols:  # min_width: rich may narrow a column below its longest word; never cut one
-        t.add_column(
-            col,
-            justify="left" if col == "workload" else "right",
-            no_wrap=col == "workload",
-            min_width=max(len(word) for word in col.split()),
-        )
+    ]
+    t = _table(_title(result), "p50 over requests; tokens from server usage", cols)
     for w in result.workloads:
         st = w.stats()
-        name = w.workload.name + (" [yellow](truncated)[/]" if w.truncated else "")
         t.add_row(
-            name,
+            _name(w),
             str(w.workload.concurrency),
             one(st["completion_tokens"], 0),
-            pct(st["ttft_s"], 3),
-            pct(st["itl_s"], 1, 1000),
-            pct(st["decode_tps"]),
+            one(st["ttft_s"], 3),
+            _per_stream(w, st, "itl_s", 1, 1000),
+            _per_stream(w, st, "decode_tps", 1),
             one(st["aggregate_tps"]),
-            one(st["prefill_tps"], 0),
+            _per_stream(w, st, "prefill_tps", 0),
             one(st["cached_tokens"], 0),
         )
     return t
+
+
+def spread_table(result: BenchResult) -> Any:
+    """TTFT and ITL as p50 / p90 / p99 with the number of requests behind them."""
+    cols = ["workload", "requests", "TTFT s p50 / p90 / p99", "ITL ms p50 / p90 / p99"]
+    t = _table(None, "p90 from 10 requests, p99 from 100; - below that", cols)
+    for w in result.workloads:
+        st = w.stats()
+        t.add_row(_name(w), str(len(w.samples)), pct(st["ttft_s"], 3), pct(st["itl_s"], 1, 1000))
+    return t
+
+
+def table_notes(result: BenchResult) -> list[str]:
+    """What the tables cannot say in a cell: truncated rows, streams that came in a burst."""
+    notes = []
+    for w in result.workloads:
+        if w.truncated:
+            notes.append(f"{w.workload.name}*: {w.truncated}")
+        if bursts := w.bursts():
+            notes.append(
+                f"{w.workload.name}: ITL, tok/s per stream and prefill rate not measurable for "
+                f"{len(bursts)} of {len(w.samples)} streams: {bursts[0]}"
+            )
+    return notes
 
 
 def sweep_rows(result: BenchResult) -> list[WorkloadResult]:
@@ -83,27 +124,19 @@ def sweep_rows(result: BenchResult) -> list[WorkloadResult]:
 
 
 def sweep_table(result: BenchResult) -> Any:
-    from rich.table import Table
-
-    t = Table(title="concurrency sweep (code)", caption="throughput = all streams' tokens / batch wall time")
-    for col in (
-        "streams",
-        "requests",
-        "throughput tok/s",
-        "tok/s/stream p50",
-        "TTFT s p50/p90/p99",
-        "ITL ms p50/p90/p99",
-    ):
-        t.add_column(col, justify="right")
+    """Throughput and p50 latency by concurrency (their spread is in `spread_table`)."""
+    cols = ["streams", "requests", "throughput tok/s", "tok/s per stream", "TTFT s", "ITL ms"]
+    caption = "p50 over requests; throughput = all streams' tokens / batch wall time"
+    t = _table("concurrency sweep (code)", caption, cols)
     for w in sweep_rows(result):
         st = w.stats()
         t.add_row(
             str(w.workload.concurrency),
             str(len(w.samples)),
             one(st["aggregate_tps"]),
-            one(st["decode_tps"]),
-            pct(st["ttft_s"], 3),
-            pct(st["itl_s"], 1, 1000),
+            _per_stream(w, st, "decode_tps", 1),
+            one(st["ttft_s"], 3),
+            _per_stream(w, st, "itl_s", 1, 1000),
         )
     return t
 

@@ -1,7 +1,9 @@
 """Run workloads for a bounded number of repetitions and time; optionally across two modes.
 
-Bounds: --timeout per request (and per gap in a stream), --budget (no repetition starts after
-it), --deadline (a hard end: requests still running are abandoned and the run stops with one line).
+Bounds: each request's limits (first token, stall, optional whole request: verify/stream.py),
+--budget (no repetition or workload starts after it), --deadline (a hard end: requests still
+running are abandoned). Whatever stops the run, the workloads that finished are kept: the error
+(`BenchStopped`) carries them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sparkctl.benchmark.measure import BenchRequestError, Sample, stream_once
 from sparkctl.benchmark.stats import Spread, spread
 from sparkctl.benchmark.workloads import Workload, sized
 from sparkctl.errors import SparkctlError
+from sparkctl.verify.stream import Limits
 
 STAT_KEYS = ("ttft_s", "itl_s", "decode_tps", "e2e_s", "prefill_tps", "completion_tokens", "prompt_tokens")
 
@@ -39,6 +42,10 @@ class WorkloadResult:
         out["aggregate_tps"] = spread(agg)  # all streams' tokens / batch wall time: throughput
         return out
 
+    def bursts(self) -> list[str]:
+        """Why each stream that arrived in one burst has no per-stream rate."""
+        return [x.burst for x in self.samples if x.burst]
+
     def to_json(self) -> dict:
         w = self.workload
         return {
@@ -49,6 +56,7 @@ class WorkloadResult:
             "thinking": w.thinking,
             "prefix_words": w.prefix_words,
             "truncated": self.truncated,
+            "burst_streams": len(self.bursts()),  # streams with no per-stream rate (see samples)
             "stats": {k: (v.to_json() if v else None) for k, v in self.stats().items()},
             "samples": [x.to_json() for x in self.samples],  # the raw per-request records
         }
@@ -65,10 +73,14 @@ class BenchResult:
     workloads: list[WorkloadResult]
     context: int | None = None  # tokens the prompts were sized to
     notes: list[str] = field(default_factory=list)
+    context_source: str | None = None  # server (max_model_len), given (--context), assumed
+    skipped: list[dict] = field(default_factory=list)  # {"name", "reason"}: workloads not run
+    warnings: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
 
     def to_json(self) -> dict:
         return {
-            "sparkctl_bench": 2,
+            "sparkctl_bench": 3,
             "url": self.url,
             "model": self.model,
             "mode": self.mode,
@@ -76,7 +88,11 @@ class BenchResult:
             "reps": self.reps,
             "started_at": self.started_at,
             "context": self.context,
+            "context_source": self.context_source,
+            "limits": self.limits.to_json(),
             "notes": self.notes,
+            "warnings": self.warnings,
+            "skipped": self.skipped,
             "workloads": [w.to_json() for w in self.workloads],
         }
 
@@ -108,17 +124,41 @@ def _batch(fns: list[Callable[[], Sample]], until: float) -> list[Sample]:
     return [b["value"] for b in boxes]
 
 
-def request_error(w: Workload, exc: BaseException, timeout_s: float) -> SparkctlError:
-    """One line for whatever a request raised."""
+class Unsupported(BenchRequestError):
+    """The workload cannot run on this server (e.g. no reasoning for `thinking`)."""
+
+
+class BenchStopped(SparkctlError):
+    """The run stopped early; `result` holds every workload that finished before."""
+
+    def __init__(self, cause: SparkctlError, result: BenchResult) -> None:
+        super().__init__(cause.message, fix=cause.fix)
+        self.exit_code = cause.exit_code
+        self.result = result
+
+
+_TIMEOUT_FIX = {
+    "first-token": "the engine is overloaded or the prompt long: raise --first-token-timeout if it is only slow",
+    "stall": "the engine stopped mid-stream: read its log (sparkctl logs); raise --stall-timeout if it only pauses",
+    "request": "raise --timeout (the whole-request limit), or leave it out: by default there is none",
+}
+
+
+def request_error(w: Workload, exc: BaseException, limits: Limits) -> SparkctlError:
+    """One line for whatever a request raised, naming the limit that fired."""
     import openai
 
     from sparkctl.verify.client import describe_error
+    from sparkctl.verify.stream import StreamCut, TimedOut
 
-    if isinstance(exc, openai.APITimeoutError | TimeoutError):
-        return SparkctlError(
-            f"workload {w.name}: no token for --timeout {timeout_s:g}s (the stream stalled)",
-            fix="the engine is stalled or overloaded: read its log (sparkctl logs); raise --timeout if it is only slow",
-        )
+    if isinstance(exc, SparkctlError):
+        return exc
+    if isinstance(exc, TimedOut):
+        return SparkctlError(f"workload {w.name}: {exc}", fix=_TIMEOUT_FIX[exc.which])
+    if isinstance(exc, openai.APITimeoutError):  # a non-streaming request: its reply is its first token
+        return SparkctlError(f"workload {w.name}: {limits.reply_timeout()}", fix=_TIMEOUT_FIX["first-token"])
+    if isinstance(exc, StreamCut):
+        return SparkctlError(f"workload {w.name}: {exc}", fix=StreamCut.fix)
     if isinstance(exc, openai.OpenAIError):
         return SparkctlError(
             f"workload {w.name}: {describe_error(exc)}",
@@ -131,17 +171,17 @@ def request_error(w: Workload, exc: BaseException, timeout_s: float) -> Sparkctl
 
 
 def run_workload(
-    client: Any, model: str, w: Workload, reps: int, *, budget_until: float, until: float, timeout_s: float
+    client: Any, model: str, w: Workload, reps: int, *, budget_until: float, until: float, limits: Limits
 ) -> WorkloadResult:
     result = WorkloadResult(w)
 
     def one(rep: int, i: int) -> Callable[[], Sample]:
-        return lambda: stream_once(client, model, w, rep, i, timeout_s)
+        return lambda: stream_once(client, model, w, rep, i, limits)
 
     # The first request of a workload pays one-off costs (graph capture, cold cache): not counted.
     (warm,) = _batch([one(-1, 0)], until)
     if w.thinking and not warm.reasoning_events:
-        raise BenchRequestError(
+        raise Unsupported(
             f"workload {w.name}: thinking was on but the reply carries no reasoning",
             fix="start the server with a reasoning parser, or leave this workload out (-w ...)",
         )
@@ -182,6 +222,76 @@ def fit_prefix_words(
     return sized(suite, fits), note
 
 
+ASSUMED_CONTEXT = 8192
+
+
+@dataclass
+class Run:
+    """One bench run in progress: where, how, and the callbacks that report as it goes."""
+
+    client: Any
+    model: str
+    result: BenchResult
+    named: frozenset[str]  # workloads asked for by name: failing to run them is an error
+    budget_until: float
+    until: float
+    started: float
+    on_workload: Callable[[WorkloadResult], None] | None = None
+    on_note: Callable[[str], None] | None = None
+    on_warning: Callable[[str], None] | None = None
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+        if self.on_note:
+            self.on_note(text)
+
+    def warn(self, text: str) -> None:
+        self.result.warnings.append(text)
+        if self.on_warning:
+            self.on_warning(text)
+
+
+def _run_suite(run: Run, workloads: list[Workload], reps: int) -> None:
+    result = run.result
+    for i, w in enumerate(workloads):
+        if time.monotonic() > run.budget_until:
+            reason = "--budget reached before it started"
+            result.skipped += [{"name": x.name, "reason": reason} for x in workloads[i:]]
+            run.note(f"not run ({reason}): {', '.join(x.name for x in workloads[i:])}")
+            break
+        try:
+            res = run_workload(
+                run.client,
+                run.model,
+                w,
+                reps,
+                budget_until=run.budget_until,
+                until=run.until,
+                limits=result.limits,
+            )
+        except Unsupported as exc:
+            if w.name in run.named:
+                raise
+            result.skipped.append({"name": w.name, "reason": exc.message})
+            run.warn(f"{w.name} skipped: {exc.message.removeprefix(f'workload {w.name}: ')} ({exc.fix})")
+            continue
+        except Exception as exc:
+            raise request_error(w, exc, result.limits) from None
+        if not res.samples:  # the warm-up ran, no repetition did
+            result.skipped.append({"name": w.name, "reason": res.truncated or "no repetition ran"})
+            continue
+        result.workloads.append(res)
+        if run.on_workload:
+            run.on_workload(res)
+    if not result.workloads and any(s["reason"].startswith("--budget") for s in result.skipped):
+        took = time.monotonic() - run.started
+        raise SparkctlError(
+            f"--budget {run.budget_until - run.started:g}s ended before any repetition ran "
+            f"(probe, prompt sizing and warm-up took {took:.1f}s)",
+            fix="raise --budget: the start-up and one warm-up request per workload come first",
+        )
+
+
 def run_bench(
     url: str,
     model: str,
@@ -189,55 +299,81 @@ def run_bench(
     *,
     reps: int = 3,
     budget_s: float = 600.0,
-    timeout_s: float = 60.0,
+    limits: Limits | None = None,
     deadline_s: float | None = None,
     context: int | None = None,
+    named: list[str] | None = None,
     api_key: str | None = None,
     mode: str | None = None,
     config_hash: str | None = None,
     on_workload: Callable[[WorkloadResult], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
     started: float | None = None,
 ) -> BenchResult:
     """Every workload gets `reps` repetitions unless the run passes `budget_s`; nothing runs past
-    `deadline_s`. The prompts fit the server's context (max_model_len when reported, else `context`)."""
+    `deadline_s`. The prompts fit the server's context (max_model_len when reported, else `context`,
+    else an assumed 8192). A workload in `named` that cannot run on this server is an error; one of
+    the default suite is skipped with a warning. Raises BenchStopped (with the finished workloads)
+    when anything else stops the run."""
     import datetime
 
     from sparkctl.verify.client import make_client, probe, probe_deadline
     from sparkctl.verify.deadline import TimeUp, bounded
+    from sparkctl.verify.stream import PROBE_S
 
+    limits = limits or Limits()
     start = started or time.monotonic()  # `started`: when the command began
-    until = start + (deadline_s if deadline_s is not None else budget_s + 10 * timeout_s)
-    budget_until = start + budget_s
+    until = start + (deadline_s if deadline_s is not None else default_deadline(budget_s, limits))
     try:
-        info = bounded(lambda: probe(url, model, api_key, max(0.1, min(timeout_s, until - start))), until)
+        info = bounded(lambda: probe(url, model, api_key, max(0.1, min(PROBE_S, until - start))), until)
     except TimeUp:
         raise probe_deadline(url) from None
-    import openai  # after the probe: on a loaded machine this import alone takes seconds
-
-    client = make_client(url, timeout_s, api_key)
-    ctx_tokens = info.max_model_len or context
-    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    result = BenchResult(url, model, mode, config_hash, reps, started, [], ctx_tokens)
-    current = workloads[0]
+    when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    result = BenchResult(url, model, mode, config_hash, reps, when, [], limits=limits)
+    result.context, result.context_source = (
+        (info.max_model_len, "server")
+        if info.max_model_len
+        else (context, "given")
+        if context
+        else (ASSUMED_CONTEXT, "assumed")
+    )
+    run = Run(
+        make_client(url, limits.reply_s, api_key),
+        model,
+        result,
+        frozenset(named or ()),
+        start + budget_s,
+        until,
+        start,
+        on_workload,
+        on_note,
+        on_warning,
+    )
+    if result.context_source == "assumed":
+        run.note(f"context {result.context} tokens (assumed: the server does not report it; --context N)")
     try:
-        if ctx_tokens:
-            workloads, note = bounded(lambda: fit_prefix_words(client, model, workloads, ctx_tokens), until)
-            result.notes += [note] if note else []
-            if note and on_note:
-                on_note(note)
-        for current in workloads:
-            res = run_workload(
-                client, model, current, reps, budget_until=budget_until, until=until, timeout_s=timeout_s
+        try:
+            workloads, cut = bounded(
+                lambda: fit_prefix_words(run.client, model, workloads, result.context), until
             )
-            result.workloads.append(res)
-            if on_workload:
-                on_workload(res)
-    except TimeUp:
-        raise SparkctlError("--deadline reached while sizing the prompts", fix="raise --deadline") from None
-    except (openai.OpenAIError, TimeoutError, ValueError) as exc:  # HTTP, stalls, malformed streams
-        raise request_error(current, exc, timeout_s) from None
+        except TimeUp:
+            raise SparkctlError(
+                "--deadline reached while sizing the prompts", fix="raise --deadline"
+            ) from None
+        except Exception as exc:
+            raise request_error(workloads[0], exc, limits) from None
+        if cut:
+            run.note(cut)
+        _run_suite(run, workloads, reps)
+    except SparkctlError as exc:
+        raise BenchStopped(exc, result) from None
     return result
+
+
+def default_deadline(budget_s: float, limits: Limits) -> float:
+    """The budget, then room for the repetition running at its end to finish."""
+    return budget_s + limits.first_token_s + 600.0
 
 
 def compare(

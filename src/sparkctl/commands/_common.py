@@ -20,6 +20,14 @@ ProfileOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+GuardOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--guard/--no-guard",
+        help="The node-side memory guard (docs/memory.md): on (--guard) or off on every node of the "
+        "mode. Default: memory.guard.enabled (auto: the unified-memory nodes).",
+    ),
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,7 +9,17 @@ from typing import Annotated
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-from sparkctl.commands.verify import ApiKeyEnvOpt, ApiKeyOpt, ModeArg, ModelOpt, TimeoutOpt, UrlOpt
+from sparkctl.commands.verify import (
+    ApiKeyEnvOpt,
+    ApiKeyOpt,
+    FirstTokenOpt,
+    ModeArg,
+    ModelOpt,
+    StallOpt,
+    TimeoutOpt,
+    UrlOpt,
+    stop_with,
+)
 
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, max=50, help="Repetitions per workload.")]
 WorkloadOpt = Annotated[
@@ -31,7 +41,11 @@ ConcurrencyOpt = Annotated[
 ]
 ContextOpt = Annotated[
     int | None,
-    typer.Option("--context", min=256, help="Context length (tokens) when the server does not report one."),
+    typer.Option(
+        "--context",
+        min=256,
+        help="Context length (tokens) when the server does not report one (else 8192, assumed).",
+    ),
 ]
 
 
@@ -50,14 +64,19 @@ def bench_cmd(
     ] = 8000,
     concurrency: ConcurrencyOpt = "4",
     budget: Annotated[
-        float, typer.Option("--budget", min=0.0, help="Start no repetition after this many seconds.")
+        float,
+        typer.Option("--budget", min=0.0, help="Start no repetition or workload after this many seconds."),
     ] = 600.0,
-    timeout: TimeoutOpt = 60.0,
+    first_token_timeout: FirstTokenOpt = 180.0,
+    stall_timeout: StallOpt = 60.0,
+    timeout: TimeoutOpt = None,
     deadline: Annotated[
         float | None,
-        typer.Option("--deadline", min=0.1, help="Hard end in seconds (default: budget + 10 x timeout)."),
+        typer.Option(
+            "--deadline", min=0.1, help="Hard end in seconds (default: budget + first-token timeout + 600)."
+        ),
     ] = None,
-    context: ContextOpt = 8192,
+    context: ContextOpt = None,
     chart: ChartOpt = None,
     out: OutOpt = None,
     compare: CompareOpt = None,
@@ -70,16 +89,20 @@ def bench_cmd(
     import time
 
     started = time.monotonic()  # --deadline counts from here, SDK import included
-    from sparkctl.benchmark.runner import run_bench
+    from sparkctl.benchmark.runner import BenchStopped, run_bench
     from sparkctl.benchmark.workloads import default_suite, parse_levels, select
     from sparkctl.errors import UsageError
+    from sparkctl.verify.stream import Limits
 
     levels = parse_levels(concurrency)
     full = default_suite(max_tokens, prefix_words, levels)
     suite = select(full, workload)
     if workload and len(levels) > 1:  # a sweep asked for runs whatever -w picked
         suite += [w for w in full if w.kind == "code" and w.concurrency > 1 and w not in suite]
-    bounds = dict(reps=reps, budget_s=budget, timeout_s=timeout, deadline_s=deadline, context=context)
+    limits = Limits(first_token_timeout, stall_timeout, timeout)
+    bounds = dict(
+        reps=reps, budget_s=budget, limits=limits, deadline_s=deadline, context=context, named=workload
+    )
     if compare:
         if url:
             raise UsageError(
@@ -92,26 +115,40 @@ def bench_cmd(
     ep = resolve_endpoint(lambda: load_profile(profile), mode, url, model, api_key, api_key_env)
     con = console(stderr=json_out)
     con.print(f"[bold]bench[/] {ep.url}  model [bold]{ep.model}[/]  {reps} reps x {len(suite)} workloads")
-    result = run_bench(
-        ep.url,
-        ep.model,
-        suite,
-        api_key=ep.api_key,
-        mode=ep.mode,
-        config_hash=ep.config_hash,
-        on_workload=lambda w: con.print(f"  done {w.workload.name}"),
-        on_note=lambda note: con.print(f"  [yellow]note:[/] {note}"),
-        started=started,
-        **bounds,
-    )
+    try:
+        result = run_bench(
+            ep.url,
+            ep.model,
+            suite,
+            api_key=ep.api_key,
+            mode=ep.mode,
+            config_hash=ep.config_hash,
+            on_workload=lambda w: con.print(f"  done {w.workload.name}"),
+            on_note=lambda note: con.print(f"  [yellow]note:[/] {note}"),
+            on_warning=lambda text: con.print(f"  [bold yellow]warning:[/] {text}"),
+            started=started,
+            **bounds,
+        )
+    except BenchStopped as exc:  # every finished workload is reported (table and JSON), then the error
+        doc = {
+            **exc.result.to_json(),
+            "error": {"code": exc.exit_code, "message": exc.message, "fix": exc.fix},
+        }
+        _emit(doc, _tables(exc.result), out, json_out, con)
+        stop_with(exc, json_out)
     _emit(result.to_json(), _tables(result), out, json_out, con)
     _chart([result], chart, len(levels) > 1 and not json_out, con)
 
 
 def _tables(result) -> list:  # BenchResult
-    from sparkctl.benchmark.report import bench_table, sweep_rows, sweep_table
+    from sparkctl.benchmark.report import bench_table, spread_table, sweep_rows, sweep_table, table_notes
 
-    return [bench_table(result)] + ([sweep_table(result)] if sweep_rows(result) else [])
+    if not result.workloads:
+        return []
+    notes = [f"  [yellow]note:[/] {n}" for n in table_notes(result)]
+    return [bench_table(result), spread_table(result), *notes] + (
+        [sweep_table(result)] if sweep_rows(result) else []
+    )
 
 
 def _chart(results: list, path: Path | None, default_on: bool, con) -> None:

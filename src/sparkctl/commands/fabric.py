@@ -45,6 +45,14 @@ def _render(report) -> None:
     render_findings(report.findings, detail_key="nccl")
 
 
+def _render_links(per_link) -> None:
+    """One line per cable: its judged bus bandwidth and verdict (the group's report follows)."""
+    out = console()
+    for label, r in per_link:
+        bw = f"{r.judged_gbps:.2f} GB/s" if r.judged_gbps is not None else "no result"
+        out.print(f"link {label}: all_gather {bw}: {r.severity.value}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("fabric-test")
     @handle_errors
@@ -67,6 +75,10 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Pass mark for all_gather bus bandwidth in GB/s (default 21.875)."),
         ] = None,
         keep: Annotated[bool, typer.Option(help="Keep the rank containers for inspection.")] = False,
+        links: Annotated[
+            bool, typer.Option(help="First test every cable of the group's layout pair by pair (ring, mesh).")
+        ] = False,
+        sysfs_root: Annotated[str, typer.Option(hidden=True)] = "/sys",
         json_out: JsonOpt = False,
     ) -> None:
         """Run all-reduce and all-gather between the mode's ranks, in the serving image, with the
@@ -80,26 +92,34 @@ def register(app: typer.Typer) -> None:
         plan = build_plan(prof, mode or mode_opt)  # --mode kept for old scripts; MODE is positional
         if threshold is None:
             threshold = prof.fabric.min_busbw_gbps
-        reports = []
+        reports, per_link = [], []
+
+        def run(sub, conns):
+            return run_fabric_test(
+                sub,
+                conns,
+                backend=backend,
+                sizes=sizes,
+                iters=iters,
+                timeout_s=timeout,
+                threshold_gbps=threshold,
+                keep=keep,
+            )
+
         with NodePool(prof) as pool:
             for sub in plans_to_test(plan):  # each replica's own ranks (one plan without replicas)
-                conns = {n: pool.get(n) for n in dict.fromkeys(sub.nodes)}
-                reports.append(
-                    run_fabric_test(
-                        sub,
-                        conns,
-                        backend=backend,
-                        sizes=sizes,
-                        iters=iters,
-                        timeout_s=timeout,
-                        threshold_gbps=threshold,
-                        keep=keep,
-                    )
-                )
+                if links:
+                    from sparkctl.gpu.links import run_links
+
+                    per_link += run_links(pool, prof, sub, run, sysfs_root)
+                reports.append(run(sub, {n: pool.get(n) for n in dict.fromkeys(sub.nodes)}))
         if json_out:
-            print_json(reports[0].to_json() if len(reports) == 1 else [r.to_json() for r in reports])
+            whole = reports[0].to_json() if len(reports) == 1 else [r.to_json() for r in reports]
+            links_json = [{"link": label, **r.to_json()} for label, r in per_link]
+            print_json({"links": links_json, "group": whole} if links else whole)
         else:
+            _render_links(per_link)
             for report in reports:
                 _render(report)
-        if any(r.severity.value == "error" for r in reports):
+        if any(r.severity.value == "error" for r in [*reports, *(r for _, r in per_link)]):
             raise typer.Exit(ExitCode.CHECK_FAILED)

@@ -76,6 +76,7 @@ def fit_cmd(
         models=models,
         margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
         progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+        build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
     if json_out:
         print_json(
@@ -94,6 +95,7 @@ def fit_cmd(
                     for f in result.memory_fixes
                 ],
                 "fix": result.fix,
+                "layouts": [o.to_json() for o in result.layouts],
             }
         )
     else:
@@ -153,6 +155,10 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
         out.print(f"[bold]proposed flags:[/] {escape(flags)}")
     for t in (f for f in result.memory_fixes if f.tradeoff):
         out.print(f"[yellow]trade-off:[/] {escape(t.flags)} ({escape(t.why)})")
+    if result.layouts:
+        from sparkctl.commands._layouts import render_layouts
+
+        render_layouts(plan, result.layouts)
 
 
 def register(app: typer.Typer) -> None:

@@ -41,7 +41,15 @@ def logs_cmd(
 
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
-    from sparkctl.lifecycle.logs import event_lines, follow_all, merge, parse_since, read_all, source_label
+    from sparkctl.lifecycle.logs import (
+        event_lines,
+        follow_all,
+        guard_lines,
+        merge,
+        parse_since,
+        read_all,
+        source_label,
+    )
     from sparkctl.lifecycle.modes import resolve_mode
     from sparkctl.lifecycle.state import events
     from sparkctl.planning.build import build_plan
@@ -65,9 +73,11 @@ def logs_cmd(
             if rank is None and not router:  # the supervisor's events (restarts, causes) in the same timeline
                 stamps = [x.ts for x in lines if x.ts is not None]
                 lines = merge(
-                    lines + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
+                    lines
+                    + event_lines(events(prof.cluster), since_at or min(stamps, default=None))
+                    + guard_lines(prof, pool, since_at or min(stamps, default=None))
                 )
-                width = max(width, len("supervisor")) if any(x.label for x in lines) else width
+                width = max([width] + [len(x.label) for x in lines if x.label])
             _print_logs(lines, missing, width, timestamps, json_out, mode, len(specs))
             return
         try:

@@ -42,27 +42,34 @@ def plan_cmd(
 
     prof = load_profile(profile)
     result = build_plan(prof, mode)
-    findings = launch_findings(prof, result, parser_timeout, quiet=json_out) if check else []
+    checked = launch_check(prof, result, parser_timeout, quiet=json_out) if check else None
+    findings = checked.findings if checked else []
+    layouts = checked.layouts if checked else []
     if json_out:
-        print_json({**result.to_json(), **({"check": [f.to_json() for f in findings]} if check else {})})
+        extra = {"check": [f.to_json() for f in findings], "layouts": [o.to_json() for o in layouts]}
+        print_json({**result.to_json(), **(extra if check else {})})
     else:
         render_plan(result)
         if check:
             from sparkctl.commands._findings import render_findings
+            from sparkctl.commands._layouts import render_layouts
 
             render_findings(findings)
+            if layouts:
+                render_layouts(result, layouts)
     if any(f.severity == "error" for f in findings):
         raise typer.Exit(1)
 
 
-def launch_findings(prof, plan, parser_timeout: float = 30.0, quiet: bool = False) -> list:
+def launch_check(prof, plan, parser_timeout: float = 30.0, quiet: bool = False):  # LaunchCheck
     """The launch-check pipeline (sparkctl.launch.pipeline): SGLang's parser in the image on rank 0's
     node (a local SGLang when that fails), the rules, the memory plan with probed GPU memory."""
     from sparkctl.launch.pipeline import check_reachable
+    from sparkctl.planning.build import build_plan
 
     err = console(stderr=True)
     progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}...[/]"))
-    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress).findings
+    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress, build=build_plan)
 
 
 def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily

@@ -95,6 +95,9 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # preflight
         out.print(_table(report))
     else:
         render_findings([f for f in report.findings if f.severity.value in ("error", "warn")], out=out)
+    parity = _parity_table(report, verbose)
+    if parity is not None:
+        out.print(parity)
     counts = {sev: sum(f.severity.value == sev for f in report.findings) for sev in ("ok", "skip")}
     more = "" if verbose else "  (-v: every check)"
     out.print(f"{counts['ok']} passed, {counts['skip']} skipped{more}", soft_wrap=True)
@@ -106,6 +109,28 @@ def render_report(report, verbose: bool = False, out=None) -> None:  # preflight
     )
     if not report.ok:
         out.print("fix the errors, or `--ignore CHECK` to downgrade one")
+
+
+def _parity_table(report, verbose: bool):  # rich Table or None
+    """NodeParity's one table (field x node), when it found a difference or with -v."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    found = [f for f in report.findings if f.check == "NodeParity"]
+    rows = next((f.data["table"] for f in found if "table" in f.data), None)
+    if rows is None or not (verbose or any(f.severity.value in ("error", "warn") for f in found)):
+        return None
+    sev = {f.data.get("field"): f.severity.value for f in found if f.data.get("field")}
+    nodes = list(dict.fromkeys(n for per in rows.values() for n in per))
+    table = Table(title="node parity", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("")
+    for n in nodes:
+        table.add_column(n, overflow="fold")
+    for name, per in rows.items():
+        color = COLORS.get(sev.get(name, "ok"), "")
+        table.add_row(f"[{color}]{name}[/]", *(escape(per.get(n) or "?") for n in nodes))
+    return table
 
 
 def _table(report):  # rich Table from a preflight Report

@@ -54,6 +54,14 @@ def ship_cmd(
             help="Parallel streams per peer for weights (default: from the source's cores).",
         ),
     ] = None,
+    drop_caches: Annotated[
+        bool,
+        typer.Option(
+            "--drop-caches",
+            help="Afterwards, drop the page cache the transfer left on unified-memory nodes (GB10; "
+            "root or passwordless sudo on the node; docs/memory.md).",
+        ),
+    ] = False,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -99,14 +107,21 @@ def ship_cmd(
                 else:
                     _render(exc.report, json_out)
             raise
-    _render(report, json_out)
+        from sparkctl.ship import pagecache
+
+        cache = pagecache.notes(prof, report, threshold=1 if drop_caches else pagecache.NOTE_BYTES)
+        if drop_caches and cache and not dry_run:
+            cache = pagecache.drop(pool, cache)
+    _render(report, json_out, cache)
 
 
-def _render(report, json_out: bool) -> None:  # sparkctl.ship.ShipReport
+def _render(report, json_out: bool, cache: list | None = None) -> None:  # ShipReport, [CacheNote]
+    from rich.markup import escape
+
     from sparkctl.units import human_bytes
 
     if json_out:
-        print_json(report.to_json())
+        print_json({**report.to_json(), "page_cache": [c.to_json() for c in cache or []]})
         return
     out = console()
     if not report.targets:
@@ -133,6 +148,10 @@ def _render(report, json_out: bool) -> None:  # sparkctl.ship.ShipReport
             )
     for node, what, exc in report.errors:
         out.print(f"[red]failed[/] {node} {what}: {exc.message}")
+    for note in cache or []:
+        out.print(
+            ("[green]page cache[/] " if note.dropped else "[yellow]page cache[/] ") + escape(note.line())
+        )
 
 
 def register(app: typer.Typer) -> None:

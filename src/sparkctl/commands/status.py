@@ -146,6 +146,12 @@ def _render_supervision(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
         out.print("supervisor: [yellow]not running[/]")
     for event in st.restarts:
         out.print(f"  {escape(describe_event(event))}")
+    from sparkctl.lifecycle.guard import describe, describe_trip
+
+    for node, doc in st.guards.items():
+        out.print(escape(describe(node, doc)))
+        for trip in doc.get("trips", [])[-3:]:
+            out.print(f"  [red]{escape(describe_trip(node, trip))}[/]")
 
 
 def register(app: typer.Typer) -> None:

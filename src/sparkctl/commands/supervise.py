@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import ProfileOpt, console, handle_errors, load_profile
+from sparkctl.commands._common import GuardOpt, ProfileOpt, console, handle_errors, load_profile
 
 MaxRestartsOpt = Annotated[
     int, typer.Option("--max-restarts", min=0, help="Group restarts allowed within an hour; then give up.")
@@ -31,14 +31,17 @@ def supervise_cmd(
     canary_every: CanaryEveryOpt = 10.0,
     canary_failures: CanaryFailuresOpt = 3,
     backoff: BackoffOpt = 2.0,
+    guard: GuardOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Watch the running group; when a rank exits or the generation canary keeps failing, restart
-    every rank together (backoff, restart limit). `status` and `logs` show each restart and why."""
+    every rank together (backoff, restart limit). `status` and `logs` show each restart and why.
+    The memory guard runs on the guarded nodes meanwhile (docs/memory.md)."""
+    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.supervisor import process as supervisor
     from sparkctl.lifecycle.supervisor.process import Policy
 
-    prof = load_profile(profile)
+    prof = with_guard(load_profile(profile), guard)
     if stop:
         console().print(supervisor.stop(prof.cluster) or f"no supervisor runs for cluster {prof.cluster}")
         return
@@ -51,7 +54,11 @@ def supervise_cmd(
         missing=("no mode is running to supervise", "name the MODE, or `sparkctl up --supervise`"),
     )
     policy = Policy(
-        max_restarts=max_restarts, backoff=backoff, canary_every=canary_every, canary_failures=canary_failures
+        max_restarts=max_restarts,
+        backoff=backoff,
+        canary_every=canary_every,
+        canary_failures=canary_failures,
+        guard=guard,
     )
     if detach:
         info = start_detached(profile, prof, mode, policy)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, handle_errors
+from sparkctl.commands._common import GuardOpt, JsonOpt, ProfileOpt, handle_errors
 
 if TYPE_CHECKING:
     pass
@@ -32,6 +32,7 @@ def switch_cmd(
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
     rolling: RollingOpt = True,
+    guard: GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -51,6 +52,7 @@ def switch_cmd(
         ship_opt=ship,
         supervise=supervise,
         rolling=rolling,
+        guard=guard,
     )
 
 

@@ -3,14 +3,19 @@ the run that `switch` and `upgrade` share (run_up)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-
-if TYPE_CHECKING:
-    pass
+from sparkctl.commands._common import (
+    GuardOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    handle_errors,
+    load_profile,
+    print_json,
+)
 
 ModeArg = Annotated[str | None, typer.Argument(help="Mode to run (default: the profile's default mode).")]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="Pick the mode with this tensor-parallel size.")]
@@ -166,14 +171,16 @@ def run_up(
     ship_opt: bool | None = None,
     supervise: bool = False,
     rolling: bool = True,
+    guard: bool | None = None,
 ) -> None:
     from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.router import RouterFailedError
     from sparkctl.lifecycle.up import PreflightFailedError
     from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
-    prof = load_profile(profile)
+    prof = with_guard(load_profile(profile), guard)
     _interrupt_on_sigterm()
     reporter = _Reporter(stderr=json_out)
     if verb in ("switch", "upgrade"):
@@ -213,7 +220,7 @@ def run_up(
         from sparkctl.commands.supervise import start_detached
         from sparkctl.lifecycle.supervisor.process import Policy
 
-        sup = start_detached(profile, prof, result.plan.mode, Policy())
+        sup = start_detached(profile, prof, result.plan.mode, Policy(guard=guard))
     if json_out:
         print_json({**result.to_json(), "supervisor": sup})
         return
@@ -254,6 +261,7 @@ def up_cmd(
     dry_run: DryRunOpt = False,
     supervise: SuperviseOpt = False,
     rolling: RollingOpt = True,
+    guard: GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -273,6 +281,7 @@ def up_cmd(
         ship_opt=ship,
         supervise=supervise,
         rolling=rolling,
+        guard=guard,
     )
 
 

@@ -16,8 +16,23 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name
 OnlyOpt = Annotated[
     list[str] | None, typer.Option("--only", help="Run checks whose name starts with this (repeatable).")
 ]
+FirstTokenOpt = Annotated[
+    float,
+    typer.Option(
+        "--first-token-timeout",
+        min=0.1,
+        help="Seconds from a request to its first token (a non-streaming request: to its reply).",
+    ),
+]
+StallOpt = Annotated[
+    float,
+    typer.Option("--stall-timeout", min=0.1, help="Seconds without any event that make a stream stalled."),
+]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=0.1, help="Seconds per request, and the longest gap in a stream.")
+    float | None,
+    typer.Option(
+        "--timeout", min=0.1, help="Optional limit on each whole request, wall clock (default none)."
+    ),
 ]
 DeadlineOpt = Annotated[float, typer.Option("--deadline", min=0.1, help="Seconds for the whole command.")]
 ApiKeyOpt = Annotated[
@@ -35,7 +50,9 @@ def verify_cmd(
     url: UrlOpt = None,
     model: ModelOpt = None,
     only: OnlyOpt = None,
-    timeout: TimeoutOpt = 60.0,
+    first_token_timeout: FirstTokenOpt = 180.0,
+    stall_timeout: StallOpt = 60.0,
+    timeout: TimeoutOpt = None,
     deadline: DeadlineOpt = 600.0,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings (optional features) fail too.")] = False,
     api_key: ApiKeyOpt = None,
@@ -48,10 +65,11 @@ def verify_cmd(
 
     started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.errors import ExitCode, UsageError
-    from sparkctl.findings import Severity
     from sparkctl.lifecycle.endpoint import resolve_endpoint
     from sparkctl.verify.checks import select
+    from sparkctl.verify.runner import Stopped
     from sparkctl.verify.runner import verify as run_verify
+    from sparkctl.verify.stream import Limits
 
     ep = resolve_endpoint(lambda: load_profile(profile), mode, url, model, api_key, api_key_env)
     if only and not select(only):
@@ -60,34 +78,60 @@ def verify_cmd(
     live = None if json_out else (lambda f: out.print(_line(f)))
     if not json_out:
         out.print(f"[bold]verify[/] {ep.url}  model [bold]{ep.model}[/]")
-    findings = run_verify(
-        ep.url,
-        ep.model,
-        only=only,
-        timeout_s=timeout,
-        deadline_s=deadline,
-        api_key=ep.api_key,
-        on_result=live,
-        started=started,
-    )
+    try:
+        findings = run_verify(
+            ep.url,
+            ep.model,
+            only=only,
+            limits=Limits(first_token_timeout, stall_timeout, timeout),
+            deadline_s=deadline,
+            api_key=ep.api_key,
+            on_result=live,
+            started=started,
+        )
+    except Stopped as exc:  # the finished checks are reported (table and JSON), then the error
+        _report(ep, exc.findings, strict, json_out, exc)
+        stop_with(exc, json_out)
+    if _report(ep, findings, strict, json_out, None):
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+def _report(ep, findings: list, strict: bool, json_out: bool, stopped) -> bool:  # Endpoint, Finding
+    """Print the findings (JSON, or the summary line); True when one counts as failed."""
+    from sparkctl.findings import Severity
+
     bad = {Severity.ERROR, Severity.WARN} if strict else {Severity.ERROR}
     failed = [f for f in findings if f.severity in bad]
     if json_out:
-        print_json(
-            {
-                "url": ep.url,
-                "model": ep.model,
-                "config_hash": ep.config_hash,
-                "strict": strict,
-                "passed": not failed,
-                "counts": {s: sum(f.severity.value == s for f in findings) for s in _COUNTED},
-                "checks": [f.to_json() for f in findings],
-            }
-        )
+        doc = {
+            "url": ep.url,
+            "model": ep.model,
+            "config_hash": ep.config_hash,
+            "strict": strict,
+            "passed": not failed and stopped is None,
+            "counts": {s: sum(f.severity.value == s for f in findings) for s in _COUNTED},
+            "checks": [f.to_json() for f in findings],
+        }
+        if stopped is not None:
+            doc["error"] = {"code": stopped.exit_code, "message": stopped.message, "fix": stopped.fix}
+        print_json(doc)
     else:
         render_summary(findings)
-    if failed:
-        raise typer.Exit(ExitCode.CHECK_FAILED)
+    return bool(failed)
+
+
+def stop_with(exc, json_out: bool) -> None:  # SparkctlError
+    """After the partial report: the error's own line (on stderr), then its exit code. With --json
+    the error is already in the document on stdout."""
+    if not json_out:
+        raise exc
+    from rich.markup import escape
+
+    err = console(stderr=True)
+    err.print(f"[bold red]error[/] {escape(exc.message)}")
+    if exc.fix:
+        err.print(f"  [yellow]fix:[/] {escape(exc.fix)}")
+    raise typer.Exit(exc.exit_code)
 
 
 _COUNTED = ("ok", "warn", "error")

@@ -100,6 +100,12 @@ class Engine(Protocol):
     name: str
     default_command: tuple[str, ...]  # the container command when engine.command is not set
     managed_flags: Mapping[str, str]  # flag -> the profile key sparkctl renders it from
+    # Every long option of the engine's parser (no dashes): a profile key is resolved against it as
+    # argparse would (an unambiguous prefix names its flag) before the managed-flag check.
+    cli_flags: frozenset[str]
+    # Regexes (group 1 kept, group 2 masked) for where the engine itself logs a key, e.g. its
+    # settings at start: the rank log writer on the node masks them before any byte hits a file.
+    log_secret_patterns: tuple[str, ...]
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     key_file: str  # in-container file the engine reads its API keys from (kept off argv)
     readiness: Readiness

@@ -126,14 +126,18 @@ def shm_mount(options: RunOptions, parts: PodParts) -> bool:
 
 
 def security_context(options: RunOptions, parts: PodParts) -> dict:
-    ctx: dict = {"privileged": False}
+    # As `up` runs the rank: every capability dropped but what it needs, no privilege escalation.
+    ctx: dict = {"privileged": False, "allowPrivilegeEscalation": False}
     if options.privileged:
         raise UsageError(
             "engine.container.privileged is true: the export renders no privileged container",
             fix="use the rdma preset (devices, IPC_LOCK) instead of privileged: true",
         )
+    caps: dict = {"drop": list(options.cap_drop)} if options.cap_drop else {}
     if options.cap_add:
-        ctx["capabilities"] = {"add": list(options.cap_add)}
+        caps["add"] = list(options.cap_add)
+    if caps:
+        ctx["capabilities"] = caps
     for name, value in options.ulimits.items():
         if name == "memlock" and "IPC_LOCK" in options.cap_add:
             continue  # with IPC_LOCK the kernel does not apply RLIMIT_MEMLOCK to RDMA pinning

@@ -18,6 +18,7 @@ class Netdev:
     flags: tuple[str, ...] = ()
     ipv4: tuple[str, ...] = ()  # "10.0.0.1/24"
     speed_mbps: int | None = None  # from sysfs; informational (a CX-7 may lie: measure instead)
+    mac: str = ""  # link-layer address (`ip -j addr`'s "address")
 
     @property
     def up(self) -> bool:
@@ -71,6 +72,7 @@ def parse_netdevs(text: str) -> dict[str, Netdev]:
             flags=tuple(link.get("flags", [])),
             ipv4=addrs,
             speed_mbps=speeds.get(name),
+            mac=str(link.get("address", "")).lower(),
         )
     return out
 

@@ -42,7 +42,8 @@ for d in "$ib"/*; do
       IFS= read -r v < "$g" 2>/dev/null
       case "$v" in ''|0000:0000:0000:0000:0000:0000:0000:0000) continue;; esac
       [ -r "$p/gid_attrs/ndevs/$i" ] && IFS= read -r nd < "$p/gid_attrs/ndevs/$i" 2>/dev/null
-      printf 'gid\t%s\t%s\t%s\t%s\t%s\n' "$dev" "$port" "$i" "$v" "$nd"
+      ty=; [ -r "$p/gid_attrs/types/$i" ] && IFS= read -r ty < "$p/gid_attrs/types/$i" 2>/dev/null
+      printf 'gid\t%s\t%s\t%s\t%s\t%s\t%s\n' "$dev" "$port" "$i" "$v" "$nd" "$ty"
     done
   done
 done
@@ -57,6 +58,7 @@ class RdmaPort:
     rate: str = ""  # "200 Gb/sec (4X HDR)"
     link_layer: str = ""  # "Ethernet" for RoCE
     gids: list[tuple[int, str, str]] = field(default_factory=list)  # (index, gid, netdev)
+    gid_types: dict[int, str] = field(default_factory=dict)  # index -> "RoCE v2" | "IB/RoCE v1"
 
     @property
     def active(self) -> bool:
@@ -98,7 +100,10 @@ class RdmaDevice:
                     "phys_state": p.phys_state,
                     "rate": p.rate,
                     "link_layer": p.link_layer,
-                    "gids": [{"index": i, "gid": g, "netdev": nd} for i, g, nd in p.gids],
+                    "gids": [
+                        {"index": i, "gid": g, "netdev": nd, "type": p.gid_types.get(i, "")}
+                        for i, g, nd in p.gids
+                    ],
                 }
                 for n, p in self.ports.items()
             },
@@ -133,8 +138,11 @@ def parse_sysfs_dump(text: str) -> dict[str, RdmaDevice]:
             devs.setdefault(parts[1], RdmaDevice(parts[1])).netdevs.append(parts[2])
         elif kind == "attr" and len(parts) == 5 and parts[3] in ("state", "phys_state", "rate", "link_layer"):
             setattr(port(parts[1], parts[2]), parts[3], parts[4].strip())
-        elif kind == "gid" and len(parts) == 6 and parts[3].isdigit():
-            port(parts[1], parts[2]).gids.append((int(parts[3]), parts[4].strip(), parts[5].strip()))
+        elif kind == "gid" and len(parts) in (6, 7) and parts[3].isdigit():
+            p = port(parts[1], parts[2])
+            p.gids.append((int(parts[3]), parts[4].strip(), parts[5].strip()))
+            if len(parts) == 7 and parts[6].strip():
+                p.gid_types[int(parts[3])] = parts[6].strip()
     return devs
 
 
@@ -169,6 +177,22 @@ def ipv4_gid(ip: str) -> str:
     """The RoCE v2 GID of an IPv4 address as sysfs prints it (IPv4-mapped IPv6)."""
     packed = IPv4Address(ip).packed
     return f"0000:0000:0000:0000:0000:ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
+
+
+def roce_v2_gid_index(dev: RdmaDevice, ip: str) -> int | None:
+    """The GID index of the RoCE v2 GID of `ip` on the device (NCCL_IB_GID_INDEX), or None.
+
+    Without type information (an old kernel's sysfs) the IPv4 GID's second slot is v2 by the
+    kernel's v1-then-v2 order."""
+    gid = ipv4_gid(ip)
+    for p in dev.ports.values():
+        hits = sorted(i for i, g, _ in p.gids if g == gid)
+        typed = [i for i in hits if p.gid_types.get(i, "").lower() == "roce v2"]
+        if typed:
+            return typed[0]
+        if hits and not any(i in p.gid_types for i in hits):
+            return hits[-1]
+    return None
 
 
 def rdma_probe(sysfs_root: str = "/sys") -> Probe:

@@ -52,6 +52,7 @@ class LaunchCheck:
     memory: MemoryPlan | None
     memory_fixes: list[MemoryFix]
     fix: dict[str, FlagValue | None]  # rule fixes + the first memory fix: what `fit` proposes
+    layouts: list = field(default_factory=list)  # LayoutOption (layouts.py) when the split fails
 
     @property
     def errors(self) -> list[Finding]:

@@ -18,6 +18,7 @@ from sparkctl.launch.check import LaunchCheck, LaunchContext, check_launch, cont
 from sparkctl.launch.fixes import Margin
 from sparkctl.launch.flags import RunInImage, check_flags
 from sparkctl.launch.inputs import GpuFacts, server_flags
+from sparkctl.launch.layouts import needs_layouts, propose_layouts
 from sparkctl.launch.model_meta import ModelFacts, find_model_facts, load_model_facts
 
 Progress = Callable[[str], None]
@@ -163,6 +164,7 @@ def check_plan(
     margin: Margin | None = None,
     models: ModelLookup | None = None,
     progress: Progress | None = None,
+    build=None,
 ) -> LaunchCheck:
     """All launch checks for a Plan: parser (image, then local), rules, memory with fixes."""
     found = models or lookup_models(profile, target_dir, draft_dir)
@@ -178,6 +180,12 @@ def check_plan(
     result = check_launch(
         argv, ctx, flag_result, node=plan.ranks[0].node, expected=expected_versions(plan, profile)
     )
+    nodes = list(dict.fromkeys(plan.nodes))
+    single = len(nodes) > 1 and all(profile.node(n).gpus == 1 for n in nodes)
+    if build is not None and single and needs_layouts(result.findings):  # build: planning's build_plan
+        result.layouts = propose_layouts(
+            profile, nodes, found.target, found.draft, build=build, probed=probed, margin=margin
+        )
     if not parse_flags:
         result.findings.insert(
             0,

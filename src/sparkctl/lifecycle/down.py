@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, SparkctlError
+from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.steps import remove_all
@@ -45,6 +46,8 @@ def down(profile: Profile, pool: NodePool, *, lock: bool = True, dry_run: bool =
         result.removed = found
         if not dry_run:
             remove_all(pool, found, grace=profile.engine.stop_grace)
+            nodes = guards.nodes_to_read(profile)  # where sparkctl started one
+            guards.stop(profile, pool, [n for n in dict.fromkeys(nodes) if n not in unreachable])
         if unreachable:
             raise _unreachable(unreachable, len(found))
         return result

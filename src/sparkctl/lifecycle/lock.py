@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
 import socket
 import sys
@@ -24,6 +25,41 @@ def state_dir() -> Path:
     """Controller-side state: $XDG_STATE_HOME/sparkctl or ~/.local/state/sparkctl."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "sparkctl"
+
+
+def private_dir(path: Path) -> Path:
+    """`path` (under the state dir) created 0700, and the state dir itself 0700: events, holders'
+    commands and the supervisor's log are this user's alone."""
+    root = state_dir()
+    below = [p for p in (path, *path.parents) if root in p.parents]  # deepest first
+    for d in [root, *reversed(below)]:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if d.stat().st_mode & 0o077:
+            d.chmod(0o700)
+    return path
+
+
+# Options whose value is a secret (`bench --compare A B --api-key K`): never written to a lock.
+_SECRET_OPTION = re.compile(r"^--?[\w-]*(key|token|secret|password)[\w-]*$", re.IGNORECASE)
+
+
+def redacted_command(argv: list[str]) -> str:
+    """The command line for the lock's holder note, secret option values as ***."""
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        name, eq, _value = word.partition("=")
+        if _SECRET_OPTION.match(name):
+            if eq:
+                out.append(f"{name}=***")
+                continue
+            hide_next = True
+        out.append(word)
+    return shlex.join(out)
 
 
 def lock_path(cluster: str) -> Path:
@@ -44,14 +80,17 @@ class ClusterLock:
 
     def __init__(self, cluster: str, command: str | None = None, path: Path | None = None) -> None:
         self.cluster = cluster
-        self.command = command or shlex.join(["sparkctl", *sys.argv[1:]])
+        self.command = command or redacted_command(["sparkctl", *sys.argv[1:]])
         self.path = path or lock_path(cluster)
         self._fd: int | None = None
 
     def acquire(self) -> ClusterLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if state_dir() in self.path.parents:
+            private_dir(self.path.parent)
+        else:  # a lock path given by a test or a caller
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # O_CLOEXEC: a detached process started by this run must never inherit (and keep) the lock.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,7 +1,8 @@
 """Persistent per-rank log files on the nodes, and reading them back merged across ranks.
 
 Mechanism: right after a rank's container starts, `up` starts a detached follower on that node
-(`setsid -f sh -c 'exec docker logs --timestamps --follow NAME >> FILE'`). It needs no daemon
+(`setsid -f sh -c 'exec python3 -S -c LOG_FILTER NAME FILE'`: `docker logs --timestamps --follow
+NAME` appended to FILE line by line, every secret masked on the node). It needs no daemon
 and nothing in the container (the plan's argv runs unchanged), it lives exactly as long as the
 container (docker logs -f returns when the container stops, after writing everything), and it
 survives the CLI exiting or losing its SSH connection. The file outlives the container too, so
@@ -12,6 +13,7 @@ in time order and for `--since`.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import queue
 import re
@@ -27,18 +29,46 @@ from sparkctl.fanout import fan_out
 from sparkctl.planning.build import RankSpec
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
-from sparkctl.secrets import redact, secret_values
+from sparkctl.secrets import mask_forms, redact, secret_values
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
 
-# Positional parameters only ($1 container, $2 file): nothing is interpolated into the script.
+# Positional parameters only ($1 container, $2 file, $3 the filter): nothing is interpolated.
 # Logs may hold what an engine prints: the directory is 0700 and the files 0600 (umask 077).
 FOLLOW_SCRIPT = (
     'umask 077 && d="$(dirname "$2")" && mkdir -p "$d" && chmod 700 "$d" && '
     '{ [ ! -e "$2" ] || { mv -f "$2" "$2.1" && chmod 600 "$2.1"; }; } && '
-    'exec docker logs --timestamps --follow "$1" >>"$2" 2>&1 </dev/null'
+    'exec python3 -S -c "$3" "$1" "$2"'
 )
+# The follower itself (python3 stdlib, on the node): reads what to mask from its first stdin line
+# (the values and the engine's key patterns: never on a command line), lets go of the SSH
+# session's descriptors, and writes `docker logs --timestamps --follow` into the file line by line
+# with every secret masked, so that no key the engine prints (SGLang logs its settings, keys
+# included, on start) ever reaches a file on the node.
+LOG_FILTER = r"""
+import json, os, re, subprocess, sys
+name, path = sys.argv[1], sys.argv[2]
+cfg = json.loads(sys.stdin.readline() or "{}")
+null = os.open("/dev/null", os.O_RDWR)
+out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+for fd in (0, 1, 2):
+    os.dup2(null if fd == 0 else out, fd)
+parts = [re.escape(v.encode()) for v in cfg.get("long", [])]
+parts += [b"(?<![A-Za-z0-9])" + re.escape(v.encode()) + b"(?![A-Za-z0-9])" for v in cfg.get("short", [])]
+values = re.compile(b"|".join(parts)) if parts else None
+keyed = [re.compile(p.encode()) for p in cfg.get("patterns", [])]
+proc = subprocess.Popen(
+    ["docker", "logs", "--timestamps", "--follow", name], stdin=null, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+)
+for line in proc.stdout:
+    for k in keyed:
+        line = k.sub(lambda m: m.group(1) + b"***", line)
+    if values is not None:
+        line = values.sub(b"***", line)
+    os.write(out, line)
+sys.exit(proc.wait())
+"""
 # Lines whose timestamp (to the second) is >= $1, then the last $2 of them.
 SINCE_SCRIPT = 'awk -v s="$1" \'substr($0, 1, 19) >= s\' "$3" | tail -n "$2"'
 TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s?")
@@ -50,16 +80,25 @@ def log_file(log_dir: str, container_name: str) -> str:
 
 
 def follower_argv(container_name: str, path: str, docker_host: str | None = None) -> list[str]:
-    argv = ["setsid", "-f", "sh", "-c", FOLLOW_SCRIPT, "sparkctl-log", container_name, path]
+    argv = ["setsid", "-f", "sh", "-c", FOLLOW_SCRIPT, "sparkctl-log", container_name, path, LOG_FILTER]
     return ["env", f"DOCKER_HOST={docker_host}", *argv] if docker_host else argv
 
 
-def start_follower(conn: Connector, container_name: str, path: str) -> None:
-    """Start the detached log follower for a running container on its node."""
+def start_follower(
+    conn: Connector,
+    container_name: str,
+    path: str,
+    values: list[str] | None = None,
+    patterns: tuple[str, ...] = (),
+) -> None:
+    """Start the detached log follower for a running container on its node; `values` (the secrets
+    this rank can see) and `patterns` (the engine's own key lines) are masked on the node."""
+    long, short = mask_forms(values or [])
+    first = json.dumps({"long": long, "short": short, "patterns": list(patterns)}) + "\n"
     docker_host = getattr(conn, "docker_host", None)  # a local engine that is not the default one
-    conn.run(follower_argv(container_name, path, docker_host), timeout=30).check(
+    conn.run(follower_argv(container_name, path, docker_host), timeout=30, input=first.encode()).check(
         f"starting the log follower for {container_name}",
-        fix="the node needs `setsid` (util-linux) and the docker CLI on PATH",
+        fix="the node needs `setsid` (util-linux), python3 and the docker CLI on PATH",
     )
 
 
@@ -163,6 +202,21 @@ def event_lines(events: list[dict], since: datetime | None) -> list[LogLine]:
         ts = datetime.fromtimestamp(float(e.get("at", 0)), UTC)
         if since is None or ts >= since:
             out.append(LogLine(-1, "", ts, describe_event(e).split(" ", 1)[1], label="supervisor"))
+    return out
+
+
+def guard_lines(profile, pool, since: datetime | None) -> list[LogLine]:  # Profile, NodePool
+    """The memory guards' trips as log lines (label `guard@<node>`), read on every node that answers."""
+    from sparkctl.lifecycle.guard import describe_trip, nodes_to_read, read
+
+    out = []
+    for node, doc in read(profile, pool, nodes_to_read(profile)).items():
+        for trip in doc.get("trips", []):
+            ts = datetime.fromtimestamp(float(trip.get("at", 0)), UTC)
+            if since is None or ts >= since:
+                out.append(
+                    LogLine(-1, node, ts, describe_trip(node, trip).split(" ", 1)[1], label=f"guard@{node}")
+                )
     return out
 
 

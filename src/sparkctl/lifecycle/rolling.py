@@ -160,10 +160,12 @@ def roll_if_possible(
 def _hcas(plan: Plan) -> PlanFacts:
     """The facts `up` resolved for the new plan (fabric.hcas: auto) hold for the old one too."""
     hcas: dict[str, list[str]] = {}
+    gids: dict[str, int | None] = {}
     for r in plan.ranks:
         if "NCCL_IB_HCA" in r.env:
             hcas[r.node] = str(r.env["NCCL_IB_HCA"]).split(",")
-    return PlanFacts(hcas=hcas)
+        gids[r.node] = int(str(r.env["NCCL_IB_GID_INDEX"])) if "NCCL_IB_GID_INDEX" in r.env else None
+    return PlanFacts(hcas=hcas, gid_index=gids)
 
 
 def _metrics(profile: Profile) -> MetricNames:

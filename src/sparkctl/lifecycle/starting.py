@@ -4,12 +4,14 @@ fails: the steps `up` (start_group) and its router step share."""
 from __future__ import annotations
 
 from sparkctl.connectors.pool import NodePool
+from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, orphans, state
 from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
+from sparkctl.secrets import secret_values
 
 
 def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:
@@ -32,7 +34,9 @@ def start_specs(profile: Profile, pool: NodePool, specs: list[RankSpec], started
         conn = pool.get(spec.node)
         started.append(spec)  # before creating it: rollback must also see a half-started container
         containers.start_rank(conn, spec)
-        logs.start_follower(conn, spec.container_name, logs.rank_log_path(profile, spec))
+        masks = secret_values(spec.secret_refs(), conn)
+        patterns = get_engine(profile.engine.kind).log_secret_patterns
+        logs.start_follower(conn, spec.container_name, logs.rank_log_path(profile, spec), masks, patterns)
 
     results = fan_out(
         list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sparkctl.lifecycle.lock import state_dir
+from sparkctl.lifecycle.lock import private_dir, state_dir
 
 
 def cluster_file(cluster: str, suffix: str) -> Path:
@@ -26,9 +26,11 @@ def cluster_file(cluster: str, suffix: str) -> Path:
 
 
 def _write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -101,8 +103,8 @@ def record_event(cluster: str, event: str, **fields: object) -> dict:
     entry = {"at": time.time(), "event": event, **fields}
     path = cluster_file(cluster, ".events.jsonl")
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        private_dir(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (json.dumps(entry) + "\n").encode())
         finally:
@@ -140,5 +142,7 @@ def describe_event(e: dict) -> str:
         "canary_failed": f"generation canary failed ({e.get('count')} in a row): {detail}",
         "node_unreachable": f"node {e.get('node')} unreachable: {detail}",
         "watch_failed": f"could not look at the ranks: {detail}",
+        "guard_tripped": f"memory guard on {e.get('node')} killed the group: {e.get('reason')}",
+        "guard_failed": f"memory guard could not start on {e.get('node')}: {detail}",
     }.get(str(kind), f"{kind}: {cause} {detail}".strip())
     return f"{when} {text}"

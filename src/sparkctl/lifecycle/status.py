@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
+from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.router import RouterView
@@ -137,6 +138,9 @@ class ClusterStatus:
     pending: list[state.Pending] = field(default_factory=list)  # still owed (node not reachable yet)
     supervisor: dict | None = None  # the live supervisor's record
     events: list[dict] = field(default_factory=list)  # the supervisor's events since it started
+    guards: dict[str, dict] = field(
+        default_factory=dict
+    )  # node -> the memory guard's {running, state, trips}
 
     @property
     def restarts(self) -> list[dict]:
@@ -154,6 +158,7 @@ class ClusterStatus:
             "supervisor": {**self.supervisor, "running": True} if self.supervisor else None,
             "restarts": self.restarts,
             "events": self.events,
+            "memory_guard": self.guards,
         }
 
 
@@ -188,6 +193,9 @@ def status(profile: Profile, pool: NodePool) -> ClusterStatus:
         out.unreachable[node] = why
         out.unknown_why[node] = "Docker not answering" if isinstance(exc, DockerDownError) else "unreachable"
     out.containers.sort(key=lambda c: (c.mode or "", c.rank if c.rank is not None else 99, c.node))
+    out.guards = guards.read(
+        profile, pool, [n for n in guards.nodes_to_read(profile) if n not in out.unreachable]
+    )
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
         ranks = [c for c in out.containers if c.mode == mode]
         plan = build_plan(profile, mode) if mode in profile.modes else None

@@ -13,7 +13,7 @@ from typing import Protocol
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import logs, orphans, state
+from sparkctl.lifecycle import logs, memgate, orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
@@ -98,6 +98,8 @@ def remove_all(pool: NodePool, infos: list[ContainerInfo], grace: int | None = c
         return key[0], items[key].rank
 
     results = fan_out(list(items), remove_one, where=where)
+    stopped = [c for c in infos if c.running and (c.node, c.name) in results.ok]
+    memgate.note_stopped(stopped[0].cluster if stopped else None, [c.node for c in stopped])
     for o in results.failed:
         if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
             raise orphans.lost(o.node or "?", o.rank, o.error, "stopping its containers")  # type: ignore[arg-type]
@@ -108,14 +110,17 @@ log_path = logs.rank_log_path
 
 
 def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
-    """Fill what only the nodes can tell (fabric.hcas: auto, from sysfs) and rebuild the same plan."""
+    """Fill what only the nodes can tell (fabric.hcas and fabric.gid_index: auto, from sysfs) and
+    rebuild the same plan."""
     if not plan.unresolved:
         return plan
-    from sparkctl.facts.rdma import hca_candidates, probe_rdma
+    from sparkctl.facts.rdma import hca_candidates, probe_rdma, roce_v2_gid_index
 
-    auto = [n for n in dict.fromkeys(plan.nodes) if (f := profile.node(n).fabric) and f.hcas == "auto"]
+    def auto(n: str) -> bool:
+        f = profile.node(n).fabric
+        return f is not None and "auto" in (f.hcas, f.gid_index)
 
-    def discover(node: str) -> list[str]:
+    def discover(node: str) -> tuple[list[str], int | None]:
         fabric = profile.node(node).fabric
         assert fabric is not None
         devices = probe_rdma(pool.get(node))  # NoRdma: fan_out's outcome names the node
@@ -127,10 +132,14 @@ def resolve_plan(profile: Profile, plan: Plan, pool: NodePool) -> Plan:
                 fix="run `sparkctl preflight` (RoceHca shows the devices), set nodes[].fabric.hcas, "
                 "or use fabric.transport: tcp",
             )
-        return found
+        named = found if fabric.hcas == "auto" else [h for h in fabric.hcas if h in devices]
+        gids = {roce_v2_gid_index(devices[h], str(fabric.ip)) for h in named} - {None}
+        return found, (gids.pop() if len(gids) == 1 else None)  # several: leave it to NCCL
 
-    hcas = fan_out(auto, discover).values_or_raise()
-    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas))
+    got = fan_out([n for n in dict.fromkeys(plan.nodes) if auto(n)], discover).values_or_raise()
+    hcas = {n: h for n, (h, _) in got.items() if (f := profile.node(n).fabric) and f.hcas == "auto"}
+    gids = {n: g for n, (_, g) in got.items()}
+    resolved = build_plan(profile, plan.mode, PlanFacts(hcas=hcas, gid_index=gids))
     if resolved.unresolved:
         raise UsageError("could not resolve: " + "; ".join(resolved.unresolved))
     return resolved
@@ -151,6 +160,7 @@ def start_group(
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
     try:
+        memgate.gate(profile, pool, plan, rep.phase)  # settle, admit, guard (unified memory)
         prepare_nodes(profile, pool, plan)
         peers = [s for s in plan.ranks if s.node_rank > 0]
         heads = [s for s in plan.ranks if s.node_rank == 0]

@@ -13,7 +13,7 @@ import time
 
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lifecycle import orphans
+from sparkctl.lifecycle import memgate, orphans
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.modes import resolve_mode
 from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
@@ -118,6 +118,7 @@ def _up_locked(
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
+            memgate.guard_running(profile, pool, plan, rep.phase)  # (re)started if it is not
             action = "router" if router_started else "noop"  # only the router was (re)started
             if not router_started:
                 rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 PART = ".sparkctl-part"
 STATE = ".sparkctl"
@@ -75,6 +76,66 @@ def dest_path(repo, dest):
     if not (parent + "/").startswith(os.path.realpath(repo) + "/"):
         raise ValueError("%r leads out of the cache through a symlink" % (dest,))  # noqa: UP031
     return path
+
+
+def open_dir(repo, rel_dir, create=False):
+    """A descriptor of repo/rel_dir, walked one component at a time from the repo's own descriptor
+    with O_NOFOLLOW: a directory swapped for a symlink (a container mounts the cache read-write)
+    fails here with ELOOP/ENOTDIR instead of leading the walk elsewhere. `create`: mkdir on the way
+    (the repo dir itself too: the path up to it is the profile's hf_cache, the node user's choice)."""
+    if create:
+        os.makedirs(repo, exist_ok=True)
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in rel_dir.split("/") if rel_dir else []:
+            if part in ("", ".", ".."):
+                raise ValueError("unsafe name: %r" % (rel_dir,))  # noqa: UP031
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(repo, rel):
+    """repo/rel for reading, never through a symlink (any component); only a regular file."""
+    head, _, name = rel.rpartition("/")
+    dfd = open_dir(repo, head)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("%r is not a regular file" % (rel,))  # noqa: UP031
+    return fd
+
+
+def write_file(repo, rel, data, mode):
+    """repo/rel = data (refs, the completion marker): a part file created exclusively (O_EXCL,
+    O_NOFOLLOW) in a directory walked by descriptor, its mode set on the descriptor, then renamed
+    within that directory. A symlink planted under either name is replaced, never written through."""
+    head, _, name = rel.rpartition("/")
+    dfd = open_dir(repo, head, create=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name + PART, dir_fd=dfd)
+        fd = os.open(name + PART, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data.encode())
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(name + PART, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def cache_file(repo):

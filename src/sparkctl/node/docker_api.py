@@ -133,7 +133,7 @@ def image_state(ref):
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         pass  # an engine API we cannot read this way: the CLI below
     out = {}
-    rc, text, err = _docker(["image", "inspect", ref])
+    rc, text, err = _docker(["image", "inspect", "--", ref])
     if rc == 0:
         doc = json.loads(text)[0]
         out["id"], out["layers"], out["size"] = (
@@ -147,7 +147,7 @@ def image_state(ref):
         out["error"] = (err.strip().splitlines() or ["docker failed"])[-1]
     rc, text, _err = _docker(["image", "ls", "-aq", "--no-trunc"])
     ids = sorted(set(text.split()))
-    rc, text, _err = _docker(["image", "inspect", *ids]) if ids and rc == 0 else (1, "", "")
+    rc, text, _err = _docker(["image", "inspect", "--", *ids]) if ids and rc == 0 else (1, "", "")
     out["chains"] = [
         chain_ids(d["RootFS"].get("Layers") or []) for d in (json.loads(text) if rc == 0 else [])
     ]
@@ -182,7 +182,7 @@ class SaveStream:
                 self._open_api(path, ref)
         if self.sock is None and not self.error:  # not a unix socket, or an unexpected answer
             pipe = -1  # subprocess.PIPE
-            self.proc = spawn(["docker", "save", ref], stdout=pipe, stderr=pipe)
+            self.proc = spawn(["docker", "save", "--", ref], stdout=pipe, stderr=pipe)
         self.fd = self.sock.fileno() if self.sock else self.proc.stdout.fileno() if self.proc else None
 
     def _open_api(self, path, ref):

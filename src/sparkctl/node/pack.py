@@ -54,12 +54,14 @@ PYTHON = [
 
 # The program travels zlib-compressed in base64 (23 KB instead of 56 KB): base64's alphabet is plain
 # for the SSH transport (no shell decoding of a 74 KB word on the node: 36 -> 34 ms of node CPU per
-# op, measured) and for shlex on the node-to-node hop; unpacking costs the node < 1 ms.
+# op, measured) and for the node-to-node hop's encoding; unpacking costs the node < 1 ms.
 # Compiling it cost ~9 ms of node CPU per op, on the critical path of every round trip: the node
 # keeps the compiled code (marshal, like a __pycache__ entry) in the node user's ~/.cache/sparkctl,
 # named by the program's digest and the interpreter's cache tag, written 0600 and renamed into
 # place; a missing, stale or unreadable copy is simply compiled again (and older versions removed).
-# Never inside a Hugging Face cache (a directory on the way up holds `hub/`): the serving
+# Never inside a Hugging Face cache (a directory on the way up holds `hub/`, `.locks/` or a
+# `models--*`/`datasets--*` repo: HF_HUB_CACHE itself), and only a copy that is a regular file of
+# the user's own, 0600, checked on the opened descriptor (not the name): the serving
 # container mounts that read-write, and code it could rewrite must not run on the host. Nor in a
 # directory others can write or that is not the user's own.
 _UNPACK = """import sys,os,marshal
@@ -68,13 +70,18 @@ _t=os.path.realpath(os.path.join(os.path.expanduser('~'),'.cache','sparkctl'))
 _p=os.path.join(_t,'node-%s.%s'%(_d,sys.implementation.cache_tag))
 _a,_c=_t,None
 while _p:
- if os.path.isdir(os.path.join(_a,'hub')):_p=None
+ try:_l=os.listdir(_a)
+ except OSError:_l=[]
+ if 'hub' in _l or '.locks' in _l or [_n for _n in _l if _n.startswith(('models--','datasets--'))]:_p=None
  elif os.path.dirname(_a)==_a:break
  _a=os.path.dirname(_a)
 try:
  _s=os.stat(_t)
  if _s.st_uid!=os.geteuid() or _s.st_mode&0o022:_p=None
- with os.fdopen(os.open(_p,os.O_RDONLY|os.O_NOFOLLOW),'rb') as _f:_c=marshal.load(_f)
+ with os.fdopen(os.open(_p,os.O_RDONLY|os.O_NOFOLLOW),'rb') as _f:
+  _s=os.fstat(_f.fileno())
+  if _s.st_uid!=os.geteuid() or _s.st_mode&0o077 or not (_s.st_mode&0o170000==0o100000):raise OSError
+  _c=marshal.load(_f)
 except Exception:pass
 if _c is None:
  import base64,zlib
@@ -88,7 +95,7 @@ if _c is None:
    with os.fdopen(os.open(_w,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'wb') as _f:marshal.dump(_c,_f)
    os.replace(_w,_p)
   except OSError:pass
-del _d,_z,_t,_p,_a
+del _d,_z,_t,_p,_a,_l
 exec(_c)"""
 
 

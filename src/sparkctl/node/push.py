@@ -28,6 +28,7 @@ from .base import (  # node: strip
     frame,
     free_bytes,
     op_manifest,
+    open_file,
 )
 from .docker_api import SaveStream, image_state  # node: strip
 from .load import op_load  # node: strip
@@ -226,7 +227,9 @@ def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
     view = memoryview(bytearray(CHUNK))
     try:
         for dest, offset, length in items:
-            with open(os.path.realpath(dest_path(repo, dest)), "rb", buffering=0) as fh:
+            dest_path(repo, dest)  # the name's own rules; opened by descriptor walk, O_NOFOLLOW:
+            # a blob swapped for a symlink after the manifest (to the node user's key...) is refused
+            with os.fdopen(open_file(repo, dest), "rb", buffering=0) as fh:
                 st = os.fstat(fh.fileno())
                 whole = offset is None
                 head = {"path": dest, "size": st.st_size if whole else length}
@@ -290,7 +293,12 @@ def op_push_weights(req):
     def hash_ranged():
         cache = HashCache(repo)
         for dest in todo:
-            ranged[dest] = cache.sha256(dest, os.path.realpath(dest_path(repo, dest)))[0]
+            dest_path(repo, dest)
+            fd = open_file(repo, dest)  # a regular file, reached through no symlink
+            try:
+                ranged[dest] = cache.sha256(dest, "/proc/self/fd/%d" % fd)[0]  # noqa: UP031
+            finally:
+                os.close(fd)
         cache.save()
 
     if todo:

@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 
 from .base import (  # node: strip
@@ -31,7 +32,10 @@ from .base import (  # node: strip
     marker_path,
     op_manifest,
     op_probe,
+    open_dir,
+    open_file,
     walk_snapshot,
+    write_file,
 )
 
 FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
@@ -61,26 +65,37 @@ def _header(inp):
     return json.loads(line)
 
 
-def _open_part(path, total):
-    """The part file, never through a symlink someone planted under that name. A ranged one (total
-    = the whole file's size) is shared by several streams: sized, never truncated by one of them
-    (a leftover of another version gets every range rewritten and is checked whole in `finish`)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-    if total is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        flags |= os.O_TRUNC | os.O_EXCL
-    fd = os.open(path, flags, 0o600)  # readable by others only once complete (see FINAL_MODE)
+def _open_part(repo, dest, total):
+    """(directory descriptor, part descriptor, name) of dest's part file, never through a symlink
+    someone planted under that name or in place of a directory on the way (walked by descriptor).
+    A ranged one (total = the whole file's size) is shared by several streams: sized, never
+    truncated by one of them (a leftover of another version gets every range rewritten and is
+    checked whole in `finish`); a whole one is created exclusively."""
+    head, _, name = dest.rpartition("/")
+    dfd = open_dir(repo, head, create=True)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+        if total is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name + PART, dir_fd=dfd)
+            flags |= os.O_EXCL
+        fd = os.open(name + PART, flags, 0o600, dir_fd=dfd)  # others read it only once complete
+    except BaseException:
+        os.close(dfd)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        os.close(dfd)
+        raise ValueError("%r is not a regular file" % (dest + PART,))  # noqa: UP031
     if total is not None and os.fstat(fd).st_size != total:
         os.ftruncate(fd, total)
-    return fd
+    return dfd, fd, name
 
 
 def _recv_one(inp, repo, head, view):
-    dest = dest_path(repo, head["path"])
+    dest_path(repo, head["path"])  # the name's own rules (layout, no `..`)
     ranged = "offset" in head
-    fd = _open_part(dest + PART, int(head["total"]) if ranged and "total" in head else None)
+    dfd, fd, name = _open_part(repo, head["path"], int(head["total"]) if ranged and "total" in head else None)
     h = hashlib.sha256()
     try:
         if ranged:
@@ -96,15 +111,19 @@ def _recv_one(inp, repo, head, view):
             left -= n
         if ranged:
             return None
+        os.fchmod(fd, FINAL_MODE)  # on the descriptor: the file written, not whatever the name is now
+        os.close(fd)
+        fd = None
+        os.replace(name + PART, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         if not ranged:
             with contextlib.suppress(OSError):
-                os.unlink(dest + PART)
+                os.unlink(name + PART, dir_fd=dfd)
         raise
     finally:
-        os.close(fd)
-    os.chmod(dest + PART, FINAL_MODE)
-    os.replace(dest + PART, dest)
+        if fd is not None:
+            os.close(fd)
+        os.close(dfd)
     return h.hexdigest()
 
 
@@ -131,6 +150,8 @@ def op_recv(repo, commit=None, node=None):
                 written[head["path"]] = digest
             total += int(head["size"])
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink where a file or directory belongs
+            _fail({"error": "unsafe", "message": "symlink refused: %s" % exc, "written": len(written)}, 4)  # noqa: UP031
         code = "enospc" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "oserror"
         _fail({"error": code, "message": str(exc), "written": len(written)}, 28 if code == "enospc" else 1)
     except ValueError as exc:
@@ -146,7 +167,8 @@ def _fail(doc, rc):
 
 
 def _settle_ranged(repo, ranged, cache):
-    """Files sent in ranges: the whole part must hash to the source's sha256, then it is renamed."""
+    """Files sent in ranges: the whole part must hash to the source's sha256, then it is renamed;
+    one that does not is removed."""
     bad = []
     for dest, sha in ranged.items():
         path = dest_path(repo, dest)
@@ -159,20 +181,27 @@ def _settle_ranged(repo, ranged, cache):
                 os.unlink(path + PART)
             bad.append(dest)
             continue
-        _durable(path + PART)
-        os.chmod(path + PART, FINAL_MODE)
-        os.replace(path + PART, path)
+        _durable(repo, dest + PART, FINAL_MODE)
+        head, _, name = dest.rpartition("/")
+        dfd = open_dir(repo, head)
+        try:
+            os.replace(name + PART, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
         cache.record(dest, os.stat(path), sha)
     return bad
 
 
-def _durable(path):
-    """fsync a received file. `recv` renames a file once its bytes are in, without waiting for the
-    disk (an fsync per file stops the stream while it lasts); `finish` makes each one durable before
-    recording its hash and writing the marker, so after a power cut a file not yet on disk has no
-    hash in the cache and no marker vouching for it: the next run rehashes it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+def _durable(repo, rel, mode=None):
+    """fsync a received file (and set its mode, on the descriptor). `recv` renames a file once its
+    bytes are in, without waiting for the disk (an fsync per file stops the stream while it lasts);
+    `finish` makes each one durable before recording its hash and writing the marker, so after a
+    power cut a file not yet on disk has no hash in the cache and no marker vouching for it: the
+    next run rehashes it. Opened by descriptor walk, O_NOFOLLOW: never a planted symlink."""
+    fd = open_file(repo, rel)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -186,12 +215,33 @@ def _link_blobs(repo, commit, files):
         target = os.path.relpath(dest_path(repo, "blobs/" + blob), os.path.dirname(link))
         if os.path.islink(link) and os.readlink(link) == target:
             continue
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        tmp = link + PART
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(target, tmp)
-        os.replace(tmp, link)
+        head, _, name = ("snapshots/%s/%s" % (commit, rel)).rpartition("/")  # noqa: UP031
+        dfd = open_dir(repo, head, create=True)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name + PART, dir_fd=dfd)
+            os.symlink(target, name + PART, dir_fd=dfd)
+            os.replace(name + PART, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+
+def _drop_bad(repo, commit, files, bad):
+    """A received file that fails its hash is removed (its blob and its snapshot entry), never left
+    looking like the model's bytes to the next run or to a container."""
+    for rel in bad:
+        entry = files.get(rel)
+        dests = ["snapshots/%s/%s" % (commit, rel)]  # noqa: UP031
+        if entry and entry[2]:
+            dests.append("blobs/" + entry[2])
+        for dest in dests:
+            head, _, name = dest.rpartition("/")
+            with contextlib.suppress(OSError, ValueError):
+                dfd = open_dir(repo, head)
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                finally:
+                    os.close(dfd)
 
 
 def op_finish(repo, req):
@@ -205,7 +255,7 @@ def op_finish(repo, req):
     cache = HashCache(repo)
     for dest, sha in req.get("written", {}).items():
         path = dest_path(repo, dest)
-        _durable(path)  # on disk before its hash vouches for it (not per file mid-stream: no stall)
+        _durable(repo, dest)  # on disk before its hash vouches for it (not per file mid-stream: no stall)
         cache.record(dest, os.stat(path), sha)  # hashed on arrival by `recv`
     bad_ranged = _settle_ranged(repo, req.get("ranged", {}), cache)
     _link_blobs(repo, commit, files)
@@ -220,19 +270,13 @@ def op_finish(repo, req):
     _drop_parts(repo, commit)
     if bad:
         _drop_marker(repo, commit)
+        _drop_bad(repo, commit, files, [rel for rel in bad if rel in files])
         return {"ok": False, "mismatch": bad, "extra": extra, "digest": None}
     digest = manifest_digest(want)
     if revision != commit:
-        ref = os.path.join(repo, "refs", revision)
-        os.makedirs(os.path.dirname(ref), exist_ok=True)
-        with open(ref + PART, "w") as fh:
-            fh.write(commit)
-        os.replace(ref + PART, ref)
-    marker = marker_path(repo, commit)
-    os.makedirs(os.path.dirname(marker), exist_ok=True)
-    with open(marker + PART, "w") as fh:  # the very last write: the snapshot is now complete
-        fh.write(digest + "\n")
-    os.replace(marker + PART, marker)
+        write_file(repo, "refs/" + revision, commit, FINAL_MODE)
+    # The very last write: the snapshot is now complete.
+    write_file(repo, os.path.relpath(marker_path(repo, commit), repo), digest + "\n", FINAL_MODE)
     return {"ok": True, "mismatch": [], "extra": extra, "digest": digest}
 
 

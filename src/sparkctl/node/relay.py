@@ -1,7 +1,9 @@
 """Runs ON a node (python3 stdlib only), part of the node program: the pipeline to several peers.
 
-A chain is a list of {"node", "hop", "cmd"}: `hop` is the ssh argv that reaches that node from the
-previous one, `cmd` what consumes the bytes there (`docker load -q`, or the `recv` op). With one
+A chain is a list of {"node", "hop", "cmd", "remote", "relay"}: `hop` is the ssh argv that reaches
+that node from the previous one, `cmd` what consumes the bytes there (`docker load -q`, or the
+`recv` op); `remote` and `relay` are `cmd` and the relay's boot line as the one string ssh sends,
+encoded by sparkctl so that no login shell parses an argument (hop.py `chain_entry`). With one
 peer the sender runs `ssh PEER CMD` and writes the bytes. With more, every peer but the last runs
 `relay`: it feeds its own CMD and forwards the same bytes to the next peer, so each byte leaves
 the source once and crosses every link once (a pipeline: all peers receive at the same time).
@@ -12,7 +14,6 @@ no command line grows with the chain. It prints {"node", "local": {rc, out, err}
 
 import contextlib
 import json
-import shlex
 import sys
 import threading
 
@@ -28,10 +29,11 @@ def first_hop(chain, prog):
     """(argv that starts the chain from here, the line to write before the bytes)."""
     head = chain[0]
     if len(chain) == 1:
-        cmd, line = head["cmd"], b""
+        cmd, remote, line = head["cmd"], head["remote"], b""
     else:
-        cmd, line = ["python3", "-c", BOOT], (json.dumps({"prog": prog, "chain": chain}) + "\n").encode()
-    return (head["hop"] + [shlex.join(cmd)] if head["hop"] else cmd), line
+        line = (json.dumps({"prog": prog, "chain": chain}) + "\n").encode()
+        cmd, remote = ["python3", "-c", BOOT], head["relay"]
+    return (head["hop"] + [remote] if head["hop"] else cmd), line
 
 
 class Sink:

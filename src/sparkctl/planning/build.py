@@ -18,7 +18,7 @@ from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
-from sparkctl.profile.derived import node_path, served_model_name
+from sparkctl.profile.derived import node_path, node_user, served_model_name
 from sparkctl.profile.schema import Mode, Node, Profile
 from sparkctl.profile.topology import Group
 from sparkctl.secrets import SecretFile, SecretRef
@@ -60,14 +60,28 @@ def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
 
 
 def _fabric_env(
-    profile: Profile, node: Node, facts: PlanFacts, unresolved: list[str], engine_env: dict[str, str]
+    profile: Profile,
+    node: Node,
+    facts: PlanFacts,
+    unresolved: list[str],
+    engine_env: dict[str, str],
+    nnodes: int,
 ) -> dict[str, str]:
     assert node.fabric is not None  # schema guarantees it for multi-node modes
     ifnames = ",".join(node.fabric.netdevs)
     env = {"NCCL_SOCKET_IFNAME": ifnames, "GLOO_SOCKET_IFNAME": ifnames, **engine_env}
+    if profile.fabric.layout == "ring" and nnodes >= 3:
+        env["NCCL_ALGO"] = "Ring"  # a switchless ring: NCCL's tree would route through a non-neighbour
     if profile.fabric.transport == "tcp":
         env["NCCL_IB_DISABLE"] = "1"
         return env
+    gid = node.fabric.gid_index
+    if gid == "auto":
+        gid = facts.gid_index.get(node.name)
+        if gid is None and node.name not in facts.gid_index:
+            unresolved.append(f"{node.name}: fabric.gid_index is 'auto' (read from sysfs by preflight)")
+    if gid is not None:
+        env["NCCL_IB_GID_INDEX"] = str(gid)
     hcas = node.fabric.hcas
     if hcas == "auto":
         if node.name in facts.hcas:
@@ -116,25 +130,42 @@ def recipe_tag(recipe: str) -> str:
 
 
 def _check_managed(profile: Profile, mode_name: str) -> None:
-    """Flags the engine renders from the profile itself may not be set in engine.args/mode args;
-    a key the engine does not take (vLLM has no admin key) may not be set either."""
+    """Flags the engine renders from the profile itself may not be set in engine.args/mode args,
+    also not abbreviated: argparse (allow_abbrev) reads `--trust-remote` as `--trust-remote-code`,
+    so a key is resolved against the engine's own flag list first. A key the engine does not take
+    (vLLM has no admin key) may not be set either."""
     engine = get_engine(profile.engine.kind)
     if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
         raise ProfileError(
             f"engine.admin_api_key: engine '{engine.name}' has no admin key",
             fix="remove engine.admin_api_key (engine.api_key guards every route)",
         )
-    managed = engine.managed_flags
+    managed, known = engine.managed_flags, engine.cli_flags
     for where, args in (
         ("engine.args", profile.engine.args),
         (f"modes.{mode_name}.args", profile.modes[mode_name].args),
     ):
         for flag in args:
-            if flag in managed:
+            target = flag if flag in managed else _argparse_target(flag, known)
+            if target in managed:
+                read_as = "" if target == flag else f" (the engine reads it as --{target})"
                 raise ProfileError(
-                    f"{where}.{flag}: '{flag}' is set by sparkctl from {managed[flag]}; set it there",
-                    fix=f"remove '{flag}' from {where} and set {managed[flag]}",
+                    f"{where}.{flag}: '{flag}'{read_as} is set by sparkctl from {managed[target]}; set it there",
+                    fix=f"remove '{flag}' from {where} and set {managed[target]}",
                 )
+            if flag not in known and any(m.startswith(flag) for m in managed):
+                raise ProfileError(
+                    f"{where}.{flag}: '{flag}' abbreviates a flag sparkctl sets",
+                    fix=f"write the engine's full flag name in {where}",
+                )
+
+
+def _argparse_target(flag: str, known: frozenset[str]) -> str:
+    """The flag argparse reads `--flag` as: itself, or the one known flag it is a prefix of."""
+    if not known or flag in known:
+        return flag
+    hits = [k for k in known if k.startswith(flag)]
+    return hits[0] if len(hits) == 1 else flag
 
 
 def _check_mode(profile: Profile, mode_name: str) -> None:
@@ -162,7 +193,8 @@ def _rank_env_mounts(
     if mode.tp > 1:
         env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
     if layout.nnodes > 1:
-        env |= _fabric_env(profile, node, facts, unresolved, engine.rank_env(profile, node, layout))
+        rank_env = engine.rank_env(profile, node, layout)
+        env |= _fabric_env(profile, node, facts, unresolved, rank_env, layout.nnodes)
     if profile.engine.offline:
         env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
     env |= profile.engine.env
@@ -173,7 +205,22 @@ def _rank_env_mounts(
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
     triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
     mounts = [Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"), Mount(triton, CONTAINER_TRITON), *secret_mounts]
+    _no_host_code_in(mounts, node, profile)
     return env, mounts, secret_files
+
+
+def _no_host_code_in(mounts: list[Mount], node: Node, profile: Profile) -> None:
+    """The container writes its read-write mounts as root: none may hold ~/.cache/sparkctl, where
+    the node keeps code the host runs (the compiled node program) and the weights' hash cache."""
+    own = node_path("~/.cache/sparkctl", node, profile)
+    for m in mounts:
+        if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
+            where = "triton_cache" if m.target == CONTAINER_TRITON else "hf_cache"
+            raise ProfileError(
+                f"{where} {m.source} on node {node.name} would let the serving container write {own}",
+                fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
+                "(e.g. ~/.cache/huggingface, ~/.triton)",
+            )
 
 
 def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:
@@ -217,7 +264,9 @@ def _build_group(
         )
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
-        options = sec.container_options(profile, mode, _gpu_request(node, slot.gpu_ids, profile))
+        options = sec.container_options(
+            profile, mode, _gpu_request(node, slot.gpu_ids, profile), node_user(node, profile)
+        )
         name = container_name(
             profile.cluster, mode_name, slot.node_rank, group.index if replicas > 1 else None
         )

@@ -5,11 +5,14 @@
 
 from __future__ import annotations
 
+import ipaddress
+import posixpath
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.profile.security import ALL_INTERFACES, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
+from sparkctl.profile.security import DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
@@ -38,6 +41,11 @@ class RunOptions:
     devices: list[str] = field(default_factory=list)
     cap_add: list[str] = field(default_factory=list)
     ulimits: dict[str, int] = field(default_factory=dict)  # soft = hard; -1 = unlimited
+    # Every capability dropped, then only cap_add (the preset's, DAC_OVERRIDE for another node
+    # user's caches, the profile's); no setuid gain; a bounded process table.
+    cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
+    security_opt: list[str] = field(default_factory=lambda: ["no-new-privileges:true"])
+    pids_limit: int | None = DEFAULT_PIDS
 
     def describe(self) -> str:
         """One line for `plan`."""
@@ -48,8 +56,12 @@ class RunOptions:
         if self.rdma_devices_dir:
             parts.append(f"rdma devices {self.rdma_devices_dir}/*")
         parts += [f"device {d}" for d in self.devices]
+        parts.append("cap_drop " + ",".join(self.cap_drop))
         if self.cap_add:
             parts.append("cap_add " + ",".join(self.cap_add))
+        parts += [o.replace(":true", "") for o in self.security_opt]
+        if self.pids_limit:
+            parts.append(f"pids {self.pids_limit}")
         parts += [f"ulimit {k}={'unlimited' if v < 0 else v}" for k, v in self.ulimits.items()]
         if self.privileged:
             parts.append("PRIVILEGED")
@@ -70,7 +82,11 @@ def _shared_machine(profile: Profile, mode: Mode) -> bool:
     return len(set(addrs)) < len(addrs)
 
 
-def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOptions:
+def container_options(profile: Profile, mode: Mode, gpus: str | None, node_user: str = "root") -> RunOptions:
+    """`node_user`: who owns the caches the rank mounts read-write. The engine runs as root in the
+    container (the images keep HOME and the mount targets under /root); with every capability
+    dropped, root writes only what root owns, so a node user other than root adds DAC_OVERRIDE
+    (the triton cache, the HF cache when not offline, 0400 `file:` secrets)."""
     opts = profile.engine.container
     ipc = opts.ipc
     if ipc == "auto":
@@ -80,6 +96,8 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
     rdma = uses_rdma(profile, mode)
     ulimits = {k: (-1 if v == "unlimited" else int(v)) for k, v in opts.ulimits.items()}
     caps = list(opts.cap_add)
+    if node_user != "root" and "DAC_OVERRIDE" not in caps:
+        caps.insert(0, "DAC_OVERRIDE")
     if rdma:
         ulimits = {**RDMA_ULIMITS, **ulimits}
         caps = [*RDMA_CAPS, *(c for c in caps if c not in RDMA_CAPS)]
@@ -92,6 +110,7 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None) -> RunOpti
         devices=list(opts.devices),
         cap_add=caps,
         ulimits=ulimits,
+        pids_limit=opts.pids_limit,
     )
 
 
@@ -133,24 +152,75 @@ def secret_ref(
     )
 
 
+def all_interfaces(host: str | None) -> bool:
+    """`0.0.0.0`, `::`, `0`, `::0`, `0:0:0:0:0:0:0:0`, `[::]`, `0x0`, ``: every form a socket bind
+    (getaddrinfo, inet_aton's short forms) reads as the unspecified address."""
+    if host is None:
+        return False
+    h = host.strip().strip("[]")
+    if h == "" or h == "*":
+        return True
+    addr = _address(h)
+    return addr is not None and addr.is_unspecified
+
+
+def loopback(host: str) -> bool:
+    h = host.strip().strip("[]")
+    addr = _address(h)
+    return h.lower() == "localhost" or (addr is not None and addr.is_loopback)
+
+
+def _address(h: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(h.split("%", 1)[0])
+    except ValueError:
+        pass
+    try:  # inet_aton's forms: "0", "127.1", "0x7f.1", "017700000001"
+        return ipaddress.IPv4Address(socket.inet_aton(h))
+    except OSError:
+        return None
+
+
+def keyless_binds(profile: Profile) -> list[str]:
+    """The non-loopback addresses an API without a key would listen on: the engine.host (rank 0
+    and, for every interface, all ranks), each remote node's own address (the default host, the
+    other ranks of a multi-node replica, the replicas behind a router)."""
+    if profile.engine.api_key is not None:
+        return []
+    out: list[str] = []
+    host = profile.engine.host
+    if host is not None and not loopback(host):
+        out.append(host or "(empty)")
+    out += [n.address for n in profile.nodes if not n.is_local and n.address not in out]
+    return out
+
+
 def bind_host(profile: Profile, node: Node, rank: int) -> str:
     """--host of a rank: the profile's choice (rank 0 serves the API; a specific address of rank 0
     cannot be bound on the other nodes), else the address sparkctl reaches the node at."""
     host = profile.engine.host
-    if host is not None and (rank == 0 or host in ALL_INTERFACES):
+    if host is not None and (rank == 0 or all_interfaces(host)):
         return host
     return "127.0.0.1" if node.is_local else node.address
 
 
 def endpoint_host(profile: Profile, rank0: Node) -> str:
     host = profile.engine.host
-    if host is not None and host not in ALL_INTERFACES:
+    if host is not None and not all_interfaces(host):
         return host.strip("[]")
     return "127.0.0.1" if rank0.is_local else rank0.address
 
 
 def binds_everywhere(profile: Profile) -> bool:
-    return profile.engine.host in ALL_INTERFACES
+    return all_interfaces(profile.engine.host)
+
+
+def broad_rdma_dir(profile: Profile) -> str | None:
+    """rdma_devices_dir when it is wider than an RDMA device directory (/, /dev, /dev/<other>)."""
+    where = posixpath.normpath(profile.engine.container.rdma_devices_dir or "/dev/infiniband")
+    if where in ("/", "/dev") or (where.startswith("/dev/") and not where.startswith("/dev/infiniband")):
+        return where
+    return None
 
 
 def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
@@ -167,6 +237,15 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
         out.append(f"the API listens on every interface without engine.api_key: {level}")
     if eng.trust_remote_code:
         out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
+    if eng.admin_api_key is not None:
+        out.append(
+            "engine.admin_api_key: SGLang answers every setting, this key included, on /server_info to "
+            "any api_key holder who reaches an engine port: give it only where api_key holders are trusted"
+        )
+    if uses_rdma(profile, mode) and (where := broad_rdma_dir(profile)) is not None:
+        out.append(
+            f"engine.container.rdma_devices_dir {where}: every character device in it goes to the containers"
+        )
     for what, ref in (("model.target", profile.model.target), ("model.draft", profile.model.draft)):
         if ref is not None and not is_pinned(ref.revision):
             out.append(

@@ -91,6 +91,7 @@ class PlanFacts:
     """What only the nodes can tell (from preflight probes), needed to finish a plan."""
 
     hcas: dict[str, list[str]] = field(default_factory=dict)  # node -> RoCE devices (for hcas: auto)
+    gid_index: dict[str, int | None] = field(default_factory=dict)  # node -> RoCE v2 GID index (auto)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,16 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Node, Profile
 
 
+def node_user(node: Node, profile: Profile) -> str:
+    """The node's login user as the profile says (this process's user when it does not)."""
+    return node.user or profile.ssh.user or getpass.getuser()
+
+
 def node_home(node: Node, profile: Profile) -> str:
     """Home of the node's login user: the real one here, /root or /home/<user> on a peer."""
     if node.is_local:
         return str(Path.home())
-    user = node.user or profile.ssh.user or getpass.getuser()
+    user = node_user(node, profile)
     return "/root" if user == "root" else f"/home/{user}"
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from sparkctl.profile.base import Port, Strict
+from sparkctl.profile.security import ImageRef
 
 
 class Router(Strict):
@@ -23,7 +24,7 @@ class Router(Strict):
     metrics_port: Port = Field(
         29000, description="The router's Prometheus exporter, bound to 127.0.0.1 on its node."
     )
-    image: str | None = Field(
+    image: ImageRef | None = Field(
         None, description="Image with sglang-router (default: the serving image, which ships it)."
     )
     command: list[str] = Field(

@@ -15,8 +15,9 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
+from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
-from sparkctl.profile.security import ContainerOptions, ssh_word
+from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -44,6 +45,11 @@ class NodeFabric(Strict):
     hcas: Literal["auto"] | list[str] = Field(
         "auto", description="RoCE devices for NCCL_IB_HCA; 'auto' reads them from sysfs."
     )
+    gid_index: Literal["auto"] | Annotated[int, Field(ge=0, le=255)] | None = Field(
+        None,
+        description="NCCL_IB_GID_INDEX on this node (the RoCE v2 GID of its fabric IP); 'auto' reads "
+        "it from sysfs; unset leaves NCCL's own choice.",
+    )
 
 
 class Node(Strict):
@@ -61,8 +67,8 @@ class Node(Strict):
         None, description="GPU facts for planning offline (preflight probes the truth)."
     )
     fabric: NodeFabric | None = Field(None, description="Required on the nodes of multi-node modes.")
-    hf_cache: str | None = Field(None, description="Overrides model.hf_cache on this node.")
-    triton_cache: str | None = Field(None, description="Overrides model.triton_cache on this node.")
+    hf_cache: NodeDir | None = Field(None, description="Overrides model.hf_cache on this node.")
+    triton_cache: NodeDir | None = Field(None, description="Overrides model.triton_cache on this node.")
 
     @field_validator("address")
     @classmethod
@@ -111,6 +117,11 @@ class Fabric(Strict):
         gt=0,
         description="fabric-test pass threshold, NCCL bus bandwidth (two Sparks direct: 21.875).",
     )
+    layout: Literal["auto", "direct", "ring", "mesh", "switch"] = Field(
+        "auto",
+        description="How the nodes are cabled; ring (switchless, 3+ nodes) adds NCCL_ALGO=Ring. "
+        "Preflight's FabricLayout compares it with what the nodes show.",
+    )
     min_link_gbps: float = Field(
         200,
         gt=0,
@@ -119,7 +130,7 @@ class Fabric(Strict):
 
 
 class Image(Strict):
-    ref: str | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
+    ref: ImageRef | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
     id: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
     recipe: str | None = Field(None, description="Name of an images/<recipe>/ to build instead of a ref.")
 
@@ -131,8 +142,8 @@ class Image(Strict):
 
 
 class ModelRef(Strict):
-    id: str = Field(description="Hugging Face repo id, e.g. org/name.")
-    revision: str | None = Field(
+    id: ModelId = Field(description="Hugging Face repo id, e.g. org/name.")
+    revision: Revision | None = Field(
         None, description="Commit or branch; pin it so every node serves the same bytes."
     )
     local_dir: str | None = Field(
@@ -146,8 +157,12 @@ class Model(Strict):
     draft: ModelRef | None = Field(
         None, description="DFlash draft model; enables --speculative-algorithm DFLASH."
     )
-    hf_cache: str = Field("~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME.")
-    triton_cache: str = Field("~/.triton", description="Triton kernel cache: keeps warm-up across restarts.")
+    hf_cache: NodeDir = Field(
+        "~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME."
+    )
+    triton_cache: NodeDir = Field(
+        "~/.triton", description="Triton kernel cache: keeps warm-up across restarts."
+    )
 
 
 class Secret(Strict):
@@ -176,8 +191,20 @@ class Secret(Strict):
 
 
 def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
-    """Flag names without dashes; flags the engine manages are refused when the plan is built."""
-    return {key.lstrip("-").replace("_", "-"): value for key, value in args.items()}
+    """Flag names without dashes; flags the engine manages are refused when the plan is built. A
+    value starting with '-' (a list item included) would be read as another flag: refused here."""
+    clean: dict[str, ArgValue] = {}
+    for key, value in args.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and v.startswith("-") and not _NUMBER_RE.fullmatch(v) for v in values):
+            raise ValueError(
+                f"{key}: a value starting with '-' would be read as another flag; set that flag itself"
+            )
+        clean[key.lstrip("-").replace("_", "-")] = value
+    return clean
+
+
+_NUMBER_RE = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -200,10 +227,10 @@ class Engine(Strict):
     host: str | None = Field(
         None,
         description="--host of the API server (default: the address sparkctl reaches each rank's node at; "
-        "127.0.0.1 for a local node). 0.0.0.0 needs api_key or expose: public.",
+        "127.0.0.1 for a local node). Without api_key, anything but loopback needs expose: public.",
     )
     expose: Literal["private", "public"] = Field(
-        "private", description="public: binding every interface without an API key is intended."
+        "private", description="public: an API without a key on a non-loopback address is intended."
     )
     api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (SGLang --api-key).")
     admin_api_key: Secret | None = Field(
@@ -245,6 +272,17 @@ class Engine(Strict):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env(v)
+
+    @model_validator(mode="after")
+    def _admin_needs_api_key(self) -> Engine:
+        # SGLang with only an admin key leaves every normal route open, and its /server_info (an
+        # open route then) answers the admin key itself to anyone who reaches the port.
+        if self.admin_api_key is not None and self.api_key is None:
+            raise ValueError(
+                "admin_api_key: set api_key too (with only an admin key the API is open and "
+                "/server_info hands that admin key to anyone)"
+            )
+        return self
 
 
 class Mode(Strict):
@@ -291,6 +329,7 @@ class Profile(Strict):
     engine: Engine = Field(default_factory=Engine, description="The SGLang launch.")
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
+    memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Profile:

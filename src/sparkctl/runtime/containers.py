@@ -9,6 +9,7 @@ Containers are found again by label (`sparkctl.cluster=<name>`), so reconcile, `
 from __future__ import annotations
 
 import contextlib
+import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -161,6 +162,8 @@ def create_params(
         "privileged": opts.privileged,
         "devices": devices,
         "cap_add": list(opts.cap_add),
+        "cap_drop": list(opts.cap_drop),
+        "security_opt": list(opts.security_opt),
         "ulimits": [Ulimit(name=k, soft=v, hard=v) for k, v in opts.ulimits.items()],
         "mounts": [
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
@@ -168,6 +171,8 @@ def create_params(
         "detach": True,
         "init": True,
     }
+    if opts.pids_limit:
+        params["pids_limit"] = opts.pids_limit
     if opts.shm_size and opts.ipc_mode != "host":  # Docker ignores it under --ipc host
         params["shm_size"] = opts.shm_size
     if opts.gpus == "all":
@@ -201,7 +206,7 @@ def node_rdma_devices(conn: Connector, spec: RankSpec) -> list[str]:
 
 
 def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
-    """The rank's secret files (values revealed here) as a tar for `put_archive`: 0400, root-owned."""
+    """The rank's secret files (values revealed here) as a tar of their names: 0400."""
     import io
     import tarfile
 
@@ -212,16 +217,42 @@ def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
         return None
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        dirs = sorted({p.rsplit("/", 1)[0].lstrip("/") for p in files})
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o700
-            tar.addfile(info)
         for path, data in files.items():
-            info = tarfile.TarInfo(path.lstrip("/"))
+            info = tarfile.TarInfo(posixpath.basename(path))
             info.size, info.mode = len(data), 0o400
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# Secrets live on the node's /dev/shm (a tmpfs: never on a disk, gone at reboot), in a 0700
+# directory of the node user that is checked to be theirs (a directory another user pre-created
+# in the sticky /dev/shm is refused), one subdirectory per container, bind-mounted read-only file
+# by file at their /run/secrets paths. $1 = the container name; the tar arrives on stdin.
+SECRETS_ROOT = '/dev/shm/sparkctl-"$(id -u)"'
+_SECRETS_SCRIPT = (
+    f'umask 077; d={SECRETS_ROOT}; mkdir -m 700 "$d" 2>/dev/null; '
+    '[ -d "$d" ] && [ ! -L "$d" ] && [ "$(stat -c %u "$d")" = "$(id -u)" ] '
+    '|| { echo "$d is not a directory of this user" >&2; exit 3; }; chmod 700 "$d" && '
+    'r="$d/$1" && rm -rf -- "$r" && mkdir -m 700 -- "$r" && tar -x -C "$r" -f - && printf %s "$r"'
+)
+_SECRETS_DROP = f'rm -rf -- {SECRETS_ROOT}/"$1"'
+
+
+def place_secrets(conn: Connector, spec: RankSpec, tar: bytes) -> list[Any]:
+    """Write the secret files on the node's tmpfs; the read-only bind mounts that place them."""
+    from docker.types import Mount
+
+    res = conn.run(["sh", "-c", _SECRETS_SCRIPT, "sparkctl-secrets", spec.container_name], input=tar)
+    res.check(
+        "placing the secret files in /dev/shm",
+        fix="the node needs a /dev/shm (tmpfs) the node user can write, and `tar`",
+    )
+    where = res.stdout.strip()
+    targets = {posixpath.basename(f.target): f.target for f in spec.secrets if not f.bind}
+    return [
+        Mount(target=target, source=f"{where}/{name}", type="bind", read_only=True)
+        for name, target in sorted(targets.items())
+    ]
 
 
 def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:
@@ -268,8 +299,11 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     client = conn.docker()
     secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
     devices = node_rdma_devices(conn, spec)
+    params = create_params(spec, revealed_env(spec), devices)
+    if secret_files:  # on the node's tmpfs, mounted read-only: never a disk, argv, env or inspect
+        params["mounts"] = [*params["mounts"], *place_secrets(conn, spec, secret_files)]
     try:
-        container = client.containers.create(**create_params(spec, revealed_env(spec), devices))
+        container = client.containers.create(**params)
     except docker.errors.ImageNotFound:
         raise SparkctlError(
             f"image {spec.image} is not on node {spec.node}",
@@ -280,8 +314,6 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     except docker.errors.APIError as exc:
         raise _api_error("creating container " + spec.container_name, exc, spec) from None
     try:
-        if secret_files:  # into the container's own layer before it starts: never on disk, argv or env
-            container.put_archive("/", secret_files)
         container.start()
     except docker.errors.APIError as exc:
         with contextlib.suppress(docker.errors.APIError):
@@ -319,8 +351,17 @@ def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
             api.stop(name, timeout=grace)  # a stopped container answers 304: fine
         api.remove_container(name, force=True)  # force: SIGKILL if still running
     except docker.errors.NotFound:
+        _drop_secrets(conn, name)
         return False
+    _drop_secrets(conn, name)
     return True
+
+
+def _drop_secrets(conn: Connector, name: str) -> None:
+    """The container's secret files on the node's tmpfs go with it (best effort: the next start of
+    that name replaces them, a reboot empties /dev/shm)."""
+    with contextlib.suppress(Exception):
+        conn.run(["sh", "-c", _SECRETS_DROP, "sparkctl-secrets", name], timeout=30)
 
 
 def tail_logs(conn: Connector, name: str, lines: int = 40) -> list[str]:

@@ -13,9 +13,11 @@ import json
 import threading
 from typing import TYPE_CHECKING
 
+from sparkctl.connectors.ssh import remote_command
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import Cancelled, CancelToken
 from sparkctl.node.pack import node_argv
+from sparkctl.node.relay import BOOT
 from sparkctl.ship.errors import RERUN, ShipError
 from sparkctl.ship.progress import Progress
 
@@ -38,7 +40,7 @@ def peer_address(profile: Profile, node: str) -> str:
 
 
 def hop_argv(profile: Profile, peer: str) -> list[str]:
-    """`ssh ... PEER --` as run on the source; the remote command is appended, quoted by the caller."""
+    """`ssh ... PEER --` as run on the source; `chain_entry` gives the one remote-command word."""
     n = profile.node(peer)
     user = n.user or profile.ssh.user
     host = peer_address(profile, peer)
@@ -63,6 +65,20 @@ def hop_argv(profile: Profile, peer: str) -> list[str]:
         f"{user}@{host}" if user else host,
         "--",
     ]
+
+
+def chain_entry(node: str, hop: list[str], cmd: list[str]) -> dict:
+    """One link of a push chain. The peer's login shell (bash, dash, fish, tcsh...) parses the string
+    OpenSSH sends it, so the words after `--` are encoded here, by the controller path's own encoder
+    (connectors/ssh.py): `remote` runs `cmd` there, `relay` the relay's constant boot line. The node
+    program only appends one of these strings to `hop`: it never quotes anything itself."""
+    return {
+        "node": node,
+        "hop": hop,
+        "cmd": cmd,
+        "remote": remote_command(cmd),
+        "relay": remote_command(["python3", "-c", BOOT]),
+    }
 
 
 class Transfers:

@@ -16,7 +16,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.node.pack import load_argv, node_script
 from sparkctl.node.tarfilter import chain_ids
 from sparkctl.ship.errors import RERUN, DiskFullError, LoadRefusedError, ShipError, SourceMissingError
-from sparkctl.ship.hop import hop_error, peer_address, run_push
+from sparkctl.ship.hop import chain_entry, hop_error, peer_address, run_push
 from sparkctl.ship.progress import FanOut, Progress
 from sparkctl.units import human_bytes
 
@@ -82,7 +82,7 @@ def peer_prefix(chains: list[list[str]], layers: list[str]) -> int:
 
 
 def peer_image_id(conn: Connector, ref: str) -> str | None:
-    res = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], timeout=60)
+    res = conn.run(["docker", "image", "inspect", "--format", "{{.Id}}", "--", ref], timeout=60)
     return res.stdout.strip() if res.ok else None
 
 
@@ -163,7 +163,7 @@ def _load_all(
     for p, _k in todo:
         progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
-    chain = [{"node": p.conn.node, "hop": p.hop, "cmd": load_argv()} for p, _k in todo]
+    chain = [chain_entry(p.conn.node, p.hop, load_argv()) for p, _k in todo]
     req = {
         "ref": src.ref,
         "diff_ids": src.layers,

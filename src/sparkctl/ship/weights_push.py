@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sparkctl.errors import SparkctlError
 from sparkctl.node.pack import node_argv, node_script
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.hop import hop_error, run_push
+from sparkctl.ship.hop import chain_entry, hop_error, run_push
 from sparkctl.ship.progress import FanOut, Progress
 
 if TYPE_CHECKING:
@@ -42,11 +42,9 @@ def push_weights(
     """The source sends through the chain of peers; per peer {written, finish} or its error."""
     known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
     chain = [
-        {
-            "node": n.peer.conn.node,
-            "hop": n.peer.hop,
-            "cmd": node_argv("recv", n.repo, source.commit or "", n.peer.conn.node),
-        }
+        chain_entry(
+            n.peer.conn.node, n.peer.hop, node_argv("recv", n.repo, source.commit or "", n.peer.conn.node)
+        )
         for n in senders
     ]
     req = {

@@ -139,6 +139,7 @@ class NodeSample:
     mem_error: str | None = None
     net: dict[str, tuple[int, int]] = field(default_factory=dict)
     net_error: str | None = None
+    guard: dict | None = None  # the memory guard: {running, state, last_trip} (None: never ran here)
 
     @property
     def unified_memory(self) -> bool:
@@ -175,7 +176,30 @@ def _why(res: RunResult, what: str) -> str:
     return f"{what} failed (exit {res.rc}): {lines[-1] if lines else 'no output'}"
 
 
-def node_probes(netdevs: list[str]) -> dict[str, Any]:
+# The memory guard's files on the node (docs/memory.md): liveness (its flock), last sample, last trip.
+GUARD_SH = r"""f="$HOME/.local/state/sparkctl/guard/$1"
+[ -f "$f.json" ] || exit 0
+if flock -n -s "$f.lock" true 2>/dev/null; then echo "false $(date +%s)"; else echo "true $(date +%s)"; fi
+cat "$f.json"; echo
+tail -n 1 "$f.trips.jsonl" 2>/dev/null; echo
+"""
+
+
+def parse_guard(text: str) -> dict | None:
+    """The guard probe's output: {"running", "now" (the node's clock), "state", "last_trip"}; None
+    when no guard ran there."""
+    import json
+
+    lines = text.splitlines()
+    if not lines:
+        return None
+    head = lines[0].split()
+    docs = [json.loads(x) if x.strip().startswith("{") else None for x in [*lines[1:3], "", ""][:2]]
+    now = float(head[1]) if len(head) > 1 and head[1].isdigit() else None
+    return {"running": head[:1] == ["true"], "now": now, "state": docs[0], "last_trip": docs[1]}
+
+
+def node_probes(netdevs: list[str], cluster: str | None = None) -> dict[str, Any]:
     """The Probe objects of one round (raw results: each cell is judged by `read_node`)."""
     from sparkctl.facts.probe import Probe
 
@@ -186,14 +210,16 @@ def node_probes(netdevs: list[str]) -> dict[str, Any]:
     }
     if netdevs:
         probes["net"] = Probe(tuple(net_argv(netdevs)), raw, PROBE_TIMEOUT)
+    if cluster:
+        probes["guard"] = Probe(("sh", "-c", GUARD_SH, "sparkctl-guard", cluster), raw, PROBE_TIMEOUT)
     return probes
 
 
-def read_node(conn: Connector, netdevs: list[str], t: float) -> NodeSample:
+def read_node(conn: Connector, netdevs: list[str], t: float, cluster: str | None = None) -> NodeSample:
     """All probes of one node in one exec; per-cell errors are kept, not raised."""
     from sparkctl.facts.probe import run_batch
 
-    got = run_batch(conn, node_probes(netdevs))
+    got = run_batch(conn, node_probes(netdevs, cluster))
     sample = NodeSample(conn.node, t)
     sample.gpus, sample.gpu_error = _cell(got["gpu"], "nvidia-smi", parse_gpu_stats, [])
     sample.meminfo, sample.mem_error = _cell(got["mem"], "/proc/meminfo", parse_meminfo, {})
@@ -201,6 +227,8 @@ def read_node(conn: Connector, netdevs: list[str], t: float) -> NodeSample:
         sample.net, sample.net_error = _cell(
             got["net"], "netdev counters", lambda s: parse_net(s, netdevs), {}
         )
+    if "guard" in got:
+        sample.guard, _ = _cell(got["guard"], "memory guard", parse_guard, None)
     return sample
 
 

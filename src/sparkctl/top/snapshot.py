@@ -76,6 +76,7 @@ class NodeView:
     mem_error: str | None = None
     fabric: dict[str, dict[str, float | None]] = field(default_factory=dict)  # netdev -> rx/tx bytes/s
     fabric_error: str | None = None
+    guard: dict | None = None  # the memory guard on this node: {running, state, last_trip}
 
     def to_json(self) -> dict:
         out = dict(self.__dict__)
@@ -120,6 +121,7 @@ def node_view(now: NodeSample | None, before: NodeSample | None, error: str | No
         mem_error=now.mem_error,
         fabric=net_rates(now, before),
         fabric_error=now.net_error,
+        guard=now.guard,
     )
 
 
@@ -170,7 +172,9 @@ class Collector:
             cfg = self.profile.node(node)
             netdevs = list(cfg.fabric.netdevs) if cfg.fabric else []
             try:
-                return list_cluster(conn, self.profile.cluster), read_node(conn, netdevs, time.monotonic())
+                return list_cluster(conn, self.profile.cluster), read_node(
+                    conn, netdevs, time.monotonic(), self.profile.cluster
+                )
             except Exception:
                 conn.close()  # a dead session is reopened at the next refresh: a node that comes back recovers
                 raise

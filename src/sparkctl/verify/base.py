@@ -7,11 +7,13 @@ seen. Whether a failure is a `fail` or a `warn` is the check's `level`, not the 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sparkctl.verify.stream import Limits, Timed
 
 # Enough for an answer, small enough that a slow server finishes every check quickly.
 MAX_TOKENS = 16
@@ -31,14 +33,20 @@ class CheckFailed(Exception):
 
 
 class Stalled(Exception):
-    """A request ran past --timeout, or a stream sent nothing for longer than that."""
+    """A request ran past one of its time limits (sparkctl.verify.stream.Limits)."""
+
+
+def _limits() -> Limits:
+    from sparkctl.verify.stream import Limits
+
+    return Limits()
 
 
 @dataclass
 class Context:
     client: Any  # openai.OpenAI
     model: str
-    timeout_s: float = 60.0  # per request, wall clock (streams included)
+    limits: Limits = field(default_factory=_limits)  # first token, stall, whole request
     max_tokens: int = MAX_TOKENS
     long_prompt_words: int = 1500  # ~2k tokens: many 64-token cache pages
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # fresh prefix per run
@@ -79,17 +87,12 @@ def user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-def drain(stream: Any, ctx: Context) -> list[Any]:
-    """All events of an SDK stream, bounded by the per-request wall clock (the read timeout of the
-    client already bounds the gap between two events)."""
-    end = time.monotonic() + ctx.timeout_s
-    events = []
-    with stream:
-        for event in stream:
-            events.append(event)
-            if time.monotonic() > end:
-                raise Stalled(f"stream still running after --timeout {ctx.timeout_s:g}s")
-    return events
+def drain(ctx: Context, open_stream: Callable[..., Any], is_token: Callable[[Any], bool]) -> Timed:
+    """Every event of a stream, timed, under the context's limits (sparkctl.verify.stream).
+    `open_stream(timeout=...)` makes the SDK call with stream=True."""
+    from sparkctl.verify.stream import watch
+
+    return watch(lambda socket_s: open_stream(timeout=socket_s), ctx.limits, is_token)
 
 
 SDK_DEFAULT_FIX = "the server streams when `stream` is absent; the OpenAI API (and the SDK) expect one object"

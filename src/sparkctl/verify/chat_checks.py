@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkctl.verify.base import (
     CheckFailed,
     Context,
@@ -15,6 +17,7 @@ from sparkctl.verify.base import (
     user,
     validate,
 )
+from sparkctl.verify.stream import Timed, burst, max_gap, median_gap, repeats, text_times
 
 
 def _text(msg: object) -> str:
@@ -32,40 +35,80 @@ def chat(ctx: Context) -> Passed:
     msg = r.choices[0].message
     if not (_text(msg) or msg.tool_calls):
         raise CheckFailed("empty message")
+    finish = r.choices[0].finish_reason
+    if not finish:  # clients branch on it (stop, length, tool_calls): null breaks them
+        raise CheckFailed(f"no finish_reason (got {finish!r}) on a finished reply")
     if r.usage is None or not r.usage.completion_tokens or not r.usage.prompt_tokens:
         raise CheckFailed(f"usage missing or zero: {r.usage}")
     return Passed(
-        f"{r.usage.completion_tokens} tokens, finish_reason={r.choices[0].finish_reason}",
-        {"usage": r.usage.model_dump()},
+        f"{r.usage.completion_tokens} tokens, finish_reason={finish}", {"usage": r.usage.model_dump()}
     )
 
 
-def chat_stream(ctx: Context) -> Passed:
-    stream = ctx.client.chat.completions.create(
-        model=ctx.model,
-        messages=[user("Count from one to ten.")],
-        max_tokens=ctx.max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
+def has_text(chunk: Any) -> bool:
+    """A chat stream chunk that carries generated text (content or reasoning)."""
+    return any(ch.delta.content or extra(ch.delta, "reasoning_content") for ch in chunk.choices or [])
+
+
+_BUFFERED_FIX = (
+    "something between the server and the client buffers the stream (nginx: proxy_buffering off), "
+    "or the server does not flush per token; clients see the whole reply at once"
+)
+_DUPLICATED_FIX = "the server (or a proxy) sends each delta more than once: clients print the text twice"
+
+
+def _one_stream(ctx: Context) -> tuple[Timed, int, Any, Any]:
+    timed = drain(
+        ctx,
+        lambda **kw: ctx.client.chat.completions.create(
+            model=ctx.model,
+            messages=[user("Count from one to ten.")],
+            max_tokens=ctx.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            **kw,
+        ),
+        has_text,
     )
-    events, usage, finish = 0, None, None
-    for chunk in drain(stream, ctx):
+    events = visible = 0
+    usage = finish = None
+    for chunk in timed.events:
         usage = chunk.usage or usage
         for ch in chunk.choices:
             finish = ch.finish_reason or finish
-            if ch.delta.content or extra(ch.delta, "reasoning_content"):
-                events += 1
+            text = (ch.delta.content or "") + (extra(ch.delta, "reasoning_content") or "")
+            events += bool(text)
+            visible += bool(text.strip())
     if not events:
         raise CheckFailed("the stream carried no text deltas")
     if finish is None:
         raise CheckFailed(f"{events} text events but no finish_reason")
     if usage is None or not usage.completion_tokens:
         raise CheckFailed(f"no usage on the stream despite stream_options.include_usage ({usage})")
+    if why := repeats(visible, usage.completion_tokens):
+        raise CheckFailed(why, fix=_DUPLICATED_FIX)
+    return timed, events, usage, finish
+
+
+def chat_stream(ctx: Context) -> Passed:
+    """Text deltas, a finish_reason, usage, no repeated deltas, and text that arrives as it is
+    generated. A burst is asked again once: a healthy server can have one slow flush."""
+    for attempt in (1, 2):
+        timed, events, usage, finish = _one_stream(ctx)
+        times = text_times(timed, has_text)
+        gap = max_gap(times)
+        why = burst(usage.completion_tokens, times[0], times[-1] - times[0], median_gap(times))
+        if why is None:
+            break
+        if attempt == 2:
+            raise CheckFailed(f"the stream is not incremental (twice): {why}", fix=_BUFFERED_FIX)
     # More tokens than events: the server packs tokens per SSE event (stream interval > 1 or
     # speculative decoding); chunk-counting clients under-report tok/s.
+    data = {"text_events": events, "first_text_s": round(times[0], 4), "end_s": round(timed.end_s, 4)}
     return Passed(
-        f"{usage.completion_tokens} tokens in {events} text events, finish_reason={finish}",
-        {"usage": usage.model_dump(), "text_events": events},
+        f"{usage.completion_tokens} tokens in {events} text events over {timed.end_s - times[0]:.2f}s "
+        f"(longest gap {gap * 1000:.0f} ms), finish_reason={finish}",
+        {"usage": usage.model_dump(), "max_gap_s": round(gap, 4), **data},
     )
 
 
@@ -164,17 +207,22 @@ def judge_cache(seen: list[tuple[int, int | None]], field_name: str) -> Passed:
 
 def stream_token_ids(ctx: Context) -> Passed:
     # SGLang streams ids on /v1/completions (it rejects them with streaming chat by design).
-    stream = ctx.client.completions.create(
-        model=ctx.model,
-        prompt="The capital of France is",
-        max_tokens=ctx.max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={"return_token_ids": True},
+    timed = drain(
+        ctx,
+        lambda **kw: ctx.client.completions.create(
+            model=ctx.model,
+            prompt="The capital of France is",
+            max_tokens=ctx.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"return_token_ids": True},
+            **kw,
+        ),
+        lambda chunk: any(ch.text for ch in chunk.choices or []),
     )
     ids: list[int] = []
     usage = None
-    for chunk in drain(stream, ctx):
+    for chunk in timed.events:
         usage = chunk.usage or usage
         for ch in chunk.choices:
             ids.extend(extra(ch, "token_ids") or [])

@@ -13,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl.cluster_http import OPENER
 from sparkctl.errors import ConnectError, UsageError
 
 DEFAULT_KEY = "sparkctl-no-key"  # the SDK insists on a key; this one carries no secret
@@ -67,7 +68,7 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     target = f"{api_base(url)}/models"
     req = urllib.request.Request(target, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with OPENER.open(req, timeout=timeout_s) as resp:  # no proxy; the key never follows a redirect away
             body = resp.read(1 << 20)
             ctype = resp.headers.get("content-type", "")
     except urllib.error.HTTPError as exc:
@@ -75,7 +76,7 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     except TimeoutError:
         raise ConnectError(
             f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
-            fix="check what listens there and that it is not hung; raise --timeout if it is only slow",
+            fix="check what listens there and that it is not hung (model-list requests get a few seconds)",
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -120,9 +121,11 @@ def _http_error(target: str, code: int, body: str) -> ConnectError:
     return ConnectError(f"GET {target}: HTTP {code} ({detail or 'empty body'})", fix=fix)
 
 
-def make_client(url: str, timeout_s: float = 60.0, api_key: str | None = None) -> Any:
+def make_client(url: str, timeout_s: float = 180.0, api_key: str | None = None) -> Any:
     """An `openai.OpenAI` client with no retries (a retried failure would hide the first error).
-    `timeout_s` bounds connecting and every read, so a stream that stalls fails after that long."""
+    `timeout_s` bounds connecting and every read: the limit of a non-streaming request (its reply
+    comes when it is done). Streams pass their own, longer, socket timeout and are watched by
+    sparkctl.verify.stream."""
     try:
         import openai
     except ImportError as exc:
@@ -135,6 +138,9 @@ def make_client(url: str, timeout_s: float = 60.0, api_key: str | None = None) -
         api_key=api_key or DEFAULT_KEY,
         max_retries=0,
         timeout=openai.Timeout(timeout_s),
+        # No HTTP(S)_PROXY from the environment: the key goes to the endpoint, never a proxy (as
+        # the probe, cluster_http.py); httpx drops Authorization on a redirect to another origin.
+        http_client=openai.DefaultHttpxClient(trust_env=False, timeout=openai.Timeout(timeout_s)),
     )
 
 

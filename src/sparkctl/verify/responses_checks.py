@@ -52,11 +52,19 @@ def responses_default(ctx: Context) -> Passed:
 
 
 def responses_stream(ctx: Context) -> Passed:
-    stream = ctx.client.responses.create(
-        model=ctx.model, input="Name one prime number.", max_output_tokens=ctx.max_tokens, stream=True
+    timed = drain(
+        ctx,
+        lambda **kw: ctx.client.responses.create(
+            model=ctx.model,
+            input="Name one prime number.",
+            max_output_tokens=ctx.max_tokens,
+            stream=True,
+            **kw,
+        ),
+        lambda event: getattr(event, "type", None) == "response.output_text.delta",
     )
     deltas, completed = 0, None
-    for event in drain(stream, ctx):
+    for event in timed.events:
         if event.type == "response.output_text.delta" and event.delta:
             deltas += 1
         elif event.type in ("response.completed", "response.incomplete"):

@@ -1,5 +1,7 @@
-"""Run the checks against one endpoint, each bounded by --timeout and all by --deadline, and turn
-each outcome into a `Finding`: ok, warn (optional feature missing) or error (API contract)."""
+"""Run the checks against one endpoint, each request under its time limits (verify/stream.py) and
+all by --deadline, and turn each outcome into a `Finding`: ok, warn (optional feature missing) or
+error (API contract). A stop (a timed-out request, --deadline) raises `Stopped`, which carries the
+findings of the checks that finished."""
 
 from __future__ import annotations
 
@@ -12,13 +14,23 @@ from sparkctl.verify.base import SDK_DEFAULT_FIX, Check, CheckFailed, Context, S
 from sparkctl.verify.checks import select
 from sparkctl.verify.client import describe_error, make_client, probe, probe_deadline
 from sparkctl.verify.deadline import TimeUp, bounded
+from sparkctl.verify.stream import PROBE_S, Limits, StreamCut
+
+
+class Stopped(SparkctlError):
+    """The run stopped early; `findings` holds every check that finished before."""
+
+    def __init__(self, cause: SparkctlError, findings: list[Finding]) -> None:
+        super().__init__(cause.message, fix=cause.fix)
+        self.exit_code = cause.exit_code
+        self.findings = findings
 
 
 def _stalled(check: Check, detail: str) -> SparkctlError:
     """One stalled request means every later one would stall too: stop with one line."""
     return SparkctlError(
         f"check {check.name}: {detail}; the server lists its models but does not finish generating",
-        fix="the engine is stalled or overloaded: read its log (sparkctl logs); raise --timeout if it is only slow",
+        fix="the engine is stalled or overloaded: read its log (sparkctl logs); raise that limit if it is only slow",
     )
 
 
@@ -39,7 +51,10 @@ def run_check(check: Check, ctx: Context, until: float) -> Finding:
                 f"--deadline reached during check {check.name}",
                 fix="raise --deadline, or run fewer checks with --only",
             ) from None
-        raise _stalled(check, str(exc) or f"no reply within --timeout {ctx.timeout_s:g}s") from None
+        detail = ctx.limits.reply_timeout() if isinstance(exc, openai.APITimeoutError) else str(exc)
+        raise _stalled(check, detail) from None
+    except StreamCut as exc:
+        return _failed(check, str(exc), start, {}, exc.fix)
     except openai.OpenAIError as exc:  # HTTP status errors, connection resets
         return _failed(check, describe_error(exc), start, {})
     except (ValueError, TypeError, AttributeError, LookupError) as exc:
@@ -71,24 +86,29 @@ def verify(
     model: str,
     *,
     only: list[str] | None = None,
-    timeout_s: float = 60.0,
+    limits: Limits | None = None,
     deadline_s: float = 600.0,
     api_key: str | None = None,
     on_result: Callable[[Finding], None] | None = None,
     started: float | None = None,
 ) -> list[Finding]:
     """Run the selected checks in order. Raises ConnectError/UsageError (one line) when the endpoint
-    is not an OpenAI server serving `model`, SparkctlError when generation stalls or time is up."""
+    is not an OpenAI server serving `model`; Stopped (with the finished findings) when a request
+    times out or --deadline is reached."""
+    limits = limits or Limits()
     until = (started or time.monotonic()) + deadline_s  # `started`: when the command began
-    probe_s = max(0.1, min(timeout_s, until - time.monotonic()))
+    probe_s = max(0.1, min(PROBE_S, until - time.monotonic()))
     try:
         bounded(lambda: probe(url, model, api_key, probe_s), until)
     except TimeUp:
         raise probe_deadline(url) from None
-    ctx = Context(client=make_client(url, timeout_s, api_key), model=model, timeout_s=timeout_s)
-    findings = []
+    ctx = Context(client=make_client(url, limits.reply_s, api_key), model=model, limits=limits)
+    findings: list[Finding] = []
     for check in select(only):
-        finding = run_check(check, ctx, until)
+        try:
+            finding = run_check(check, ctx, until)
+        except SparkctlError as exc:
+            raise Stopped(exc, findings) from None
         findings.append(finding)
         if on_result:
             on_result(finding)

@@ -173,7 +173,13 @@ def test_lws_policies_and_the_fabric() -> None:
     pod = spec["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     c = pod["containers"][0]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert c["securityContext"] == {"privileged": False, "capabilities": {"add": ["IPC_LOCK"]}}
+    # As `up` runs the rank: cap_drop ALL, IPC_LOCK (rdma) and DAC_OVERRIDE (the node user `spark`
+    # owns the mounted caches), no privilege escalation.
+    assert c["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK", "DAC_OVERRIDE"]},
+    }
     assert c["resources"] == {"limits": {"nvidia.com/gpu": 1}}
     assert c["imagePullPolicy"] == "IfNotPresent"
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -336,7 +342,7 @@ def test_rdma_from_a_device_plugin_replaces_the_hostpath() -> None:
     c = pod["containers"][0]
     assert c["resources"] == {"limits": {"nvidia.com/gpu": 1, "rdma/hca_shared": 1}}
     assert not any(v.get("hostPath", {}).get("path") == "/dev/infiniband" for v in pod["volumes"])
-    assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK", "DAC_OVERRIDE"]}
 
 
 def test_with_an_api_key_the_startup_probe_needs_no_key() -> None:

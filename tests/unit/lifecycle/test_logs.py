@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import stat
 import subprocess
 import sys
 import threading
@@ -32,7 +34,9 @@ def test_follower_appends_docker_logs_and_keeps_the_previous_file(tmp_path):
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ARGV_OUT": str(tmp_path / "argv")}
     old = tmp_path / "logs" / "c.log.1"
     for done in (lambda: log.exists(), lambda: old.exists()):
-        subprocess.run(follower_argv("sparkctl-x-r0", str(log)), env=env, check=True, timeout=10)
+        subprocess.run(
+            follower_argv("sparkctl-x-r0", str(log)), env=env, check=True, timeout=10, input=b"{}\n"
+        )
         for _ in range(200):  # detached: wait for it to rotate and write
             if done() and log.exists() and log.read_text():
                 break
@@ -40,6 +44,39 @@ def test_follower_appends_docker_logs_and_keeps_the_previous_file(tmp_path):
     assert log.read_text() == "2025-01-31T12:00:00.5Z hello from sparkctl-x-r0\n"
     assert old.read_text() == log.read_text()  # previous run kept once
     assert (tmp_path / "argv").read_text().split() == ["logs", "--timestamps", "--follow", "sparkctl-x-r0"]
+
+
+def test_follower_masks_keys_on_the_node_before_they_reach_the_file(tmp_path):
+    """SGLang's start-up line (its settings, keys included, repr-escaped), a short key and a token
+    the engine printed: the file on the node holds none of them (the values reach the follower on
+    its stdin, never its command line)."""
+    from sparkctl.engines.sglang.flags import LOG_SECRET_PATTERNS
+    from sparkctl.lifecycle.logs import FOLLOW_SCRIPT, LOG_FILTER
+    from sparkctl.secrets import mask_forms
+
+    key, admin, token = "sk-we'ird\\key", "ab", "hf_canary_0123456789"
+    settings = f"server_args=ServerArgs(api_key={key!r}, admin_api_key={admin!r}, port=30000)"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "docker").write_text(
+        "#!/bin/sh\n"
+        f"echo {shlex.quote('2025-01-31T12:00:00Z [INFO] ' + settings)}\n"
+        f"echo {shlex.quote('2025-01-31T12:00:01Z STANDIN: /run/secrets/HF_TOKEN=' + token)}\n"
+        "echo '2025-01-31T12:00:02Z a cab, abc and ab-x stay'\n"
+    )
+    (bindir / "docker").chmod(0o755)
+    log = tmp_path / "logs" / "r.log"
+    long, short = mask_forms([key, admin, token])
+    first = json.dumps({"long": long, "short": short, "patterns": list(LOG_SECRET_PATTERNS)}) + "\n"
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    argv = ["sh", "-c", FOLLOW_SCRIPT, "sparkctl-log", "c", str(log), LOG_FILTER]  # not detached: wait for it
+    assert key not in " ".join(argv) and token not in " ".join(argv)
+    subprocess.run(argv, env=env, check=True, timeout=30, input=first.encode())
+    text = log.read_text()
+    assert "api_key=***, admin_api_key=***, port=30000" in text
+    assert "HF_TOKEN=***" in text and token not in text and "we\\'ird" not in text and "ird" not in text
+    assert "a cab, abc and ***-x stay" in text.splitlines()[-1]  # a short key only where it stands alone
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
 
 def test_since_script_filters_by_timestamp_and_tails(tmp_path):
@@ -142,3 +179,31 @@ def test_probe_needs_models_with_the_served_name_and_health():
         srv.shutdown()
     down = probe(Endpoint("127.0.0.1", port, "tiny"))
     assert not down.models_ok and "/v1/models" in down.detail
+
+
+def test_state_and_locks_are_private_and_a_key_never_reaches_the_lock(tmp_path, monkeypatch):
+    """`bench --compare A B --api-key K` held the lock with K in a 0644 file; now the command is
+    redacted and every state file is 0600 in 0700 directories (an old 0755 state dir is tightened)."""
+    from sparkctl.lifecycle import state
+    from sparkctl.lifecycle.lock import ClusterLock, lock_path, redacted_command
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    (tmp_path / "sparkctl").mkdir(mode=0o755)
+    (tmp_path / "sparkctl").chmod(0o755)
+    argv = ["sparkctl", "bench", "--compare", "a", "b", "--api-key", "sk-K", "--hf-token=hf_T", "-k", "x"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with ClusterLock("c"):
+        text = lock_path("c").read_text()
+    assert (
+        "sk-K" not in text and "hf_T" not in text and "--api-key '***'" in text and "--hf-token=***" in text
+    )
+    assert (
+        redacted_command(["sparkctl", "verify", "--api-key-env", "NAME"])
+        == "sparkctl verify --api-key-env '***'"
+    )
+    state.record_event("c", "up", mode="solo")
+    state._write_json(state.cluster_file("c", ".json"), {"a": 1})
+    root = tmp_path / "sparkctl"
+    for p in [root, *root.rglob("*")]:
+        want = 0o700 if p.is_dir() else 0o600
+        assert stat.S_IMODE(p.stat().st_mode) == want, p

@@ -115,7 +115,9 @@ def test_create_params_carry_the_plan_unchanged(dual, monkeypatch):
         "/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm",
         "/dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rwm",
     ]
-    assert params["cap_add"] == ["IPC_LOCK"]
+    assert params["cap_add"] == [*spec.options.cap_add] and params["cap_add"][0] == "IPC_LOCK"
+    assert params["cap_drop"] == ["ALL"] and params["security_opt"] == ["no-new-privileges:true"]
+    assert params["pids_limit"] == 8192
     assert [(u["Name"], u["Soft"], u["Hard"]) for u in params["ulimits"]] == [("memlock", -1, -1)]
     host_ipc = create_params(
         replace(spec, options=replace(spec.options, ipc_mode="host", shm_size=None)), env

@@ -100,6 +100,30 @@ def test_a_copy_in_a_directory_others_can_write_is_not_run(home: Path) -> None:
     home.chmod(0o700)
 
 
+@pytest.mark.parametrize(("uid", "mode"), [(12345, 0o600), (None, 0o666), (None, 0o644)])
+def test_a_copy_not_the_users_own_0600_file_is_not_run(home: Path, uid: int | None, mode: int) -> None:
+    """Checked on the opened descriptor: a copy owned by another uid, or readable/writable by others,
+    in the user's own 0700 directory is not executed (the old check looked at the directory only)."""
+    assert _state(node_argv("state")).returncode == 0
+    (kept,) = _cached(home)
+    if uid is not None and os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    if uid is not None:
+        os.chown(kept, uid, -1)
+    kept.chmod(mode)
+    argv = node_argv("state")
+    argv[argv.index(manifest.packed_node_script())] = "bm90IGEgcHJvZ3JhbQ=="
+    assert _state(argv).returncode != 0  # the copy was refused, so the (broken) program was compiled
+
+
+@pytest.mark.parametrize("marker", [".locks", "models--org--name", "datasets--org--set"])
+def test_no_copy_inside_a_hub_cache_without_a_hub_dir(home: Path, marker: str) -> None:
+    """hf_cache pointed at HF_HUB_CACHE itself (no `hub/` level): its repos or `.locks` give it away."""
+    (home.parent / marker).mkdir(parents=True)
+    assert _state(node_argv("state")).returncode == 0
+    assert not home.exists()
+
+
 def test_the_packer_lists_every_file_of_the_node_program_once() -> None:
     from pathlib import Path
 

@@ -126,7 +126,8 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
         opts = spec.options
         assert opts.network_mode == "host" and opts.ipc_mode == "private" and opts.shm_size == "32g"
         assert not opts.privileged and opts.gpus == "all" and opts.rdma_devices_dir == "/dev/infiniband"
-        assert opts.cap_add == ["IPC_LOCK"] and opts.ulimits == {"memlock": -1}
+        # The node user (spark) owns the caches: root in the container needs DAC_OVERRIDE to write them.
+        assert opts.cap_add == ["IPC_LOCK", "DAC_OVERRIDE"] and opts.ulimits == {"memlock": -1}
         assert spec.labels["sparkctl.rank"] == str(rank) and spec.labels["sparkctl.mode"] == "tp2"
         assert spec.labels["sparkctl.config_hash"] == plan.config_hash
     assert plan.endpoint.url == "http://127.0.0.1:8888"
@@ -148,7 +149,8 @@ def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
         "/root/.cache/huggingface/hub",
     )
     # Solo modes never get the RDMA devices or capabilities.
-    assert spec.options.rdma_devices_dir is None and spec.options.cap_add == [] and spec.options.ulimits == {}
+    assert spec.options.rdma_devices_dir is None and spec.options.ulimits == {}
+    assert spec.options.cap_add == ["DAC_OVERRIDE"] and spec.options.cap_drop == ["ALL"]
     assert {c.name for c in plan.stop_first} == {
         "sparkctl-sparkduo-tp2-r0",
         "sparkctl-sparkduo-tp2-r1",

@@ -112,3 +112,16 @@ def test_evaluate_collects_all_with_where():
         engines=[EngineRow("solo", "u", BUSY)],
     )
     assert evaluate(quiet, [0, 0, 0, 0]) == []
+
+
+def test_a_recent_memory_guard_trip_warns_and_an_old_one_does_not() -> None:
+    from sparkctl.top.alerts import evaluate
+
+    trip = {"at": 990.0, "reason": "MemAvailable 3.90 GiB < 6.00 GiB", "killed": [{"name": "r0"}]}
+    guard = {"running": False, "now": 1000.0, "state": {"at": 995.0}, "last_trip": trip}
+    snap = Snapshot("c", "solo", "t", 2.0, nodes=[NodeView("spark1", guard=guard)])
+    (alert,) = [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]
+    assert "memory guard killed r0: MemAvailable 3.90 GiB < 6.00 GiB" in alert.reason
+    old = {**guard, "last_trip": {**trip, "at": 0.0}}
+    snap = Snapshot("c", "solo", "t", 2.0, nodes=[NodeView("spark1", guard=old)])
+    assert not [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]

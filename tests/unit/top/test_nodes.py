@@ -92,3 +92,50 @@ def test_read_node_degrades_cells_not_the_row(tmp_path):
         assert "nvidia-smi" in (sample.gpu_error or "")
     ok = read_node(LocalConnector("here"), ["lo"], 2.0)
     assert set(ok.net) == {"lo"} and ok.net_error is None
+
+
+def test_the_memory_guard_probe_output_parses() -> None:
+    import json
+
+    from sparkctl.top.nodes import parse_guard
+
+    state = {"at": 1000.0, "mem_available": 5 << 30}
+    trip = {"at": 990.0, "reason": "MemAvailable 3.90 GiB < 6.00 GiB", "killed": [{"name": "r0"}]}
+    assert parse_guard(f"true 1005\n{json.dumps(state)}\n{json.dumps(trip)}\n") == {
+        "running": True,
+        "now": 1005.0,
+        "state": state,
+        "last_trip": trip,
+    }
+    assert parse_guard("") is None
+    got = parse_guard(f"false 1005\n{json.dumps(state)}\n\n")
+    assert got == {"running": False, "now": 1005.0, "state": state, "last_trip": None}
+
+
+def test_the_memory_guard_probe_script_reads_the_guards_files(tmp_path: Path) -> None:
+    """The real probe script over a guard directory: no guard there, then a stopped one's files."""
+    import json
+    import os
+    import subprocess
+
+    from sparkctl.top.nodes import GUARD_SH, parse_guard
+
+    def probe() -> dict | None:
+        env = {**os.environ, "HOME": str(tmp_path)}
+        out = subprocess.run(
+            ["sh", "-c", GUARD_SH, "sparkctl-guard", "c1"], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        return parse_guard(out.stdout)
+
+    assert probe() is None
+    d = tmp_path / ".local" / "state" / "sparkctl" / "guard"
+    d.mkdir(parents=True)
+    (d / "c1.json").write_text(json.dumps({"at": 1.0}))
+    (d / "c1.lock").write_text("{}")
+    (d / "c1.trips.jsonl").write_text(
+        json.dumps({"at": 0.5, "reason": "a"}) + "\n" + json.dumps({"at": 0.9, "reason": "b"}) + "\n"
+    )
+    got = probe()
+    assert got is not None and got["running"] is False and got["now"] and got["now"] > 1e9
+    assert got["state"] == {"at": 1.0} and got["last_trip"] == {"at": 0.9, "reason": "b"}

@@ -128,8 +128,8 @@ CASES = [
         2,
         ["model 'wrong/name' is not served", f"it serves: {bad.MODEL}", f"--model {bad.MODEL}"],
     ),
-    ("stall", bad.MODEL, 3, ["stalled"]),
-    ("stall-stream", bad.MODEL, 3, ["stalled"]),
+    ("stall", bad.MODEL, 3, ["no first token within --first-token-timeout 3s"]),
+    ("stall-stream", bad.MODEL, 3, ["the stream stalled: no event for --stall-timeout 3s"]),
 ]
 
 
@@ -145,7 +145,8 @@ def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code
     # a stall is caught by --timeout, well inside a --deadline roomy enough for slow imports
     # (3 s: the probe of /v1/models must answer in time even on a loaded machine)
     deadline = DEADLINE * 3 if kind.startswith("stall") else DEADLINE
-    flags = ["--timeout", "3" if kind.startswith("stall") else "2", "--deadline", str(deadline)]
+    limit = "3" if kind.startswith("stall") else "2"
+    flags = ["--first-token-timeout", limit, "--stall-timeout", limit, "--deadline", str(deadline)]
     if kind == "closed":
         proc, took = _cli(command, "--url", bad.closed_port(), "--model", model, *flags, *extra)
     elif kind == "silent":
@@ -161,9 +162,37 @@ def test_bad_endpoint_is_one_line_within_the_deadline(command, kind, model, code
 def test_deadline_shorter_than_timeout_wins(startup) -> None:
     pytest.importorskip("openai")
     with bad.serving("stall") as (url, _):
-        proc, took = _cli("verify", "--url", url, "--model", bad.MODEL, "--timeout", "60", "--deadline", "2")
+        proc, took = _cli(
+            "verify", "--url", url, "--model", bad.MODEL, "--first-token-timeout", "60", "--deadline", "2"
+        )
     _one_line(proc, 3, "--deadline reached during check Chat")
     assert took < 2 + 2 + startup, (took, startup)
+
+
+def test_json_holds_the_finished_checks_when_the_deadline_stops_the_run() -> None:
+    pytest.importorskip("openai")
+    import json
+
+    with bad.serving("ok-then-stall") as (url, _):
+        proc, _ = _cli(
+            "verify", "--url", url, "--model", bad.MODEL, "--only", "Chat", "--only", "ChatStream",
+            "--first-token-timeout", "60", "--deadline", "6", "--json",
+        )  # fmt: skip
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    doc = json.loads(proc.stdout)
+    assert [(c["check"], c["severity"]) for c in doc["checks"]] == [("Chat", "ok")]
+    assert doc["passed"] is False and doc["error"]["code"] == 3
+    assert doc["error"]["message"] == "--deadline reached during check ChatStream"
+    assert "--deadline reached during check ChatStream" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_metadata_probe_has_its_own_short_timeout() -> None:
+    # A port that accepts and never answers: GET /v1/models gives up after PROBE_S (5 s), not
+    # after the generation timeouts or the --deadline.
+    pytest.importorskip("openai")
+    with bad.silent() as url:
+        proc, _ = _cli("verify", "--url", url, "--model", bad.MODEL, "--deadline", "60")
+    _one_line(proc, 5, "no reply within 5s", "model-list requests get a few seconds")
 
 
 def _auth(request: dict) -> str | None:

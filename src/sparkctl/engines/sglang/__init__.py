@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
+from sparkctl.engines.sglang.cli_flags import CLI_FLAGS
 from sparkctl.profile.derived import served_model_name
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class SGLang:
     name = "sglang"
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
+    cli_flags = CLI_FLAGS
+    log_secret_patterns = F.LOG_SECRET_PATTERNS
     host_ip_env = F.HOST_IP_ENV
     key_file = F.KEY_FILE
     readiness = Readiness()

@@ -45,6 +45,13 @@ RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
 }
 DFLASH = "DFLASH"
 HOST_IP_ENV = "SGLANG_HOST_IP"  # else SGLang may advertise its LAN/Wi-Fi address and hang at init
+# SGLang logs every server setting at INFO on start (`server_args=ServerArgs(... api_key='K',
+# admin_api_key='A' ...)`, srt/entrypoints/engine.py): the values after these names are masked in
+# the rank log on the node, whatever their length (group 1 kept, group 2 replaced).
+LOG_SECRET_PATTERNS: tuple[str, ...] = (
+    r"\b((?:admin_)?api_key=)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")",
+    r"(--(?:admin-)?api-key[ =])(\S+)",
+)
 
 
 def render_args(args: dict[str, ArgValue]) -> list[str]:

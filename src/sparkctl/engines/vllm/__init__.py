@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
 from sparkctl.engines.vllm import flags as F
+from sparkctl.engines.vllm.cli_flags import CLI_FLAGS
 from sparkctl.profile.derived import served_model_name
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class VLlm:
     name = "vllm"
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
+    cli_flags = CLI_FLAGS
+    log_secret_patterns = F.LOG_SECRET_PATTERNS
     host_ip_env = F.HOST_IP_ENV
     # /health answers as soon as the API server reaches EngineCore (no generation): a short wait.
     readiness = Readiness(health_timeout=5.0)

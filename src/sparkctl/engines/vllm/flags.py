@@ -38,6 +38,12 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 KEY_FILE = "/run/secrets/sparkctl-vllm.yaml"  # vLLM reads `--config FILE` like its flags
+# Where vLLM could log the key itself (its "non-default args" line at start, an argv echo): the rank
+# log writer masks group 2 before any byte reaches a file.
+LOG_SECRET_PATTERNS: tuple[str, ...] = (
+    r"(\'api_key\': \[?)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")",
+    r"(--api-key[ =])(\S+)",
+)
 HOST_IP_ENV = "VLLM_HOST_IP"  # else vLLM asks the default route (8.8.8.8) and may advertise 0.0.0.0
 MEM_FLAG = "gpu-memory-utilization"
 DEFAULT_MEM_FRACTION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization

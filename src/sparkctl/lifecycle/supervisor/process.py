@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl.lifecycle.lock import state_dir
+from sparkctl.lifecycle.lock import private_dir, state_dir
 
 POLL_S = 0.5
 
@@ -41,6 +41,7 @@ class Policy:
     backoff: float = 2.0  # first restart at once, then 2, 4, 8 ... s (capped at 60 s)
     canary_every: float = 10.0  # seconds between generation canaries (0: none)
     canary_failures: int = 3  # consecutive failed canaries that count as a failure
+    guard: bool | None = None  # `--guard/--no-guard` (None: the profile's memory.guard.enabled)
 
     def delay(self, recent: int) -> float:
         return 0.0 if recent == 0 else min(60.0, self.backoff * 2 ** (recent - 1))
@@ -75,8 +76,8 @@ def running(cluster: str) -> dict | None:
 def hold(cluster: str, mode: str) -> int:
     """Called by the supervisor itself: take the liveness flock for its whole life."""
     path = lock_file(cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -94,7 +95,7 @@ def hold(cluster: str, mode: str) -> int:
 def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
     """Start `sparkctl supervise MODE` detached; return its record once it holds its flock."""
     log = log_file(cluster)
-    log.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(log.parent)
     argv = [
         sys.executable,
         "-m",
@@ -111,8 +112,9 @@ def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
         str(policy.canary_failures),
         "--backoff",
         str(policy.backoff),
+        *([] if policy.guard is None else ["--guard" if policy.guard else "--no-guard"]),
     ]
-    with open(log, "ab") as out:
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - our own CLI, argv list
             argv,
             stdin=subprocess.DEVNULL,

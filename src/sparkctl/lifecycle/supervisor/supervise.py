@@ -13,6 +13,7 @@ from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
+from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.lock import ClusterLock
@@ -27,6 +28,7 @@ from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 
 CANARY_TIMEOUT = 20.0
+GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on its nodes
 
 
 def api_key(plan: Plan, pool: NodePool) -> str | None:
@@ -81,6 +83,35 @@ def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
     return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
 
 
+def _guard_cause(
+    profile: Profile, pool: NodePool, plan: Plan, cause: dict, infos: dict[int, ContainerInfo | None]
+) -> dict:
+    """The cause, told by the memory guard when it killed the group on the dead rank's node (a trip
+    since that rank's container started, both by the node's clock), recorded as its own event
+    with the numbers."""
+    node, info = cause.get("node"), infos.get(cause.get("rank", -1))
+    started = info.started_at.timestamp() if info is not None and info.started_at else time.time() - 3600
+    if node is None or node not in guards.guarded_nodes(profile, plan.nodes):
+        return cause
+    try:
+        trips = guards.read(profile, pool, [node]).get(node, {}).get("trips", [])
+    except SparkctlError:
+        return cause
+    trip = next((t for t in reversed(trips) if t.get("at", 0) >= started), None)
+    if trip is None:
+        return cause
+    keys = ("kind", "reason", "mem_available", "mem_total", "line", "gone_ms")
+    state.record_event(plan.cluster, "guard_tripped", node=node, **{k: trip.get(k) for k in keys})
+    return {**cause, "cause": f"the memory guard on {node} killed the group: {trip.get('reason')}"}
+
+
+def _ensure_guard(profile: Profile, pool: NodePool, plan: Plan) -> None:
+    try:
+        guards.ensure(profile, pool, plan.nodes)
+    except SparkctlError as exc:
+        state.record_event(plan.cluster, "guard_failed", node=exc.node, detail=exc.message)
+
+
 def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag) -> int:
     """Supervise until stopped (0) or the restart limit is reached (1)."""
     cluster = profile.cluster
@@ -88,6 +119,8 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     plan = resolve_plan(profile, build_plan(profile, mode), pool)
     key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
+    _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
+    next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
     canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
     while not flag.set:
@@ -101,6 +134,11 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
             state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
         unreachable = set(lost)
         cause = _cause(plan, infos) if not lost else None
+        if cause is not None:
+            cause = _guard_cause(profile, pool, plan, cause, infos)
+        if time.monotonic() >= next_guard:
+            _ensure_guard(profile, pool, plan)
+            next_guard = time.monotonic() + GUARD_EVERY
         if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
             why = canary(plan, key)
             next_canary = time.monotonic() + policy.canary_every

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding, Severity
-from sparkctl.planning.hardening import binds_everywhere, is_pinned
+from sparkctl.planning.hardening import binds_everywhere, broad_rdma_dir, is_pinned, keyless_binds
 from sparkctl.preflight.base import Check, Ctx, NodeFacts
 
 if TYPE_CHECKING:
@@ -25,6 +25,23 @@ STAT_SCRIPT = 'for f; do [ -e "$f" ] && stat -c "%a %n" -- "$f" || echo "missing
 
 def check_api_exposure(profile: Profile) -> Finding:
     eng = profile.engine
+    exposed = keyless_binds(profile)
+    if exposed and not binds_everywhere(profile):
+        # SGLang without a key serves every route to whoever reaches the port: generation, its
+        # admin-optional routes (/update_weights_from_disk, /load_lora_adapter...) and /server_info.
+        if eng.expose == "public":
+            return Finding(
+                "ApiExposure",
+                Severity.WARN,
+                f"the API listens on {', '.join(exposed)} without a key (expose: public)",
+            )
+        return Finding(
+            "ApiExposure",
+            Severity.ERROR,
+            f"the API has no key and listens on {', '.join(exposed)} (not loopback): anyone reaching it "
+            "may use the model and its admin routes",
+            fix="set engine.api_key: {env: NAME} or {file: PATH}, or say engine.expose: public",
+        )
     if binds_everywhere(profile) and eng.api_key is None:
         if eng.expose == "public":
             return Finding(
@@ -49,6 +66,19 @@ def check_privileged(profile: Profile) -> Finding | None:
         Severity.WARN,
         "engine.container.privileged: true gives the containers every device and capability",
         fix="remove it: the rdma preset (engine.container.preset) grants what NCCL over RoCE needs",
+    )
+
+
+def check_rdma_dir(profile: Profile) -> Finding | None:
+    """The rdma preset passes every character device it finds there: /dev would be all of them."""
+    where = broad_rdma_dir(profile)
+    if where is None:
+        return None
+    return Finding(
+        "Privileged",
+        Severity.WARN,
+        f"engine.container.rdma_devices_dir {where} passes every character device in it to the containers",
+        fix="set it to the RDMA device directory (/dev/infiniband, the default)",
     )
 
 
@@ -145,8 +175,7 @@ class Security(Check):
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         profile = ctx.profile
         out = [check_api_exposure(profile), *check_remote_code(profile)]
-        if (priv := check_privileged(profile)) is not None:
-            out.append(priv)
+        out += [f for f in (check_privileged(profile), check_rdma_dir(profile)) if f is not None]
         for node, paths in secret_files(ctx.plan).items():
             if node in facts:
                 out += secret_modes(node, paths, facts[node].result("secretmodes"))

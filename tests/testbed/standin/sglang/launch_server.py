@@ -21,6 +21,12 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_REPLICA=<name>                  the replica's name (default: the hostname), in every
                                           generated text as "replica=<name>" and in /server_info,
                                           so tests behind a router see which replica answered
+  STANDIN_ALLOC="<mb>,<every_s>,<max_mb>"  once serving and /tmp/standin-alloc-go exists (a test
+                                          creates it), allocate and touch <mb> MiB every <every_s> s
+                                          up to <max_mb>: a prefill running out of unified memory
+  STANDIN_SHM_MB=<n> STANDIN_SHM_NAME=<f> while loading, write n MiB to /dev/shm/<f> (under
+                                          `ipc: host` it stays resident after the container is
+                                          gone, like a killed engine's shared memory)
   STANDIN_GEN_DELAY=<s>                   each generation request takes this long (in-flight
                                           requests for drain tests; a stream spreads it over
                                           its chunks); logs `STANDIN_GEN begin <path>` at start
@@ -50,6 +56,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 RECORD_PATH = "/tmp/standin-record.json"
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 PHASES = ("start", "rendezvous", "load", "warmup", "serve")
+STREAM_GAP_S = 0.005  # between two stream events when STANDIN_GEN_DELAY is not set
 
 
 class State:
@@ -439,7 +446,8 @@ class Rank0Handler(BaseHTTPRequestHandler):
             self.end_headers()
             words = text.split(" ")
             for i, word in enumerate(words):
-                time.sleep(delay / len(words))
+                # a token at a time, like a real engine (sent all at once, a stream is a burst)
+                time.sleep(delay / len(words) if delay else STREAM_GAP_S)
                 piece = word if i == 0 else " " + word
                 delta = {"index": 0, "delta": {"role": "assistant", "content": piece}, "finish_reason": None}
                 if not chat:
@@ -502,6 +510,30 @@ def serve_http(args: argparse.Namespace, handler: type) -> None:
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
 
 
+def allocate(spec: str, rank: int) -> None:
+    """STANDIN_ALLOC: grow the process's resident memory in steps until killed (or max_mb)."""
+    step_mb, every, top_mb = (float(x) for x in spec.split(","))
+    while not os.path.exists("/tmp/standin-alloc-go"):
+        time.sleep(0.05)
+    held: list[bytes] = []
+    total = 0.0
+    while total + step_mb <= top_mb:
+        held.append(b"\x01" * int(step_mb * (1 << 20)))  # every page written: resident, not reserved
+        total += step_mb
+        log(f"STANDIN_ALLOC total={total:.0f} MiB", rank)
+        time.sleep(every)
+    while True:
+        time.sleep(3600)
+
+
+def hold_shm(rank: int) -> None:
+    mb, name = int(os.environ["STANDIN_SHM_MB"]), os.environ.get("STANDIN_SHM_NAME", "standin-shm")
+    with open(f"/dev/shm/{name}", "wb") as fh:
+        for _ in range(mb):
+            fh.write(b"\x02" * (1 << 20))
+    log(f"STANDIN_SHM wrote {mb} MiB to /dev/shm/{name}", rank)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, unknown = parse(argv)
@@ -525,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         serve_http(args, Rank0Handler)
     log("Load weight begin. avail mem=119.50 GB", rank)
     maybe_fail("load", rank)
+    if os.environ.get("STANDIN_SHM_MB"):
+        hold_shm(rank)
     time.sleep(float(os.environ.get("STANDIN_DELAY_LOAD", "0")))
     log(
         "Load weight end. type=StandinForCausalLM, dtype=torch.bfloat16, avail mem=60.25 GB, mem usage=59.25 GB.",
@@ -545,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         serve_http(args, DummyHealthHandler)
         log(f"Dummy health check server started on {args.host}:{args.port} (rank {rank})", rank)
+    if os.environ.get("STANDIN_ALLOC"):
+        threading.Thread(target=allocate, args=(os.environ["STANDIN_ALLOC"], rank), daemon=True).start()
     if "serve" in fail_spec(rank):
         time.sleep(float(os.environ.get("STANDIN_FAIL_AFTER", "3")))
         log("STANDIN: injected failure at phase serve", rank)

@@ -66,6 +66,121 @@ def test_ssh_words_that_could_be_options_are_refused(field: str, value: str) -> 
     assert "must not start with '-'" in err.value.message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: relative/cache", "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", 'hf_cache: "/srv/hf\\n/x\\u0000"', "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: /srv/../etc", "model.hf_cache"),
+        ("hf_cache: ~/.cache/huggingface", "hf_cache: -oProxyCommand=x", "model.hf_cache"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", 'id: "Qwen/x\'; touch /tmp/p; #"', "model.target.id"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: ../../etc", "model.target.id"),
+        ("id: Qwen/Qwen3.6-27B-NVFP4", "id: a--b/c", "model.target.id"),
+        ("revision: 5b0d4b5", "revision: \"main\\\\'';touch /tmp/p;#\"", "model.draft.revision"),
+        ("revision: 5b0d4b5", "revision: ../../x", "model.draft.revision"),
+        ("revision: 5b0d4b5", "revision: -x", "model.draft.revision"),
+    ],
+)
+def test_paths_model_ids_and_revisions_sent_to_nodes_are_validated(old: str, new: str, where: str) -> None:
+    assert old in DUAL
+    with pytest.raises(ProfileError) as err:
+        load(DUAL.replace(old, new, 1))
+    assert where in err.value.message
+
+
+def test_hostile_but_valid_cache_paths_load() -> None:
+    """Quotes, `;`, `$` and spaces in a path are fine: no shell parses a path (the hop is encoded)."""
+    odd = "/tmp/hf \\'\"; touch x; #$(y)"
+    prof = load(DUAL.replace("hf_cache: ~/.cache/huggingface", f"hf_cache: {json.dumps(odd)}", 1))
+    assert prof.model.hf_cache == odd
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("trust-remote: true", "the engine reads it as --trust-remote-code"),  # argparse abbreviation
+        ('api-ke: ""', "the engine reads it as --api-key"),
+        ("admin-api: x", "the engine reads it as --admin-api-key"),
+        ("log-level: [info, --enable-metrics]", "starting with '-'"),
+        ("log-level: --enable-metrics", "starting with '-'"),
+    ],
+)
+def test_managed_flag_guard_resolves_prefixes_and_refuses_flag_values(args: str, message: str) -> None:
+    text = DUAL.replace("    attention-backend: flashinfer", f"    attention-backend: flashinfer\n    {args}")
+    with pytest.raises(ProfileError) as err:
+        build_plan(load(text), "tp2")  # managed flags are the engine's: checked when the plan is built
+    assert message in err.value.message
+
+
+def test_flag_values_that_are_negative_numbers_and_full_flags_pass() -> None:
+    prof = load(
+        DUAL.replace(
+            "    attention-backend: flashinfer",
+            "    attention-backend: flashinfer\n    random-seed: '-1'\n    log-level: info\n    model-impl: sglang",
+        )
+    )
+    assert prof.engine.args["random-seed"] == "-1" and prof.engine.args["model-impl"] == "sglang"
+
+
+def test_an_admin_key_is_flagged_in_the_plan() -> None:
+    """SGLang 0.5.23's /server_info (a NORMAL route) returns admin_api_key to api_key holders."""
+    text = DUAL.replace(
+        "  api_key: {env: SPARKCTL_API_KEY}",
+        "  api_key: {env: SPARKCTL_API_KEY}\n  admin_api_key: {env: A}",
+        1,
+    )
+    warnings = build_plan(load(text), "solo").warnings
+    assert any("/server_info" in w and "admin_api_key" in w for w in warnings)
+    assert not any("/server_info" in w for w in build_plan(load(DUAL), "solo").warnings)
+
+
+def test_admin_key_without_api_key_is_a_profile_error() -> None:
+    text = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  admin_api_key: {env: SPARKCTL_ADMIN_KEY}", 1)
+    assert text != DUAL
+    with pytest.raises(ProfileError) as err:
+        load(text)
+    assert "admin_api_key: set api_key too" in err.value.message
+
+
+@pytest.mark.parametrize("triton", ["~/.cache", "'~'", "/home", "/", "~/.cache/sparkctl"])
+def test_no_read_write_mount_may_hold_the_nodes_own_code(triton: str) -> None:
+    text = DUAL.replace("  triton_cache: ~/.triton", f"  triton_cache: {triton}", 1)
+    with pytest.raises(ProfileError) as err:
+        build_plan(load(text), "solo")
+    assert "would let the serving container write /home/spark/.cache/sparkctl" in err.value.message
+
+
+@pytest.mark.parametrize("ref", ["--help", "-q", "img:-x", "a b", "x;touch /tmp/p", "IMG", "x@sha256:zz"])
+def test_image_ref_follows_dockers_reference_grammar(ref: str) -> None:
+    text = DUAL.replace("  ref: sglang-dflash:spark", f"  ref: {json.dumps(ref)}", 1)
+    assert text != DUAL
+    with pytest.raises(ProfileError) as err:
+        load(text)
+    assert "image.ref" in err.value.message and "Docker image reference" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("where", "warned"),
+    [
+        ("/dev", True),
+        ("/dev/", True),
+        ("/", True),
+        ("/dev/dri", True),
+        ("/dev/infiniband", False),
+        ("/srv/lab/infiniband", False),
+    ],
+)
+def test_a_device_dir_wider_than_rdma_is_warned(where: str, warned: bool) -> None:
+    from sparkctl.preflight.checks.security import check_rdma_dir
+
+    prof = load(DUAL.replace("    preset: rdma  ", f"    rdma_devices_dir: {where}\n    preset: rdma  ", 1))
+    f = check_rdma_dir(prof)
+    assert (f is not None) is warned
+    if warned:
+        assert f.severity is Severity.WARN and "every character device" in f.message
+        assert any("rdma_devices_dir" in w for w in build_plan(prof, "tp2").warnings)
+
+
 def test_ssh_default_user_is_validated_too() -> None:
     with pytest.raises(ProfileError, match="ssh.user"):
         load(DUAL.replace("  host_key_policy: strict", "  host_key_policy: strict\n  user: -lroot", 1))
@@ -92,7 +207,7 @@ EVIL = [
 ]
 
 
-@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "fish"])
+@pytest.mark.parametrize("shell", ["sh", "bash", "dash", "fish", "tcsh"])
 def test_remote_command_is_parsed_the_same_by_every_login_shell(shell: str) -> None:
     path = shutil.which(shell)
     if path is None:
@@ -117,10 +232,10 @@ def test_rdma_preset_only_for_multi_node_modes_and_never_privileged() -> None:
     solo = build_plan(prof, "solo").ranks[0].options
     assert (tp2.rdma_devices_dir, tp2.cap_add, tp2.ulimits) == (
         "/dev/infiniband",
-        ["IPC_LOCK"],
+        ["IPC_LOCK", "DAC_OVERRIDE"],  # DAC_OVERRIDE: the node user `spark` owns the mounted caches
         {"memlock": -1},
     )
-    assert (solo.rdma_devices_dir, solo.cap_add, solo.ulimits) == (None, [], {})
+    assert (solo.rdma_devices_dir, solo.cap_add, solo.ulimits) == (None, ["DAC_OVERRIDE"], {})
     assert not tp2.privileged and not solo.privileged
     tcp = build_plan(
         load(
@@ -135,7 +250,23 @@ def test_rdma_preset_only_for_multi_node_modes_and_never_privileged() -> None:
         )
     )
     opts = build_plan(extra, "tp2").ranks[0].options
-    assert opts.cap_add == ["IPC_LOCK", "SYS_NICE"] and opts.ulimits == {"memlock": -1, "nofile": 1024}
+    assert opts.cap_add == ["IPC_LOCK", "DAC_OVERRIDE", "SYS_NICE"]
+    assert opts.ulimits == {"memlock": -1, "nofile": 1024}
+
+
+def test_containers_drop_every_capability_and_gain_no_privileges() -> None:
+    """cap_drop ALL, then only what is needed: nothing for a root node user's solo rank, IPC_LOCK for
+    the rdma preset, DAC_OVERRIDE when another user owns the mounted caches; no-new-privileges and
+    a pids limit on every rank and on the router."""
+    root = load(DUAL.replace("    user: spark", "    user: root"))
+    solo = build_plan(root, "solo").ranks[0].options
+    tp2 = build_plan(root, "tp2").ranks[0].options
+    assert solo.cap_drop == ["ALL"] and solo.cap_add == [] and tp2.cap_add == ["IPC_LOCK"]
+    for o in (solo, tp2):
+        assert o.security_opt == ["no-new-privileges:true"] and o.pids_limit == 8192
+    assert "cap_drop ALL" in solo.describe() and "no-new-privileges" in solo.describe()
+    capped = load(DUAL.replace("    preset: rdma  ", "    pids_limit: 1024\n    preset: rdma  "))
+    assert build_plan(capped, "tp2").ranks[0].options.pids_limit == 1024
 
 
 def test_ipc_private_with_shm_unless_ranks_share_a_machine() -> None:
@@ -166,8 +297,30 @@ def test_binding_every_interface_needs_a_key_or_expose_public() -> None:
         is Severity.WARN
     )
     assert check_api_exposure(load(DUAL)).severity is Severity.OK
-    local = load(keyless.replace("  host: 0.0.0.0", "  host: 127.0.0.1"))
-    assert check_api_exposure(local).severity is Severity.OK
+
+
+@pytest.mark.parametrize("host", ["0", "::0", "0:0:0:0:0:0:0:0", "[::]", "0.0", "0x0", "000.0.0.0", ""])
+def test_every_spelling_of_all_interfaces_needs_a_key(host: str) -> None:
+    keyless = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:")
+    f = check_api_exposure(load(keyless.replace("  host: 0.0.0.0", f"  host: {json.dumps(host)}")))
+    assert f.severity is Severity.ERROR and "binds every interface" in f.message
+
+
+def test_a_keyless_api_on_a_lan_address_is_an_error_unless_public() -> None:
+    """Not only 0.0.0.0: the default host (each node's own address) and any non-loopback address
+    serve SGLang's admin-optional routes to the LAN when there is no key."""
+    keyless = DUAL.replace("  api_key: {env: SPARKCTL_API_KEY}", "  api_key:")
+    for host in ("192.168.1.10", "127.0.0.1"):  # 127.0.0.1: rank 0 only; spark2 binds its own address
+        f = check_api_exposure(load(keyless.replace("  host: 0.0.0.0", f"  host: {host}")))
+        assert (
+            f.severity is Severity.ERROR and "spark2.local" in f.message and "expose: public" in (f.fix or "")
+        )
+    public = keyless.replace("  host: 0.0.0.0", "  host: 192.168.1.10\n  expose: public")
+    assert check_api_exposure(load(public)).severity is Severity.WARN
+    solo = (ROOT / "profiles" / "solo-spark.yaml").read_text()
+    assert "  api_key:" not in solo and "  host: 127.0.0.1" in solo
+    alone = load(solo.replace("  host: 127.0.0.1", "  host: '127.1'"))  # inet_aton's short loopback
+    assert check_api_exposure(alone).severity is Severity.OK  # one local node: every bind is loopback
 
 
 def test_default_host_is_each_nodes_own_address() -> None:
@@ -226,6 +379,15 @@ def test_secret_files_render_as_sglang_config_and_raw_files(monkeypatch: pytest.
 
     assert yaml.safe_load(out["/run/secrets/c.yaml"]) == {"api-key": 'we"ird\\key'}
     assert redact('key=we"ird\\key!', ['we"ird\\key']) == "key=***!"
+
+
+def test_masking_covers_escaped_forms_and_short_values() -> None:
+    """What `logs`, the start-up watch and failure tails show: the value as SGLang's repr of its
+    settings prints it (`\\'`, `\\\\`), JSON-escaped, and a short value where it stands alone."""
+    key = "k'e\\y\"1"
+    line = f"server_args=ServerArgs(api_key={key!r}, admin_api_key='ab', x={json.dumps(key)}) cab"
+    out = redact(line, [key, "ab"])
+    assert out == "server_args=ServerArgs(api_key='***', admin_api_key='***', x=\"***\") cab"
 
 
 def test_secret_file_modes_need_0400() -> None:

@@ -1,0 +1,125 @@
+"""ImageNccl: NCCL settings and libraries baked into the serving image, on every node.
+
+An `/etc/nccl.conf` with `NCCL_IB_USE_INLINE=1` froze an engine's NCCL warm-up; an `NCCL_*` in the
+image's env silently steers every rank; a pip NCCL beside a different system `libnccl` wedged
+collectives for minutes. NCCL reads its environment first and the conf file only for variables
+the environment leaves unset, so a key the plan's rank env sets is overridden (said, not an error);
+others are in force: a warning, an error for keys known to hang or misroute NCCL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkctl.facts.nccl_image import ImageNcclFacts, probe_image_nccl
+from sparkctl.findings import Finding
+from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task
+from sparkctl.preflight.checks.docker import docker_tasks
+
+# Known to hang, misroute or slow NCCL when set by an image for a cluster it was not built for.
+DANGEROUS = {
+    "NCCL_IB_USE_INLINE",
+    "NCCL_IB_HCA",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_DISABLE",
+    "NCCL_NET",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_NET_GDR_LEVEL",
+}
+
+
+class ImageNccl(Check):
+    name = "ImageNccl"
+    summary = "no stray /etc/nccl.conf or NCCL_* in the image; one NCCL version in it and on every node"
+    order = 93
+
+    def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
+        from sparkctl.planning.build import image_ref
+
+        ref = image_ref(ctx.profile)[0]
+
+        def read(conn, got):  # after "image" in the same chain (tasks run in the order named)
+            return None if got.get("image") is None else probe_image_nccl(conn, ref)
+
+        return {**docker_tasks(ctx, image=True), "image_nccl": Task(read, after="docker")}
+
+    def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+        out: list[Finding] = []
+        seen: dict[str, ImageNcclFacts] = {}
+        for node, f in facts.items():
+            if ctx.failed(out, "docker", self.name, f) or ctx.failed(out, "image_nccl", self.name, f):
+                continue
+            got = f.get("image_nccl")
+            if got is None:
+                out.append(Finding(self.name, SKIP, "skipped: the image is not on this node", node=node))
+                continue
+            env = {k: str(v) for r in ctx.plan.ranks if r.node == node for k, v in r.env.items()}
+            out += judge_image(node, got, env, uses_nccl=ctx.plan.tp * ctx.plan.pp > 1)
+            seen[node] = got
+        return out + judge_versions(seen)
+
+
+def judge_image(
+    node: str, got: ImageNcclFacts, plan_env: Mapping[str, str], uses_nccl: bool = True
+) -> list[Finding]:
+    """`uses_nccl`: the mode's replicas span several GPUs (one GPU each: a setting is only a warning)."""
+    out: list[Finding] = []
+    data = got.to_json()
+    baked = [(f"{path}", k, v) for path, keys in got.conf.items() for k, v in keys.items()]
+    baked += [("the image's env", k, v) for k, v in got.env.items() if k.startswith("NCCL_")]
+    for where, key, value in baked:
+        if key in plan_env:
+            msg = f"{where} sets {key}={value}; overridden: the plan sets {key}={plan_env[key]} on every rank here"
+            out.append(Finding("ImageNccl", OK, msg, node=node, data=data))
+            continue
+        sev = ERROR if key in DANGEROUS and uses_nccl else WARN
+        msg = (
+            f"{where} sets {key}={value}, in force on every rank (NCCL reads it when the env leaves it unset)"
+        )
+        msg += "" if uses_nccl else "; unused while every replica runs on one GPU"
+        fix = (
+            f"remove it from the image, or override it: engine.env: {{{key}: <value>}} "
+            "(the environment wins over nccl.conf and the image's env)"
+        )
+        out.append(Finding("ImageNccl", sev, msg, fix, node=node, data=data))
+    sys_v, pip_v = set(got.system.values()), set(got.pip.values())
+    if sys_v and pip_v and sys_v != pip_v:
+        pip_path = next(iter(got.pip)).rsplit("/", 1)[0] + "/nvidia/nccl/lib/libnccl.so.2"
+        msg = (
+            f"two NCCLs in the image: system libnccl {', '.join(sorted(sys_v))} and pip nvidia-nccl "
+            f"{', '.join(sorted(pip_v))}; torch loads pip's, a loader of `libnccl.so.2` (the engine's "
+            "own NCCL wrapper) may load the system's"
+        )
+        fix = (
+            "remove one from the image, or point the engine's NCCL library variable (SGLang: "
+            f"SGLANG_NCCL_SO_PATH, vLLM: VLLM_NCCL_SO_PATH) at {pip_path} in engine.env"
+        )
+        out.append(Finding("ImageNccl", WARN, msg, fix, node=node, data=data))
+    if not out or all(f.severity is OK for f in out):
+        versions = ", ".join(sorted(got.versions)) or "none found"
+        out.insert(
+            0,
+            Finding(
+                "ImageNccl",
+                OK,
+                f"no NCCL settings in force from the image; NCCL {versions}",
+                node=node,
+                data=data,
+            ),
+        )
+    return out
+
+
+def judge_versions(seen: Mapping[str, ImageNcclFacts]) -> list[Finding]:
+    per = {n: ",".join(sorted(g.versions)) for n, g in seen.items() if g.versions}
+    if len(set(per.values())) < 2:
+        return []
+    where = ", ".join(f"{n} {v}" for n, v in per.items())
+    msg = f"the image's NCCL differs across nodes ({where}): ranks would run different NCCLs"
+    fix = "ship one image to every node (`sparkctl ship --image`) and pin image.id"
+    return [Finding("ImageNccl", ERROR, msg, fix, node=next(iter(per)), data={"versions": per})]

@@ -1,0 +1,244 @@
+"""The unified-memory guard, admission and settle on the real testbed: real kernel, real memory.
+
+The lab's nodes share this host's kernel and memory, so MemAvailable, /dev/kmsg and /dev/shm are
+the host's. The thresholds are set relative to the MemAvailable measured at the test's start and
+the allocations are modest (the machine is shared); every kernel-log line a test writes carries a
+marker of its own, and the guard's patterns name that marker, so parallel runs never trip each
+other and no line can trip anything outside the testbed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sparkctl.profile import load_profile_file
+from tests.testbed.profiles import seed_weights, write_lab_profile
+from tests.testbed_tests.conftest import cli, cluster_containers
+
+pytestmark = pytest.mark.testbed
+
+GIB = 1 << 30
+SOLO = {"nodes": ["spark1"], "tp": 1, "default": True}
+ENGINE_IMAGE = "sparkctl-test/engine:latest"
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no MemAvailable")
+
+
+@pytest.fixture
+def memlab(lab, tmp_path):
+    """(write(memory=..., env=..., engine=...) -> profile path, state dir, marker); cleans up."""
+    state = tmp_path / "state"
+    marker = f"sparkctl-test-{uuid.uuid4().hex[:12]}"
+    written: list[Path] = []
+    seed_weights(lab)
+
+    def write(name: str = "p.yaml", memory: dict | None = None, env: dict | None = None, **engine) -> Path:
+        mem = {"unified": True, "reserve_gib": 0.25, **(memory or {})}
+        guard = {"enabled": False, "kernel_patterns": [f"NVRM: .*NV_ERR_NO_MEMORY.*{marker}"]}
+        mem["guard"] = {**guard, **mem.get("guard", {})}
+        eng = {
+            "args": {"context-length": 4096, "mem-fraction-static": 0.3},
+            "env": env or {},
+            "container": {"gpus": False, "shm_size": "64m"},
+            **engine,
+        }
+        path = write_lab_profile(lab, tmp_path / name, modes={"solo": dict(SOLO)}, engine=eng, memory=mem)
+        written.append(path)
+        return path
+
+    others: list = []
+    yield write, state, marker, others
+    for c in others:
+        c.remove(force=True)
+    if written:
+        cli(state, written[0], "down")
+        cluster = load_profile_file(written[0]).cluster
+        assert not any(cluster_containers(lab, cluster).values())
+
+
+def bystanders(lab, others: list) -> list:
+    """A plain container and one labelled for another cluster on spark1: the guard must spare both."""
+    client = lab.docker("spark1")
+    tag = uuid.uuid4().hex[:8]
+    for labels in ({}, {"sparkctl.cluster": f"other{tag}", "sparkctl.rank": "0"}):
+        others.append(
+            client.containers.run(
+                ENGINE_IMAGE,
+                ["sleep", "600"],
+                entrypoint=[],
+                name=f"bystander-{tag}-{len(others)}",
+                labels=labels,
+                network_mode="host",
+                detach=True,
+            )
+        )
+    return others
+
+
+def wait_trip(
+    state: Path, path: Path, since: float, node: str = "spark1", timeout: float = 90
+) -> tuple[dict, list]:
+    """`status --json` until the node's guard recorded a trip at or after `since` (the trips file
+    on the node outlives a test: the session's lab keeps one cluster name)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = json.loads(cli(state, path, "status", "--json").stdout)
+        doc = st.get("memory_guard", {}).get(node) or {}
+        trips = [t for t in doc.get("trips", []) if t["at"] >= since]
+        if trips:
+            return doc, trips
+        time.sleep(0.5)
+    raise AssertionError(f"no guard trip on {node} within {timeout}s: {st.get('memory_guard')}")
+
+
+def rank_container(lab, cluster: str):
+    (c,) = [
+        c for c in cluster_containers(lab, cluster)["spark1"] if c.labels.get("sparkctl.role") != "router"
+    ]
+    c.reload()
+    return c
+
+
+def test_guard_kills_the_group_when_memory_runs_out(lab, memlab, record_property):
+    write, state, _, others = memlab
+    floor = (mem_available() - int(1.5 * GIB)) / GIB
+    path = write(
+        memory={"guard": {"enabled": True, "min_available_gib": round(floor, 3)}},
+        env={"STANDIN_ALLOC": "128,0.1,2048"},
+    )
+    cluster = load_profile_file(path).cluster
+    up = cli(state, path, "up", "solo")
+    assert up.returncode == 0, up.stderr
+    assert "memory guard started on spark1" in up.stdout + up.stderr
+    bystanders(lab, others)
+    rank = rank_container(lab, cluster)
+    since = time.time()
+    rank.exec_run(["touch", "/tmp/standin-alloc-go"])  # the "prefill" starts eating memory
+    doc, trips = wait_trip(state, path, since)
+    trip = trips[-1]
+    assert trip["kind"] == "memavailable", trip
+    assert trip["mem_available"] < trip["min_available"]
+    assert [k["name"] for k in trip["killed"]] == [rank.name]
+    assert trip["gone"] and 0 <= trip["kill_ms"] <= trip["gone_ms"]
+    rank.reload()
+    assert rank.status == "exited" and rank.attrs["State"]["ExitCode"] == 137
+    for c in others:
+        c.reload()
+        assert c.status == "running", c.name  # not sparkctl's, or another cluster's: untouched
+    assert doc["running"], "the guard keeps guarding after a trip"
+    text = cli(state, path, "status")
+    assert "memory guard on spark1: running" in text.stdout and "tripped: MemAvailable" in text.stdout
+    logs = cli(state, path, "logs", "solo")
+    assert any(x.startswith("guard@spark1") and "killed" in x for x in logs.stdout.splitlines()), logs.stdout
+    record_property("figure", f"memory guard: MemAvailable trip -> group gone in {trip['gone_ms']:.0f} ms")
+
+
+def test_guard_trips_on_an_nvrm_kernel_line(lab, memlab):
+    write, state, marker, others = memlab
+    path = write(memory={"guard": {"enabled": True, "min_available_gib": 0}})
+    cluster = load_profile_file(path).cluster
+    assert cli(state, path, "up", "solo").returncode == 0
+    bystanders(lab, others)
+    rank = rank_container(lab, cluster)
+    since = time.time()
+    with open("/dev/kmsg", "w") as kmsg:  # another run's marker first: must not trip this guard
+        kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY sparkctl-test-other{marker[-6:]}\n")
+    with open("/dev/kmsg", "w") as kmsg:
+        kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: Assertion failed: NV_ERR_NO_MEMORY {marker}\n")
+    _, (trip,) = wait_trip(state, path, since)
+    assert trip["kind"] == "kernel" and marker in trip["line"], trip
+    assert [k["name"] for k in trip["killed"]] == [rank.name]
+    rank.reload()
+    assert rank.status == "exited"
+    for c in others:
+        c.reload()
+        assert c.status == "running", c.name
+
+
+def test_admission_refuses_with_a_fix_that_works(lab, memlab):
+    write, state, _, _ = memlab
+    reserve = round(mem_available() * 0.25 / GIB, 2)
+    path = write(memory={"reserve_gib": reserve}, args={"context-length": 4096})  # the 0.9 GB10 cap
+    cluster = load_profile_file(path).cluster
+    refused = cli(state, path, "up", "solo")
+    assert refused.returncode == 3, refused.stderr
+    assert "not enough memory to start" in refused.stderr and "host reserve" in refused.stderr
+    assert not any(cluster_containers(lab, cluster).values()), "nothing started"
+    fix = next(line for line in refused.stderr.splitlines() if "fix:" in line)
+    proposed = float(fix.split("--mem-fraction-static ")[1].split()[0].rstrip(":"))
+    assert 0 < proposed < 0.9
+    fixed = write(
+        memory={"reserve_gib": reserve}, args={"context-length": 4096, "mem-fraction-static": proposed - 0.02}
+    )
+    ok = cli(state, fixed, "up", "solo")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_restart_after_a_stop_waits_for_memory_to_settle(lab, memlab):
+    write, state, _, _ = memlab
+    shm = f"sparkctl-test-shm-{uuid.uuid4().hex[:8]}"
+    container = {"gpus": False, "ipc": "host"}
+    memory = {"settle_margin_gib": 0.5, "settle_timeout": 90}
+    first = write(memory=memory, env={"STANDIN_SHM_MB": "1536", "STANDIN_SHM_NAME": shm}, container=container)
+    cluster = load_profile_file(first).cluster
+    try:
+        assert cli(state, first, "up", "solo").returncode == 0
+        assert os.path.exists(f"/dev/shm/{shm}")  # resident, and stays so after the container is gone
+        released: list[float] = []
+
+        def release_later() -> None:  # what the kernel does with a killed engine's memory, slowly
+            time.sleep(4)
+            released.append(time.time())
+            os.unlink(f"/dev/shm/{shm}")
+
+        second = write("p2.yaml", memory=memory, env={"ROLL": "2"}, container=container)
+        threading.Thread(target=release_later, daemon=True).start()
+        again = cli(state, second, "up", "solo")
+        assert again.returncode == 0, again.stderr
+        said = again.stdout + again.stderr
+        assert "waiting for memory to settle" in said, said
+        assert "memory settled" in said, said
+        started = rank_container(lab, cluster).attrs["State"]["StartedAt"]
+        from sparkctl.runtime.containers import parse_docker_time
+
+        assert released and released[0] < parse_docker_time(started).timestamp()
+    finally:
+        if os.path.exists(f"/dev/shm/{shm}"):
+            os.unlink(f"/dev/shm/{shm}")
+
+
+def test_supervisor_keeps_the_guard_and_names_it_as_the_cause(lab, memlab):
+    write, state, marker, _ = memlab
+    path = write(memory={"guard": {"enabled": True, "min_available_gib": 0}})
+    up = cli(state, path, "up", "solo", "--supervise", "--json")
+    assert up.returncode == 0, up.stderr
+    cluster = load_profile_file(path).cluster
+    first = rank_container(lab, cluster)
+    with open("/dev/kmsg", "w") as kmsg:
+        kmsg.write(f"<3>NVRM: nvAssertOkFailedNoLog: NV_ERR_NO_MEMORY {marker}\n")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        st = json.loads(cli(state, path, "status", "--json").stdout)
+        if any(e["event"] == "restarted" for e in st["restarts"]):
+            break
+        time.sleep(1)
+    events = {e["event"]: e for e in st["events"]}
+    assert "guard_tripped" in events and marker in events["guard_tripped"]["line"], st["events"]
+    assert events["restarted"]["cause"].startswith(
+        "the memory guard on spark1 killed the group: kernel: NVRM"
+    )
+    again = rank_container(lab, cluster)
+    assert again.id != first.id and again.status == "running"
+    assert st["memory_guard"]["spark1"]["running"], "the guard still guards the restarted group"

@@ -1,0 +1,83 @@
+"""The guard's node-side decisions (sparkctl/node/guard/memsense.py, pure parts) and the shipped program."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from sparkctl.node.guard.memsense import GIB, Watch, meminfo, psi_full_total
+
+NODE = Path(__file__).resolve().parents[4] / "src" / "sparkctl" / "node" / "guard"
+CFG = {
+    "min_available": 4 * GIB,
+    "psi_full_pct": 30.0,
+    "psi_window_s": 3.0,
+    "interval_s": 1.0,
+    "fast_interval_s": 0.1,
+    "horizon_s": 5.0,
+}
+
+
+def test_meminfo_and_psi_parse_the_kernels_text() -> None:
+    mem = meminfo("MemTotal:       24684084 kB\nMemAvailable:   23155752 kB\nHugePages_Total:       0\n")
+    assert mem == {"MemTotal": 24684084 * 1024, "MemAvailable": 23155752 * 1024, "HugePages_Total": 0}
+    psi = "some avg10=1.00 avg60=0.00 avg300=0.00 total=500\nfull avg10=0.50 avg60=0.00 avg300=0.00 total=1234\n"
+    assert psi_full_total(psi) == 1234
+
+
+def test_trips_below_the_floor_and_not_above() -> None:
+    w = Watch(CFG)
+    assert w.feed(0.0, 5 * GIB, 0) is None
+    cause = w.feed(1.0, 4 * GIB - 1, 0)
+    assert cause["kind"] == "memavailable" and "< 4.00 GiB" in cause["reason"]
+
+
+def test_samples_fast_near_the_floor_or_when_falling_towards_it() -> None:
+    w = Watch(CFG)
+    w.feed(0.0, 100 * GIB, 0)
+    assert w.next_wait() == 1.0  # far and steady
+    w.feed(1.0, 30 * GIB, 0)  # falling 70 GiB/s: would cross 4 GiB within the horizon
+    assert w.rate() > 0 and w.next_wait() == 0.1
+    w = Watch(CFG)
+    w.feed(0.0, 7 * GIB, 0)  # under twice the floor
+    assert w.next_wait() == 0.1
+
+
+def test_psi_full_share_over_the_window_trips() -> None:
+    w = Watch(CFG)
+    for t in range(4):  # 0.1 s of full stall per second: 10 %
+        assert w.feed(float(t), 50 * GIB, t * 100_000) is None
+    # then 0.9 s per second for three seconds: 90 % of the window
+    causes = [w.feed(float(t), 50 * GIB, 300_000 + (t - 3) * 900_000) for t in range(4, 7)]
+    assert causes[-1]["kind"] == "psi" and "memory PSI full" in causes[-1]["reason"]
+
+
+def test_without_psi_nothing_trips_on_it() -> None:
+    w = Watch(CFG)
+    assert all(w.feed(float(t), 50 * GIB, None) is None for t in range(10))
+
+
+def test_node_modules_import_nothing_of_sparkctl_but_the_stripped_lines() -> None:
+    for name in ("memsense.py", "memguard.py"):
+        lines = (NODE / name).read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparkctl"):
+                assert lines[node.lineno - 1].endswith("# node: strip"), (name, node.lineno)
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("sparkctl") for a in node.names), name
+
+
+def test_the_shipped_program_runs_alone(tmp_path: Path) -> None:
+    from sparkctl.lifecycle.guard import program
+
+    text = program()
+    assert "sparkctl.node" not in text
+    prog = tmp_path / "memguard-x.py"
+    prog.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-S", str(prog), "status", "nothere"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == '{"running": null, "state": null, "trips": []}'

@@ -1,0 +1,56 @@
+"""ImageNccl: what a baked nccl.conf / NCCL_* env / second NCCL does to the ranks, judged per node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkctl.facts.nccl_image import parse_listing
+from sparkctl.findings import Severity
+from sparkctl.preflight.checks.image_nccl import judge_image, judge_versions
+
+FIX = Path(__file__).parents[3] / "fixtures" / "nccl" / "listing.txt"
+PLAN_ENV = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"}
+
+
+def test_inline_conf_is_an_error_and_an_overridden_key_is_said() -> None:
+    found = judge_image("spark2", parse_listing(FIX.read_text()), PLAN_ENV)
+    by = {f.message.split(" sets ")[1].split("=")[0] if " sets " in f.message else "libs": f for f in found}
+    assert (
+        by["NCCL_IB_USE_INLINE"].severity is Severity.ERROR
+        and "/etc/nccl.conf" in by["NCCL_IB_USE_INLINE"].message
+    )
+    assert "engine.env: {NCCL_IB_USE_INLINE" in by["NCCL_IB_USE_INLINE"].fix
+    assert (
+        by["NCCL_SOCKET_IFNAME"].severity is Severity.OK and "overridden" in by["NCCL_SOCKET_IFNAME"].message
+    )
+    assert by["NCCL_DEBUG"].severity is Severity.WARN
+    assert (
+        by["libs"].severity is Severity.WARN
+        and "2.21.5" in by["libs"].message
+        and "2.27.3" in by["libs"].message
+    )
+    assert all(f.node == "spark2" for f in found)
+
+
+def test_clean_image_is_one_ok_with_its_version() -> None:
+    got = parse_listing("#sparkctl-nccl libs\n/x/dist-packages/nvidia_nccl_cu12-2.27.3.dist-info\n")
+    (f,) = judge_image("spark1", got, PLAN_ENV)
+    assert f.severity is Severity.OK and "NCCL 2.27.3" in f.message
+
+
+def test_image_env_and_version_drift_across_nodes() -> None:
+    a = parse_listing("#sparkctl-nccl libs\n/x/dist-packages/nvidia_nccl_cu12-2.27.3.dist-info\n")
+    b = parse_listing(
+        "#sparkctl-nccl libs\n/x/dist-packages/nvidia_nccl_cu12-2.26.2.dist-info\n", {"NCCL_P2P_DISABLE": "1"}
+    )
+    (env,) = judge_image("spark2", b, PLAN_ENV)
+    assert env.severity is Severity.ERROR and "the image's env sets NCCL_P2P_DISABLE=1" in env.message
+    (drift,) = judge_versions({"spark1": a, "spark2": b})
+    assert drift.severity is Severity.ERROR and "spark1 2.27.3, spark2 2.26.2" in drift.message
+    assert judge_versions({"spark1": a, "spark2": a}) == []
+
+
+def test_a_mode_without_nccl_only_warns() -> None:
+    found = judge_image("spark1", parse_listing(FIX.read_text()), {}, uses_nccl=False)
+    inline = next(f for f in found if "NCCL_IB_USE_INLINE" in f.message)
+    assert inline.severity is Severity.WARN and "unused while every replica runs on one GPU" in inline.message

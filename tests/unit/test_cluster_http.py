@@ -1,0 +1,87 @@
+"""The cluster's HTTP opener and verify's probe: no proxy from the environment, and the bearer key
+never follows a redirect to another origin (two real HTTP servers on loopback)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sparkctl.cluster_http import OPENER
+from sparkctl.verify.client import probe
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str | None]]
+    redirect_to: str | None = None
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        if self.redirect_to and self.path.endswith("/models") and "moved" not in self.path:
+            self.send_response(302)
+            self.send_header("Location", self.redirect_to)
+            self.end_headers()
+            return
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+    made = []
+    for _ in range(2):
+        handler = type("H", (_Recorder,), {"seen": []})
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        made.append(srv)
+    yield made[0], made[1]
+    for srv in made:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _url(srv: ThreadingHTTPServer, path: str = "") -> str:
+    return f"http://127.0.0.1:{srv.server_address[1]}{path}"
+
+
+def test_a_redirect_to_another_origin_drops_the_key(servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = servers
+    a.RequestHandlerClass.redirect_to = _url(b, "/v1/moved/models")
+    info = probe(_url(a), "m", "sk-secret", 5)
+    assert info.models == ["m"]
+    assert a.RequestHandlerClass.seen == [("/v1/models", "Bearer sk-secret")]
+    assert b.RequestHandlerClass.seen == [("/v1/moved/models", None)]
+
+
+def test_a_redirect_within_the_origin_keeps_the_key(servers) -> None:
+    a, _b = servers
+    a.RequestHandlerClass.redirect_to = _url(a, "/v1/moved/models")
+    import urllib.request
+
+    with OPENER.open(urllib.request.Request(_url(a, "/v1/models"), headers={"Authorization": "Bearer k"})):
+        pass
+    assert a.RequestHandlerClass.seen == [("/v1/models", "Bearer k"), ("/v1/moved/models", "Bearer k")]
+
+
+def test_no_proxy_from_the_environment(servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY points at server b: the probe still goes straight to a, and b sees nothing."""
+    a, b = servers
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, _url(b))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen's cached opener would hide a regression
+    probe(_url(a), "m", "sk-secret", 5)
+    assert a.RequestHandlerClass.seen and not b.RequestHandlerClass.seen
