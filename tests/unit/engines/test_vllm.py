@@ -94,3 +94,12 @@ def test_gb10_gets_the_cap_as_default(dual) -> None:
 
     plan = build_plan(Profile.model_validate(data), "solo")
     assert get_engine("vllm").mem_fraction(plan.ranks[0].argv) == F.GB10_MAX_MEM_FRACTION
+
+
+def test_an_abbreviated_managed_flag_is_read_as_vllm_would(dual) -> None:
+    from sparkctl.errors import ProfileError
+
+    bad = _with(dual, args={**dual.engine.args, "master-a": "10.0.0.1"})
+    with pytest.raises(ProfileError, match="reads it as --master-addr"):
+        build_plan(bad, "tp2")
+    assert "gpu-memory-utilization" in get_engine("vllm").cli_flags
