@@ -31,7 +31,6 @@ KEY = "sk-realengine-" + "7f3a9c1e5b2d4f60"  # a value that must never show up a
 # verify on the tier's vLLM (tiny random weights, max-model-len 512, no tool/reasoning parser).
 MUST_PASS = (
     "Chat",
-    "ChatStream",
     "MaxTokens",
     "MaxCompletionTokens",
     "ResponsesDefault",
@@ -56,6 +55,9 @@ EXPECTED_NOT_OK = {
     "PrefixCacheResponses": "warn",  # a ~9.6k-character prompt over max-model-len 512
     "PrefixCacheChat": "warn",
 }
+# Not pinned: the incremental-stream test cannot tell this model's 16 tokens, generated within
+# ~2 ms, from a buffered stream; it passes or fails with the host's scheduling.
+UNPINNED = ("ChatStream",)
 SETUP: dict = {}  # the image's timings, reported by the first test
 
 
@@ -209,6 +211,7 @@ def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, st
         assert findings.get(check) == "ok", (check, findings)
     for check, severity in EXPECTED_NOT_OK.items():
         assert findings.get(check) == severity, (check, checks.get(check))
+    assert set(findings) == {*MUST_PASS, *EXPECTED_NOT_OK, *UNPINNED}, findings  # no check unaccounted
 
     down = cli(state, profile_path, "down", timeout=300)
     assert down.returncode == 0, down.stderr
