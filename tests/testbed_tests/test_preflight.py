@@ -75,12 +75,16 @@ def _lab_link_gbps(lab: Lab) -> float:
     return min(speeds) / 1000
 
 
-def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path) -> None:
+def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prof = write_lab_profile(ready, tmp_path / "p.yaml")
     doc = yaml.safe_load(prof.read_text())
     doc["fabric"]["min_link_gbps"] = _lab_link_gbps(ready)  # veths: far below a ConnectX-7's 200
     for role in ("target", "draft"):  # healthy = pinned (a branch is a Security UnpinnedRevision warning)
         doc["model"][role]["revision"] = COMMIT
+    # healthy = keyed (a keyless API the lab opens with `expose: public` is an ApiExposure warning)
+    doc["engine"]["api_key"] = {"env": "SPARKCTL_LAB_KEY"}
+    doc["engine"].pop("expose", None)
+    monkeypatch.setenv("SPARKCTL_LAB_KEY", "lab-healthy-key")
     prof.write_text(yaml.safe_dump(doc))
     rc, report, err = preflight(prof, "tp2")
     assert rc == 0, (err, errors(report))

@@ -91,6 +91,9 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
         serving = [r for r in m.replicas if r.state == "ready"]
         if m.health.ready and len(serving) < len(m.replicas):
             health = f"[yellow]degraded[/] ({len(serving)} of {len(m.replicas)} replicas serving)"
+        dead = m.dead_rank()
+        if dead:
+            health = f"[red]broken[/] ({escape(dead)}; `sparkctl logs --rank` shows why, `sparkctl up {m.mode}` restarts the group)"
         url = m.plan.endpoint.api_base if m.plan else "?"
         served = ", ".join(m.health.served) or "-"
         out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.engines import DEFAULT_ENGINE
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.docker import DockerFacts, nvidia_hook_probe, probe_docker
 from sparkctl.facts.gpu import gpus_probe, meminfo_probe
@@ -38,10 +39,13 @@ list default "$HOME/.cache/huggingface"
 
 @dataclass(frozen=True)
 class SglangImage:
+    """A local serving image: which engine it carries (the engines' own markers) and its version."""
+
     ref: str
     id: str
     size: int
-    sglang_version: str | None = None
+    sglang_version: str | None = None  # the engine's version label (SGLang's or vLLM's)
+    engine: str = DEFAULT_ENGINE  # the engine.kind it serves with
 
 
 @dataclass(frozen=True)
@@ -102,24 +106,37 @@ def parse_caches(text: str) -> list[tuple[str, str, list[str]]]:
     return [(src, path, repos[path]) for src, path in order]
 
 
+def _engine_of(tags: list[str], labels: dict) -> tuple[str | None, str | None]:
+    """(engine, version label) of an image: the first engine whose marker (engines' `image_markers`)
+    is in a tag or a label key; the version from a label whose key names it and "version"."""
+    from sparkctl.engines import ENGINE_NAMES, get_engine
+
+    for name in ENGINE_NAMES:
+        for mark in get_engine(name).image_markers:
+            version = next(
+                (str(v) for k, v in labels.items() if mark in k.lower() and "version" in k.lower()), None
+            )
+            if version or any(mark in t.lower() for t in tags) or any(mark in k.lower() for k in labels):
+                return name, version
+    return None, None
+
+
 def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[SglangImage]:
-    """Local images that carry SGLang: 'sglang' in a tag or a label (versions from such a label);
-    `also`: the image the user named (`init --image REF`), listed whatever its name."""
+    """Local images that carry a serving engine: an engine's marker ('sglang', 'vllm') in a tag or
+    a label (versions from such a label); `also`: the image the user named (`init --image REF`),
+    listed whatever its name."""
     want = {also, f"{also}:latest"} if also and ":" not in also.rsplit("/", 1)[-1] else {also}
     out = []
     for item in items:
         tags = [t for t in item.get("RepoTags") or [] if t and t != "<none>:<none>"]
         labels = item.get("Labels") or {}
-        version = next(
-            (str(v) for k, v in labels.items() if "sglang" in k.lower() and "version" in k.lower()), None
-        )
-        sglang = (
-            version or any("sglang" in t.lower() for t in tags) or any("sglang" in k.lower() for k in labels)
-        )
-        listed = tags if sglang else []
+        engine, version = _engine_of(tags, labels)
+        listed = tags if engine else []
         if also and want & set(tags) and also not in listed:  # e.g. `--image repo` for repo:latest
             listed = [*listed, also]
-        out += [SglangImage(t, str(item.get("Id", "")), int(item.get("Size") or 0), version) for t in listed]
+        size = int(item.get("Size") or 0)
+        kind = engine or DEFAULT_ENGINE
+        out += [SglangImage(t, str(item.get("Id", "")), size, version, kind) for t in listed]
     return sorted(out, key=lambda i: i.ref)
 
 

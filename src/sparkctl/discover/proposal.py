@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.discover.fabric import FabricEnd, FabricOption
 from sparkctl.discover.facts import HfCache, NodeDiscovery, SglangImage
+from sparkctl.engines import DEFAULT_ENGINE
 from sparkctl.facts.hfcache import resolve_revision
 from sparkctl.profile.schema import NAME_RE
 
@@ -84,6 +85,7 @@ class Draft:
     ssh_key: str | None = None
     ssh_user: str | None = None
     warnings: list[str] = field(default_factory=list)
+    engine: str = DEFAULT_ENGINE  # engine.kind of the chosen image
 
 
 # ----------------------------------------------------------------------------- names and modes
@@ -377,7 +379,8 @@ def build_draft(
         transport=transport,
         image=answers.image,
         image_note=image_note,
-        sglang_version=img.sglang_version if img else None,
+        sglang_version=img.sglang_version if img and img.engine == DEFAULT_ENGINE else None,
+        engine=img.engine if img else DEFAULT_ENGINE,
         model=answers.model,
         model_revision=model_rev,
         draft=answers.draft,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from sparkctl.discover.proposal import Draft, NodeDraft
+from sparkctl.engines import DEFAULT_ENGINE
 
 COMMENT_COL = 36
 
@@ -96,6 +97,8 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out(f"  hf_cache: {_y(d.hf_cache)}", "mounted as HF_HOME")
     out()
     out("engine:")
+    if d.engine != DEFAULT_ENGINE:
+        out(f"  kind: {d.engine}", "the image's engine (docs/engines.md)")
     if d.sglang_version:
         out(f"  sglang_version: {_y(d.sglang_version)}", "from the image's label")
     out(

@@ -1,4 +1,4 @@
-"""Serving engines behind one interface (base.Engine); SGLang is the first implementation.
+"""Serving engines behind one interface (base.Engine): SGLang (the default) and vLLM.
 
 `get_engine(name)` imports an implementation only when asked (the CLI path stays light). Adding
 an engine (vLLM) is one package here that provides an `Engine`, plus a line in `_ENGINES` and
@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from sparkctl.engines.base import Engine
 
 # engine name (profile engine.kind) -> "module:attribute" of its Engine instance
-_ENGINES: dict[str, str] = {"sglang": "sparkctl.engines.sglang:ENGINE"}
+_ENGINES: dict[str, str] = {
+    "sglang": "sparkctl.engines.sglang:ENGINE",
+    "vllm": "sparkctl.engines.vllm:ENGINE",
+}
 ENGINE_NAMES: tuple[str, ...] = tuple(_ENGINES)  # == profile.base.ENGINE_KINDS (a unit test holds it)
 __all__ = ["DEFAULT_ENGINE", "ENGINE_KINDS", "ENGINE_NAMES", "get_engine"]
 

@@ -28,6 +28,30 @@ class Readiness:
 
 
 @dataclass(frozen=True)
+class MetricNames:
+    """The engine's Prometheus names `top` reads (None: the engine exports no such series) and the
+    gauges whose sum is the requests a replica still serves (the rolling switch's drain)."""
+
+    running: str | None = None  # gauge: requests being generated
+    queued: str | None = None  # gauge: requests waiting for a slot
+    token_usage: str | None = None  # gauge 0..1: KV-cache use
+    gen_throughput: str | None = None  # gauge tok/s (used when no counter rate is known yet)
+    accept_length: str | None = None  # gauge: speculative acceptance length
+    accept_rate: str | None = None
+    cache_hit_rate: str | None = None
+    max_tokens: str | None = None
+    prompt_tokens: str | None = None  # counters (with their _total suffix)
+    generation_tokens: str | None = None
+    requests: str | None = None
+    aborted: str | None = None
+    ttft: str | None = None  # histograms (base name)
+    itl: str | None = None
+    e2e: str | None = None
+    in_flight: tuple[str, ...] = ()  # summed for the drain (an `endpoint` label of a probe is skipped)
+    enable_flag: str | None = None  # the serving flag that turns /metrics on (None: always on)
+
+
+@dataclass(frozen=True)
 class RankLayout:
     """Where one rank sits in its replica group: what the engine's parallel flags are rendered from."""
 
@@ -49,7 +73,8 @@ class LayoutFlags:
 
     nnodes: str  # takes the group's node count
     node_rank: str  # takes the rank inside the group
-    dist_init_addr: str  # takes the group's rendezvous as host:port
+    dist_init_addr: str  # takes the group's rendezvous as host:port (only the host with dist_init_port)
+    dist_init_port: str | None = None  # takes the rendezvous port, when the engine splits it (vLLM)
 
 
 class LaunchRank(Protocol):
@@ -84,6 +109,9 @@ class Engine(Protocol):
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     key_file: str  # in-container file the engine reads its API keys from (kept off argv)
     readiness: Readiness
+    metrics: MetricNames
+    auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
+    image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
     layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
 

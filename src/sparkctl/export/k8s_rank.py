@@ -53,12 +53,15 @@ def lws_argv(plan: Plan, spec: RankSpec, flags: LayoutFlags | None) -> list[str]
             f"rank {spec.rank}: the engine does not say which flags carry a rank's place in its group",
             fix="the engine needs `layout_flags` (engines/base.py) to be exported to Kubernetes",
         )
-    port = group.dist_init_addr.rsplit(":", 1)[1]
+    host, port = group.dist_init_addr.rsplit(":", 1)
     places = {
         flags.nnodes: (str(len(group.ranks)), LWS_GROUP_SIZE),
         flags.node_rank: (str(spec.node_rank), LWS_WORKER_INDEX),
         flags.dist_init_addr: (group.dist_init_addr, f"{LWS_LEADER_ADDRESS}:{port}"),
     }
+    if flags.dist_init_port:  # the rendezvous split over two flags (vLLM: --master-addr, --master-port)
+        places[flags.dist_init_addr] = (host, LWS_LEADER_ADDRESS)
+        places[flags.dist_init_port] = (port, port)
     for flag, (value, var) in places.items():
         at = [i for i, w in enumerate(spec.argv[:-1]) if w == flag]
         if len(at) != 1 or spec.argv[at[0] + 1] != value:

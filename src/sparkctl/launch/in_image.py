@@ -27,6 +27,7 @@ def image_runner(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     node: str = "",
     progress: Callable[[str], None] | None = None,
+    what: str = "SGLang's parser",
 ) -> RunInImage:
     say = progress or (lambda _msg: None)
     where = f" on {node}" if node else ""
@@ -35,7 +36,7 @@ def image_runner(
         import docker.errors
         import requests.exceptions
 
-        say(f"checking flags with SGLang's parser in {image}{where} (timeout {timeout_s:g} s)")
+        say(f"checking flags with {what} in {image}{where} (timeout {timeout_s:g} s)")
         start = time.monotonic()
         try:
             client = conn.docker()
@@ -58,7 +59,7 @@ def image_runner(
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError, TimeoutError):
                 raise InImageError(
                     f"timed out after {timeout_s:g} s: `{argv[0]}` in {image}{where} did not "
-                    "return (raise --parser-timeout if the image is slow to import SGLang)"
+                    "return (raise --parser-timeout if the image is slow to import its engine)"
                 ) from None
             out = container.logs(stdout=True, stderr=False).decode(errors="replace")
             err = container.logs(stdout=False, stderr=True).decode(errors="replace")

@@ -1,8 +1,10 @@
 """How many requests a replica is serving, read from the replica itself (the rolling switch's drain).
 
-The signal is SGLang's `sglang:http_requests_active` gauge on the replica head's `/metrics`
-(0.5.23, `--enable-metrics`): its pure-ASGI middleware counts a request from arrival until the
-last byte of its response, streams included. The router cannot tell: sglang-router 0.3.2's
+The signal is the engine's in-flight gauges (`Engine.metrics.in_flight`) on the replica head's
+`/metrics`, summed. SGLang 0.5.23 (`--enable-metrics`): `sglang:http_requests_active`, whose
+pure-ASGI middleware counts a request from arrival until the last byte of its response, streams
+included. vLLM: `vllm:num_requests_running` + `vllm:num_requests_waiting` (always served): a
+request leaves them when the engine produced its last token. The router cannot tell: sglang-router 0.3.2's
 `load` counts in-flight requests only under some policies (0 under round_robin, measured), and a
 removed worker leaves its `GET /workers` listing at once, while its requests still run. Scrapes and health probes
 are not requests to wait for, so their endpoints are left out of the count.
@@ -14,11 +16,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sparkctl.cluster_http import OPENER
 from sparkctl.errors import SparkctlError
 
-IN_FLIGHT = "sglang:http_requests_active"
+if TYPE_CHECKING:
+    from sparkctl.engines.base import MetricNames
+
 # Endpoints that are not work to drain: the scrape itself, health checks, metadata lookups.
 PROBES = frozenset(
     {
@@ -41,9 +46,19 @@ class NoInFlightSignal(SparkctlError):
     """The replica does not say how many requests it is serving."""
 
 
-def count_in_flight(text: str) -> int | None:
-    """Requests in flight per the exposition text; None when the gauge is absent."""
+def _names(names: MetricNames | None) -> MetricNames:
+    if names is not None:
+        return names
+    from sparkctl.engines import get_engine
+
+    return get_engine().metrics  # the default engine's
+
+
+def count_in_flight(text: str, names: MetricNames | None = None) -> int | None:
+    """Requests in flight per the exposition text; None when the gauges are absent."""
     from prometheus_client.parser import text_string_to_metric_families
+
+    gauges = set(_names(names).in_flight)
 
     total, seen = 0.0, False
     try:
@@ -52,19 +67,22 @@ def count_in_flight(text: str) -> int | None:
         return None
     for family in families:
         for s in family.samples:
-            if s.name == IN_FLIGHT:
+            if s.name in gauges:
                 seen = True
                 if s.labels.get("endpoint") not in PROBES:
                     total += s.value
     return round(total) if seen else None
 
 
-def in_flight(url: str, api_key: str | None = None) -> int:
+def in_flight(url: str, api_key: str | None = None, names: MetricNames | None = None) -> int:
     """Requests the replica at `url` is serving now; NoInFlightSignal when it cannot tell."""
+    names = _names(names)
     req = urllib.request.Request(url.rstrip("/") + "/metrics")
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
-    fix = "set engine.args enable-metrics: true (SGLang then serves /metrics), `sparkctl up` it once"
+    fix = "serve /metrics (check the engine's flags), `sparkctl up` it once"
+    if names.enable_flag:
+        fix = f"set engine.args {names.enable_flag}: true (the engine then serves /metrics), `sparkctl up` it once"
     try:
         with OPENER.open(req, timeout=SCRAPE_TIMEOUT) as resp:
             text = resp.read().decode("utf-8", errors="replace")
@@ -72,9 +90,9 @@ def in_flight(url: str, api_key: str | None = None) -> int:
         raise NoInFlightSignal(f"{url}/metrics: HTTP {exc.code}", fix=fix) from None
     except (urllib.error.URLError, OSError) as exc:
         raise NoInFlightSignal(f"{url}/metrics: {getattr(exc, 'reason', exc)}", fix=fix) from None
-    count = count_in_flight(text)
+    count = count_in_flight(text, names)
     if count is None:
-        raise NoInFlightSignal(f"{url}/metrics has no {IN_FLIGHT}", fix=fix)
+        raise NoInFlightSignal(f"{url}/metrics has no {' / '.join(names.in_flight)}", fix=fix)
     return count
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
+from sparkctl.engines.base import MetricNames
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
@@ -121,7 +122,7 @@ def decide(
             workers = client.workers()
     verdict = can_roll(old, new, observed, workers)
     if verdict.ok:
-        verdict = _check_signal(new, verdict, workers or [], key)
+        verdict = _check_signal(new, verdict, workers or [], key, _metrics(profile))
     return Decision(verdict, old, observed, client, key)
 
 
@@ -167,14 +168,22 @@ def _hcas(plan: Plan) -> PlanFacts:
     return PlanFacts(hcas=hcas, gid_index=gids, addresses=dict(plan.node_ips))
 
 
-def _check_signal(new: Plan, verdict: Verdict, workers: list[Worker], key: str | None) -> Verdict:
+def _metrics(profile: Profile) -> MetricNames:
+    from sparkctl.engines import get_engine
+
+    return get_engine(profile.engine.kind).metrics
+
+
+def _check_signal(
+    new: Plan, verdict: Verdict, workers: list[Worker], key: str | None, names: MetricNames
+) -> Verdict:
     """Every serving replica to replace must say how many requests it serves, or no drain is possible."""
     listed = {w.url for w in workers if w.healthy}
     for i in verdict.order:
         url = new.groups[i].worker_url
         if url in listed:
             try:
-                in_flight(url, key)
+                in_flight(url, key, names)
             except NoInFlightSignal as exc:
                 return Verdict(False, f"replica {i} cannot be drained ({exc.message}; fix: {exc.fix})")
     return verdict
@@ -247,8 +256,9 @@ def _take_out(ctx: _Roll, rr: ReplicaRoll, drain: bool) -> None:
     if not drain:
         return
     t = time.monotonic()
-    rr.in_flight = max(0, _read(rr.url, ctx.key))
-    drained, left = wait_drained(lambda: in_flight(url, ctx.key), ctx.profile.router.drain_timeout)
+    names = _metrics(ctx.profile)
+    rr.in_flight = max(0, _read(rr.url, ctx.key, names))
+    drained, left = wait_drained(lambda: in_flight(url, ctx.key, names), ctx.profile.router.drain_timeout)
     rr.drain_s = time.monotonic() - t
     if drained:
         ctx.rep.phase(
@@ -263,9 +273,9 @@ def _take_out(ctx: _Roll, rr: ReplicaRoll, drain: bool) -> None:
         )
 
 
-def _read(url: str, key: str | None) -> int:
+def _read(url: str, key: str | None, names: MetricNames) -> int:
     try:
-        return in_flight(url, key)
+        return in_flight(url, key, names)
     except NoInFlightSignal:
         return -1
 

@@ -95,6 +95,20 @@ class ModeStatus:
             return None
         return self.running_hash != self.profile_hash
 
+    def dead_rank(self) -> str | None:
+        """The first planned rank whose container is not running (a single group: with replicas,
+        each replica says it). An engine's /health may not notice: vLLM's answers 200 with a TP
+        peer dead, and its rank 0 exits with code 0 after one; both are failures here."""
+        if self.plan is None or self.replicas:
+            return None
+        found = {(c.node, c.name): c for c in self.ranks}
+        for spec in self.plan.ranks:
+            c = found.get((spec.node, spec.container_name))
+            if c is None or not c.running:
+                how = "is missing" if c is None else f"is {c.status} ({c.describe_exit()})"
+                return f"rank {spec.rank} on {spec.node} {how}"
+        return None
+
     def to_json(self) -> dict:
         ep = self.plan.endpoint if self.plan else None
         return {
@@ -102,6 +116,7 @@ class ModeStatus:
             "endpoint": ep.url if ep else None,
             "model": ep.served_model_name if ep else None,
             "health": self.health.to_json(),
+            "broken": self.dead_rank(),
             "config_hash": self.running_hash,
             "profile_config_hash": self.profile_hash,
             "config_changed": self.drift,

@@ -133,8 +133,14 @@ def recipe_tag(recipe: str) -> str:
 def _check_managed(profile: Profile, mode_name: str) -> None:
     """Flags the engine renders from the profile itself may not be set in engine.args/mode args,
     also not abbreviated: argparse (allow_abbrev) reads `--trust-remote` as `--trust-remote-code`,
-    so a key is resolved against the engine's own flag list first."""
+    so a key is resolved against the engine's own flag list first. A key the engine does not take
+    (vLLM has no admin key) may not be set either."""
     engine = get_engine(profile.engine.kind)
+    if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
+        raise ProfileError(
+            f"engine.admin_api_key: engine '{engine.name}' has no admin key",
+            fix="remove engine.admin_api_key (engine.api_key guards every route)",
+        )
     managed, known = engine.managed_flags, engine.cli_flags
     for where, args in (
         ("engine.args", profile.engine.args),
@@ -293,6 +299,7 @@ def _build_group(
         port=group.port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, head),
+        readiness=engine.readiness,
     )
     worker = None  # what the router reaches the replica at: an IP, never a name
     if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from sparkctl.engines.base import Readiness
 from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
@@ -52,6 +53,7 @@ class Endpoint:
     port: int
     served_model_name: str
     api_key: SecretRef | None = None  # sent as a bearer token by readiness and status
+    readiness: Readiness = Readiness()  # the engine's paths (a router's: the default ones)
 
     @property
     def url(self) -> str:

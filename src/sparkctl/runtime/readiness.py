@@ -1,7 +1,8 @@
 """Is the endpoint serving? `/v1/models` (HTTP server up, served name) then `/health`.
 
-`/v1/models` is static metadata: it answers before warm-up ends. `/health` runs a real 1-token
-generation on rank 0 (SGLang returns 503 while starting), so only both together mean "ready".
+`/v1/models` is static metadata: it answers before warm-up ends. `/health` is the engine's own
+check (SGLang: a real 1-token generation, 503 while starting; vLLM: the API server reaches its
+engine core), so only both together mean "ready". The paths come from the engine (Endpoint.readiness).
 Ranks >= 1 run a dummy health server that always says 200, so they are never probed over HTTP;
 their liveness comes from their containers (watch.py).
 """
@@ -17,7 +18,6 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from sparkctl.cluster_http import OPENER as _OPENER
-from sparkctl.engines import get_engine
 from sparkctl.engines.base import Readiness
 from sparkctl.planning.build import Endpoint
 
@@ -68,9 +68,9 @@ def served_models(body: bytes) -> list[str]:
 
 def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None = None) -> EndpointHealth:
     """One probe of rank 0's API; never raises (errors become `detail`). The paths are the
-    engine's (default: the default engine's). Sends the profile's API key (a file-held key must
+    engine's (the plan put them on the endpoint). Sends the profile's API key (a file-held key must
     have been read this run, as `up` does when it starts the ranks)."""
-    paths = readiness or get_engine().readiness
+    paths = readiness or endpoint.readiness
     models, check = paths.models_path, paths.health_path
     key = endpoint.api_key.known_value() if endpoint.api_key else None
     try:

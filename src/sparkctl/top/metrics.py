@@ -1,7 +1,7 @@
-"""SGLang's Prometheus `/metrics` (rank 0 of each group): parse one scrape, derive what `top` shows.
+"""An engine's Prometheus `/metrics` (rank 0 of each group): parse one scrape, derive what `top` shows.
 
-The metric names are SGLang 0.5.23's (sglang/srt/observability/metrics_collector.py); the list
-with what each is used for is in docs/top.md. Counters (`*_total`) are differenced between two
+The metric names are the engine's (`Engine.metrics`: SGLang's and vLLM's are listed with what each
+is used for in docs/top.md); a role the engine does not export stays None. Counters (`*_total`) are differenced between two
 scrapes to get rates; histograms give TTFT / inter-token latency percentiles over the interval
 (bucket counts differenced), or over the engine's lifetime when nothing finished meanwhile.
 """
@@ -10,50 +10,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-# Gauges (one value per scheduler; several label sets are combined as noted in GAUGE_COMBINE).
-RUNNING = "sglang:num_running_reqs"
-QUEUED = "sglang:num_queue_reqs"
-GEN_THROUGHPUT = "sglang:gen_throughput"
-TOKEN_USAGE = "sglang:token_usage"
-ACCEPT_LENGTH = "sglang:spec_accept_length"
-ACCEPT_RATE = "sglang:spec_accept_rate"
-CACHE_HIT_RATE = "sglang:cache_hit_rate"
-MAX_TOKENS = "sglang:max_total_num_tokens"
-# Counters (prometheus_client exposes them with the `_total` suffix).
-PROMPT_TOKENS = "sglang:prompt_tokens_total"
-GENERATION_TOKENS = "sglang:generation_tokens_total"
-REQUESTS = "sglang:num_requests_total"
-ABORTED = "sglang:num_aborted_requests_total"
-# Histograms.
-TTFT = "sglang:time_to_first_token_seconds"
-ITL = "sglang:inter_token_latency_seconds"
-E2E = "sglang:e2e_request_latency_seconds"
+if TYPE_CHECKING:
+    from sparkctl.engines.base import MetricNames
 
-GAUGES = (
-    RUNNING,
-    QUEUED,
-    GEN_THROUGHPUT,
-    TOKEN_USAGE,
-    ACCEPT_LENGTH,
-    ACCEPT_RATE,
-    CACHE_HIT_RATE,
-    MAX_TOKENS,
-)
-COUNTERS = (PROMPT_TOKENS, GENERATION_TOKENS, REQUESTS, ABORTED)
-HISTOGRAMS = (TTFT, ITL, E2E)
+
+def _names(names: MetricNames | None) -> MetricNames:
+    if names is not None:
+        return names
+    from sparkctl.engines import get_engine
+
+    return get_engine().metrics  # the default engine's
+
+
 # How label sets of one gauge combine (dp ranks, priorities): counts add up, ratios take the worst
 # (usage) or the mean (acceptance).
-GAUGE_COMBINE = {
-    RUNNING: "sum",
-    QUEUED: "sum",
-    GEN_THROUGHPUT: "sum",
-    TOKEN_USAGE: "max",
-    ACCEPT_LENGTH: "mean",
-    ACCEPT_RATE: "mean",
-    CACHE_HIT_RATE: "mean",
-    MAX_TOKENS: "sum",
+COMBINE = {
+    "running": "sum",
+    "queued": "sum",
+    "gen_throughput": "sum",
+    "token_usage": "max",
+    "accept_length": "mean",
+    "accept_rate": "mean",
+    "cache_hit_rate": "mean",
+    "max_tokens": "sum",
 }
+COUNTER_ROLES = ("prompt_tokens", "generation_tokens", "requests", "aborted")
+HISTOGRAM_ROLES = ("ttft", "itl", "e2e")
 QUANTILES = (0.5, 0.9, 0.99)
 
 
@@ -94,7 +78,8 @@ class Histogram:
 
 @dataclass(frozen=True)
 class Scrape:
-    """One `/metrics` text, reduced to the series `top` uses; `t` is time.monotonic() of the scrape."""
+    """One `/metrics` text, reduced to the series `top` uses (keyed by metric name); `t` is
+    time.monotonic() of the scrape."""
 
     t: float
     gauges: dict[str, float] = field(default_factory=dict)
@@ -110,9 +95,14 @@ def _combine(values: list[float], how: str) -> float:
     return sum(values) / len(values)
 
 
-def parse_metrics(text: str, t: float = 0.0) -> Scrape:
-    """Parse SGLang's exposition text (prometheus-client's own parser, imported here: CLI start)."""
+def parse_metrics(text: str, t: float = 0.0, names: MetricNames | None = None) -> Scrape:
+    """Parse an engine's exposition text (prometheus-client's own parser, imported here: CLI start)."""
     from prometheus_client.parser import text_string_to_metric_families
+
+    n = _names(names)
+    gauge_combine = {getattr(n, role): how for role, how in COMBINE.items() if getattr(n, role) is not None}
+    counter_names = {getattr(n, r) for r in COUNTER_ROLES} - {None}
+    hist_names = {getattr(n, r) for r in HISTOGRAM_ROLES} - {None}
 
     gauges: dict[str, list[float]] = {}
     counters: dict[str, float] = {}
@@ -121,17 +111,17 @@ def parse_metrics(text: str, t: float = 0.0) -> Scrape:
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if s.name in GAUGE_COMBINE:
+                if s.name in gauge_combine:
                     gauges.setdefault(s.name, []).append(s.value)
-                elif s.name in COUNTERS:
+                elif s.name in counter_names:
                     counters[s.name] = counters.get(s.name, 0.0) + s.value
-                elif s.name.endswith("_bucket") and s.name[: -len("_bucket")] in HISTOGRAMS:
+                elif s.name.endswith("_bucket") and s.name[: -len("_bucket")] in hist_names:
                     le = float(s.labels["le"])
                     per = buckets.setdefault(s.name[: -len("_bucket")], {})
                     per[le] = per.get(le, 0.0) + s.value
                 else:
                     base, _, kind = s.name.rpartition("_")
-                    if base in HISTOGRAMS and kind in ("count", "sum"):
+                    if base in hist_names and kind in ("count", "sum"):
                         per_kind = sums.setdefault(base, {})
                         per_kind[kind] = per_kind.get(kind, 0.0) + s.value
     except (ValueError, KeyError, TypeError) as exc:
@@ -144,7 +134,7 @@ def parse_metrics(text: str, t: float = 0.0) -> Scrape:
     }
     return Scrape(
         t=t,
-        gauges={k: _combine(v, GAUGE_COMBINE[k]) for k, v in gauges.items()},
+        gauges={k: _combine(v, gauge_combine[k]) for k, v in gauges.items()},
         counters=counters,
         histograms=hists,
     )
@@ -172,8 +162,8 @@ class EngineStats:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def _rate(now: Scrape, before: Scrape | None, name: str) -> float | None:
-    if before is None or name not in now.counters or name not in before.counters:
+def _rate(now: Scrape, before: Scrape | None, name: str | None) -> float | None:
+    if before is None or name is None or name not in now.counters or name not in before.counters:
         return None
     dt, dv = now.t - before.t, now.counters[name] - before.counters[name]
     if dt <= 0 or dv < 0:  # same instant, or the engine restarted (counters reset)
@@ -187,30 +177,35 @@ def _percentiles(h: Histogram | None) -> dict[str, float | None]:
     return {f"p{round(q * 100)}": h.quantile(q) for q in QUANTILES}
 
 
-def engine_stats(now: Scrape, before: Scrape | None = None) -> EngineStats:
+def _get(table: dict, name: str | None) -> float | None:
+    return table.get(name) if name is not None else None
+
+
+def engine_stats(now: Scrape, before: Scrape | None = None, names: MetricNames | None = None) -> EngineStats:
     """Derive the numbers; rates need `before` (a previous scrape of the same engine)."""
+    n = _names(names)
     g = now.gauges
-    gen = _rate(now, before, GENERATION_TOKENS)
-    ttft, itl = now.histograms.get(TTFT), now.histograms.get(ITL)
+    gen = _rate(now, before, n.generation_tokens)
+    ttft, itl = now.histograms.get(n.ttft or ""), now.histograms.get(n.itl or "")
     window = "lifetime"
-    if before is not None and ttft is not None and TTFT in before.histograms:
-        recent = ttft.minus(before.histograms[TTFT])
+    if before is not None and ttft is not None and n.ttft in before.histograms:
+        recent = ttft.minus(before.histograms[n.ttft])
         if recent.count > 0 and recent is not ttft:
             window, ttft = "interval", recent
-            if itl is not None and ITL in before.histograms:
-                itl = itl.minus(before.histograms[ITL])
+            if itl is not None and n.itl in before.histograms:
+                itl = itl.minus(before.histograms[n.itl])
     return EngineStats(
-        running=g.get(RUNNING),
-        queued=g.get(QUEUED),
-        prompt_tok_s=_rate(now, before, PROMPT_TOKENS),
-        gen_tok_s=gen if gen is not None else g.get(GEN_THROUGHPUT),  # SGLang's own gauge: one scrape
-        req_s=_rate(now, before, REQUESTS),
-        token_usage=g.get(TOKEN_USAGE),
-        accept_length=g.get(ACCEPT_LENGTH),
-        accept_rate=g.get(ACCEPT_RATE),
-        cache_hit_rate=g.get(CACHE_HIT_RATE),
+        running=_get(g, n.running),
+        queued=_get(g, n.queued),
+        prompt_tok_s=_rate(now, before, n.prompt_tokens),
+        gen_tok_s=gen if gen is not None else _get(g, n.gen_throughput),  # a gauge: one scrape
+        req_s=_rate(now, before, n.requests),
+        token_usage=_get(g, n.token_usage),
+        accept_length=_get(g, n.accept_length),
+        accept_rate=_get(g, n.accept_rate),
+        cache_hit_rate=_get(g, n.cache_hit_rate),
         ttft_s=_percentiles(ttft),
         itl_s=_percentiles(itl),
         latency_window=window,
-        requests_total=now.counters.get(REQUESTS),
+        requests_total=_get(now.counters, n.requests),
     )

@@ -190,16 +190,19 @@ class Collector:
 
     def _engine(self, plan: Plan, replica: int | None = None) -> EngineRow:
         """One replica's head /metrics (the router's port serves no engine metrics)."""
+        from sparkctl.engines import get_engine
+
+        names = get_engine(self.profile.engine.kind).metrics
         url = f"{plan.endpoint.url}/metrics"
         row = EngineRow(plan.mode, url, replica=replica)
         try:
             text = scrape(url)
-            now = parse_metrics(text, time.monotonic())
+            now = parse_metrics(text, time.monotonic(), names)
         except Exception as exc:  # noqa: BLE001 - any failure to read the engine is that cell's state
-            row.error = _metrics_error(exc)
+            row.error = _metrics_error(exc, names.enable_flag)
             self._scrape.pop(url, None)
             return row
-        row.stats = engine_stats(now, self._scrape.get(url))
+        row.stats = engine_stats(now, self._scrape.get(url), names)
         self._scrape[url] = now
         return row
 
@@ -255,12 +258,12 @@ def _message(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _metrics_error(exc: Exception) -> str:
+def _metrics_error(exc: Exception, enable_flag: str | None = None) -> str:
     import urllib.error
 
     if isinstance(exc, urllib.error.HTTPError):
-        if exc.code == 404:
-            return "/metrics: HTTP 404 (set engine.args enable-metrics: true)"
+        if exc.code == 404 and enable_flag:
+            return f"/metrics: HTTP 404 (set engine.args {enable_flag}: true)"
         return f"/metrics: HTTP {exc.code}"
     reason = getattr(exc, "reason", None) or exc
     return f"/metrics: {reason}"

@@ -233,3 +233,20 @@ def test_revision_is_not_pinned_when_nodes_disagree(bad_main: str | None) -> Non
     )
     assert draft.model_revision.value == "main"
     assert "pin a commit" in draft.model_revision.note
+
+
+def test_images_are_detected_per_engine_by_the_engines_markers() -> None:
+    items = [
+        {
+            "RepoTags": ["sparkctl-test/vllm-cpu:0.32.0"],
+            "Labels": {"org.sparkctl.vllm.version": "0.32.0"},
+            "Id": "a",
+        },
+        {"RepoTags": ["lmsysorg/sglang:v0.5.23"], "Labels": {}, "Id": "b"},
+        {"RepoTags": ["ubuntu:24.04"], "Id": "c"},
+    ]
+    found = {i.ref: (i.engine, i.sglang_version) for i in sglang_images_from_list(items)}
+    assert found == {
+        "sparkctl-test/vllm-cpu:0.32.0": ("vllm", "0.32.0"),
+        "lmsysorg/sglang:v0.5.23": ("sglang", None),
+    }

@@ -39,10 +39,11 @@ class Toy(SGLang):
         ]
 
 
-def test_sglang_is_the_registered_default() -> None:
-    assert ENGINE_NAMES == ("sglang",) and isinstance(get_engine(), SGLang)
-    with pytest.raises(UsageError, match="unknown engine 'vllm'"):
-        get_engine("vllm")
+def test_sglang_is_the_registered_default_and_vllm_the_second() -> None:
+    assert ENGINE_NAMES == ("sglang", "vllm") and isinstance(get_engine(), SGLang)
+    assert get_engine("vllm").name == "vllm"
+    with pytest.raises(UsageError, match="unknown engine 'tgi'"):
+        get_engine("tgi")
 
 
 def test_plan_renders_argv_and_env_through_the_engine(profile, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,3 +65,21 @@ def test_the_wrapper_stops_on_a_node_without_a_file(tmp_path: Path) -> None:
     res = _run_wrapper(tmp_path, "stranger", {"spark2.env": "IP=1\n"})
     assert res.returncode == 1
     assert "no env file for node stranger in ConfigMap cm" in res.stderr
+
+
+def test_vllm_rendezvous_split_over_master_addr_and_port(monkeypatch) -> None:
+    from pathlib import Path
+
+    from sparkctl.engines import get_engine
+    from sparkctl.export.k8s_rank import LWS_GROUP_SIZE, LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, lws_argv
+    from sparkctl.planning.build import build_plan
+    from sparkctl.profile import load_profile_file
+
+    monkeypatch.setenv("SPARKCTL_API_KEY", "k")
+    root = Path(__file__).resolve().parents[3]
+    plan = build_plan(load_profile_file(root / "profiles" / "vllm-dual-spark.yaml"), "tp2")
+    argv = lws_argv(plan, plan.ranks[1], get_engine("vllm").layout_flags)
+    at = {w: argv[i + 1] for i, w in enumerate(argv[:-1]) if w.startswith("--")}
+    assert at["--master-addr"] == LWS_LEADER_ADDRESS and at["--master-port"] == "50051"
+    assert at["--nnodes"] == LWS_GROUP_SIZE and at["--node-rank"] == LWS_WORKER_INDEX
+    assert argv[-1] == "--headless"

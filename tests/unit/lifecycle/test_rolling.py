@@ -226,7 +226,9 @@ def harness(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(rolling, "observe", lambda pool, cluster, nodes: observed)
         monkeypatch.setattr(rolling.routers, "client", lambda pool, plan: router)
         monkeypatch.setattr(
-            rolling, "in_flight", lambda url, key=None: (calls.append(("drain", url)), next(flights[url]))[1]
+            rolling,
+            "in_flight",
+            lambda url, key=None, names=None: (calls.append(("drain", url)), next(flights[url]))[1],
         )
         monkeypatch.setattr(
             rolling,
@@ -363,7 +365,7 @@ def test_a_replica_that_cannot_say_what_it_serves_is_not_rolled(
     old = build_plan(profile(), "dp2")
     prof, new, _, calls = harness(containers(old))
 
-    def no_metrics(url: str, key: str | None = None) -> int:
+    def no_metrics(url: str, key: str | None = None, names=None) -> int:
         raise NoInFlightSignal(f"{url}/metrics: HTTP 404", fix="set engine.args enable-metrics: true")
 
     monkeypatch.setattr(rolling, "in_flight", no_metrics)

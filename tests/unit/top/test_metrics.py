@@ -6,19 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.top.metrics import (
-    ACCEPT_LENGTH,
-    GENERATION_TOKENS,
-    ITL,
-    PROMPT_TOKENS,
-    QUEUED,
-    RUNNING,
-    TTFT,
-    Histogram,
-    MetricsParseError,
-    engine_stats,
-    parse_metrics,
-)
+from sparkctl.engines.sglang import METRICS
+from sparkctl.top.metrics import Histogram, MetricsParseError, engine_stats, parse_metrics
+
+RUNNING, QUEUED, ACCEPT_LENGTH = METRICS.running, METRICS.queued, METRICS.accept_length
+PROMPT_TOKENS, GENERATION_TOKENS = METRICS.prompt_tokens, METRICS.generation_tokens
+TTFT, ITL = METRICS.ttft, METRICS.itl
 
 FIX = Path(__file__).parents[2] / "fixtures" / "sglang"
 A = (FIX / "metrics-0.5.23-a.txt").read_text()

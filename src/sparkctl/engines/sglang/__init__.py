@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchTarget, LayoutFlags, RankLayout, Readiness
+from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
 from sparkctl.engines.sglang import flags as F
 from sparkctl.engines.sglang.cli_flags import CLI_FLAGS
 from sparkctl.profile.derived import served_model_name
@@ -16,6 +16,29 @@ if TYPE_CHECKING:
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
+
+
+# SGLang 0.5.23's names (sglang/srt/observability/metrics_collector.py; docs/top.md); the drain's
+# gauge counts a request from arrival to the last byte of its response (pure-ASGI middleware).
+METRICS = MetricNames(
+    running="sglang:num_running_reqs",
+    queued="sglang:num_queue_reqs",
+    token_usage="sglang:token_usage",
+    gen_throughput="sglang:gen_throughput",
+    accept_length="sglang:spec_accept_length",
+    accept_rate="sglang:spec_accept_rate",
+    cache_hit_rate="sglang:cache_hit_rate",
+    max_tokens="sglang:max_total_num_tokens",
+    prompt_tokens="sglang:prompt_tokens_total",
+    generation_tokens="sglang:generation_tokens_total",
+    requests="sglang:num_requests_total",
+    aborted="sglang:num_aborted_requests_total",
+    ttft="sglang:time_to_first_token_seconds",
+    itl="sglang:inter_token_latency_seconds",
+    e2e="sglang:e2e_request_latency_seconds",
+    in_flight=("sglang:http_requests_active",),
+    enable_flag="enable-metrics",
+)
 
 
 def _is_gb10(node: Node) -> bool:
@@ -39,6 +62,9 @@ class SGLang:
     host_ip_env = F.HOST_IP_ENV
     key_file = F.KEY_FILE
     readiness = Readiness()
+    metrics = METRICS
+    auth_keys = ("api-key", "admin-api-key")
+    image_markers = ("sglang",)
     layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 

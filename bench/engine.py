@@ -1,0 +1,130 @@
+"""Benchmark sparkctl's `up` against starting the same real engine by hand, in the same run.
+
+    python bench/engine.py [--modes solo,tp2] [--rounds 2]   (root, repo root)
+
+Real vLLM (CPU build, tiny random Qwen3: tests/testbed/realengine.py) on a 2-node lab. Per mode,
+one uncounted warm-up start (page cache, first imports), then rounds in alternating order:
+  baseline: the recipe's hand start: `docker run -d` of every rank (the plan's exact argv, env,
+    mounts, shm) straight on each node's dockerd, then poll until a streamed chat completion
+    yields its first token;
+  sparkctl: `sparkctl up MODE` (preflight included, as users run it), then the same first token.
+Printed: seconds to first token of each and the ratio sparkctl / baseline (the overhead of
+preflight, planning, SSH and supervision of the start over the engine's own start time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+from tests.testbed.lab import Lab  # noqa: E402
+from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile  # noqa: E402
+
+from _cli import cli, must  # noqa: E402
+from sparkctl.planning.build import build_plan  # noqa: E402
+from sparkctl.profile import load_profile_file  # noqa: E402
+from sparkctl.runtime.containers import revealed_env  # noqa: E402
+
+DEADLINE_S = 600.0
+
+
+def first_token(api_base: str, deadline: float) -> None:
+    """Retry a streamed chat until its first content chunk arrives (or the deadline passes)."""
+    body = json.dumps(
+        {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    ).encode()
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(
+            f"{api_base}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                for raw in resp:
+                    line = raw.decode().strip()
+                    if line.startswith("data: {") and '"content"' in line:
+                        return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise SystemExit(f"no first token from {api_base} within {DEADLINE_S:.0f} s")
+
+
+def docker_run_by_hand(lab: Lab, plan) -> float:  # Plan
+    """The recipe: `docker run -d` each rank on its node (same argv, env, mounts, 1 GiB shm)."""
+    t0 = time.monotonic()
+    for spec in plan.ranks:
+        node = lab.node(spec.node)
+        argv = ["docker", "-H", node.docker_host, "run", "-d", "--name", f"byhand-{spec.container_name}"]
+        argv += ["--network", "host", "--shm-size", spec.options.shm_size or "1g"]
+        for m in spec.mounts:
+            argv += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
+        for k, v in revealed_env(spec).items():
+            argv += ["-e", f"{k}={v}"]
+        argv += [spec.image, *spec.argv]
+        subprocess.run(argv, check=True, capture_output=True)
+    first_token(plan.endpoint.api_base, t0 + DEADLINE_S)
+    took = time.monotonic() - t0
+    for spec in plan.ranks:
+        node = lab.node(spec.node)
+        subprocess.run(
+            ["docker", "-H", node.docker_host, "rm", "-f", f"byhand-{spec.container_name}"],
+            capture_output=True,
+        )
+    return took
+
+
+def sparkctl_up(state: str, path: Path, plan, mode: str) -> float:  # Plan
+    t0 = time.monotonic()
+    _, proc = cli(state, path, "up", mode)
+    must(proc, f"up {mode}")
+    first_token(plan.endpoint.api_base, t0 + DEADLINE_S)
+    took = time.monotonic() - t0
+    must(cli(state, path, "down")[1], "down")
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--modes", default="solo", help="comma-separated: solo, tp2")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    with Lab(nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
+        setup = install_real_engine(lab)
+        print(f"image: built={setup['built']} build {setup['build_s']:.0f}s load {setup['load_s']:.0f}s")
+        path = write_vllm_profile(lab, Path(tmp, "vllm.yaml"))
+        prof = load_profile_file(path)
+        os.environ.setdefault("PYTHONPATH", str(ROOT / "src"))
+        for mode in args.modes.split(","):
+            plan = build_plan(prof, mode)
+            print(f"{mode} warm-up (not counted): docker run {docker_run_by_hand(lab, plan):.1f}s")
+            base, ours = [], []
+            for r in range(args.rounds):  # the order alternates: neither side always goes second
+                state = str(Path(tmp, f"state-{mode}-{r}"))
+                if r % 2:
+                    ours.append(sparkctl_up(state, path, plan, mode))
+                    base.append(docker_run_by_hand(lab, plan))
+                else:
+                    base.append(docker_run_by_hand(lab, plan))
+                    ours.append(sparkctl_up(state, path, plan, mode))
+                print(f"{mode} round {r + 1}: docker run {base[-1]:.1f}s, sparkctl up {ours[-1]:.1f}s")
+            b, o = statistics.median(base), statistics.median(ours)
+            print(
+                f"{mode}: to first token: docker run by hand {b:.1f}s, sparkctl up {o:.1f}s, ratio {o / b:.2f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The real-engine tier's lab setup: the vLLM CPU image and the tiny Qwen3 on every node, and a
+lab profile with `engine.kind: vllm` (CPU settings from the shared vllm-cpu reference)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.testbed.lab import NODE_MOUNT, Lab
+from tests.testbed.profiles import write_lab_profile
+from tests.testbed.tiny_model import MODEL_ID, commit, seed_tiny_model
+from tests.testbed.vllm_image import VLLM_TAG, install_vllm_image
+
+SERVED = "tiny"
+VLLM_PORT = 30000
+# CPU serving: 1 GiB of KV cache, no torch.compile (no g++ in the image; TP also compiles one
+# embedding function in eager mode without TORCHDYNAMO_DISABLE), no OpenMP core binding (the
+# lab's nodes share the host's cores), one OpenMP thread per rank (the host is shared).
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TORCHDYNAMO_DISABLE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
+CPU_ARGS: dict[str, Any] = {"max-model-len": 512, "enforce-eager": True, "max-num-seqs": 8}
+
+
+def install_real_engine(lab: Lab) -> dict[str, Any]:
+    """Image (built once per recipe, else loaded from the host's cache) and model on every node;
+    returns the timings."""
+    t0 = time.monotonic()
+    timings = install_vllm_image(lab)
+    t1 = time.monotonic()
+    seed_tiny_model(lab)
+    return {**timings, "model_s": time.monotonic() - t1, "total_s": time.monotonic() - t0}
+
+
+def write_vllm_profile(
+    lab: Lab,
+    path: Path,
+    *,
+    modes: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
+    **top: Any,
+) -> Path:
+    eng: dict[str, Any] = {
+        "kind": "vllm",
+        "port": VLLM_PORT,
+        "served_model_name": SERVED,
+        "ready_timeout": 600,
+        "log_dir": f"{NODE_MOUNT}/logs",
+        "container": {"gpus": False, "shm_size": "1g"},
+        "args": dict(CPU_ARGS),
+        "env": dict(CPU_ENV),
+        "stop_grace": 20,
+    }
+    eng.update(engine or {})
+    model = {
+        "target": {"id": MODEL_ID, "revision": commit()},
+        "hf_cache": f"{NODE_MOUNT}/hf",
+        "triton_cache": f"{NODE_MOUNT}/triton",
+    }
+    modes = modes or {
+        "solo": {"nodes": ["spark1"], "tp": 1, "default": True},
+        "tp2": {"nodes": ["spark1", "spark2"], "tp": 2},
+    }
+    return write_lab_profile(lab, path, image=VLLM_TAG, modes=modes, engine=eng, model=model, **top)

@@ -1,0 +1,33 @@
+"""A mode whose planned rank is not running is broken, whatever the engine's /health says (vLLM's
+answers 200 with its TP peer dead; its rank 0 then exits with code 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkctl.lifecycle.status import ModeStatus
+from sparkctl.planning.build import build_plan
+from sparkctl.profile import load_profile_file
+from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.runtime.readiness import EndpointHealth
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _info(spec, status: str, code: int | None) -> ContainerInfo:
+    return ContainerInfo(
+        spec.node, spec.container_name, "id", status, code, False, None, None, "img", "sha", spec.labels
+    )
+
+
+def test_a_dead_rank_breaks_a_mode_whose_endpoint_still_says_ready(monkeypatch) -> None:
+    monkeypatch.setenv("SPARKCTL_API_KEY", "k")
+    plan = build_plan(load_profile_file(ROOT / "profiles" / "vllm-dual-spark.yaml"), "tp2")
+    r0, r1 = plan.ranks
+    ready = EndpointHealth(True, ["qwen3-30b-a3b"], True, "ready")
+    both = ModeStatus("tp2", plan, [_info(r0, "running", None), _info(r1, "running", None)], ready, "h")
+    assert both.dead_rank() is None and both.to_json()["broken"] is None
+    dead = ModeStatus("tp2", plan, [_info(r0, "running", None), _info(r1, "exited", 137)], ready, "h")
+    assert dead.dead_rank() == "rank 1 on spark2 is exited (exit code 137)"
+    gone = ModeStatus("tp2", plan, [_info(r0, "exited", 0)], ready, "h")
+    assert gone.dead_rank() == "rank 0 on spark1 is exited (exit code 0)"
