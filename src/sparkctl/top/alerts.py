@@ -87,10 +87,16 @@ def mem_available_low(node: NodeView, floor: float = MEM_AVAILABLE_FLOOR) -> str
     )
 
 
-def guard_tripped(node: NodeView, recent_s: float = 600.0) -> str | None:
-    """The memory guard killed the group on this node lately (both times by the node's clock)."""
+def guard_tripped(node: NodeView, ranks: Sequence[RankRow] = (), recent_s: float = 600.0) -> str | None:
+    """The memory guard killed the group on this node lately (both times by the node's clock).
+
+    A trip older than a rank now running on the node is history: the group was started again since.
+    """
     trip, now = (node.guard or {}).get("last_trip"), (node.guard or {}).get("now")
     if not trip or now is None or now - trip.get("at", 0) > recent_s:
+        return None
+    age = now - trip.get("at", 0)
+    if any(r.uptime_s is not None and r.uptime_s < age for r in ranks if r.node == node.node):
         return None
     killed = ", ".join(k.get("name", "?") for k in trip.get("killed", [])) or "nothing"
     return f"memory guard killed {killed}: {trip.get('reason')}; `sparkctl status` has the numbers"
@@ -125,7 +131,7 @@ def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> lis
             continue
         if (why := mem_available_low(n)) is not None:
             out.append(Alert("MemAvailableLow", n.node, why))
-        if (why := guard_tripped(n)) is not None:
+        if (why := guard_tripped(n, snap.ranks)) is not None:
             out.append(Alert("MemoryGuardTripped", n.node, why))
         for g in n.gpus:
             if (why := throttling(g)) is not None:

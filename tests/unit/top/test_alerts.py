@@ -125,3 +125,11 @@ def test_a_recent_memory_guard_trip_warns_and_an_old_one_does_not() -> None:
     old = {**guard, "last_trip": {**trip, "at": 0.0}}
     snap = Snapshot("c", "solo", "t", 2.0, nodes=[NodeView("spark1", guard=old)])
     assert not [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]
+    # The group was started again after the trip (a rank younger than the trip): history, no alert;
+    # a rank older than the trip (it survived on another GPU, or a stale view) keeps it.
+    young = RankRow(0, "spark1", "r0", "running", uptime_s=5.0)
+    snap = Snapshot("c", "solo", "t", 2.0, ranks=[young], nodes=[NodeView("spark1", guard=guard)])
+    assert not [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]
+    old_rank = RankRow(0, "spark1", "r0", "running", uptime_s=50.0)
+    snap = Snapshot("c", "solo", "t", 2.0, ranks=[old_rank], nodes=[NodeView("spark1", guard=guard)])
+    assert [a for a in evaluate(snap) if a.code == "MemoryGuardTripped"]
