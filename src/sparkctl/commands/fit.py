@@ -57,6 +57,7 @@ def fit_cmd(
 ) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
     error it would die with; check the flags with SGLang's parser; print flags that fit."""
+    from sparkctl.commands._launch import run_launch_check
     from sparkctl.errors import ExitCode
     from sparkctl.findings import Severity
     from sparkctl.launch.fixes import Margin
@@ -69,16 +70,21 @@ def fit_cmd(
     if not allow_missing:
         require_models(models, prof)
     err = console(stderr=True)
-    result = check_reachable(
+    result = run_launch_check(
         plan,
         prof,
+        lambda: check_reachable(
+            plan,
+            prof,
+            reach=probe,
+            parser_timeout=parser_timeout,
+            parse_flags=parse_flags,
+            models=models,
+            margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
+            progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+            build=build_plan,  # the layouts of the same boxes when the mode does not split over them
+        ),
         reach=probe,
-        parser_timeout=parser_timeout,
-        parse_flags=parse_flags,
-        models=models,
-        margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
-        progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
-        build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
     if json_out:
         print_json(

@@ -71,7 +71,15 @@ def launch_check(prof, plan, parser_timeout: float = 30.0, quiet: bool = False):
 
     err = console(stderr=True)
     progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}...[/]"))
-    return check_reachable(plan, prof, parser_timeout=parser_timeout, progress=progress, build=build_plan)
+    from sparkctl.commands._launch import run_launch_check
+
+    return run_launch_check(
+        plan,
+        prof,
+        lambda: check_reachable(
+            plan, prof, parser_timeout=parser_timeout, progress=progress, build=build_plan
+        ),
+    )
 
 
 def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily

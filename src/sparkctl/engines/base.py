@@ -113,6 +113,9 @@ class Engine(Protocol):
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
     image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
     layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
+    # True when launch/'s parser, rules and memory planner model this engine: `fit` and
+    # `plan --check` then run that pipeline; otherwise they run the engine's own `check`.
+    launch_planner: bool
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:

@@ -146,3 +146,20 @@ def test_plan_check_without_a_parser_is_not_silent(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     flag = [f for f in json.loads(res.stdout)["check"] if f["check"] == "FlagsValid"]
     assert [f["severity"] for f in flag] == ["warn"] and "NOT checked" in flag[0]["message"]
+
+
+def test_an_engine_launch_does_not_model_runs_its_own_check_not_sglangs() -> None:
+    """vLLM's flags are judged by vLLM's check (its parser, arch rules, memory model), never by
+    SGLang's parser: `fit` on the shipped vLLM profile reports only the vLLM engine's findings."""
+    from sparkctl.engines.vllm.check import CHECK_NAMES
+
+    shipped = Path(__file__).parents[3] / "profiles" / "vllm-two-gpu-box.yaml"
+    res = CliRunner().invoke(
+        app,
+        ["fit", "tp2", "-p", str(shipped), "--allow-missing", "--no-probe", "--json"],
+        catch_exceptions=False,
+    )
+    doc = json.loads(res.stdout)
+    names = {f["check"] for f in doc["findings"]}
+    assert names and names <= CHECK_NAMES, names
+    assert not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]

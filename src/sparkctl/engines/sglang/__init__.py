@@ -55,6 +55,7 @@ def auth_flags(profile: Profile) -> list[str]:
 
 class SGLang:
     name = "sglang"
+    launch_planner = True
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS

@@ -44,6 +44,7 @@ def _is_gb10(node: Node) -> bool:
 
 class VLlm:
     name = "vllm"
+    launch_planner = False
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS

@@ -68,7 +68,14 @@ def _arg(argv: list[str], flag: str) -> str | None:
 
 def flag_findings(plan: LaunchTarget, profile: Profile, pool: NodePool | None) -> list[Finding]:
     if pool is None:
-        return [Finding(FLAGS, Severity.INFO, "flags not checked (no node connection)")]
+        return [
+            Finding(
+                FLAGS,
+                Severity.SKIP,
+                "flags not checked: no connection to rank 0's node",
+                fix="run where rank 0's node answers (vLLM's parser runs in its image)",
+            )
+        ]
     from sparkctl.launch.in_image import InImageError, image_runner
 
     rank0 = plan.ranks[0]
