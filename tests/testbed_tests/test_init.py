@@ -49,7 +49,9 @@ def seeded(lab: Lab):
 
 
 def sparkctl(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250"}
+    # The profile init writes reads the API key from $SPARKCTL_API_KEY ("export it before `up`"):
+    # exported here as a user does; without it preflight's SecretEnvSet is rightly an error.
+    env = {**os.environ, "COLUMNS": "250", "SPARKCTL_API_KEY": "init-lab-key"}
     return subprocess.run(
         [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, timeout=300
     )
