@@ -148,3 +148,25 @@ class Engine(Protocol):
         """Launch safety for preflight: flags (the image's parser on rank 0 when `pool` is given),
         rules and the memory planner, with the GPU reports preflight already probed."""
         ...
+
+
+def render_args(args: dict[str, ArgValue]) -> list[str]:
+    """Mapping -> argparse flags, as both engines' parsers take them: True = bare flag,
+    False/None = omitted, list = repeated values."""
+    out: list[str] = []
+    for key, value in args.items():
+        if value is None or value is False:
+            continue
+        out.append(f"--{key}")
+        if value is True:
+            continue
+        values = value if isinstance(value, list) else [value]
+        out.extend(str(v) for v in values)
+    return out
+
+
+def fabric_host_env(host_ip_env: str | None, node: Node, layout: RankLayout) -> dict[str, str]:
+    """The address a rank of a multi-node group advertises to its peers: its fabric IP."""
+    if host_ip_env and layout.nnodes > 1 and node.fabric is not None:
+        return {host_ip_env: str(node.fabric.ip)}
+    return {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.engines.sglang.flags import render_args
+from sparkctl.engines.base import render_args
 from sparkctl.planning.build import PlanFacts, build_plan
 from sparkctl.profile import load_profile_file, load_profile_text
 from sparkctl.secrets import SecretRef

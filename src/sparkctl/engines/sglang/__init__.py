@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import (
+    LaunchTarget,
+    LayoutFlags,
+    MetricNames,
+    RankLayout,
+    Readiness,
+    fabric_host_env,
+    render_args,
+)
 from sparkctl.engines.sglang import flags as F
 from sparkctl.engines.sglang.cli_flags import CLI_FLAGS
 from sparkctl.profile.derived import served_model_name
@@ -99,7 +107,7 @@ class SGLang:
         argv = (
             list(profile.engine.command or self.default_command)
             + self.model_flags(profile)
-            + F.render_args(args)
+            + render_args(args)
             + auth_flags(profile)
         )
         argv += ["--tp", str(layout.tp)]
@@ -112,9 +120,7 @@ class SGLang:
         return argv + ["--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
-        if layout.nnodes > 1 and node.fabric is not None:
-            return {self.host_ip_env: str(node.fabric.ip)}
-        return {}
+        return fabric_host_env(self.host_ip_env, node, layout)
 
     def mem_fraction(self, argv: list[str]) -> float | None:
         return F.mem_fraction(argv)

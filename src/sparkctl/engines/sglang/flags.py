@@ -54,20 +54,6 @@ LOG_SECRET_PATTERNS: tuple[str, ...] = (
 )
 
 
-def render_args(args: dict[str, ArgValue]) -> list[str]:
-    """Mapping -> SGLang flags: True = bare flag, False/None = omitted, list = repeated values."""
-    out: list[str] = []
-    for key, value in args.items():
-        if value is None or value is False:
-            continue
-        out.append(f"--{key}")
-        if value is True:
-            continue
-        values = value if isinstance(value, list) else [value]
-        out.extend(str(v) for v in values)
-    return out
-
-
 def mem_fraction(argv: list[str]) -> float | None:
     for i, word in enumerate(argv[:-1]):
         if word == "--mem-fraction-static":

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchTarget, LayoutFlags, MetricNames, RankLayout, Readiness
+from sparkctl.engines.base import (
+    LaunchTarget,
+    LayoutFlags,
+    MetricNames,
+    RankLayout,
+    Readiness,
+    fabric_host_env,
+    render_args,
+)
 from sparkctl.engines.vllm import flags as F
 from sparkctl.engines.vllm.cli_flags import CLI_FLAGS
 from sparkctl.profile.derived import served_model_name
@@ -85,7 +93,7 @@ class VLlm:
         argv = [*(profile.engine.command or self.default_command), model.id]
         if model.revision:
             argv += ["--revision", model.revision]
-        argv += ["--served-model-name", served_model_name(profile), *F.render_args(args)]
+        argv += ["--served-model-name", served_model_name(profile), *render_args(args)]
         if profile.engine.api_key is not None:
             argv += ["--config", F.KEY_FILE]  # the key in a YAML file: never on a process list
         argv += ["--tensor-parallel-size", str(layout.tp)]
@@ -101,9 +109,7 @@ class VLlm:
         return [*argv, "--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
-        if layout.nnodes > 1 and node.fabric is not None:
-            return {self.host_ip_env: str(node.fabric.ip)}
-        return {}
+        return fabric_host_env(self.host_ip_env, node, layout)
 
     def mem_fraction(self, argv: list[str]) -> float | None:
         return F.mem_fraction(argv)

@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sparkctl.profile.schema import ArgValue
+    pass
 
 DEFAULT_COMMAND: tuple[str, ...] = ("vllm", "serve")
 
@@ -51,20 +51,6 @@ DEFAULT_MEM_FRACTION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utili
 # GB10 while loading); vLLM's share covers weights + activations + KV cache like SGLang's.
 GB10_MAX_MEM_FRACTION = 0.90
 DFLASH = "dflash"
-
-
-def render_args(args: dict[str, ArgValue]) -> list[str]:
-    """Mapping -> vLLM flags: True = bare flag, False/None = omitted, list = repeated values."""
-    out: list[str] = []
-    for key, value in args.items():
-        if value is None or value is False:
-            continue
-        out.append(f"--{key}")
-        if value is True:
-            continue
-        values = value if isinstance(value, list) else [value]
-        out.extend(str(v) for v in values)
-    return out
 
 
 def speculative_config(draft_id: str, revision: str | None, user: str | None) -> str:
