@@ -108,6 +108,9 @@ class Engine(Protocol):
     log_secret_patterns: tuple[str, ...]
     host_ip_env: str | None  # env var with the address a rank advertises to its peers
     key_file: str  # in-container file the engine reads its API keys from (kept off argv)
+    # Routes whose answer reveals a key or the settings (SGLang's /server_info): the filtering front
+    # (node/front.py) refuses them, whatever the spelling of the path.
+    private_routes: tuple[str, ...]
     readiness: Readiness
     metrics: MetricNames
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts

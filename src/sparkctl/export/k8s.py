@@ -240,14 +240,23 @@ def export_k8s(
     namespace: str = "default",
     rdma_resource: str | None = None,
 ) -> K8sExport:
+    engine = get_engine(profile.engine.kind)
+    fronted = profile.engine.front and bool(engine.private_routes)
+    if fronted:  # the filtering front is a node process of `up`'s; the pod serves the engine's port
+        profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"front": False})})
     plan = build_plan(profile, mode_name)
     _check_exportable(plan)
-    engine = get_engine(profile.engine.kind)
     name = dns_name("sparkctl", profile.cluster, plan.mode)
     secrets = {f.target for r in [*plan.ranks, *([plan.router] if plan.router else [])] for f in r.secrets}
     out = K8sExport(
         plan, namespace, name, dns_name("sparkctl", profile.cluster, "secrets") if secrets else None
     )
+    if fronted:
+        out.notes.append(
+            f"engine.front is not exported: the leader pod serves {', '.join(engine.private_routes)} "
+            "(every setting, the API keys included) to API-key holders on its port; refuse those paths "
+            "in your ingress or gateway (docs/security.md)"
+        )
     common, per_node = split_env(plan.ranks)
     configmap = f"{name}-nodes" if per_node else None
     labels = {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode}

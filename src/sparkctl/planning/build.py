@@ -112,6 +112,7 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "mounts": [asdict(m) for m in r.mounts],
             "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
+            **({"front": asdict(r.front)} if r.front else {}),
         }
         for r in ranks
     ]
@@ -266,9 +267,9 @@ def _build_group(
             else None
         )
         host = sec.bind_host(profile, node, slot.node_rank, ip)
-        layout = RankLayout(
-            slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host=host, port=group.port, pp=mode.pp
-        )
+        front = sec.front_spec(profile, engine.private_routes, slot.node_rank, host, group.port)
+        host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
+        layout = RankLayout(slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp)
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
         options = sec.container_options(
@@ -292,6 +293,7 @@ def _build_group(
                 secrets=secrets,
                 group=group.index,
                 node_rank=slot.node_rank,
+                front=front,
             )
         )
     endpoint = Endpoint(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.profile.security import DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
+from sparkctl.profile.topology import internal_offset
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
@@ -66,6 +67,18 @@ class RunOptions:
         if self.privileged:
             parts.append("PRIVILEGED")
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class FrontSpec:
+    """The filtering front of a rank that serves the API (node/front.py, docs/security.md): it
+    listens where the plan's API is and forwards to the engine on 127.0.0.1:`upstream`, refusing
+    `routes` (the engine's private_routes)."""
+
+    listen: str
+    port: int
+    upstream: int
+    routes: tuple[str, ...]
 
 
 def uses_rdma(profile: Profile, mode: Mode) -> bool:
@@ -205,6 +218,18 @@ def bind_host(profile: Profile, node: Node, rank: int, ip: str | None = None) ->
     return "127.0.0.1" if node.is_local else ip or node.address
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def front_spec(profile: Profile, routes: tuple[str, ...], node_rank: int, host: str, port: int) -> FrontSpec | None:
+    """The filtering front of a group's rank 0 (engine.front): it takes the API's address and port;
+    the engine moves to 127.0.0.1 and the port engine.internal_port (or port + 10000) gives."""
+    eng = profile.engine
+    if not eng.front or node_rank != 0:
+        return None
+    return FrontSpec(host, port, port + internal_offset(eng.port, eng.internal_port), tuple(routes))
+
+
 def needs_node_ip(profile: Profile, node: Node, rank: int) -> bool:
     """Whether bind_host falls back to the node's own address."""
     host = profile.engine.host
@@ -254,10 +279,12 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
         out.append(f"the API listens on every interface without engine.api_key: {level}")
     if eng.trust_remote_code:
         out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
-    if eng.admin_api_key is not None:
+    if not eng.front and eng.api_key is not None:
+        admin = "and engine.admin_api_key " if eng.admin_api_key is not None else ""
         out.append(
-            "engine.admin_api_key: SGLang answers every setting, this key included, on /server_info to "
-            "any api_key holder who reaches an engine port: give it only where api_key holders are trusted"
+            f"engine.front: false: the engine answers every setting, engine.api_key {admin}included, on "
+            "/server_info to anyone who reaches its port with the key: keep the front on, or give the keys "
+            "only where api_key holders are trusted"
         )
     if uses_rdma(profile, mode) and (where := broad_rdma_dir(profile)) is not None:
         out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.engines.base import Readiness
-from sparkctl.planning.hardening import Mount, RunOptions
+from sparkctl.planning.hardening import FrontSpec, Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
 LABEL_PREFIX = "sparkctl."  # every container sparkctl starts carries sparkctl.cluster, .mode, .node ...
@@ -31,6 +31,7 @@ class RankSpec:
     group: int = 0  # the replica group (index into Plan.groups)
     node_rank: int = 0  # SGLang --node-rank inside the group (== rank when there is one group)
     role: str = "engine"  # "engine", or "router" for Plan.router
+    front: FrontSpec | None = None  # the API behind a filtering front (rank 0 of a group)
 
     def secret_refs(self) -> list[SecretRef]:
         return [f.ref for f in self.secrets]
@@ -41,6 +42,8 @@ class RankSpec:
     def to_json(self) -> dict:
         out = asdict(self)
         out["env"] = self.env_masked()
+        if self.front is not None:
+            out["front"]["routes"] = list(self.front.routes)
         out["secrets"] = [
             {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
         ]

@@ -243,6 +243,16 @@ class Engine(Strict):
         True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
     )
     port: Port = Field(30000, description="--port of the API server (rank 0).")
+    front: bool = Field(
+        True,
+        description="A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the "
+        "routes that reveal keys (SGLang's /server_info). false: the engine serves the port itself.",
+    )
+    internal_port: Port | None = Field(
+        None,
+        description="The engine's own port behind the front, for engine.port (replicas shift by the same "
+        "amount; default: the API port + 10000, or - 10000 above 55535).",
+    )
     served_model_name: str | None = Field(
         None, description="Name clients use (default: last part of the model id)."
     )

@@ -162,9 +162,21 @@ def layout(
     return Layout(tuple(groups))
 
 
-def _check_ports(lay: Layout, router: tuple[str, int, int] | None) -> None:
+FRONT_OFFSET = 10000  # SGLang's own searches start at its --port + 100..1000: never the API port
+
+
+def internal_offset(engine_port: int, internal_port: int | None) -> int:
+    """How far the engine's own port behind the filtering front sits from its API port:
+    engine.internal_port - engine.port, else +10000 (-10000 where that passes 65535)."""
+    if internal_port is not None:
+        return internal_port - engine_port
+    return FRONT_OFFSET if engine_port + FRONT_OFFSET <= 65535 else -FRONT_OFFSET
+
+
+def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | None = None) -> None:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
-    (`router`: its node, API port and metrics port)."""
+    (`router`: its node, API port and metrics port), the engines' own behind a front (`front`:
+    their offset from the API port)."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -183,6 +195,15 @@ def _check_ports(lay: Layout, router: tuple[str, int, int] | None) -> None:
         take(node, metrics_port, "the router's metrics port")
     for g in lay.groups:
         take(g.head.node, g.port, f"replica {g.index}'s API port")
+        if front is not None:
+            inner = g.port + front
+            if not 1 <= inner <= 65535:
+                raise TopologyError(
+                    "ports-distinct",
+                    f"replica {g.index}'s engine port behind the front would be {inner}",
+                    fix="set engine.internal_port to a free port between 1 and 65535",
+                )
+            take(g.head.node, inner, f"replica {g.index}'s engine port behind the front")
         if g.nnodes > 1:
             for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
                 take(g.head.node, p, f"replica {g.index}'s rendezvous port")
@@ -208,5 +229,6 @@ def mode_layout(profile: Profile, mode: Mode) -> Layout:
     if lay.replicas > 1:
         node = profile.router.node or lay.groups[0].head.node
         router = (node, profile.engine.port, profile.router.metrics_port)
-    _check_ports(lay, router)
+    eng = profile.engine
+    _check_ports(lay, router, internal_offset(eng.port, eng.internal_port) if eng.front else None)
     return lay

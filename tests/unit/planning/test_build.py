@@ -11,6 +11,7 @@ import pytest
 
 from sparkctl.engines.base import render_args
 from sparkctl.planning.build import PlanFacts, build_plan
+from sparkctl.planning.hardening import FrontSpec
 from sparkctl.profile import load_profile_file, load_profile_text
 from sparkctl.secrets import SecretRef
 
@@ -91,6 +92,11 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
             "--node-rank": str(rank),
             "--dist-init-addr": "192.168.100.10:50051",
         }
+        if rank == 0:  # the engine behind its filtering front, which takes the recipe's 0.0.0.0:8888
+            expected |= {"--host": "127.0.0.1", "--port": "18888"}
+            assert spec.front == FrontSpec("0.0.0.0", 8888, 18888, ("/server_info", "/get_server_info"))
+        else:
+            assert spec.front is None
         assert "--trust-remote-code" not in got and "--api-key" not in got  # opt-in; key only in the file
         assert got == expected
         env = spec.env_masked()
@@ -141,7 +147,8 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
 def test_dual_spark_solo_is_the_recipe_without_fabric(home: str) -> None:
     plan = build_plan(load("dual-spark.yaml"), "solo")
     (spec,) = plan.ranks
-    assert flags(spec.argv) == {**RECIPE_FLAGS, "--revision": "main", "--tp": "1"}
+    behind_front = {"--host": "127.0.0.1", "--port": "18888"}
+    assert flags(spec.argv) == {**RECIPE_FLAGS, "--revision": "main", "--tp": "1", **behind_front}
     assert set(spec.env_masked()) == {"HF_HOME", "TRITON_CACHE_DIR", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"}
     # Only the hub cache is mounted: $HF_HOME/token (the node's login token) stays outside.
     assert (spec.mounts[0].source, spec.mounts[0].target) == (

@@ -36,6 +36,13 @@ def flag(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
 
+def served(r, name: str) -> str | None:
+    """Where a rank's API is served from outside: its front's address/port, else its own flag."""
+    if r.front is None:
+        return flag(r.argv, name)
+    return r.front.listen if name == "--host" else str(r.front.port)
+
+
 @pytest.fixture(autouse=True)
 def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -52,7 +59,7 @@ def test_tp4_is_one_group_of_four_node_ranks_without_router() -> None:
         ("spark4", "3"),
     ]
     assert {flag(r.argv, "--dist-init-addr") for r in plan.ranks} == {"192.168.100.10:50051"}
-    assert plan.endpoint.port == 8888 and flag(plan.ranks[0].argv, "--port") == "8888"
+    assert plan.endpoint.port == 8888 and served(plan.ranks[0], "--port") == "8888"
 
 
 def test_tp2x2_has_two_groups_each_with_its_own_rendezvous_behind_the_router() -> None:
@@ -73,7 +80,7 @@ def test_tp2x2_has_two_groups_each_with_its_own_rendezvous_behind_the_router() -
     ]
     assert [r.labels["sparkctl.group"] for r in plan.ranks] == ["0", "0", "1", "1"]
     # Replicas listen above the router, which keeps engine.port: the user's one endpoint.
-    assert {flag(r.argv, "--port") for r in plan.ranks} == {"8889"}
+    assert {served(r, "--port") for r in plan.ranks} == {"8889"}
     assert plan.router is not None and plan.router.node == "spark1"
     assert (plan.endpoint.port, flag(plan.router.argv, "--port")) == (8888, "8888")
     urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
@@ -90,14 +97,14 @@ def test_a_name_addressed_node_binds_and_is_routed_to_by_ip_never_by_name() -> N
         addresses={n: (f"10.9.0.{i}", "landed") for i, n in enumerate(["spark2", "spark3", "spark4"], 2)}
     )
     plan = build_plan(prof, "tp2x2", facts)
-    hosts = {r.node: flag(r.argv, "--host") for r in plan.ranks}
+    hosts = {r.node: served(r, "--host") for r in plan.ranks}
     assert hosts == {"spark1": "127.0.0.1", "spark2": "10.9.0.2", "spark3": "10.9.0.3", "spark4": "10.9.0.4"}
     urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
     assert urls == ["http://127.0.0.1:8889", "http://10.9.0.3:8889"]
     assert not plan.unresolved and "spark3: 10.9.0.3 (landed)" in plan.addresses
     unresolved = build_plan(prof, "tp2x2")
     assert not any(
-        ".local" in flag(r.argv, "--host") and "<" not in flag(r.argv, "--host") for r in unresolved.ranks
+        ".local" in served(r, "--host") and "<" not in served(r, "--host") for r in unresolved.ranks
     )
 
 
@@ -113,7 +120,12 @@ def test_dp2_is_one_solo_replica_per_box_with_no_multi_node_flags() -> None:
 def test_replica_per_gpu_on_one_box_pins_gpus_and_ports() -> None:
     doc = yaml.safe_load((ROOT / "profiles" / "two-gpu-box.yaml").read_text())
     plan = build_plan(load(doc), "dp2")
-    assert [(r.options.gpus, flag(r.argv, "--port")) for r in plan.ranks] == [("0", "30001"), ("1", "30002")]
+    assert [(r.options.gpus, served(r, "--port")) for r in plan.ranks] == [("0", "30001"), ("1", "30002")]
+    # Each replica's engine behind its front, on 127.0.0.1 and the API port + 10000.
+    assert [(flag(r.argv, "--host"), flag(r.argv, "--port")) for r in plan.ranks] == [
+        ("127.0.0.1", "40001"),
+        ("127.0.0.1", "40002"),
+    ]
     assert plan.router is not None and plan.router.options.gpus is None
     assert plan.endpoint.url == "http://127.0.0.1:30000"
 

@@ -271,20 +271,24 @@ def test_router_reach_judge_reports_a_failed_probe() -> None:
 
 # ----------------------------------------------------------------------------- ports and containers of every replica
 def test_every_replica_head_and_the_router_get_their_ports_checked() -> None:
-    assert planned_ports(build_plan(quad(), "tp4")) == {"spark1": {8888: "HTTP", 50051: "dist-init"}}
+    engine = "engine (behind the front)"  # the engine's own port, on 127.0.0.1: API port + 10000
+    assert planned_ports(build_plan(quad(), "tp4")) == {"spark1": {8888: "HTTP", 18888: engine, 50051: "dist-init"}}
     assert planned_ports(build_plan(quad(), "tp2x2")) == {
-        "spark1": {8889: "replica 0 HTTP", 50051: "replica 0 dist-init", 8888: "router HTTP"},
-        "spark3": {8889: "replica 1 HTTP", 50051: "replica 1 dist-init"},
+        "spark1": {8889: "replica 0 HTTP", 18889: f"replica 0 {engine}", 50051: "replica 0 dist-init", 8888: "router HTTP"},
+        "spark3": {8889: "replica 1 HTTP", 18889: f"replica 1 {engine}", 50051: "replica 1 dist-init"},
     }
     c = ctx(quad(), "tp2x2")
     facts = {
-        "spark1": NodeFacts("spark1", values={"ports": set(), "containers": []}),
+        "spark1": NodeFacts("spark1", values={"ports": {18889}, "containers": []}),
         "spark3": NodeFacts("spark3", values={"ports": {8889}, "containers": []}),
     }
     found = PortFree().judge(c, facts)
-    (busy,) = [f for f in found if f.severity is E]
-    assert busy.node == "spark3" and busy.message == "replica 1 HTTP port 8889 already in use on spark3"
-    assert len([f for f in found if f.severity is OK]) == 4
+    busy = sorted(f.message for f in found if f.severity is E)
+    assert busy == [
+        f"replica 0 {engine} port 18889 already in use on spark1",
+        "replica 1 HTTP port 8889 already in use on spark3",
+    ]
+    assert len([f for f in found if f.severity is OK]) == 5
     assert PortFree().skips_node(c, "spark3") and not PortFree().skips_node(c, "spark2")
 
 

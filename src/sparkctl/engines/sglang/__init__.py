@@ -70,6 +70,9 @@ class SGLang:
     log_secret_patterns = F.LOG_SECRET_PATTERNS
     host_ip_env = F.HOST_IP_ENV
     key_file = F.KEY_FILE
+    # SGLang 0.5.23 answers every setting, api_key and admin_api_key included, to any API-key holder
+    # (srt/entrypoints/http_server.py: server_info, its deprecated alias get_server_info).
+    private_routes = ("/server_info", "/get_server_info")
     readiness = Readiness()
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")

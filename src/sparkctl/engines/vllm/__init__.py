@@ -61,6 +61,9 @@ class VLlm:
     # /health answers as soon as the API server reaches EngineCore (no generation): a short wait.
     readiness = Readiness(health_timeout=5.0)
     key_file = F.KEY_FILE  # vLLM's --config YAML: the key stays off argv
+    # vLLM serves /server_info only with VLLM_SERVER_DEV_MODE=1, outside its key check (which covers
+    # /v1 only): the whole config and every VLLM_* variable.
+    private_routes = ("/server_info",)
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)

@@ -17,7 +17,8 @@ from sparkctl.profile.schema import Profile
 class PortFree(Check):
     name = "PortFree"
     summary = (
-        "every port the plan binds is free on its node (each replica head's HTTP and dist-init, the router's)"
+        "every port the plan binds is free on its node (each replica head's HTTP, its engine's behind the "
+        "front and dist-init, the router's)"
     )
     order = 140
     fast = True
@@ -43,8 +44,9 @@ class PortFree(Check):
 
 
 def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
-    """node -> {port: what binds it}: each replica head's HTTP port and (groups over several nodes)
-    its dist-init port, and the router's port on its node. One replica: plain "HTTP"/"dist-init"."""
+    """node -> {port: what binds it}: each replica head's HTTP port (its filtering front's), the
+    engine's own port behind that front, (groups over several nodes) its dist-init port, and the
+    router's port on its node. One replica: plain "HTTP"/"dist-init"."""
     out: dict[str, dict[int, str]] = {}
     many = plan.replicas > 1
     for g in plan.groups:
@@ -53,6 +55,9 @@ def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
         ports[g.endpoint.port] = f"{who}HTTP"
         if g.dist_init_addr:
             ports[int(g.dist_init_addr.rsplit(":", 1)[1])] = f"{who}dist-init"
+        front = plan.ranks[g.ranks[0]].front if g.ranks else None
+        if front is not None:  # the engine's own port behind the filtering front
+            ports[front.upstream] = f"{who}engine (behind the front)"
     if plan.router is not None:
         out.setdefault(plan.router.node, {})[plan.endpoint.port] = "router HTTP"
     return out

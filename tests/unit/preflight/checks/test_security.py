@@ -123,14 +123,17 @@ def test_flag_values_that_are_negative_numbers_and_full_flags_pass() -> None:
 
 
 def test_an_admin_key_is_flagged_in_the_plan() -> None:
-    """SGLang 0.5.23's /server_info (a NORMAL route) returns admin_api_key to api_key holders."""
+    """SGLang 0.5.23's /server_info (a NORMAL route) returns admin_api_key to api_key holders: with
+    the filtering front off (engine.front: false), `plan` says so."""
     text = DUAL.replace(
         "  api_key: {env: SPARKCTL_API_KEY}",
         "  api_key: {env: SPARKCTL_API_KEY}\n  admin_api_key: {env: A}",
         1,
     )
-    warnings = build_plan(load(text), "solo").warnings
-    assert any("/server_info" in w and "admin_api_key" in w for w in warnings)
+    assert not any("/server_info" in w for w in build_plan(load(text), "solo").warnings)  # the front
+    off = text.replace("  api_key: {env: SPARKCTL_API_KEY}", "  front: false\n  api_key: {env: SPARKCTL_API_KEY}")
+    warnings = build_plan(load(off), "solo").warnings
+    assert any("/server_info" in w and "admin_api_key" in w and "engine.front: false" in w for w in warnings)
     assert not any("/server_info" in w for w in build_plan(load(DUAL), "solo").warnings)
 
 
@@ -323,20 +326,25 @@ def test_a_keyless_api_on_a_lan_address_is_an_error_unless_public() -> None:
     assert check_api_exposure(alone).severity is Severity.OK  # one local node: every bind is loopback
 
 
+def _served_host(r) -> str:
+    """The address a rank's API listens on: its front's, else its engine's own --host."""
+    return r.front.listen if r.front else r.argv[r.argv.index("--host") + 1]
+
+
 def test_default_host_is_each_nodes_own_ip_resolved_on_the_node() -> None:
     from sparkctl.planning.model import PlanFacts
 
     prof = load(DUAL.replace("  host: 0.0.0.0", "  host:").replace("address: local", "address: spark1.local"))
     plan = build_plan(prof, "tp2")  # names: never bound as names; `up` resolves them on the nodes
-    hosts = [r.argv[r.argv.index("--host") + 1] for r in plan.ranks]
+    hosts = [_served_host(r) for r in plan.ranks]
     assert hosts == ["<IP of spark1.local>", "<IP of spark2.local>"] and len(plan.unresolved) == 2
     assert plan.endpoint.host == "spark1.local"  # this machine's client may use the name
     facts = PlanFacts(addresses={"spark1": ("10.0.0.1", "ssh"), "spark2": ("10.0.0.2", "ssh")})
     resolved = build_plan(prof, "tp2", facts)
-    assert [r.argv[r.argv.index("--host") + 1] for r in resolved.ranks] == ["10.0.0.1", "10.0.0.2"]
+    assert [_served_host(r) for r in resolved.ranks] == ["10.0.0.1", "10.0.0.2"]
     assert not resolved.unresolved
     pinned = build_plan(load(DUAL.replace("  host: 0.0.0.0", "  host: 10.1.2.3")), "tp2", facts)
-    hosts = [r.argv[r.argv.index("--host") + 1] for r in pinned.ranks]
+    hosts = [_served_host(r) for r in pinned.ranks]
     assert (
         hosts == ["10.1.2.3", "10.0.0.2"] and pinned.endpoint.host == "10.1.2.3"
     )  # rank 1 can't bind rank 0's IP

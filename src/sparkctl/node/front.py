@@ -1,0 +1,385 @@
+"""Runs ON a node (python3 stdlib only), part of the node program (op `front`): the filtering front
+of a rank's API. See docs/security.md ("The filtering front").
+
+The engine binds 127.0.0.1:<internal port>; the front listens on the address and port the plan
+gives the API and forwards every request there unchanged (method, target, headers but the
+hop-by-hop ones, the body as it arrives, keep-alive), streaming the answer back as it comes
+(chunked/SSE: one write and flush per upstream chunk). It refuses the routes the engine declares
+key-revealing (SGLang's /server_info answers api_key and admin_api_key) with a 403 JSON error,
+matched on the path as any server could read it: percent-decoded until stable, `\\` as `/`,
+`//` collapsed, `.`/`..` resolved, `;params` cut, lower case, trailing `/` dropped, and any
+prefix or suffix (`/x/server_info`, `/server_info/x`).
+
+Op `front` (config as one JSON line on stdin: listen, port, upstream, routes, container, log):
+binds the port (retrying while the previous front of a replaced container lets go of it), forks a
+detached child that serves, prints {"pid": N} and exits. The child runs as the node user (no
+container, no root) and lives exactly as long as its container: it waits on it through the
+node's Docker engine API and exits when it stops or is removed.
+"""
+
+import json
+import os
+import posixpath
+import re
+import socket
+import sys
+import time
+
+from .docker_api import docker_socket  # node: strip
+
+HOP_BY_HOP = frozenset(
+    (
+        "connection",
+        "expect",  # answered here (100 Continue) before the body is read
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    )
+)
+NO_BODY = (204, 304)
+PIECE = 1 << 16
+BIND_RETRY_S = 20.0  # the previous front of a replaced container exits within ms of its removal
+
+
+def normal_path(target):
+    """The request-target's path as a server could route it, in one canonical form (see above)."""
+    from urllib.parse import unquote, urlsplit
+
+    if not target.startswith("/"):
+        target = urlsplit(target).path if "://" in target else "/" + target  # absolute-form
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    for _ in range(16):
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    path = re.sub(r"/+", "/", "/" + path.replace("\\", "/"))
+    path = "/".join(part.split(";", 1)[0] for part in path.split("/"))
+    path = posixpath.normpath(path).lower().strip()
+    return "/" + path.strip("/")
+
+
+def is_private(target, routes):
+    """True when the request-target reaches one of `routes` (normalised), under any prefix."""
+    path = normal_path(target)
+    for route in routes:
+        r = normal_path(route)
+        if path == r or path.startswith(r + "/") or path.endswith(r):
+            return True
+    return False
+
+
+def _hop_names(headers):
+    """Hop-by-hop header names: the fixed ones and those the Connection header lists."""
+    names = set(HOP_BY_HOP)
+    for value in headers.get_all("Connection") or []:
+        names.update(v.strip().lower() for v in value.split(",") if v.strip())
+    return names
+
+
+def _read_chunked(rfile):
+    """A chunked request body, decoded, piece by piece."""
+    while True:
+        line = rfile.readline(1 << 16)
+        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            while rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
+                pass  # trailers: dropped (hop-by-hop)
+            return
+        yield rfile.read(size)
+        rfile.readline(8)
+
+
+def _read_sized(rfile, n):
+    while n > 0:
+        data = rfile.read(min(PIECE, n))
+        if not data:
+            raise ConnectionError("the client closed inside the request body")
+        n -= len(data)
+        yield data
+
+
+def make_handler(upstream, routes):
+    """The request handler class forwarding to 127.0.0.1:`upstream`, refusing `routes`."""
+    import http.client
+    from http.server import BaseHTTPRequestHandler
+
+    class Front(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # a streamed chunk leaves at once
+        timeout = 900  # an idle keep-alive client lets go of its thread
+        server_version = "sparkctl-front"
+        conn = None
+
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            pass  # no per-request log (the engine logs its own)
+
+        def _json(self, code, message):
+            body = json.dumps({"error": {"message": message, "type": "forbidden", "code": code}}).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _upstream(self):
+            """The kept connection to the engine, unless the engine closed it while idle (uvicorn
+            drops an idle keep-alive connection after 5 s): then a new one."""
+            import select
+
+            if self.conn is not None and self.conn.sock is not None:
+                if select.select([self.conn.sock], [], [], 0)[0]:  # EOF (or stray bytes): stale
+                    self._drop_upstream()
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", upstream, timeout=None)
+            return self.conn
+
+        def forward(self):
+            if is_private(self.path, routes):
+                self._drain_body()
+                return self._json(403, "this route is not served outside the node (sparkctl front)")
+            bodyless = not self.headers.get("Content-Length") and not self.headers.get("Transfer-Encoding")
+            try:
+                try:
+                    resp = self._send_upstream()
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    if not bodyless:
+                        raise
+                    self._drop_upstream()  # closed under us between the check and the send: once more
+                    resp = self._send_upstream()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close_connection = True
+                self._drop_upstream()
+                return self._json(502, f"the engine behind the front did not answer: {exc}")
+            self._relay(resp)
+
+        def _drain_body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            for _ in _read_sized(self.rfile, n):
+                pass
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                for _ in _read_chunked(self.rfile):
+                    pass
+
+        def _send_upstream(self):
+            conn = self._upstream()
+            hop = _hop_names(self.headers)
+            chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+            for name, value in self.headers.items():
+                if name.lower() not in hop and not (chunked and name.lower() == "content-length"):
+                    conn.putheader(name, value)
+            if chunked:
+                conn.putheader("Transfer-Encoding", "chunked")
+            conn.endheaders()
+            if chunked:
+                for piece in _read_chunked(self.rfile):
+                    conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+                conn.send(b"0\r\n\r\n")
+            else:
+                for piece in _read_sized(self.rfile, int(self.headers.get("Content-Length") or 0)):
+                    conn.send(piece)
+            return conn.getresponse()
+
+        def _drop_upstream(self):
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
+
+        def _relay(self, resp):
+            hop = _hop_names(resp.headers)
+            self.send_response_only(resp.status, resp.reason)
+            for name, value in resp.getheaders():
+                if name.lower() not in hop:
+                    self.send_header(name, value)
+            bodyless = self.command == "HEAD" or resp.status in NO_BODY or resp.status < 200
+            sized = resp.getheader("Content-Length") is not None and not resp.chunked
+            chunk_out = not bodyless and not sized and self.request_version == "HTTP/1.1"
+            if chunk_out:
+                self.send_header("Transfer-Encoding", "chunked")
+            elif not bodyless and not sized:
+                self.close_connection = True  # an HTTP/1.0 client: the body ends with the connection
+            self.end_headers()
+            try:
+                while not bodyless:
+                    piece = resp.read1(PIECE)
+                    if not piece:
+                        break
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunk_out else piece)
+                if chunk_out:
+                    self.wfile.write(b"0\r\n\r\n")
+            finally:
+                if resp.will_close or not resp.isclosed():
+                    resp.close()
+                    self._drop_upstream()
+
+        def finish(self):
+            self._drop_upstream()
+            super().finish()
+
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
+        setattr(Front, "do_" + method, Front.forward)
+    return Front
+
+
+def listen_socket(host, port, retry_s=BIND_RETRY_S):
+    """A listening TCP socket on host:port (any address form a bind reads); retries EADDRINUSE."""
+    infos = socket.getaddrinfo(host or None, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    family, kind, proto, _name, addr = infos[0]
+    deadline = time.monotonic() + retry_s
+    while True:
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+            sock.listen(1024)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno != 98 or time.monotonic() > deadline:  # EADDRINUSE
+                raise
+            time.sleep(0.05)
+
+
+def make_server(sock, upstream, routes):
+    """A threading HTTP server on an already listening socket."""
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 1024
+
+        def server_bind(self):
+            pass  # the socket is bound already
+
+        def server_activate(self):
+            pass
+
+    server = Server(sock.getsockname()[:2], make_handler(upstream, routes), bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_address = sock.getsockname()[:2]
+    return server
+
+
+def _docker_call(method, path, timeout):
+    """(status, doc) of one request to the node's engine API; None without a unix socket."""
+    where = docker_socket()
+    if where is None:
+        return None
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(timeout)
+        sock.connect(where)
+        sock.sendall(f"{method} {path} HTTP/1.0\r\nHost: docker\r\nContent-Length: 0\r\n\r\n".encode())
+        data = b"".join(iter(lambda: sock.recv(1 << 16), b""))
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    try:
+        return status, json.loads(body) if body.strip() else None
+    except ValueError:
+        return status, None
+
+
+def container_running(container):
+    """True/False; None when the engine cannot be asked."""
+    try:
+        got = _docker_call("GET", f"/containers/{container}/json", 30)
+    except OSError:
+        return None
+    if got is None:
+        import subprocess
+
+        res = subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Running}}", container], capture_output=True, timeout=60
+        )
+        return res.returncode == 0 and res.stdout.strip() == b"true"
+    status, doc = got
+    return status == 200 and bool((doc or {}).get("State", {}).get("Running"))
+
+
+def wait_container(container, gone_s=30.0):
+    """Block while the container runs; return once it stopped, was removed, or its engine stayed
+    unreachable for `gone_s`."""
+    lost_since = None
+    while True:
+        try:
+            if docker_socket() is None:
+                import subprocess
+
+                subprocess.run(["docker", "wait", container], capture_output=True)
+            else:
+                _docker_call("POST", f"/containers/{container}/wait?condition=not-running", None)
+        except OSError:
+            pass
+        running = container_running(container)
+        if running is False:
+            return
+        if running is None:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > gone_s:
+                return
+            time.sleep(1)
+        else:
+            lost_since = None
+
+
+def _log(path, text):
+    """One line in the rank's log file, stamped like Docker's lines (`logs` merges by the stamp)."""
+    if not path:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000000000Z"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    with os.fdopen(fd, "a") as fh:
+        fh.write(f"{stamp} sparkctl-front: {text}\n")
+
+
+def op_front(cfg):
+    """Bind, fork the detached server, print {"pid": N} (or {"error": ...}, exit 1)."""
+    try:
+        sock = listen_socket(cfg.get("listen"), int(cfg["port"]))
+    except OSError as exc:
+        sys.stdout.write(json.dumps({"error": f"cannot listen on {cfg.get('listen')}:{cfg['port']}: {exc}"}))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid:
+        sock.close()
+        sys.stdout.write(json.dumps({"pid": pid}) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    _serve_detached(sock, cfg)
+
+
+def _serve_detached(sock, cfg):
+    import threading
+
+    routes = tuple(cfg.get("routes") or ())
+    server = make_server(sock, int(cfg["upstream"]), routes)
+    where = f"{cfg.get('listen')}:{cfg['port']}"
+    _log(cfg.get("log"), f"{where} -> 127.0.0.1:{cfg['upstream']}, refusing {', '.join(routes) or 'nothing'}")
+
+    def watch():
+        wait_container(cfg["container"])
+        _log(cfg.get("log"), f"{where}: its container stopped, exiting")
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=3600)
+    finally:
+        os._exit(0)
