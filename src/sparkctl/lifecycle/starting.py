@@ -11,6 +11,7 @@ from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
+from sparkctl.runtime.front import start_front
 from sparkctl.secrets import secret_values
 
 
@@ -33,10 +34,13 @@ def start_specs(profile: Profile, pool: NodePool, specs: list[RankSpec], started
         spec = by_rank[rank]
         conn = pool.get(spec.node)
         started.append(spec)  # before creating it: rollback must also see a half-started container
-        containers.start_rank(conn, spec)
+        info = containers.start_rank(conn, spec)
         masks = secret_values(spec.secret_refs(), conn)
         patterns = get_engine(profile.engine.kind).log_secret_patterns
-        logs.start_follower(conn, spec.container_name, logs.rank_log_path(profile, spec), masks, patterns)
+        log_path = logs.rank_log_path(profile, spec)
+        logs.start_follower(conn, spec.container_name, log_path, masks, patterns)
+        if spec.front is not None:  # before readiness is polled: the API's address is the front's
+            start_front(conn, spec, info.id, log_path)
 
     results = fan_out(
         list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))

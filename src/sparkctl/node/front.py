@@ -104,128 +104,138 @@ def _read_sized(rfile, n):
         yield data
 
 
+class FrontMethods:
+    """The front's request handling, mixed into http.server's handler by `make_handler` (imported
+    only when a front starts: every other node op starts faster)."""
+
+    upstream = 0  # the engine's port on 127.0.0.1
+    routes = ()  # refused (the engine's private routes)
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # a streamed chunk leaves at once
+    timeout = 900  # an idle keep-alive client lets go of its thread
+    server_version = "sparkctl-front"
+    conn = None
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass  # no per-request log (the engine logs its own)
+
+    def _json(self, code, message):
+        kind = "forbidden" if code == 403 else "bad_gateway"
+        body = json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _upstream(self):
+        """The kept connection to the engine, unless the engine closed it while idle (uvicorn
+        drops an idle keep-alive connection after 5 s): then a new one."""
+        import http.client
+        import select
+
+        sock = self.conn.sock if self.conn is not None else None
+        if sock is not None and select.select([sock], [], [], 0)[0]:  # EOF (or stray bytes): stale
+            self._drop_upstream()
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=None)
+        return self.conn
+
+    def forward(self):
+        import http.client
+
+        if is_private(self.path, self.routes):
+            self._drain_body()
+            return self._json(403, "this route is not served outside the node (sparkctl front)")
+        bodyless = not self.headers.get("Content-Length") and not self.headers.get("Transfer-Encoding")
+        try:
+            try:
+                resp = self._send_upstream()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if not bodyless:
+                    raise
+                self._drop_upstream()  # closed under us between the check and the send: once more
+                resp = self._send_upstream()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close_connection = True
+            self._drop_upstream()
+            return self._json(502, f"the engine behind the front did not answer: {exc}")
+        self._relay(resp)
+
+    def _drain_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        for _ in _read_sized(self.rfile, n):
+            pass
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            for _ in _read_chunked(self.rfile):
+                pass
+
+    def _send_upstream(self):
+        conn = self._upstream()
+        hop = _hop_names(self.headers)
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+        for name, value in self.headers.items():
+            if name.lower() not in hop and not (chunked and name.lower() == "content-length"):
+                conn.putheader(name, value)
+        if chunked:
+            conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        if chunked:
+            for piece in _read_chunked(self.rfile):
+                conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            conn.send(b"0\r\n\r\n")
+        else:
+            for piece in _read_sized(self.rfile, int(self.headers.get("Content-Length") or 0)):
+                conn.send(piece)
+        return conn.getresponse()
+
+    def _drop_upstream(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _relay(self, resp):
+        hop = _hop_names(resp.headers)
+        self.send_response_only(resp.status, resp.reason)
+        for name, value in resp.getheaders():
+            if name.lower() not in hop:
+                self.send_header(name, value)
+        bodyless = self.command == "HEAD" or resp.status in NO_BODY or resp.status < 200
+        sized = resp.getheader("Content-Length") is not None and not resp.chunked
+        chunk_out = not bodyless and not sized and self.request_version == "HTTP/1.1"
+        if chunk_out:
+            self.send_header("Transfer-Encoding", "chunked")
+        elif not bodyless and not sized:
+            self.close_connection = True  # an HTTP/1.0 client: the body ends with the connection
+        self.end_headers()
+        try:
+            while not bodyless:
+                piece = resp.read1(PIECE)
+                if not piece:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunk_out else piece)
+            if chunk_out:
+                self.wfile.write(b"0\r\n\r\n")
+        finally:
+            if resp.will_close or not resp.isclosed():
+                resp.close()
+                self._drop_upstream()
+
+    def finish(self):
+        self._drop_upstream()
+        super().finish()
+
+
 def make_handler(upstream, routes):
     """The request handler class forwarding to 127.0.0.1:`upstream`, refusing `routes`."""
-    import http.client
     from http.server import BaseHTTPRequestHandler
 
-    class Front(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # a streamed chunk leaves at once
-        timeout = 900  # an idle keep-alive client lets go of its thread
-        server_version = "sparkctl-front"
-        conn = None
-
-        def log_message(self, format, *args):  # noqa: A002 - the base class's name
-            pass  # no per-request log (the engine logs its own)
-
-        def _json(self, code, message):
-            body = json.dumps({"error": {"message": message, "type": "forbidden", "code": code}}).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _upstream(self):
-            """The kept connection to the engine, unless the engine closed it while idle (uvicorn
-            drops an idle keep-alive connection after 5 s): then a new one."""
-            import select
-
-            if self.conn is not None and self.conn.sock is not None:
-                if select.select([self.conn.sock], [], [], 0)[0]:  # EOF (or stray bytes): stale
-                    self._drop_upstream()
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", upstream, timeout=None)
-            return self.conn
-
-        def forward(self):
-            if is_private(self.path, routes):
-                self._drain_body()
-                return self._json(403, "this route is not served outside the node (sparkctl front)")
-            bodyless = not self.headers.get("Content-Length") and not self.headers.get("Transfer-Encoding")
-            try:
-                try:
-                    resp = self._send_upstream()
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                    if not bodyless:
-                        raise
-                    self._drop_upstream()  # closed under us between the check and the send: once more
-                    resp = self._send_upstream()
-            except (OSError, http.client.HTTPException) as exc:
-                self.close_connection = True
-                self._drop_upstream()
-                return self._json(502, f"the engine behind the front did not answer: {exc}")
-            self._relay(resp)
-
-        def _drain_body(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            for _ in _read_sized(self.rfile, n):
-                pass
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                for _ in _read_chunked(self.rfile):
-                    pass
-
-        def _send_upstream(self):
-            conn = self._upstream()
-            hop = _hop_names(self.headers)
-            chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
-            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-            for name, value in self.headers.items():
-                if name.lower() not in hop and not (chunked and name.lower() == "content-length"):
-                    conn.putheader(name, value)
-            if chunked:
-                conn.putheader("Transfer-Encoding", "chunked")
-            conn.endheaders()
-            if chunked:
-                for piece in _read_chunked(self.rfile):
-                    conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
-                conn.send(b"0\r\n\r\n")
-            else:
-                for piece in _read_sized(self.rfile, int(self.headers.get("Content-Length") or 0)):
-                    conn.send(piece)
-            return conn.getresponse()
-
-        def _drop_upstream(self):
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
-
-        def _relay(self, resp):
-            hop = _hop_names(resp.headers)
-            self.send_response_only(resp.status, resp.reason)
-            for name, value in resp.getheaders():
-                if name.lower() not in hop:
-                    self.send_header(name, value)
-            bodyless = self.command == "HEAD" or resp.status in NO_BODY or resp.status < 200
-            sized = resp.getheader("Content-Length") is not None and not resp.chunked
-            chunk_out = not bodyless and not sized and self.request_version == "HTTP/1.1"
-            if chunk_out:
-                self.send_header("Transfer-Encoding", "chunked")
-            elif not bodyless and not sized:
-                self.close_connection = True  # an HTTP/1.0 client: the body ends with the connection
-            self.end_headers()
-            try:
-                while not bodyless:
-                    piece = resp.read1(PIECE)
-                    if not piece:
-                        break
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunk_out else piece)
-                if chunk_out:
-                    self.wfile.write(b"0\r\n\r\n")
-            finally:
-                if resp.will_close or not resp.isclosed():
-                    resp.close()
-                    self._drop_upstream()
-
-        def finish(self):
-            self._drop_upstream()
-            super().finish()
-
+    attrs = {"upstream": upstream, "routes": tuple(routes)}
     for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
-        setattr(Front, "do_" + method, Front.forward)
-    return Front
+        attrs["do_" + method] = FrontMethods.forward
+    return type("Front", (FrontMethods, BaseHTTPRequestHandler), attrs)
 
 
 def listen_socket(host, port, retry_s=BIND_RETRY_S):
@@ -345,7 +355,9 @@ def _log(path, text):
 def op_front(cfg):
     """Bind, fork the detached server, print {"pid": N} (or {"error": ...}, exit 1)."""
     try:
-        sock = listen_socket(cfg.get("listen"), int(cfg["port"]))
+        sock = listen_socket(
+            cfg.get("listen"), int(cfg["port"]), float(cfg.get("bind_retry_s", BIND_RETRY_S))
+        )
     except OSError as exc:
         sys.stdout.write(json.dumps({"error": f"cannot listen on {cfg.get('listen')}:{cfg['port']}: {exc}"}))
         sys.stdout.write("\n")

@@ -221,7 +221,9 @@ def bind_host(profile: Profile, node: Node, rank: int, ip: str | None = None) ->
 LOOPBACK = "127.0.0.1"
 
 
-def front_spec(profile: Profile, routes: tuple[str, ...], node_rank: int, host: str, port: int) -> FrontSpec | None:
+def front_spec(
+    profile: Profile, routes: tuple[str, ...], node_rank: int, host: str, port: int
+) -> FrontSpec | None:
     """The filtering front of a group's rank 0 (engine.front): it takes the API's address and port;
     the engine moves to 127.0.0.1 and the port engine.internal_port (or port + 10000) gives."""
     eng = profile.engine

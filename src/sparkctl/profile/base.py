@@ -15,6 +15,15 @@ ENGINE_KINDS: tuple[str, ...] = ("sglang", "vllm")
 DEFAULT_ENGINE = "sglang"
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+# engine.front / engine.internal_port (node/front.py, docs/security.md)
+FRONT_HELP = (
+    "A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the routes that "
+    "reveal keys (SGLang's /server_info). false: the engine serves the port itself."
+)
+INTERNAL_PORT_HELP = (
+    "The engine's own port behind the front, for engine.port (replicas shift by the same amount; "
+    "default: the API port + 10000, or - 10000 above 55535)."
+)
 
 
 class Strict(BaseModel):

@@ -1,9 +1,8 @@
 """The cluster profile: pydantic v2 models, every model `extra="forbid"`.
 
-Validation covers the whole file before any connection is opened: cross-references (modes ->
-nodes), TP vs the GPUs of a mode's nodes, and secrets kept out of plain env; the flags an engine
-manages are refused when the plan is built (planning/build.py), so the profile imports no engine.
-Documented key by key in docs/profile.md.
+Validation covers the whole file before any connection is opened: cross-references (modes -> nodes),
+TP vs the GPUs of a mode's nodes, and secrets kept out of plain env; the flags an engine manages are
+refused when the plan is built (planning/build.py), so the profile imports no engine. docs/profile.md.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, Port, Strict
+from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, FRONT_HELP, INTERNAL_PORT_HELP, Port, Strict
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
@@ -243,16 +242,8 @@ class Engine(Strict):
         True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
     )
     port: Port = Field(30000, description="--port of the API server (rank 0).")
-    front: bool = Field(
-        True,
-        description="A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the "
-        "routes that reveal keys (SGLang's /server_info). false: the engine serves the port itself.",
-    )
-    internal_port: Port | None = Field(
-        None,
-        description="The engine's own port behind the front, for engine.port (replicas shift by the same "
-        "amount; default: the API port + 10000, or - 10000 above 55535).",
-    )
+    front: bool = Field(True, description=FRONT_HELP)
+    internal_port: Port | None = Field(None, description=INTERNAL_PORT_HELP)
     served_model_name: str | None = Field(
         None, description="Name clients use (default: last part of the model id)."
     )
@@ -285,8 +276,7 @@ class Engine(Strict):
 
     @model_validator(mode="after")
     def _admin_needs_api_key(self) -> Engine:
-        # SGLang with only an admin key leaves every normal route open, and its /server_info (an
-        # open route then) answers the admin key itself to anyone who reaches the port.
+        # Only an admin key: SGLang leaves normal routes open, /server_info (which answers it) among them.
         if self.admin_api_key is not None and self.api_key is None:
             raise ValueError(
                 "admin_api_key: set api_key too (with only an admin key the API is open and "

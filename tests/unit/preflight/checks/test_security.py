@@ -131,7 +131,9 @@ def test_an_admin_key_is_flagged_in_the_plan() -> None:
         1,
     )
     assert not any("/server_info" in w for w in build_plan(load(text), "solo").warnings)  # the front
-    off = text.replace("  api_key: {env: SPARKCTL_API_KEY}", "  front: false\n  api_key: {env: SPARKCTL_API_KEY}")
+    off = text.replace(
+        "  api_key: {env: SPARKCTL_API_KEY}", "  front: false\n  api_key: {env: SPARKCTL_API_KEY}"
+    )
     warnings = build_plan(load(off), "solo").warnings
     assert any("/server_info" in w and "admin_api_key" in w and "engine.front: false" in w for w in warnings)
     assert not any("/server_info" in w for w in build_plan(load(DUAL), "solo").warnings)
