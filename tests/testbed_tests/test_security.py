@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import stat
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -191,3 +193,79 @@ def test_secret_file_mode_is_enforced_with_a_fix(lab, setup, tmp_path):
         assert TOKEN not in res.stdout + res.stderr
     finally:
         token.unlink()
+
+
+FRONT_REFUSED = [
+    "/server_info",
+    "/get_server_info",
+    "/SERVER_INFO",
+    "/server_info/",
+    "//server_info",
+    "/v1/../server_info",
+    "/%73erver_info",
+    "/%2573erver_info",
+    "/x/get_server_info",
+    "/server_info;a?b=c",
+]
+
+
+def _front_pids(lab, node: str, port: int) -> list[int]:
+    """Pids of what listens on `port` inside the node's namespace (the front)."""
+    out = lab.exec(node, ["ss", "-Hltnp", f"sport = :{port}"], check=False).stdout
+    return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
+
+
+def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup, monkeypatch):
+    """The done-when of issue #30: from the controller (outside the node) /server_info and every
+    spelling of it is refused by the rank's filtering front, the API answers with the key, a stream
+    arrives in pieces, the engine's own port is not reachable, and `down` leaves no front."""
+    import http.client
+
+    write_profile, state = setup
+    path = write_profile(solo={"STANDIN_GEN_DELAY": "1.5"})  # a stream spread over ~1.5 s
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"].update(api_key={"env": "SPARKCTL_TEST_API_KEY"}, expose="private")
+    path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("SPARKCTL_TEST_API_KEY", API_KEY)
+    up = cli(state, path, "up", "solo", "--json")
+    assert up.returncode == 0, up.stdout + up.stderr
+    ip = lab.node("spark1").mgmt_ip
+    base = f"http://{ip}:{ENGINE_PORT}"
+    for target in FRONT_REFUSED:
+        assert _get(base + target, API_KEY) == 403, target
+    assert _get(f"{base}/v1/models", API_KEY) == 200 and _get(f"{base}/v1/models", None) == 401
+    # The engine itself listens on 127.0.0.1 of its node, API port + 10000: not from here.
+    record = json.loads(
+        lab.docker("spark1")
+        .containers.get(f"sparkctl-{doc['cluster']}-solo-r0")
+        .exec_run(["cat", "/tmp/standin-record.json"])[1]
+    )
+    argv = record["argv"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "40000"
+    with pytest.raises(OSError):
+        http.client.HTTPConnection(ip, ENGINE_PORT + 10000, timeout=5).connect()
+    probe = "import urllib.request as u; u.urlopen('http://127.0.0.1:40000/health', timeout=10)"
+    inside = lab.exec("spark1", ["python3", "-c", probe], check=False)
+    assert inside.returncode == 0  # ... while the node itself reaches it
+    # A streamed completion arrives through the front piece by piece.
+    conn = http.client.HTTPConnection(ip, ENGINE_PORT, timeout=60)
+    body = {"model": "tiny-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    pieces = list(iter(lambda: resp.read1(1 << 16), b""))
+    assert len(pieces) >= 3 and b"[DONE]" in b"".join(pieces), pieces
+    # The front runs as the node user (root in the lab) outside any container; `down` ends it.
+    (pid,) = _front_pids(lab, "spark1", ENGINE_PORT)
+    status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
+    assert "\nUid:\t0\t" in status
+    assert API_KEY not in lab.exec("spark1", ["cat", f"/proc/{pid}/cmdline"]).stdout
+    assert cli(state, path, "down").returncode == 0
+    deadline = time.monotonic() + 30
+    while _front_pids(lab, "spark1", ENGINE_PORT) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _front_pids(lab, "spark1", ENGINE_PORT)
+    # exited: gone, or a zombie until whatever it was reparented to reaps it
+    stat_line = lab.exec("spark1", ["cat", f"/proc/{pid}/stat"], check=False).stdout
+    assert not stat_line or stat_line.rsplit(")", 1)[1].split()[0] == "Z", stat_line
