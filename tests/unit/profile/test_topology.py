@@ -78,3 +78,17 @@ def test_pp_counts_towards_the_gpus_a_group_needs() -> None:
     assert [s.gpu_ids for s in g.slots] == [(0,), (0,)]
     with pytest.raises(TopologyError, match="nodes-divide-tp-pp"):
         layout(["spark1", "spark2", "spark3"], SPARKS, tp=1, pp=2)
+
+
+def test_the_engines_port_behind_the_front_is_checked_like_the_others() -> None:
+    from sparkctl.profile.topology import _check_ports, internal_offset
+
+    assert internal_offset(30000, None) == 10000 and internal_offset(60000, None) == -10000
+    assert internal_offset(30000, 31000) == 1000  # engine.internal_port: replicas shift alike
+    lay = layout(["a"], {"a": 2}, tp=1, replicas=2, port=30001)
+    _check_ports(lay, ("a", 30000, 29000), front=10000)  # 40001, 40002: free
+    with pytest.raises(TopologyError) as err:
+        _check_ports(lay, ("a", 30000, 29000), front=1)  # replica 0's engine on replica 1's API port
+    assert err.value.rule == "ports-distinct" and "engine port behind the front" in err.value.message
+    with pytest.raises(TopologyError):
+        _check_ports(lay, ("a", 30000, 29000), front=40000)  # past 65535
