@@ -111,6 +111,7 @@ class Engine(Protocol):
     # Routes whose answer reveals a key or the settings (SGLang's /server_info): the filtering front
     # (node/front.py) refuses them, whatever the spelling of the path.
     private_routes: tuple[str, ...]
+    default_user: str  # engine.container.user when unset: "node" where the engine serves as non-root
     readiness: Readiness
     metrics: MetricNames
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts

@@ -242,6 +242,7 @@ def export_k8s(
 ) -> K8sExport:
     engine = get_engine(profile.engine.kind)
     fronted = profile.engine.front and bool(engine.private_routes)
+    as_node = (profile.engine.container.user or engine.default_user) == "node"
     if fronted:  # the filtering front is a node process of `up`'s; the pod serves the engine's port
         profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"front": False})})
     plan = build_plan(profile, mode_name)
@@ -251,6 +252,11 @@ def export_k8s(
     out = K8sExport(
         plan, namespace, name, dns_name("sparkctl", profile.cluster, "secrets") if secrets else None
     )
+    if as_node:
+        out.notes.append(
+            "engine.container.user: node is not exported (the node user's uid is known on the node): the "
+            "pods run as the image's user (HOME and caches as for node); set securityContext.runAsUser"
+        )
     if fronted:
         out.notes.append(
             f"engine.front is not exported: the leader pod serves {', '.join(engine.private_routes)} "

@@ -68,7 +68,7 @@ def same_mounts(ranks: list[RankSpec], secret_targets: set[str]) -> list[Mount]:
 
 def host_mounts(mounts: list[Mount], offline: bool, parts: PodParts) -> None:
     for m in mounts:
-        weights = m.target == HF_HUB_TARGET
+        weights = m.target == HF_HUB_TARGET or m.target.endswith("/huggingface/hub")  # root or node user
         read_only = m.read_only or (weights and offline)
         kind = "Directory" if weights else "DirectoryOrCreate"
         name = volume_name(m.target, "host")

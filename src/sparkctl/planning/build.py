@@ -36,9 +36,8 @@ __all__ = [
     "RunOptions",
 ]
 
-CONTAINER_HF_HOME = "/root/.cache/huggingface"
+CONTAINER_HF_HOME = sec.ROOT_HOME["HF_HOME"]  # as root (hardening.container_home)
 PENDING = "resolved at `up`"  # an address line of a node whose IP `up` reads on the node
-CONTAINER_TRITON = "/root/.triton"
 
 
 def container_name(cluster: str, mode: str, rank: int, group: int | None = None) -> str:
@@ -191,7 +190,9 @@ def _rank_env_mounts(
     facts: PlanFacts,
     unresolved: list[str],
 ) -> tuple[dict[str, str | SecretRef], list[Mount], list[SecretFile]]:
-    env: dict[str, str | SecretRef] = {"HF_HOME": CONTAINER_HF_HOME, "TRITON_CACHE_DIR": CONTAINER_TRITON}
+    env: dict[str, str | SecretRef] = {
+        **sec.container_home(profile.engine.container.user or engine.default_user)
+    }
     if mode.tp > 1:
         env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
     if layout.nnodes > 1:
@@ -206,7 +207,8 @@ def _rank_env_mounts(
     # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
     triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
-    mounts = [Mount(hf_hub, f"{CONTAINER_HF_HOME}/hub"), Mount(triton, CONTAINER_TRITON), *secret_mounts]
+    hf_home, triton_dir = str(env["HF_HOME"]), str(env["TRITON_CACHE_DIR"])
+    mounts = [Mount(hf_hub, f"{hf_home}/hub"), Mount(triton, triton_dir), *secret_mounts]
     _no_host_code_in(mounts, node, profile)
     return env, mounts, secret_files
 
@@ -217,7 +219,7 @@ def _no_host_code_in(mounts: list[Mount], node: Node, profile: Profile) -> None:
     own = node_path("~/.cache/sparkctl", node, profile)
     for m in mounts:
         if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
-            where = "triton_cache" if m.target == CONTAINER_TRITON else "hf_cache"
+            where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
             raise ProfileError(
                 f"{where} {m.source} on node {node.name} would let the serving container write {own}",
                 fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
@@ -272,9 +274,8 @@ def _build_group(
         layout = RankLayout(slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp)
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
-        options = sec.container_options(
-            profile, mode, _gpu_request(node, slot.gpu_ids, profile), node_user(node, profile)
-        )
+        gpus = _gpu_request(node, slot.gpu_ids, profile)
+        options = sec.container_options(profile, mode, gpus, node_user(node, profile), engine.default_user)
         name = container_name(
             profile.cluster, mode_name, slot.node_rank, group.index if replicas > 1 else None
         )

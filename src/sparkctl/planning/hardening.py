@@ -47,6 +47,7 @@ class RunOptions:
     cap_drop: list[str] = field(default_factory=lambda: ["ALL"])
     security_opt: list[str] = field(default_factory=lambda: ["no-new-privileges:true"])
     pids_limit: int | None = DEFAULT_PIDS
+    user: str = "root"  # "root" (the image's), "node" (the node user's uid:gid, read at start), "UID:GID"
 
     def describe(self) -> str:
         """One line for `plan`."""
@@ -63,6 +64,8 @@ class RunOptions:
         parts += [o.replace(":true", "") for o in self.security_opt]
         if self.pids_limit:
             parts.append(f"pids {self.pids_limit}")
+        if self.user != "root":
+            parts.append(f"user {self.user}")
         parts += [f"ulimit {k}={'unlimited' if v < 0 else v}" for k, v in self.ulimits.items()]
         if self.privileged:
             parts.append("PRIVILEGED")
@@ -95,11 +98,14 @@ def _shared_machine(profile: Profile, mode: Mode) -> bool:
     return len(set(addrs)) < len(addrs)
 
 
-def container_options(profile: Profile, mode: Mode, gpus: str | None, node_user: str = "root") -> RunOptions:
-    """`node_user`: who owns the caches the rank mounts read-write. The engine runs as root in the
-    container (the images keep HOME and the mount targets under /root); with every capability
-    dropped, root writes only what root owns, so a node user other than root adds DAC_OVERRIDE
-    (the triton cache, the HF cache when not offline, 0400 `file:` secrets)."""
+def container_options(
+    profile: Profile, mode: Mode, gpus: str | None, node_user: str = "root", engine_user: str = "root"
+) -> RunOptions:
+    """`node_user`: who owns the caches the rank mounts read-write; `engine_user`: the engine's
+    default for engine.container.user. An engine running as root in the container (the images keep
+    HOME and the mount targets under /root) has every capability dropped, and root writes only what
+    root owns, so a node user other than root adds DAC_OVERRIDE (the triton cache, the HF cache
+    when not offline, 0400 `file:` secrets). An engine running as the node user needs none."""
     opts = profile.engine.container
     ipc = opts.ipc
     if ipc == "auto":
@@ -109,7 +115,8 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None, node_user:
     rdma = uses_rdma(profile, mode)
     ulimits = {k: (-1 if v == "unlimited" else int(v)) for k, v in opts.ulimits.items()}
     caps = list(opts.cap_add)
-    if node_user != "root" and "DAC_OVERRIDE" not in caps:
+    user = opts.user or engine_user
+    if user == "root" and node_user != "root" and "DAC_OVERRIDE" not in caps:
         caps.insert(0, "DAC_OVERRIDE")
     if rdma:
         ulimits = {**RDMA_ULIMITS, **ulimits}
@@ -124,7 +131,24 @@ def container_options(profile: Profile, mode: Mode, gpus: str | None, node_user:
         cap_add=caps,
         ulimits=ulimits,
         pids_limit=opts.pids_limit,
+        user=user,
     )
+
+
+ROOT_HOME = {"HF_HOME": "/root/.cache/huggingface", "TRITON_CACHE_DIR": "/root/.triton"}
+# Not under /root (0700 in the images: another uid cannot even pass through it to a mount there);
+# HOME in the container's /tmp (1777), USER for getpass (the uid has no passwd entry).
+USER_HOME = {
+    "HF_HOME": "/var/cache/sparkctl/huggingface",
+    "TRITON_CACHE_DIR": "/var/cache/sparkctl/triton",
+    "HOME": "/tmp/sparkctl-home",
+    "USER": "sparkctl",
+}
+
+
+def container_home(user: str) -> dict[str, str]:
+    """Where the engine's caches are mounted and its HOME is, for the user it runs as."""
+    return dict(ROOT_HOME if user == "root" else USER_HOME)
 
 
 def secret_delivery(

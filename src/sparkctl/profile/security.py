@@ -144,6 +144,11 @@ class ContainerOptions(Strict):
     gpus: bool = Field(
         True, description="Request the node's GPUs via the NVIDIA runtime (false on CPU-only rigs)."
     )
+    user: Annotated[str | None, Field(pattern=r"^(root|node|\d+:\d+)$")] = Field(
+        None,
+        description="Who the engine runs as: node (the node user's uid:gid, HOME in the container's /tmp), "
+        "root, or UID:GID; default: the engine's (vLLM node, SGLang root: docs/security.md).",
+    )
 
     @model_validator(mode="after")
     def _truthful(self) -> ContainerOptions:

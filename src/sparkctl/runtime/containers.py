@@ -300,6 +300,8 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
     devices = node_rdma_devices(conn, spec)
     params = create_params(spec, revealed_env(spec), devices)
+    if spec.options.user != "root":  # the engine as the node user (or the profile's UID:GID)
+        params["user"] = node_uid_gid(conn) if spec.options.user == "node" else spec.options.user
     if secret_files:  # on the node's tmpfs, mounted read-only: never a disk, argv, env or inspect
         params["mounts"] = [*params["mounts"], *place_secrets(conn, spec, secret_files)]
     try:
@@ -321,6 +323,13 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
         raise _api_error("starting container " + spec.container_name, exc, spec) from None
     container.reload()
     return info_from_attrs(conn.node, container.attrs)
+
+
+def node_uid_gid(conn: Connector) -> str:
+    """`UID:GID` of the node user (who the engine runs as with engine.container.user: node)."""
+    res = conn.run(["sh", "-c", 'printf "%s:%s" "$(id -u)" "$(id -g)"'], timeout=30)
+    res.check("reading the node user's uid and gid", fix="the node needs `id` (coreutils) on PATH")
+    return res.stdout.strip()
 
 
 def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:

@@ -73,6 +73,7 @@ class SGLang:
     # SGLang 0.5.23 answers every setting, api_key and admin_api_key included, to any API-key holder
     # (srt/entrypoints/http_server.py: server_info, its deprecated alias get_server_info).
     private_routes = ("/server_info", "/get_server_info")
+    default_user = "root"  # not measured as non-root here (no GPU, no SGLang image): docs/security.md
     readiness = Readiness()
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")
