@@ -269,3 +269,40 @@ def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup
     # exited: gone, or a zombie until whatever it was reparented to reaps it
     stat_line = lab.exec("spark1", ["cat", f"/proc/{pid}/stat"], check=False).stdout
     assert not stat_line or stat_line.rsplit(")", 1)[1].split()[0] == "Z", stat_line
+
+
+@pytest.mark.realengine
+def test_real_vllm_serves_as_the_node_user_and_as_any_non_root_uid(lab, tmp_path):
+    """engine.container.user for real vLLM (CPU build): the default `node` runs it as the node
+    user's uid:gid (root in the lab: read on the node at start), and an explicit non-root UID:GID
+    serves too, with HOME in the container's /tmp and the caches mounted outside /root."""
+    from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile
+
+    install_real_engine(lab)
+    state = tmp_path / "state"
+    for user, expected in ((None, "0:0"), ("1000:1000", "1000:1000")):
+        container_opts = {"gpus": False, "shm_size": "1g", **({"user": user} if user else {})}
+        path = write_vllm_profile(
+            lab, tmp_path / f"vllm-{expected[0]}.yaml", engine={"container": container_opts}
+        )
+        cluster = yaml.safe_load(path.read_text())["cluster"]
+        try:
+            up = cli(state, path, "up", "solo", "--json", timeout=900)
+            assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+            container = lab.docker("spark1").containers.get(f"sparkctl-{cluster}-solo-r0")
+            assert container.attrs["Config"]["User"] == expected
+            env = container.attrs["Config"]["Env"]
+            assert "HOME=/tmp/sparkctl-home" in env and "HF_HOME=/var/cache/sparkctl/huggingface" in env
+            assert container.attrs["HostConfig"]["CapAdd"] in (None, [])  # no DAC_OVERRIDE as non-root
+            uids = {p[0] for p in container.top(ps_args="-o uid,args")["Processes"]}
+            assert uids == {expected.split(":")[0]}, uids  # every process of the container
+            body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            req = urllib.request.Request(
+                f"http://{lab.node('spark1').mgmt_ip}:30000/v1/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                assert resp.status == 200 and json.loads(resp.read())["choices"]
+        finally:
+            assert cli(state, path, "down", timeout=300).returncode == 0
