@@ -294,7 +294,7 @@ def test_real_vllm_serves_as_the_node_user_and_as_any_non_root_uid(lab, tmp_path
             env = container.attrs["Config"]["Env"]
             assert "HOME=/tmp/sparkctl-home" in env and "HF_HOME=/var/cache/sparkctl/huggingface" in env
             assert container.attrs["HostConfig"]["CapAdd"] in (None, [])  # no DAC_OVERRIDE as non-root
-            uids = {p[0] for p in container.top(ps_args="-o uid,args")["Processes"]}
+            uids = {p[1] for p in container.top(ps_args="-o pid,uid,args")["Processes"]}
             assert uids == {expected.split(":")[0]}, uids  # every process of the container
             body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
             req = urllib.request.Request(

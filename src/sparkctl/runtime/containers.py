@@ -224,12 +224,13 @@ def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
     return buf.getvalue()
 
 
-# Secrets live on the node's /dev/shm (a tmpfs: never on a disk, gone at reboot), in a 0700
+# Secrets live on the node's /dev/shm (a tmpfs, checked: never on a disk, gone at reboot), in a 0700
 # directory of the node user that is checked to be theirs (a directory another user pre-created
 # in the sticky /dev/shm is refused), one subdirectory per container, bind-mounted read-only file
 # by file at their /run/secrets paths. $1 = the container name; the tar arrives on stdin.
 SECRETS_ROOT = '/dev/shm/sparkctl-"$(id -u)"'
 _SECRETS_SCRIPT = (
+    '[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || { echo "/dev/shm is not a tmpfs" >&2; exit 3; }; '
     f'umask 077; d={SECRETS_ROOT}; mkdir -m 700 "$d" 2>/dev/null; '
     '[ -d "$d" ] && [ ! -L "$d" ] && [ "$(stat -c %u "$d")" = "$(id -u)" ] '
     '|| { echo "$d is not a directory of this user" >&2; exit 3; }; chmod 700 "$d" && '
@@ -245,7 +246,7 @@ def place_secrets(conn: Connector, spec: RankSpec, tar: bytes) -> list[Any]:
     res = conn.run(["sh", "-c", _SECRETS_SCRIPT, "sparkctl-secrets", spec.container_name], input=tar)
     res.check(
         "placing the secret files in /dev/shm",
-        fix="the node needs a /dev/shm (tmpfs) the node user can write, and `tar`",
+        fix="the node needs /dev/shm mounted as a tmpfs the node user can write, and `tar`",
     )
     where = res.stdout.strip()
     targets = {posixpath.basename(f.target): f.target for f in spec.secrets if not f.bind}

@@ -1,0 +1,58 @@
+"""Where a rank's secret files are written on its node (runtime/containers.py's placing script)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sparkctl.runtime.containers import _SECRETS_SCRIPT
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a mount namespace)"
+)
+VALUE = b"sk-canary-secret-0123"
+
+
+def _tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("API_KEY")
+        info.size, info.mode = len(VALUE), 0o400
+        tar.addfile(info, io.BytesIO(VALUE))
+    return buf.getvalue()
+
+
+def _place(mount: list[str], shm: Path) -> subprocess.CompletedProcess:
+    """The placing script in a private mount namespace whose /dev/shm is `mount`ed from `shm`."""
+    inner = 'mount "$@" /dev/shm && ls -la /dev/shm >/dev/null && exec sh -c "$SCRIPT" sparkctl-secrets c1'
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", inner, "x", *mount],
+        input=_tar(),
+        capture_output=True,
+        env={**os.environ, "SCRIPT": _SECRETS_SCRIPT},
+        timeout=60,
+    )
+
+
+def _holds_value(root: Path) -> bool:
+    return any(p.is_file() and VALUE in p.read_bytes() for p in root.rglob("*"))
+
+
+def test_secrets_are_refused_when_dev_shm_is_on_a_disk(tmp_path: Path) -> None:
+    disk = tmp_path / "shm"
+    disk.mkdir()
+    res = _place(["--bind", str(disk)], disk)
+    assert res.returncode == 3 and b"/dev/shm is not a tmpfs" in res.stderr
+    assert not _holds_value(disk)  # not one byte of it on the disk
+
+
+def test_secrets_land_on_a_tmpfs_dev_shm(tmp_path: Path) -> None:
+    res = _place(["-t", "tmpfs", "tmpfs"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().startswith(f"/dev/shm/sparkctl-{os.geteuid()}/c1")
