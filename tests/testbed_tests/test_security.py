@@ -276,10 +276,14 @@ def test_real_vllm_serves_as_the_node_user_and_as_any_non_root_uid(lab, tmp_path
     """engine.container.user for real vLLM (CPU build): the default `node` runs it as the node
     user's uid:gid (root in the lab: read on the node at start), and an explicit non-root UID:GID
     serves too, with HOME in the container's /tmp and the caches mounted outside /root."""
+    from tests.testbed.lab import NODE_MOUNT
     from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile
 
     install_real_engine(lab)
     state = tmp_path / "state"
+    # The lab's node user is root and its seeded cache is root's own (files 0600): an unrelated uid
+    # reads it only when others may, as a shared cache would be.
+    lab.exec("spark1", ["chmod", "-R", "a+rX", f"{NODE_MOUNT}/hf"])
     for user, expected in ((None, "0:0"), ("1000:1000", "1000:1000")):
         container_opts = {"gpus": False, "shm_size": "1g", **({"user": user} if user else {})}
         path = write_vllm_profile(
