@@ -57,35 +57,27 @@ def fit_cmd(
 ) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
     error it would die with; check the flags with SGLang's parser; print flags that fit."""
-    from sparkctl.commands._launch import run_launch_check
+    from sparkctl.engines import get_engine
+    from sparkctl.engines.support.launch_check import LaunchRequest, Margin
     from sparkctl.errors import ExitCode
     from sparkctl.findings import Severity
-    from sparkctl.launch.fixes import Margin
-    from sparkctl.launch.pipeline import check_reachable, lookup_models, require_models
     from sparkctl.planning.build import build_plan
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
-    models = lookup_models(prof, target_dir, draft_dir)
-    if not allow_missing:
-        require_models(models, prof)
     err = console(stderr=True)
-    result = run_launch_check(
-        plan,
-        prof,
-        lambda: check_reachable(
-            plan,
-            prof,
-            reach=probe,
-            parser_timeout=parser_timeout,
-            parse_flags=parse_flags,
-            models=models,
-            margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
-            progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
-            build=build_plan,  # the layouts of the same boxes when the mode does not split over them
-        ),
+    request = LaunchRequest(
         reach=probe,
+        parser_timeout=parser_timeout,
+        parse_flags=parse_flags,
+        target_dir=target_dir,
+        draft_dir=draft_dir,
+        require_models=not allow_missing,
+        margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
+        progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+        build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
+    result = get_engine(prof.engine.kind).launch_check(plan, prof, request)
     if json_out:
         print_json(
             {

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkctl.engines.support.launch_check import Serving
 from sparkctl.units import human_bytes
 
 GIB = 1 << 30
@@ -41,16 +42,6 @@ class NodeMemory:
     @property
     def source(self) -> str:
         return "CUDA free memory (probed in the image)" if self.cuda_free is not None else "MemAvailable"
-
-
-@dataclass(frozen=True)
-class Serving:
-    """What the `fit` planner says a fraction gives: requests at once and KV tokens (per rank)."""
-
-    requests: int
-    kv_tokens: int
-    context: int
-    fits: bool
 
 
 @dataclass

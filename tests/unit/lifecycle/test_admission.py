@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sparkctl.lifecycle.admission import GIB, NodeMemory, Serving, judge, max_fraction, parse_size
+from sparkctl.engines.support.launch_check import Serving
+from sparkctl.lifecycle.admission import GIB, NodeMemory, judge, max_fraction, parse_size
 
 
 def mem(avail: float, cached: float = 0.0, cuda: float | None = None) -> NodeMemory:

@@ -185,7 +185,7 @@ def test_weights_content_names_the_differing_files() -> None:
 
 
 def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
-    from sparkctl.launch import CHECK_NAMES
+    from sparkctl.engines.sglang.launch import CHECK_NAMES
     from sparkctl.preflight.registry import validate_names
 
     assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {
@@ -198,8 +198,8 @@ def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
 def test_every_launch_finding_has_a_registered_name(name: str) -> None:
     from pathlib import Path
 
-    from sparkctl.launch import CHECK_NAMES
-    from sparkctl.launch.check import check_plan
+    from sparkctl.engines.sglang.launch import CHECK_NAMES
+    from sparkctl.engines.sglang.launch.pipeline import check_plan
     from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_file
 

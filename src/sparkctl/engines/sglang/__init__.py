@@ -1,4 +1,5 @@
-"""SGLang as a sparkctl engine: argv/env rendering here, launch safety delegated to sparkctl.launch."""
+"""SGLang as a sparkctl engine: argv/env rendering here, launch safety in launch/ (its own parser,
+rules and memory planner)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Serving
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -63,7 +65,6 @@ def auth_flags(profile: Profile) -> list[str]:
 
 class SGLang:
     name = "sglang"
-    launch_planner = True
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
@@ -130,7 +131,7 @@ class SGLang:
         return F.mem_fraction(argv)
 
     def check_names(self) -> frozenset[str]:
-        from sparkctl.launch import CHECK_NAMES
+        from sparkctl.engines.sglang.launch import CHECK_NAMES
 
         return CHECK_NAMES
 
@@ -141,9 +142,21 @@ class SGLang:
         pool: NodePool | None = None,
         gpu_reports: Mapping[str, GpuReport | None] | None = None,
     ) -> list[Finding]:
-        from sparkctl.launch.pipeline import preflight_findings  # the one launch pipeline
+        from sparkctl.engines.sglang.launch.pipeline import preflight_findings  # the one launch pipeline
 
         return preflight_findings(plan, profile, pool, dict(gpu_reports or {}))
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.sglang.launch.pipeline import launch_check
+
+        return launch_check(plan, profile, request)
+
+    def memory_plan(
+        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
+    ) -> Serving | None:
+        from sparkctl.engines.sglang.launch.pipeline import serving_at
+
+        return serving_at(profile, argv, node, fraction, available)
 
 
 ENGINE = SGLang()
