@@ -106,6 +106,10 @@ def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily
                     f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts
                 ),
             )
+        if spec.front is not None:
+            f = spec.front
+            where = f"{f.listen}:{f.port} -> 127.0.0.1:{f.upstream}, refuses {', '.join(f.routes)}"
+            table.add_row("front", where)
         table.add_row("argv", " \\\n  ".join(_argv_lines(spec.argv)))
         out.print(Panel(table, title=_panel_title(plan, spec), title_align="left"))
     key = plan.endpoint.api_key
@@ -129,7 +133,7 @@ def _panel_title(plan, spec) -> str:
 
 
 def _secret_line(f: SecretFile) -> str:
-    how = "bind-mounted read-only" if f.bind else "written into the container, 0400"
+    how = "bind-mounted read-only" if f.bind else "on the node's tmpfs, 0400, mounted read-only"
     what = f"{f.target} [{f.yaml_key}]" if f.yaml_key else f.target
     return f"{what} = {f.ref.describe()} ({how})"
 
