@@ -1,8 +1,8 @@
 """Admission on a unified-memory node, pure: does a start fit the memory the node can really give?
 
-The engine pins `fraction x P` for its weights and KV pool: SGLang sizes its pools to fill exactly
+The engine pins `fraction x P` for its weights and KV pool: it sizes its pools to fill exactly
 that share of the memory P it finds free at start, and on an integrated GPU P is MemAvailable
-(psutil's `available`; the `fit` planner breaks the share down). What the GPU can really allocate,
+(psutil's `available`; the engine's memory model, `Engine.memory_plan`, breaks the share down). What the GPU can really allocate,
 B, can be less: the CUDA free memory probed in the engine's image (when the node's containers get
 a GPU), else MemAvailable itself. On a GB10 the container's shared memory is the same RAM. What
 is left must cover the host reserve: `B - ranks x fraction x P - shm >= reserve`. A refusal

@@ -75,6 +75,7 @@ class SGLang:
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")
     image_markers = ("sglang",)
+    version_key = "sglang_version"
     layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
 

@@ -64,6 +64,7 @@ class VLlm:
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
+    version_key = None  # its checks run its own parser in the image: no release to pick rules by
     layout_flags = LayoutFlags(
         nnodes="--nnodes",
         node_rank="--node-rank",

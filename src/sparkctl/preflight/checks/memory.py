@@ -71,8 +71,8 @@ class UnifiedMemory(Check):
 def check_unified_memory(
     node: str, meminfo: Mapping[str, int], weights_bytes: int | None, frac: float, headroom: int = 4 * GIB
 ) -> Finding:
-    """UnifiedMemory: SGLang (0.5.23) sizes the pool from MemAvailable P: rest = P*frac - weights
-    must leave room for KV; page cache counts as available to SGLang but can freeze a GB10."""
+    """UnifiedMemory: the engine sizes its pool from MemAvailable P: rest = P*frac - weights
+    must leave room for KV; page cache counts as available to the engine but can freeze a GB10."""
     avail = meminfo.get("MemAvailable", 0) * 1024
     free = meminfo.get("MemFree", meminfo.get("MemAvailable", 0)) * 1024
     total = meminfo.get("MemTotal", 0) * 1024
