@@ -72,6 +72,7 @@ class VLlm:
         dist_init_port="--master-port",
     )
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+    mem_fraction_flag = F.MEM_FLAG
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}
