@@ -1,12 +1,11 @@
-"""The memory plan as `fit` shows it: a table's heading and rows, the terms line (plain text)."""
+"""The memory plan as `fit` shows it: a table's heading and rows, the terms line (plain text).
+Each function takes a memory.MemoryPlan (it calls these, so this module does not import it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from sparkctl.engines.sglang.launch.memory import MemoryPlan
-
+MemoryPlan = Any  # memory.MemoryPlan
 GIB = 1 << 30
 
 
