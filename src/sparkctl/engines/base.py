@@ -118,7 +118,11 @@ class Engine(Protocol):
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
     image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
     layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
+    # The profile's engine.<key> that records the engine's release (its rules are chosen by it;
+    # `init` fills it from the image's label). None: the engine's checks take no release.
+    version_key: str | None
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
+    mem_fraction_flag: str  # the flag (no dashes) that sets that fraction: what a memory fix names
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         """The user's flags (engine.args, then mode.args) over the engine's serving defaults."""

@@ -202,7 +202,15 @@ def admit(profile: Profile, pool: NodePool, plan: Plan, nodes: list[str]) -> dic
         fraction = (engine.mem_fraction(specs[0].argv) if specs else None) or engine.gb10_max_mem_fraction
         planner = _planner(profile, specs[0]) if specs and profile.memory.admission else None
         reserve = int(profile.memory.reserve_gib * GIB)
-        return mem, judge(mem, fraction=fraction, ranks=len(specs), shm=shm, reserve=reserve, planner=planner)
+        return mem, judge(
+            mem,
+            fraction=fraction,
+            ranks=len(specs),
+            shm=shm,
+            reserve=reserve,
+            flag=engine.mem_fraction_flag,
+            planner=planner,
+        )
 
     results = fan_out(nodes, one).values_or_raise()
     if profile.memory.admission:

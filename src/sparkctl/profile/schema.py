@@ -276,7 +276,7 @@ class Engine(Strict):
 
     @model_validator(mode="after")
     def _admin_needs_api_key(self) -> Engine:
-        # Only an admin key: SGLang leaves normal routes open, /server_info (which answers it) among them.
+        # Only an admin key: normal routes stay open, the settings route (which answers it) among them.
         if self.admin_api_key is not None and self.api_key is None:
             raise ValueError(
                 "admin_api_key: set api_key too (with only an admin key the API is open and "

@@ -79,8 +79,10 @@ class SGLang:
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")
     image_markers = ("sglang",)
+    version_key = "sglang_version"
     layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+    mem_fraction_flag = "mem-fraction-static"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         defaults = profile.engine.recipe_defaults

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sparkctl.findings import Finding, Severity
 
@@ -22,6 +22,21 @@ class Margin:
 
     def required(self, max_running_requests: int | None) -> int:
         return max_running_requests or self.min_requests
+
+
+class MemoryReport(Protocol):
+    """What `fit` shows of an engine's memory plan (LaunchCheck.memory)."""
+
+    fits: bool
+    notes: list[str]
+
+    def to_json(self) -> dict: ...
+
+    def heading(self) -> str: ...  # the table's title after the mode
+
+    def rows(self) -> list[tuple[str, str]]: ...  # (what, value) per rank, plain text
+
+    def terms_line(self) -> str: ...  # which of the engine's accounting terms were applied
 
 
 @dataclass(frozen=True)
@@ -45,7 +60,7 @@ class LaunchCheck:
     the memory fixes it proposes, the flags `fit` proposes, and other layouts of the same boxes."""
 
     findings: list[Finding]
-    memory: Any | None = None
+    memory: MemoryReport | None = None
     memory_fixes: list[Any] = field(default_factory=list)  # each: changes, flags, why, tradeoff, plan
     fix: dict[str, Any] = field(default_factory=dict)  # flag -> value (None: drop the flag)
     layouts: list = field(default_factory=list)  # each has to_json() (the engine's layout options)

@@ -68,6 +68,7 @@ class VLlm:
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
+    version_key = None  # its checks run its own parser in the image: no release to pick rules by
     layout_flags = LayoutFlags(
         nnodes="--nnodes",
         node_rank="--node-rank",
@@ -75,6 +76,7 @@ class VLlm:
         dist_init_port="--master-port",
     )
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+    mem_fraction_flag = F.MEM_FLAG
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}

@@ -111,6 +111,21 @@ class MemoryPlan:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def heading(self) -> str:  # the MemoryReport `fit` renders (engines/support/launch_check.py)
+        from sparkctl.engines.sglang.launch import report
+
+        return report.heading(self)
+
+    def rows(self) -> list[tuple[str, str]]:
+        from sparkctl.engines.sglang.launch import report
+
+        return report.rows(self)
+
+    def terms_line(self) -> str:
+        from sparkctl.engines.sglang.launch import report
+
+        return report.terms_line(self)
+
 
 def _start(inp: MemoryInputs) -> MemoryPlan:
     """Weights, the static slack and the multimodal reservation: what is left before pools."""
