@@ -5,7 +5,7 @@ The engine binds 127.0.0.1:<internal port>; the front listens on the address and
 gives the API and forwards every request there unchanged (method, target, headers but the
 hop-by-hop ones, the body as it arrives, keep-alive), streaming the answer back as it comes
 (chunked/SSE: one write and flush per upstream chunk). It refuses the routes the engine declares
-key-revealing (SGLang's /server_info answers api_key and admin_api_key) with a 403 JSON error,
+key-revealing (an engine's settings route answers api_key and admin_api_key) with a 403 JSON error,
 matched on the path as any server could read it: percent-decoded until stable, `\\` as `/`,
 `//` collapsed, `.`/`..` resolved, `;params` cut, lower case, trailing `/` dropped, and any
 prefix or suffix (`/x/server_info`, `/server_info/x`).

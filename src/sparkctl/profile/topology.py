@@ -162,7 +162,7 @@ def layout(
     return Layout(tuple(groups))
 
 
-FRONT_OFFSET = 10000  # SGLang's own searches start at its --port + 100..1000: never the API port
+FRONT_OFFSET = 10000  # an engine's own port searches start at its --port + 100..1000: never the API port
 
 
 def internal_offset(engine_port: int, internal_port: int | None) -> int:
