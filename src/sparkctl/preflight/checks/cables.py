@@ -12,20 +12,16 @@ from collections.abc import Mapping
 
 from sparkctl.facts.cabling import Fault, cable_faults
 from sparkctl.findings import Finding
-from sparkctl.preflight.base import ERROR, OK, SKIP, Check, Ctx, NodeFacts
-from sparkctl.preflight.checks.fabric_layout import group_layouts, layout_probes
+from sparkctl.preflight.base import ERROR, OK, SKIP, Ctx, NodeFacts
+from sparkctl.preflight.checks.fabric_layout import LayoutCheck, group_layouts
 
 
-class Cabling(Check):
+class Cabling(LayoutCheck):
     name = "Cabling"
     summary = (
         "every cable of the layout reaches the node and cage its subnet says (no crossed or missing link)"
     )
     order = 56
-    multi_node = True
-
-    def probes(self, ctx: Ctx, node: str) -> dict:
-        return layout_probes(ctx, node)
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []

@@ -51,16 +51,21 @@ def group_layouts(
     return found
 
 
-class FabricLayout(Check):
+class LayoutCheck(Check):
+    """A base (names no check): multi-node checks judged from each group's cabling layout."""
+
+    multi_node = True
+
+    def probes(self, ctx: Ctx, node: str) -> dict:
+        return layout_probes(ctx, node)
+
+
+class FabricLayout(LayoutCheck):
     name = "FabricLayout"
     summary = (
         "each group's cabling (direct, ring, mesh, switch) and the HCAs, netdevs and rendezvous it needs"
     )
     order = 55
-    multi_node = True
-
-    def probes(self, ctx: Ctx, node: str) -> dict:
-        return layout_probes(ctx, node)
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []

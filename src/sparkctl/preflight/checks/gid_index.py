@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkctl.facts.rdma import RdmaDevice, hca_candidates, rdma_probe, roce_v2_gid_index
+from sparkctl.facts.rdma import RdmaDevice, hca_candidates, roce_v2_gid_index
 from sparkctl.findings import Finding
-from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts
+from sparkctl.preflight.base import ERROR, OK, WARN, Ctx, NodeFacts
+from sparkctl.preflight.checks.roce import RoceCheck
 
 
-class RoceGidIndex(Check):
+class RoceGidIndex(RoceCheck):
     name = "RoceGidIndex"
     summary = "NCCL_IB_GID_INDEX is the RoCE v2 GID of the fabric IP on every HCA of every node"
     order = 61
-    multi_node = True
-
-    def applies(self, ctx: Ctx) -> bool:
-        return super().applies(ctx) and ctx.profile.fabric.transport == "roce"
-
-    def probes(self, ctx: Ctx, node: str) -> dict:
-        return {"rdma": rdma_probe(ctx.sysfs_root)}
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []

@@ -11,10 +11,9 @@ from sparkctl.preflight.base import ERROR, Check, Ctx, NodeFacts
 CHECK = "RoceHca"
 
 
-class RoceHca(Check):
-    name = "RoceHca"
-    summary = "named RoCE devices exist, are ACTIVE, bound to the fabric netdev, with a GID for the IP"
-    order = 60
+class RoceCheck(Check):
+    """A base (names no check): multi-node RoCE checks, judged from each node's RDMA sysfs."""
+
     multi_node = True
 
     def applies(self, ctx: Ctx) -> bool:
@@ -22,6 +21,12 @@ class RoceHca(Check):
 
     def probes(self, ctx: Ctx, node: str) -> dict:
         return {"rdma": rdma_probe(ctx.sysfs_root)}
+
+
+class RoceHca(RoceCheck):
+    name = "RoceHca"
+    summary = "named RoCE devices exist, are ACTIVE, bound to the fabric netdev, with a GID for the IP"
+    order = 60
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
