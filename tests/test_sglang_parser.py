@@ -11,8 +11,8 @@ import os
 
 import pytest
 
+from sparkctl.engines.sglang.launch.flags import INSTALL_HINT, check_flags_local, flag_findings
 from sparkctl.findings import Severity
-from sparkctl.launch.flags import INSTALL_HINT, check_flags_local, flag_findings
 
 
 @pytest.fixture(scope="module")

@@ -1,3 +1,3 @@
-"""sparkctl: serve LLMs with SGLang + DFlash on one or two GPU boxes."""
+"""sparkctl: check, ship, start, watch and stop LLM serving engines on DGX Spark boxes."""
 
 __version__ = "0.1.0"

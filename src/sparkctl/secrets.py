@@ -96,7 +96,7 @@ class SecretFile:
     starts (`bind=False`; never on argv or in env; the file lies in the container's writable layer
     under the engine's data root, root-only, removed with the container) or bind-mounted read-only
     from the node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file
-    (SGLang --config)."""
+    (the engine's key file)."""
 
     target: str
     ref: SecretRef

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from sparkctl.connectors.ssh import SshConnector
-from sparkctl.launch.flags import check_flags
-from sparkctl.launch.in_image import InImageError, image_runner
+from sparkctl.engines.sglang.launch.flags import check_flags
+from sparkctl.engines.support.in_image import InImageError, image_runner
 from tests.testbed.images import ENGINE_TAG, build_image_with_files
 from tests.testbed_tests.test_connectors import connector as ssh_connector
 

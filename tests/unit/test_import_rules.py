@@ -23,7 +23,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "reach: connectors, facts, node program, secrets, router client",
         ("connectors", "facts", "node", "secrets", "router"),
     ),
-    ("engine support: launch rules", ("launch",)),
     ("engines", ("engines",)),
     ("planning", ("planning",)),
     ("runtime", ("runtime",)),

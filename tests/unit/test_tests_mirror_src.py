@@ -15,6 +15,7 @@ CROSS_CUTTING = {
     "test_tests_mirror_src.py",  # this file
     "test_quickstart.py",  # the README's quickstart, end to end
     "test_ci_script.py",  # .ci/run
+    "test_engine_names.py",  # engine names outside engines/ over src/
 }
 
 

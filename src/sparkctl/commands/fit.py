@@ -57,35 +57,27 @@ def fit_cmd(
 ) -> None:
     """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
     error it would die with; check the flags with SGLang's parser; print flags that fit."""
-    from sparkctl.commands._launch import run_launch_check
+    from sparkctl.engines import get_engine
+    from sparkctl.engines.support.launch_check import LaunchRequest, Margin
     from sparkctl.errors import ExitCode
     from sparkctl.findings import Severity
-    from sparkctl.launch.fixes import Margin
-    from sparkctl.launch.pipeline import check_reachable, lookup_models, require_models
     from sparkctl.planning.build import build_plan
 
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
-    models = lookup_models(prof, target_dir, draft_dir)
-    if not allow_missing:
-        require_models(models, prof)
     err = console(stderr=True)
-    result = run_launch_check(
-        plan,
-        prof,
-        lambda: check_reachable(
-            plan,
-            prof,
-            reach=probe,
-            parser_timeout=parser_timeout,
-            parse_flags=parse_flags,
-            models=models,
-            margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
-            progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
-            build=build_plan,  # the layouts of the same boxes when the mode does not split over them
-        ),
+    request = LaunchRequest(
         reach=probe,
+        parser_timeout=parser_timeout,
+        parse_flags=parse_flags,
+        target_dir=target_dir,
+        draft_dir=draft_dir,
+        require_models=not allow_missing,
+        margin=Margin(min_requests=min_requests, headroom_mib=int(headroom_gib * 1024)),
+        progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
+        build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
+    result = get_engine(prof.engine.kind).launch_check(plan, prof, request)
     if json_out:
         print_json(
             {
@@ -119,42 +111,15 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
     out = console()
     m = result.memory
     if m is not None:
-        gib = 1 << 30
-        t = Table(title=f"{plan.mode}: {m.gpu}, tp={m.tp}, SGLang {m.ruleset} rules", title_justify="left")
+        t = Table(title=f"{plan.mode}: {m.heading()}", title_justify="left")
         t.add_column("per rank", style="bold")
         t.add_column("value", justify="right")
-        rows = [
-            ("mem fraction static", f"{m.mem_fraction_static:.3f} ({m.mem_fraction_source})"),
-            ("free before load", f"{m.free_before_load / gib:.2f} GiB ({m.free_source})"),
-            ("target weights", f"{m.target_weights_per_rank / gib:.2f} GiB"),
-            ("draft weights", f"{m.draft_weights_per_rank / gib:.2f} GiB"),
-            ("free after load", f"{m.free_after_load / gib:.2f} GiB"),
-            ("reserved (1 - fraction)", f"{m.static_slack / gib:.2f} GiB"),
-            ("multimodal reservation", f"{m.mm_reservation / gib:.2f} GiB"),
-            ("left after load", f"{m.rest_after_load / gib:.2f} GiB"),
-        ]
-        if m.mamba is not None:
-            rows += [
-                (
-                    "mamba state / request",
-                    f"{m.mamba.per_req_bytes / (1 << 20):.1f} MiB ({m.mamba.strategy})",
-                ),
-                ("mamba slots", f"{m.mamba.slots} ({m.mamba.ratio} per request)"),
-                ("spec mamba scratch", f"{m.mamba.intermediate_bytes / gib:.2f} GiB"),
-            ]
-        rows += [
-            ("KV budget", f"{m.kv_budget / gib:.2f} GiB"),
-            ("KV bytes / token", f"{m.kv_cell_bytes} (draft {m.kv_cell_draft_bytes})"),
-            ("KV tokens", f"{m.kv_tokens:,}"),
-            ("max running requests", str(m.max_running_requests)),
-            ("verdict", "[green]fits[/]" if m.fits else "[red]does not fit[/]"),
-        ]
-        for k, v in rows:
+        for k, v in [*m.rows(), ("verdict", "[green]fits[/]" if m.fits else "[red]does not fit[/]")]:
             t.add_row(k, v)
         out.print(t)
         for note in m.notes:
             out.print(f"[dim]note: {escape(note)}[/]")
-        out.print(f"[dim]SGLang terms used: {escape('; '.join(m.terms))}[/]")
+        out.print(f"[dim]{escape(m.terms_line())}[/]")
     render_findings(result.findings)
     if result.fix:
         flags = " ".join(

@@ -38,13 +38,13 @@ list default "$HOME/.cache/huggingface"
 
 
 @dataclass(frozen=True)
-class SglangImage:
+class EngineImage:
     """A local serving image: which engine it carries (the engines' own markers) and its version."""
 
     ref: str
     id: str
     size: int
-    sglang_version: str | None = None  # the engine's version label (SGLang's or vLLM's)
+    version: str | None = None  # the engine's version label
     engine: str = DEFAULT_ENGINE  # the engine.kind it serves with
 
 
@@ -72,7 +72,7 @@ class NodeDiscovery:
     mem_total_kib: int | None = None
     docker: DockerFacts | None = None
     nvidia_hook: bool = False
-    images: list[SglangImage] = field(default_factory=list)
+    images: list[EngineImage] = field(default_factory=list)
     caches: list[HfCache] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # failed probes that do not stop init
 
@@ -121,8 +121,8 @@ def _engine_of(tags: list[str], labels: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[SglangImage]:
-    """Local images that carry a serving engine: an engine's marker ('sglang', 'vllm') in a tag or
+def engine_images_from_list(items: list[dict], also: str | None = None) -> list[EngineImage]:
+    """Local images that carry a serving engine: an engine's marker (`Engine.image_markers`) in a tag or
     a label (versions from such a label); `also`: the image the user named (`init --image REF`),
     listed whatever its name."""
     want = {also, f"{also}:latest"} if also and ":" not in also.rsplit("/", 1)[-1] else {also}
@@ -136,7 +136,7 @@ def sglang_images_from_list(items: list[dict], also: str | None = None) -> list[
             listed = [*listed, also]
         size = int(item.get("Size") or 0)
         kind = engine or DEFAULT_ENGINE
-        out += [SglangImage(t, str(item.get("Id", "")), size, version, kind) for t in listed]
+        out += [EngineImage(t, str(item.get("Id", "")), size, version, kind) for t in listed]
     return sorted(out, key=lambda i: i.ref)
 
 
@@ -153,8 +153,8 @@ def caches_probe(hf_cache: str | None) -> Probe:
     )
 
 
-def probe_sglang_images(conn: Connector, also: str | None = None) -> list[SglangImage]:
-    return sglang_images_from_list(conn.docker().api.images(), also)
+def probe_engine_images(conn: Connector, also: str | None = None) -> list[EngineImage]:
+    return engine_images_from_list(conn.docker().api.images(), also)
 
 
 def _ssh_ip(conn: Connector) -> str | None:
@@ -221,9 +221,9 @@ def gather(
         "caches": caches_probe(hf_cache),
     }
 
-    def docker() -> tuple[DockerFacts, list[SglangImage]]:
+    def docker() -> tuple[DockerFacts, list[EngineImage]]:
         facts = probe_docker(conn)
-        return facts, probe_sglang_images(conn, image)
+        return facts, probe_engine_images(conn, image)
 
     tasks = {"shell": lambda: run_batch(conn, shell), "docker": docker}
     done = fan_out(list(tasks), lambda k: tasks[k](), where=lambda _: (host, None))
@@ -275,4 +275,4 @@ def gather(
     )
 
 
-__all__ = ["HfCache", "NodeDiscovery", "SglangImage", "gather", "parse_caches"]
+__all__ = ["HfCache", "NodeDiscovery", "EngineImage", "gather", "parse_caches"]

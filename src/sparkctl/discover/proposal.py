@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from sparkctl.discover.fabric import FabricEnd, FabricOption
-from sparkctl.discover.facts import HfCache, NodeDiscovery, SglangImage
+from sparkctl.discover.facts import EngineImage, HfCache, NodeDiscovery
 from sparkctl.engines import DEFAULT_ENGINE
 from sparkctl.facts.hfcache import resolve_revision
 from sparkctl.profile.schema import NAME_RE
@@ -72,7 +72,7 @@ class Draft:
     transport: str
     image: str
     image_note: str
-    sglang_version: str | None
+    engine_version: str | None  # the release the image's label names, for the engine's version key
     model: str
     model_revision: Revision
     draft: str | None
@@ -119,7 +119,7 @@ def _mode_name(*parts: str) -> str:
 def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[ModeDraft]:
     """Solo on each node (the first is the default), TP across all nodes (one rank per node, each
     with the GPUs the smallest node has), TP over a node's GPUs where it has several, and there also a
-    replica per GPU behind SGLang's router. No replica-per-node mode: init binds the API to
+    replica per GPU behind the router. No replica-per-node mode: init binds the API to
     loopback, which a router on another node cannot reach (docs/topology.md says how)."""
     modes = [ModeDraft("solo", (names[0],), 1, True, f"one GPU on {names[0]}")]
     for name in names[1:]:
@@ -174,7 +174,7 @@ def default_draft(nodes: list[NodeDiscovery], model: str | None) -> str | None:
 
 
 def default_image(nodes: list[NodeDiscovery]) -> str | None:
-    """An SGLang image every node has with the same id (else same ref, else rank 0's)."""
+    """A serving image every node has with the same id (else same ref, else rank 0's)."""
     if not nodes:
         return None
     first = {i.ref: i for i in nodes[0].images}
@@ -299,10 +299,10 @@ def _fabric_settings(fabric: FabricOption | None, warnings: list[str]) -> tuple[
 
 def _image_facts(
     nodes: list[NodeDiscovery], names: list[str], image: str, warnings: list[str]
-) -> tuple[str, SglangImage | None]:
-    """The image's note for the profile comment, and its facts (for sglang_version)."""
+) -> tuple[str, EngineImage | None]:
+    """The image's note for the profile comment, and its facts (its engine and version)."""
     holders = [nm for n, nm in zip(nodes, names, strict=True) if any(i.ref == image for i in n.images)]
-    img: SglangImage | None = next((i for n in nodes for i in n.images if i.ref == image), None)
+    img: EngineImage | None = next((i for n in nodes for i in n.images if i.ref == image), None)
     ids = {i.id for n in nodes for i in n.images if i.ref == image}
     if holders:
         image_note = f"present on {', '.join(holders)}" + (
@@ -379,7 +379,7 @@ def build_draft(
         transport=transport,
         image=answers.image,
         image_note=image_note,
-        sglang_version=img.sglang_version if img and img.engine == DEFAULT_ENGINE else None,
+        engine_version=img.version if img else None,
         engine=img.engine if img else DEFAULT_ENGINE,
         model=answers.model,
         model_revision=model_rev,

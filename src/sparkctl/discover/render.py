@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from sparkctl.discover.proposal import Draft, NodeDraft
-from sparkctl.engines import DEFAULT_ENGINE
+from sparkctl.engines import DEFAULT_ENGINE, get_engine
 
 COMMENT_COL = 36
 
@@ -99,8 +99,9 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out("engine:")
     if d.engine != DEFAULT_ENGINE:
         out(f"  kind: {d.engine}", "the image's engine (docs/engines.md)")
-    if d.sglang_version:
-        out(f"  sglang_version: {_y(d.sglang_version)}", "from the image's label")
+    version_key = get_engine(d.engine).version_key
+    if d.engine_version and version_key:
+        out(f"  {version_key}: {_y(d.engine_version)}", "from the image's label")
     out(
         f"  host: {_y(d.api_host)}",
         "the API listens here only; for your LAN set this node's address or 0.0.0.0",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Serving
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -116,10 +117,11 @@ class Engine(Protocol):
     auth_keys: tuple[str, ...]  # keys of engine.api_key / admin_api_key the engine accepts
     image_markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
     layout_flags: LayoutFlags  # where rank_argv puts nnodes, node rank and rendezvous
-    # True when launch/'s parser, rules and memory planner model this engine: `fit` and
-    # `plan --check` then run that pipeline; otherwise they run the engine's own `check`.
-    launch_planner: bool
+    # The profile's engine.<key> that records the engine's release (its rules are chosen by it;
+    # `init` fills it from the image's label). None: the engine's checks take no release.
+    version_key: str | None
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
+    mem_fraction_flag: str  # the flag (no dashes) that sets that fraction: what a memory fix names
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         """The user's flags (engine.args, then mode.args) over the engine's serving defaults."""
@@ -150,6 +152,20 @@ class Engine(Protocol):
     ) -> list[Finding]:
         """Launch safety for preflight: flags (the image's parser on rank 0 when `pool` is given),
         rules and the memory planner, with the GPU reports preflight already probed."""
+        ...
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        """`fit` and `plan --check`: the same launch safety as `check`, reaching the nodes itself as
+        far as `request` allows (GPU probes, the parser in the image), with the engine's memory
+        plan and the flag fixes it proposes."""
+        ...
+
+    def memory_plan(
+        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
+    ) -> Serving | None:
+        """What one rank's argv serves with `fraction` of `available` bytes (unified memory): the
+        admission before a start names it in its fix. None: not modelled, or the model's facts are
+        not on this machine."""
         ...
 
 

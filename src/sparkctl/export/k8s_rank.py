@@ -6,7 +6,7 @@ in every container: `LWS_LEADER_ADDRESS` (the leader pod's DNS name), `LWS_GROUP
 says carry the rank's place (`Engine.layout_flags`), which become those variables.
 
 Env that is the same on every rank of the mode goes in the pod template. Env that differs by
-node (the advertised fabric address `SGLANG_HOST_IP`, NICs and HCAs when nodes differ) goes in
+node (the advertised fabric address in the engine's `host_ip_env`, NICs and HCAs when nodes differ) goes in
 one file per node in a ConfigMap; a two-line `sh` wrapper sources the file of the node the pod
 landed on (`spec.nodeName`, through the downward API) and then `exec`s the plan's argv.
 """
@@ -59,7 +59,9 @@ def lws_argv(plan: Plan, spec: RankSpec, flags: LayoutFlags | None) -> list[str]
         flags.node_rank: (str(spec.node_rank), LWS_WORKER_INDEX),
         flags.dist_init_addr: (group.dist_init_addr, f"{LWS_LEADER_ADDRESS}:{port}"),
     }
-    if flags.dist_init_port:  # the rendezvous split over two flags (vLLM: --master-addr, --master-port)
+    if (
+        flags.dist_init_port
+    ):  # the rendezvous split over two flags (`LayoutFlags.dist_init_port` set: address and port)
         places[flags.dist_init_addr] = (host, LWS_LEADER_ADDRESS)
         places[flags.dist_init_port] = (port, port)
     for flag, (value, var) in places.items():

@@ -1,6 +1,6 @@
 """The Secret the exported pods mount (`export k8s --secrets`): the plan's secret files with their
 values, read the way `up` reads them (the controller's env, or the file on the node) and rendered
-by the same code (`secrets.render_files`: SGLang's --config YAML holds the API key).
+by the same code (`secrets.render_files`: the engine's key file holds the API key).
 
 The manifest files never hold a value; this object goes to stdout only, into a pipe
 (`| kubectl apply -f -`): not a file, not a process list.

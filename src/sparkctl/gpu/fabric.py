@@ -2,7 +2,7 @@
 
 Each rank runs `fabric_worker.py` (copied into the container with put_archive, so it works the
 same over SSH) with the exact NCCL/GLOO environment `sparkctl up` would give that rank, and
-rendezvouses at the plan's rank-0 fabric address like SGLang's `--dist-init-addr`. Containers are
+rendezvouses at the plan's rank-0 fabric address like the engine's own rendezvous. Containers are
 collected when they exit or when the deadline passes (a hang), then removed; the logs become a
 FabricReport (fabric_report.py).
 """
@@ -36,8 +36,8 @@ WORKER_SOURCE = Path(__file__).with_name("fabric_worker.py")
 WORKER_DIR = "/sparkctl-fabric"
 NCCL_SIZES = "1M,16M,128M,1G"
 GLOO_SIZES = "64K,1M,8M"
-# Environment every rank gets unless the profile sets it: NVLink multicast and cuMem off as SGLang
-# does, and NCCL's own account of what it chose (the lines a hang diagnosis quotes).
+# Environment every rank gets unless the profile sets it: NVLink multicast and cuMem off as the
+# engine does, and NCCL's own account of what it chose (the lines a hang diagnosis quotes).
 FABRIC_ENV_DEFAULTS = {"NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0", "NCCL_DEBUG": "INFO"}
 START_SLACK_S = 45.0  # container start + `import torch` before the worker's own timeout runs
 FAILED_PEER_GRACE_S = 10.0

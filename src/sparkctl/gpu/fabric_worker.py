@@ -2,7 +2,7 @@
 
 This file is copied into the container and run with the image's own python and torch, so it
 imports only the standard library and torch (no sparkctl). It joins a torch.distributed group
-through the same `tcp://<dist-init-addr>` rendezvous SGLang uses, runs all-reduce and all-gather
+through the same `tcp://<dist-init-addr>` rendezvous the engine uses, runs all-reduce and all-gather
 over a few sizes, and reports bus bandwidth with the nccl-tests formulas:
 
     all_reduce  busbw = algbw * 2(n-1)/n      (size = the buffer reduced)
@@ -24,7 +24,8 @@ import time
 import traceback
 
 # Environment a rank reports back (what it really saw). Never secrets: fixed prefixes only.
-_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "SGLANG_HOST_IP", "MASTER_")
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "MASTER_")
+_ENV_SUFFIXES = ("_HOST_IP",)  # the engine's advertised address (Engine.host_ip_env)
 _NCCL_CONF_FILES = ("/etc/nccl.conf", os.path.expanduser("~/.nccl.conf"))
 
 
@@ -155,7 +156,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _start(torch, args: argparse.Namespace):  # torch module -> torch.device
     """Pick the device and report what this rank runs with (versions, NCCL env, nccl.conf)."""
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+    env = {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(_ENV_PREFIXES) or k.endswith(_ENV_SUFFIXES)
+    }
     if args.backend == "nccl":
         torch.cuda.set_device(args.local_device)
         device = torch.device("cuda", args.local_device)

@@ -1,8 +1,8 @@
 """Admission on a unified-memory node, pure: does a start fit the memory the node can really give?
 
-The engine pins `fraction x P` for its weights and KV pool: SGLang sizes its pools to fill exactly
+The engine pins `fraction x P` for its weights and KV pool: it sizes its pools to fill exactly
 that share of the memory P it finds free at start, and on an integrated GPU P is MemAvailable
-(psutil's `available`; the `fit` planner breaks the share down). What the GPU can really allocate,
+(psutil's `available`; the engine's memory model, `Engine.memory_plan`, breaks the share down). What the GPU can really allocate,
 B, can be less: the CUDA free memory probed in the engine's image (when the node's containers get
 a GPU), else MemAvailable itself. On a GB10 the container's shared memory is the same RAM. What
 is left must cover the host reserve: `B - ranks x fraction x P - shm >= reserve`. A refusal
@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkctl.engines.support.launch_check import Serving
 from sparkctl.units import human_bytes
 
 GIB = 1 << 30
@@ -41,16 +42,6 @@ class NodeMemory:
     @property
     def source(self) -> str:
         return "CUDA free memory (probed in the image)" if self.cuda_free is not None else "MemAvailable"
-
-
-@dataclass(frozen=True)
-class Serving:
-    """What the `fit` planner says a fraction gives: requests at once and KV tokens (per rank)."""
-
-    requests: int
-    kv_tokens: int
-    context: int
-    fits: bool
 
 
 @dataclass
@@ -121,6 +112,7 @@ def judge(
     ranks: int,
     shm: int,
     reserve: int,
+    flag: str,  # the engine's memory-fraction flag (Engine.mem_fraction_flag), without dashes
     planner: Callable[[float, int], Serving | None] | None = None,  # (fraction, MemAvailable)
 ) -> Verdict:
     """Admit or refuse one node; a refusal lists the fixes, best first."""
@@ -138,21 +130,19 @@ def judge(
             "stop what holds memory on the node (`docker ps`, other processes)"
         )
     elif serving is None:
-        v.fixes.append(f"--mem-fraction-static {best:g} (engine.args: {{mem-fraction-static: {best:g}}})")
+        v.fixes.append(f"--{flag} {best:g} (engine.args: {{{flag}: {best:g}}})")
     elif serving.fits:
         v.fixes.append(
-            f"--mem-fraction-static {best:g}: still serves {serving.requests} requests at once "
+            f"--{flag} {best:g}: still serves {serving.requests} requests at once "
             f"({serving.kv_tokens} KV tokens, context {serving.context})"
         )
     if serving is not None and not serving.fits and serving.kv_tokens > 0:
         v.fixes.append(
-            f"--mem-fraction-static {best:g} with a smaller context: --context-length {serving.kv_tokens} "
+            f"--{flag} {best:g} with a smaller context: --context-length {serving.kv_tokens} "
             f"(the KV pool at {best:g} holds {serving.kv_tokens} tokens)"
         )
     elif serving is not None and not serving.fits:
-        v.fixes.append(
-            f"the weights do not fit at --mem-fraction-static {best:g}: a smaller model or more nodes"
-        )
+        v.fixes.append(f"the weights do not fit at --{flag} {best:g}: a smaller model or more nodes")
     if shm and shm > v.left + shm - reserve:
         v.fixes.append(f"a smaller engine.container.shm_size (now {human_bytes(shm)})")
     if mem.cached >= BIG_CACHE:

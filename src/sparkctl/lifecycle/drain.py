@@ -1,10 +1,8 @@
 """How many requests a replica is serving, read from the replica itself (the rolling switch's drain).
 
 The signal is the engine's in-flight gauges (`Engine.metrics.in_flight`) on the replica head's
-`/metrics`, summed. SGLang 0.5.23 (`--enable-metrics`): `sglang:http_requests_active`, whose
-pure-ASGI middleware counts a request from arrival until the last byte of its response, streams
-included. vLLM: `vllm:num_requests_running` + `vllm:num_requests_waiting` (always served): a
-request leaves them when the engine produced its last token. The router cannot tell: sglang-router 0.3.2's
+`/metrics`, summed; each engine says which gauges and from when to when they count a request
+(its `METRICS` in engines/<kind>/__init__.py, docs/engines.md). The router cannot tell: sglang-router 0.3.2's
 `load` counts in-flight requests only under some policies (0 under round_robin, measured), and a
 removed worker leaves its `GET /workers` listing at once, while its requests still run. Scrapes and health probes
 are not requests to wait for, so their endpoints are left out of the count.

@@ -44,7 +44,7 @@ FOLLOW_SCRIPT = (
 # The follower itself (python3 stdlib, on the node): reads what to mask from its first stdin line
 # (the values and the engine's key patterns: never on a command line), lets go of the SSH
 # session's descriptors, and writes `docker logs --timestamps --follow` into the file line by line
-# with every secret masked, so that no key the engine prints (SGLang logs its settings, keys
+# with every secret masked, so that no key the engine prints (an engine may log its settings, keys
 # included, on start) ever reaches a file on the node.
 LOG_FILTER = r"""
 import json, os, re, subprocess, sys

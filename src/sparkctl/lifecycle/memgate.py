@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable
 
 from sparkctl.connectors.pool import NodePool
+from sparkctl.engines.support.launch_check import Serving
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import guard, state
-from sparkctl.lifecycle.admission import GIB, NodeMemory, Serving, Verdict, judge, parse_size
+from sparkctl.lifecycle.admission import GIB, NodeMemory, Verdict, judge, parse_size
 from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
@@ -169,31 +170,17 @@ def _settle_one(pool: NodePool, node: str, target: int, timeout: float, say: Cal
 
 
 def _planner(profile: Profile, spec: RankSpec) -> Callable[[float, int], Serving | None]:
-    """The `fit` planner at a given fraction and MemAvailable, when the model's facts are on this
-    machine (looked up only when a refusal needs it); None from it otherwise."""
+    """The engine's memory model at a given fraction and MemAvailable, when the model's facts are
+    on this machine (looked up only when a refusal needs it); None from it otherwise."""
+    from sparkctl.engines import get_engine
+
+    engine = get_engine(profile.engine.kind)
 
     def at(fraction: float, seen: int) -> Serving | None:
         try:
-            from sparkctl.launch.check import LaunchContext, memory_plan
-            from sparkctl.launch.inputs import GpuFacts, with_flags
-            from sparkctl.launch.pipeline import lookup_models
-
-            found = lookup_models(profile)
-            if found.target is None:
-                return None
-            mib = seen // (1 << 20)
-            gpu = GpuFacts("budget", mib, (12, 1), unified=True, available_mib=mib, probed_on=spec.node)
-            ctx = LaunchContext(
-                [gpu], {spec.node: 1}, found.target, found.draft, profile.engine.sglang_version
-            )
-            mp = memory_plan(with_flags(spec.argv, {"mem-fraction-static": f"{fraction:g}"}), ctx)
+            return engine.memory_plan(profile, spec.argv, spec.node, fraction, seen)
         except Exception:  # noqa: BLE001 - no model facts here: the fix names the fraction only
             return None
-        if mp is None:
-            return None
-        return Serving(
-            mp.max_running_requests, mp.kv_tokens, mp.context_len, mp.fits and mp.kv_tokens >= mp.context_len
-        )
 
     return at
 
@@ -215,7 +202,15 @@ def admit(profile: Profile, pool: NodePool, plan: Plan, nodes: list[str]) -> dic
         fraction = (engine.mem_fraction(specs[0].argv) if specs else None) or engine.gb10_max_mem_fraction
         planner = _planner(profile, specs[0]) if specs and profile.memory.admission else None
         reserve = int(profile.memory.reserve_gib * GIB)
-        return mem, judge(mem, fraction=fraction, ranks=len(specs), shm=shm, reserve=reserve, planner=planner)
+        return mem, judge(
+            mem,
+            fraction=fraction,
+            ranks=len(specs),
+            shm=shm,
+            reserve=reserve,
+            flag=engine.mem_fraction_flag,
+            planner=planner,
+        )
 
     results = fan_out(nodes, one).values_or_raise()
     if profile.memory.admission:

@@ -97,8 +97,8 @@ class ModeStatus:
 
     def dead_rank(self) -> str | None:
         """The first planned rank whose container is not running (a single group: with replicas,
-        each replica says it). An engine's /health may not notice: vLLM's answers 200 with a TP
-        peer dead, and its rank 0 exits with code 0 after one; both are failures here."""
+        each replica says it). An engine's /health may not notice: one answers 200 with a TP peer
+        dead, and its rank 0 may exit with code 0 after one; both are failures here."""
         if self.plan is None or self.replicas:
             return None
         found = {(c.node, c.name): c for c in self.ranks}

@@ -135,7 +135,7 @@ def _check_managed(profile: Profile, mode_name: str) -> None:
     """Flags the engine renders from the profile itself may not be set in engine.args/mode args,
     also not abbreviated: argparse (allow_abbrev) reads `--trust-remote` as `--trust-remote-code`,
     so a key is resolved against the engine's own flag list first. A key the engine does not take
-    (vLLM has no admin key) may not be set either."""
+    (an engine without an admin key) may not be set either."""
     engine = get_engine(profile.engine.kind)
     if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
         raise ProfileError(

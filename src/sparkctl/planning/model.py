@@ -29,7 +29,7 @@ class RankSpec:
     gpus: int = 1
     secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
     group: int = 0  # the replica group (index into Plan.groups)
-    node_rank: int = 0  # SGLang --node-rank inside the group (== rank when there is one group)
+    node_rank: int = 0  # the engine's node rank inside the group (== rank when there is one group)
     role: str = "engine"  # "engine", or "router" for Plan.router
 
     def secret_refs(self) -> list[SecretRef]:

@@ -46,7 +46,7 @@ def group_of(check: str) -> str:
 
 
 def sub_names() -> set[str]:
-    """Finding names of other packages a check runs (Launch: sparkctl.launch's), valid in --only/--ignore."""
+    """Finding names of other packages a check runs (Launch: the engine's launch checks), valid in --only/--ignore."""
     out: set[str] = set()
     for c in REGISTRY.values():
         subnames = getattr(c, "subnames", None)

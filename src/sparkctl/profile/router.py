@@ -1,4 +1,4 @@
-"""The profile's `router:` section: SGLang's own router in front of a mode's replicas."""
+"""The profile's `router:` section: the router (sglang-router) in front of a mode's replicas."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sparkctl.profile.security import ImageRef
 
 
 class Router(Strict):
-    """SGLang's own router (sglang-router) in front of a mode's replicas (modes with replicas > 1)."""
+    """The router (sglang-router) in front of a mode's replicas (modes with replicas > 1)."""
 
     node: str | None = Field(
         None, description="Node that runs the router container (default: the first replica's rank 0)."

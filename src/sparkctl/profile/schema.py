@@ -275,8 +275,8 @@ class Engine(Strict):
 
     @model_validator(mode="after")
     def _admin_needs_api_key(self) -> Engine:
-        # SGLang with only an admin key leaves every normal route open, and its /server_info (an
-        # open route then) answers the admin key itself to anyone who reaches the port.
+        # An engine with only an admin key leaves every normal route open, and its settings route
+        # (an open route then) answers the admin key itself to anyone who reaches the port.
         if self.admin_api_key is not None and self.api_key is None:
             raise ValueError(
                 "admin_api_key: set api_key too (with only an admin key the API is open and "

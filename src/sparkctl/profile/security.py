@@ -20,7 +20,7 @@ RDMA_DEVICES_DIR = "/dev/infiniband"
 RDMA_CAPS = ("IPC_LOCK",)
 RDMA_ULIMITS: dict[str, int] = {"memlock": -1}
 DEFAULT_SHM = "32g"
-# Processes + threads of one rank's container: an SGLang rank runs a few processes with up to a few
+# Processes + threads of one rank's container: an engine's rank runs a few processes with up to a few
 # hundred threads each (torch intra-op pools, NCCL, triton's compile workers); a fork bomb stops here.
 DEFAULT_PIDS = 8192
 

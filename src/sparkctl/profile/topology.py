@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sparkctl.profile.schema import Mode, Profile
 
-# Ports a group binds beyond its API port: SGLang binds dist_init_port+1..+6 with DP attention,
+# Ports a group binds beyond its API port: an engine may bind dist_init_port+1..+6 (DP attention),
 # so groups that share a node keep their rendezvous ports this far apart.
 DIST_PORT_STRIDE = 10
 DIST_PORT_SPAN = 7  # dist_init_port .. +6
@@ -37,7 +37,7 @@ class TopologyError(ValueError):
 
 @dataclass(frozen=True)
 class Slot:
-    """One rank of one group: SGLang's --node-rank on `node`, using `gpu_ids` there."""
+    """One rank of one group: the engine's node rank on `node`, using `gpu_ids` there."""
 
     group: int
     node_rank: int

@@ -1,8 +1,8 @@
 """Is the endpoint serving? `/v1/models` (HTTP server up, served name) then `/health`.
 
 `/v1/models` is static metadata: it answers before warm-up ends. `/health` is the engine's own
-check (SGLang: a real 1-token generation, 503 while starting; vLLM: the API server reaches its
-engine core), so only both together mean "ready". The paths come from the engine (Endpoint.readiness).
+check (a real 1-token generation, or only that the API server reaches its engine core: each
+engine's `Readiness` says how long to wait), so only both together mean "ready". The paths come from the engine (Endpoint.readiness).
 Ranks >= 1 run a dummy health server that always says 200, so they are never probed over HTTP;
 their liveness comes from their containers (watch.py).
 """

@@ -1,5 +1,5 @@
 """`sparkctl top`: the live state of a running cluster in one screen (engine metrics, GPUs, memory,
-fabric, warnings), read from SGLang's /metrics and one batched SSH exec per node; no agent."""
+fabric, warnings), read from the engine's /metrics and one batched SSH exec per node; no agent."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sparkctl.top.nodes import GpuStat
     from sparkctl.top.snapshot import NodeView, RankRow, Snapshot
 
-KV_FULL = 0.95  # sglang:token_usage above this: new requests queue or get retracted
+KV_FULL = 0.95  # KV-cache use (MetricNames.token_usage) above this: new requests queue or get retracted
 QUEUE_SAMPLES = 3  # the queue must have grown over this many consecutive refreshes
 ACCEPT_RATE_FLOOR = 0.15  # DFlash drafts normally accept 3-6 tokens per step (~0.5-0.8 of drafts)
 ACCEPT_LENGTH_FLOOR = 1.3  # 1.0 = only the verifier's bonus token: the draft is useless
@@ -57,7 +57,7 @@ def acceptance_collapsed(
 ) -> str | None:
     """Speculative decoding accepts (almost) nothing while the engine is generating.
 
-    SGLang's acceptance gauges keep their last value when idle, so an idle engine never warns."""
+    An engine's acceptance gauges may keep their last value when idle, so an idle engine never warns."""
     busy = (stats.running or 0) > 0 or (stats.gen_tok_s or 0) > 0
     if not busy:
         return None

@@ -1,6 +1,6 @@
 """An engine's Prometheus `/metrics` (rank 0 of each group): parse one scrape, derive what `top` shows.
 
-The metric names are the engine's (`Engine.metrics`: SGLang's and vLLM's are listed with what each
+The metric names are the engine's (`Engine.metrics`: each engine's are listed with what each
 is used for in docs/top.md); a role the engine does not export stays None. Counters (`*_total`) are differenced between two
 scrapes to get rates; histograms give TTFT / inter-token latency percentiles over the interval
 (bucket counts differenced), or over the engine's lifetime when nothing finished meanwhile.

@@ -206,7 +206,7 @@ def judge_cache(seen: list[tuple[int, int | None]], field_name: str) -> Passed:
 
 
 def stream_token_ids(ctx: Context) -> Passed:
-    # SGLang streams ids on /v1/completions (it rejects them with streaming chat by design).
+    # Token ids stream on /v1/completions (an engine may reject them with streaming chat by design).
     timed = drain(
         ctx,
         lambda **kw: ctx.client.completions.create(

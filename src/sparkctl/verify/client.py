@@ -60,7 +60,7 @@ def resolve_api_key(api_key: str | None, api_key_env: str | None, profile_key: s
 @dataclass(frozen=True)
 class ServerInfo:
     models: list[str]
-    max_model_len: int | None  # SGLang and vLLM report it in /v1/models; None when not reported
+    max_model_len: int | None  # the engines report it in /v1/models; None when not reported
 
 
 METADATA_TIMEOUT_S = 5.0  # /v1/models is static metadata: a live server answers at once

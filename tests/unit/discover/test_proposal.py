@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkctl.discover.fabric import FabricEnd, FabricOption
-from sparkctl.discover.facts import HfCache, NodeDiscovery, parse_caches, sglang_images_from_list
+from sparkctl.discover.facts import HfCache, NodeDiscovery, engine_images_from_list, parse_caches
 from sparkctl.discover.proposal import (
     Answers,
     build_draft,
@@ -104,7 +104,7 @@ def test_parse_caches_and_sglang_images() -> None:
         ("given", "/data/hf", ["Qwen/Qwen3.6-27B-NVFP4", "z-lab/Qwen3.6-27B-DFlash"]),
         ("default", "/home/spark/.cache/huggingface", []),
     ]
-    imgs = sglang_images_from_list(
+    imgs = engine_images_from_list(
         [
             {"RepoTags": ["lmsysorg/sglang:v0.5.2-cu129"], "Id": "sha256:1", "Size": 10},
             {
@@ -116,7 +116,7 @@ def test_parse_caches_and_sglang_images() -> None:
             {"RepoTags": None, "Id": "sha256:4", "Labels": {"sglang": "1"}},
         ]
     )
-    assert [(i.ref, i.sglang_version) for i in imgs] == [
+    assert [(i.ref, i.version) for i in imgs] == [
         ("lmsysorg/sglang:v0.5.2-cu129", None),
         ("sparkctl-test/engine:latest", "0.5.23"),
     ]
@@ -125,31 +125,31 @@ def test_parse_caches_and_sglang_images() -> None:
         {"RepoTags": ["ubuntu:24.04"], "Id": "sha256:3"},
         {"RepoTags": ["my/serve:latest"], "Id": "sha256:5"},
     ]
-    assert [i.ref for i in sglang_images_from_list(items)] == []
-    assert [(i.ref, i.id) for i in sglang_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
-    assert [i.ref for i in sglang_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
+    assert [i.ref for i in engine_images_from_list(items)] == []
+    assert [(i.ref, i.id) for i in engine_images_from_list(items, "my/serve")] == [("my/serve", "sha256:5")]
+    assert [i.ref for i in engine_images_from_list(items, "ubuntu:24.04")] == ["ubuntu:24.04"]
     labelled = [{"RepoTags": ["org/engine:latest"], "Id": "sha256:6", "Labels": {"sglang.version": "0.5.23"}}]
-    assert [i.ref for i in sglang_images_from_list(labelled, "org/engine")] == [
+    assert [i.ref for i in engine_images_from_list(labelled, "org/engine")] == [
         "org/engine",
         "org/engine:latest",
     ]
 
 
 def test_defaults_for_the_questions() -> None:
-    from sparkctl.discover.facts import SglangImage
+    from sparkctl.discover.facts import EngineImage
 
     repos = {"Qwen/Qwen3.6-27B-NVFP4": listing(C1), "z-lab/Qwen3.6-27B-DFlash": listing(C2)}
     a = node(
         "local",
         "spark1",
         caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-        images=[SglangImage("sglang-dflash:spark", "sha256:x", 1), SglangImage("old:1", "sha256:y", 1)],
+        images=[EngineImage("sglang-dflash:spark", "sha256:x", 1), EngineImage("old:1", "sha256:y", 1)],
     )
     b = node(
         "spark2",
         "spark2",
         caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-        images=[SglangImage("sglang-dflash:spark", "sha256:x", 1)],
+        images=[EngineImage("sglang-dflash:spark", "sha256:x", 1)],
     )
     assert default_model([a, b]) == "Qwen/Qwen3.6-27B-NVFP4"
     assert default_draft([a, b], "Qwen/Qwen3.6-27B-NVFP4") == "z-lab/Qwen3.6-27B-DFlash"
@@ -245,8 +245,26 @@ def test_images_are_detected_per_engine_by_the_engines_markers() -> None:
         {"RepoTags": ["lmsysorg/sglang:v0.5.23"], "Labels": {}, "Id": "b"},
         {"RepoTags": ["ubuntu:24.04"], "Id": "c"},
     ]
-    found = {i.ref: (i.engine, i.sglang_version) for i in sglang_images_from_list(items)}
+    found = {i.ref: (i.engine, i.version) for i in engine_images_from_list(items)}
     assert found == {
         "sparkctl-test/vllm-cpu:0.32.0": ("vllm", "0.32.0"),
         "lmsysorg/sglang:v0.5.23": ("sglang", None),
     }
+
+
+def test_init_writes_the_engines_own_version_key_from_the_image_label() -> None:
+    """The chosen image's version label lands under the engine's `version_key` (SGLang:
+    engine.sglang_version, its rules are picked by it); an engine without one gets no key."""
+    from sparkctl.discover.facts import EngineImage
+
+    for kind, ref, key in (
+        ("sglang", "lmsysorg/sglang:v0.5.23", "sglang_version"),
+        ("vllm", "v/vllm:1", None),
+    ):
+        img = EngineImage(ref, "sha256:x", 1, "0.5.23", kind)
+        a = node("local", "spark1", images=[img])
+        answers = Answers(cluster="one", model="org/m", image=ref)
+        draft = build_draft([a], ["spark1"], None, answers, addresses=[("local", None, None)])
+        prof = load_profile_text(render_profile(draft), "init")
+        assert prof.engine.kind == kind
+        assert prof.engine.sglang_version == ("0.5.23" if key else None)

@@ -87,8 +87,37 @@ def test_the_engine_default_command_is_the_engines(profile) -> None:
 
 
 def test_gb10_cap_is_one_number(profile) -> None:
-    from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION as launch_cap
+    from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION as launch_cap
 
     plan = build_plan(profile, "solo")  # every node a GB10: the plan sets the cap
     engine = get_engine()
     assert engine.mem_fraction(plan.ranks[0].argv) == engine.gb10_max_mem_fraction == launch_cap
+
+
+def test_fit_and_plan_check_go_through_the_engines_launch_check(tmp_path: Path) -> None:
+    """Each engine answers `launch_check` with its own findings; a missing model is refused the
+    same way for both when `fit` asks for it (no --allow-missing)."""
+    from sparkctl.engines.sglang.launch import CHECK_NAMES as SGLANG_NAMES
+    from sparkctl.engines.support.launch_check import LaunchRequest
+    from sparkctl.engines.support.models import ModelNotFound
+    from sparkctl.engines.vllm.check import CHECK_NAMES as VLLM_NAMES
+
+    offline = LaunchRequest(reach=False, parse_flags=False, target_dir=tmp_path)  # no model there
+    for name, names in (("dual-spark.yaml", SGLANG_NAMES), ("vllm-two-gpu-box.yaml", VLLM_NAMES)):
+        prof = load_profile_file(ROOT / "profiles" / name)
+        engine = get_engine(prof.engine.kind)
+        plan = build_plan(prof, prof.default_mode())
+        result = engine.launch_check(plan, prof, offline)
+        assert result.findings and {f.check for f in result.findings} <= names, name
+        with pytest.raises(ModelNotFound, match="model not on this machine"):
+            engine.launch_check(
+                plan, prof, LaunchRequest(reach=False, require_models=True, target_dir=tmp_path)
+            )
+
+
+def test_the_memory_plan_admission_names_is_the_engines() -> None:
+    """SGLang's planner says what a fraction serves; vLLM models no request count (None: the
+    admission's fix then names the fraction only)."""
+    prof = load_profile_file(ROOT / "profiles" / "vllm-two-gpu-box.yaml")
+    spec = build_plan(prof, prof.default_mode()).ranks[0]
+    assert get_engine("vllm").memory_plan(prof, spec.argv, spec.node, 0.8, 100 << 30) is None

@@ -46,7 +46,9 @@ def test_the_fit_planner_says_what_the_lower_fraction_serves(tmp_path) -> None:
     planner = _planner(prof, spec)
     served = planner(0.8, 100 * GIB)
     assert served is not None and served.fits and served.requests > 0 and served.kv_tokens > 32768
-    v = judge(mem(100), fraction=0.95, ranks=1, shm=0, reserve=8 * GIB, planner=planner)
+    v = judge(
+        mem(100), fraction=0.95, ranks=1, shm=0, reserve=8 * GIB, flag="mem-fraction-static", planner=planner
+    )
     assert v.fixes[0].startswith(
         f"--mem-fraction-static 0.92: still serves {planner(0.92, 100 * GIB).requests} "
     )

@@ -132,11 +132,11 @@ def test_ports_and_stray_containers(profile) -> None:
 
 def test_unified_memory_on_gb10() -> None:
     mem = parse_meminfo(GB10_MEMINFO.read_text())  # captured on a GB10: ~113 GiB available
-    assert check_unified_memory("spark1", mem, 60 << 30, 0.9).severity is OK
-    bad = check_unified_memory("spark1", mem, 110 << 30, 0.9)
+    assert check_unified_memory("spark1", mem, 60 << 30, 0.9, flag="mem-fraction-static").severity is OK
+    bad = check_unified_memory("spark1", mem, 110 << 30, 0.9, flag="mem-fraction-static")
     assert bad.severity is E and "MemAvailable 113.1 GiB" in bad.message and "drop_caches" in bad.fix
     cached = {**mem, "MemFree": 20 << 20}  # 20 GiB free, the rest page cache
-    warn = check_unified_memory("spark1", cached, 60 << 30, 0.9)
+    warn = check_unified_memory("spark1", cached, 60 << 30, 0.9, flag="mem-fraction-static")
     assert warn.severity is W and "page cache" in warn.message
     assert mem_fraction(["x", "--mem-fraction-static", "0.9"]) == 0.9
 
@@ -185,7 +185,7 @@ def test_weights_content_names_the_differing_files() -> None:
 
 
 def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
-    from sparkctl.launch import CHECK_NAMES
+    from sparkctl.engines.sglang.launch import CHECK_NAMES
     from sparkctl.preflight.registry import validate_names
 
     assert validate_names({"memoryfit", "FlagsValid"}, "--ignore", set(CHECK_NAMES)) == {
@@ -198,8 +198,8 @@ def test_launch_check_names_are_valid_for_ignore_and_only() -> None:
 def test_every_launch_finding_has_a_registered_name(name: str) -> None:
     from pathlib import Path
 
-    from sparkctl.launch import CHECK_NAMES
-    from sparkctl.launch.check import check_plan
+    from sparkctl.engines.sglang.launch import CHECK_NAMES
+    from sparkctl.engines.sglang.launch.pipeline import check_plan
     from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_file
 

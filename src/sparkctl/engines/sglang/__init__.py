@@ -1,4 +1,5 @@
-"""SGLang as a sparkctl engine: argv/env rendering here, launch safety delegated to sparkctl.launch."""
+"""SGLang as a sparkctl engine: argv/env rendering here, launch safety in launch/ (its own parser,
+rules and memory planner)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Serving
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -63,7 +65,6 @@ def auth_flags(profile: Profile) -> list[str]:
 
 class SGLang:
     name = "sglang"
-    launch_planner = True
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
@@ -74,8 +75,10 @@ class SGLang:
     metrics = METRICS
     auth_keys = ("api-key", "admin-api-key")
     image_markers = ("sglang",)
+    version_key = "sglang_version"
     layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+    mem_fraction_flag = "mem-fraction-static"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         defaults = profile.engine.recipe_defaults
@@ -126,7 +129,7 @@ class SGLang:
         return F.mem_fraction(argv)
 
     def check_names(self) -> frozenset[str]:
-        from sparkctl.launch import CHECK_NAMES
+        from sparkctl.engines.sglang.launch import CHECK_NAMES
 
         return CHECK_NAMES
 
@@ -137,9 +140,21 @@ class SGLang:
         pool: NodePool | None = None,
         gpu_reports: Mapping[str, GpuReport | None] | None = None,
     ) -> list[Finding]:
-        from sparkctl.launch.pipeline import preflight_findings  # the one launch pipeline
+        from sparkctl.engines.sglang.launch.pipeline import preflight_findings  # the one launch pipeline
 
         return preflight_findings(plan, profile, pool, dict(gpu_reports or {}))
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.sglang.launch.pipeline import launch_check
+
+        return launch_check(plan, profile, request)
+
+    def memory_plan(
+        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
+    ) -> Serving | None:
+        from sparkctl.engines.sglang.launch.pipeline import serving_at
+
+        return serving_at(profile, argv, node, fraction, available)
 
 
 ENGINE = SGLang()

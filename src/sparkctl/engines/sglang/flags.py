@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
+from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
 
 if TYPE_CHECKING:
     from sparkctl.profile.schema import ArgValue

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Serving
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -52,7 +53,6 @@ def _is_gb10(node: Node) -> bool:
 
 class VLlm:
     name = "vllm"
-    launch_planner = False
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
@@ -64,6 +64,7 @@ class VLlm:
     metrics = METRICS
     auth_keys = ("api-key",)
     image_markers = ("vllm",)
+    version_key = None  # its checks run its own parser in the image: no release to pick rules by
     layout_flags = LayoutFlags(
         nnodes="--nnodes",
         node_rank="--node-rank",
@@ -71,6 +72,7 @@ class VLlm:
         dist_init_port="--master-port",
     )
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
+    mem_fraction_flag = F.MEM_FLAG
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}
@@ -129,6 +131,16 @@ class VLlm:
         from sparkctl.engines.vllm.check import launch_findings
 
         return launch_findings(plan, profile, pool, dict(gpu_reports or {}))
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.vllm.check import launch_check
+
+        return launch_check(plan, profile, request)
+
+    def memory_plan(
+        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
+    ) -> Serving | None:
+        return None  # memory.py judges --gpu-memory-utilization; it plans no request count
 
 
 ENGINE = VLlm()

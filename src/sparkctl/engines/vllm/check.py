@@ -17,6 +17,7 @@ from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.profile.schema import Profile
 
@@ -76,7 +77,7 @@ def flag_findings(plan: LaunchTarget, profile: Profile, pool: NodePool | None) -
                 fix="run where rank 0's node answers (vLLM's parser runs in its image)",
             )
         ]
-    from sparkctl.launch.in_image import InImageError, image_runner
+    from sparkctl.engines.support.in_image import InImageError, image_runner
 
     rank0 = plan.ranks[0]
     run = image_runner(
@@ -192,3 +193,26 @@ def launch_findings(
         *arch_findings(plan, profile),
         *memory_findings(plan, profile, reports, model_bytes, config),
     ]
+
+
+def launch_check(plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+    """`fit` and `plan --check`: over SSH when rank 0's node answers (its image's parser), else
+    offline (the rules and memory model alone). No memory plan or fixes: see memory.py."""
+    from sparkctl.engines.support.launch_check import LaunchCheck
+    from sparkctl.engines.support.models import lookup_models, require_models
+    from sparkctl.errors import ConnectError
+
+    if request.require_models:
+        require_models(lookup_models(profile, request.target_dir, request.draft_dir), profile)
+    findings = None
+    if request.reach:
+        from sparkctl.connectors import NodePool
+
+        try:
+            with NodePool(profile) as pool:
+                findings = launch_findings(plan, profile, pool, {})
+        except ConnectError:
+            findings = None  # unreachable: judged offline below
+    if findings is None:
+        findings = launch_findings(plan, profile, None, {})
+    return LaunchCheck(findings=findings)

@@ -26,7 +26,7 @@ def _host_ips(ctx: Ctx) -> list[tuple[int, str, str, list[str]]]:
 
 class HostIpReachable(Check):
     name = "HostIpReachable"
-    summary = "each rank's SGLANG_HOST_IP is assigned on its node and reachable from its group's peers"
+    summary = "each rank's advertised host IP is assigned on its node and reachable from its group's peers"
     order = 170
     multi_node = True
 
@@ -39,6 +39,7 @@ class HostIpReachable(Check):
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
+        env = get_engine(ctx.profile.engine.kind).host_ip_env or "advertised host IP"
         for rank, owner, ip, _ in _host_ips(ctx):
             pings: dict[str, PingResult] = {}
             for src, f in facts.items():
@@ -51,7 +52,7 @@ class HostIpReachable(Check):
             n = ctx.profile.node(owner)
             netdevs = nf.get("netdevs") if nf else None
             fabric = n.fabric.netdevs if n.fabric else []
-            out += check_host_ip(rank, owner, ip, netdevs, fabric, pings)
+            out += check_host_ip(rank, owner, ip, netdevs, fabric, pings, env=env)
         return out
 
 
@@ -62,8 +63,10 @@ def check_host_ip(
     netdevs: Mapping[str, Netdev] | None,
     fabric_netdevs: list[str],
     pings: Mapping[str, PingResult],
+    *,
+    env: str = "advertised host IP",  # the engine's variable that carries it (Engine.host_ip_env)
 ) -> list[Finding]:
-    """HostIpReachable: SGLANG_HOST_IP of one rank: assigned on its node, reachable from every peer."""
+    """HostIpReachable: the advertised host IP of one rank: assigned on its node, reachable from every peer."""
     out: list[Finding] = []
     if netdevs is not None:
         holders = [d.name for d in netdevs.values() if host_ip in d.ips]
@@ -72,9 +75,9 @@ def check_host_ip(
                 Finding(
                     "HostIpReachable",
                     ERROR,
-                    f"SGLANG_HOST_IP {host_ip} of rank {rank} is not assigned on {node}",
+                    f"{env} {host_ip} of rank {rank} is not assigned on {node}",
                     f"set nodes[{node}].fabric.ip to an address of {node}'s fabric netdev "
-                    "(or fix the SGLANG_HOST_IP override in engine/mode env)",
+                    f"(or fix the {env} override in engine/mode env)",
                     node=node,
                     rank=rank,
                 )
@@ -84,7 +87,7 @@ def check_host_ip(
                 Finding(
                     "HostIpReachable",
                     WARN,
-                    f"SGLANG_HOST_IP {host_ip} of rank {rank} is on "
+                    f"{env} {host_ip} of rank {rank} is on "
                     f"{','.join(holders)}, not the fabric ({','.join(fabric_netdevs)})",
                     "rendezvous traffic would take the LAN; use the fabric IP",
                     node=node,

@@ -21,7 +21,7 @@ def launch_names() -> frozenset[str]:
 
 class Launch(Check):
     name = "Launch"
-    summary = "launch-safety rules of sparkctl.launch (flags, GPU arch, memory), when available"
+    summary = "the engine's launch-safety rules (flags, GPU arch, memory), when available"
     order = 180
     skip_when_unreachable = False  # judged on the profile and plan, not on the nodes
 

@@ -64,15 +64,23 @@ class UnifiedMemory(Check):
             engine = get_engine(ctx.profile.engine.kind)
             # Without the flag, the cap the plan would have set on a GB10.
             frac = engine.mem_fraction(spec.argv) or engine.gb10_max_mem_fraction
-            out.append(check_unified_memory(node, f.get("meminfo"), weights, frac))
+            out.append(
+                check_unified_memory(node, f.get("meminfo"), weights, frac, flag=engine.mem_fraction_flag)
+            )
         return out
 
 
 def check_unified_memory(
-    node: str, meminfo: Mapping[str, int], weights_bytes: int | None, frac: float, headroom: int = 4 * GIB
+    node: str,
+    meminfo: Mapping[str, int],
+    weights_bytes: int | None,
+    frac: float,
+    headroom: int = 4 * GIB,
+    *,
+    flag: str,  # the engine's memory-fraction flag (Engine.mem_fraction_flag)
 ) -> Finding:
-    """UnifiedMemory: SGLang (0.5.23) sizes the pool from MemAvailable P: rest = P*frac - weights
-    must leave room for KV; page cache counts as available to SGLang but can freeze a GB10."""
+    """UnifiedMemory: the engine sizes its pool from MemAvailable P: rest = P*frac - weights
+    must leave room for KV; page cache counts as available to the engine but can freeze a GB10."""
     avail = meminfo.get("MemAvailable", 0) * 1024
     free = meminfo.get("MemFree", meminfo.get("MemAvailable", 0)) * 1024
     total = meminfo.get("MemTotal", 0) * 1024
@@ -87,9 +95,7 @@ def check_unified_memory(
         )
     need = int(weights_bytes / frac) + headroom
     data["need"] = need
-    basis = (
-        f"weights {human_bytes(weights_bytes)} / mem-fraction-static {frac:g} + {human_bytes(headroom)} KV"
-    )
+    basis = f"weights {human_bytes(weights_bytes)} / {flag} {frac:g} + {human_bytes(headroom)} KV"
     if avail < need:
         return Finding(
             "UnifiedMemory",

@@ -27,8 +27,8 @@ def check_api_exposure(profile: Profile) -> Finding:
     eng = profile.engine
     exposed = keyless_binds(profile)
     if exposed and not binds_everywhere(profile):
-        # SGLang without a key serves every route to whoever reaches the port: generation, its
-        # admin-optional routes (/update_weights_from_disk, /load_lora_adapter...) and /server_info.
+        # An engine without a key serves every route to whoever reaches the port: generation, its
+        # admin-optional routes (weight reloads, adapters...) and its settings.
         if eng.expose == "public":
             return Finding(
                 "ApiExposure",

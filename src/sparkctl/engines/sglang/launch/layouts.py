@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.engines.sglang.launch.check import LaunchContext, context_for, memory_plan, rule_findings
+from sparkctl.engines.sglang.launch.inputs import GpuFacts
 from sparkctl.findings import Severity
-from sparkctl.launch.check import LaunchContext, context_for, memory_plan, rule_findings
-from sparkctl.launch.inputs import GpuFacts
 
 GIB = 1 << 30
 SHAPES = {

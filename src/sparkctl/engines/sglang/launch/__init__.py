@@ -1,6 +1,6 @@
 """Launch safety: SGLang's own flag parser, version/GPU-keyed rules, and the memory planner.
 
-Entry point for callers: `sparkctl.launch.check.check_plan(plan, profile, run_in_image=...)`.
+Entry point for callers: `sparkctl.engines.sglang.launch.check.check_plan(plan, profile, run_in_image=...)`.
 """
 
 # Stable names of the findings this package emits (usable in `preflight --ignore/--only`).

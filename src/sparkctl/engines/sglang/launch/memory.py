@@ -20,15 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings
-from sparkctl.launch.mem_fraction import (
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings
+from sparkctl.engines.sglang.launch.mem_fraction import (
     default_mem_fraction,
     is_vlm,
     max_mem_fraction,
     prefill_graph_sizes,
     vlm_factor,
 )
-from sparkctl.launch.memory_terms import (
+from sparkctl.engines.sglang.launch.memory_terms import (
     GIB,
     MIB,
     draft_kv_size,
@@ -41,7 +41,7 @@ from sparkctl.launch.memory_terms import (
     resolved_strategy,
     ruleset_for,
 )
-from sparkctl.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
 
 __all__ = [
     "default_mem_fraction",
@@ -110,6 +110,21 @@ class MemoryPlan:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def heading(self) -> str:  # the MemoryReport `fit` renders (engines/support/launch_check.py)
+        from sparkctl.engines.sglang.launch import report
+
+        return report.heading(self)
+
+    def rows(self) -> list[tuple[str, str]]:
+        from sparkctl.engines.sglang.launch import report
+
+        return report.rows(self)
+
+    def terms_line(self) -> str:
+        from sparkctl.engines.sglang.launch import report
+
+        return report.terms_line(self)
 
 
 def _start(inp: MemoryInputs) -> MemoryPlan:

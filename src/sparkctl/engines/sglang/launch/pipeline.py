@@ -7,48 +7,27 @@ probed when a node is reachable; `check.check_launch` does the judging.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.engines.sglang.launch.check import (
+    LaunchContext,
+    check_launch,
+    context_for,
+    memory_plan,
+)
+from sparkctl.engines.sglang.launch.flags import check_flags
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, server_flags
+from sparkctl.engines.sglang.launch.layouts import needs_layouts, propose_layouts
+from sparkctl.engines.sglang.launch.model_meta import load_model_facts
+from sparkctl.engines.support.in_image import RunInImage
+from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Margin, Serving
+from sparkctl.engines.support.models import ModelLookup, require_models
+from sparkctl.engines.support.models import lookup_models as find_models
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch.check import LaunchCheck, LaunchContext, check_launch, context_for
-from sparkctl.launch.fixes import Margin
-from sparkctl.launch.flags import RunInImage, check_flags
-from sparkctl.launch.inputs import GpuFacts, server_flags
-from sparkctl.launch.layouts import needs_layouts, propose_layouts
-from sparkctl.launch.model_meta import ModelFacts, find_model_facts, load_model_facts
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class ModelLookup:
-    target: ModelFacts | None
-    draft: ModelFacts | None
-    searched: dict[str, list[str]] = field(default_factory=dict)  # role -> paths looked at
-
-    def missing(self, profile) -> list[str]:  # Profile
-        roles = ["target"] + (["draft"] if profile.model.draft is not None else [])
-        return [r for r in roles if getattr(self, r) is None]
-
-
-def gpu_facts_for(
-    profile, node_names: list[str], probed: dict[str, list[GpuFacts]] | None = None
-) -> tuple[list[GpuFacts], dict[str, int]]:  # Profile, lazy
-    gpus: list[GpuFacts] = []
-    per_node: dict[str, int] = {}
-    for name in dict.fromkeys(node_names):  # a box holding two replicas counts once
-        node = profile.node(name)
-        per_node[name] = node.gpus
-        if probed and probed.get(name):
-            gpus += probed[name]
-            per_node[name] = len(probed[name])
-        elif node.gpu is not None:
-            gpus.append(GpuFacts.from_profile(node.gpu))
-    return gpus, per_node
+PARSER = "SGLang's parser"  # how the in-image runner names what it runs
 
 
 def gpu_facts_from_report(report, node: str, profile_gpu=None) -> list[GpuFacts]:
@@ -102,46 +81,14 @@ def probe_gpus(
     return {node: gpus for node, gpus in results.ok.items() if gpus}
 
 
-def model_search_paths(profile) -> list[Path]:
-    paths = [Path(os.path.expanduser(profile.model.hf_cache))]
-    for node in profile.nodes:
-        if node.is_local and node.hf_cache:
-            paths.append(Path(os.path.expanduser(node.hf_cache)))
-    if os.environ.get("HF_HOME"):
-        paths.append(Path(os.environ["HF_HOME"]))
-    paths.append(Path.home() / ".cache" / "huggingface")
-    return list(dict.fromkeys(paths))
-
-
 def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | None = None) -> ModelLookup:
-    m = profile.model
-    search = model_search_paths(profile)
-    existing = [p for p in search if p.is_dir()]
-    out = ModelLookup(None, None)
-    for role, ref, given in (("target", m.target, target_dir), ("draft", m.draft, draft_dir)):
-        if ref is None:
-            continue
-        given = given or (Path(ref.local_dir).expanduser() if ref.local_dir else None)
-        if given is not None:
-            out.searched[role] = [str(given)]
-            facts = load_model_facts(given, ref.id) if (given / "config.json").is_file() else None
-        else:
-            out.searched[role] = [str(p) for p in search]
-            facts = find_model_facts(ref.id, ref.revision, existing)
-        setattr(out, role, facts)
-    return out
-
-
-def resolve_models(
-    profile, target_dir: Path | None = None, draft_dir: Path | None = None
-) -> tuple[ModelFacts | None, ModelFacts | None]:
-    found = lookup_models(profile, target_dir, draft_dir)
-    return found.target, found.draft
+    """The profile's models on this machine, as the memory planner's ModelFacts."""
+    return find_models(profile, target_dir, draft_dir, load=load_model_facts)
 
 
 def expected_versions(plan, profile) -> dict[str, str]:
     """The SGLang versions the launch declares: engine.sglang_version and the image tag."""
-    from sparkctl.launch.inputs import parse_version
+    from sparkctl.engines.sglang.launch.inputs import parse_version
 
     out: dict[str, str] = {}
     if profile.engine.sglang_version:
@@ -199,27 +146,6 @@ def check_plan(
     return result
 
 
-class ModelNotFound(SparkctlError):
-    """`fit` has nothing to plan: the model's config.json is not on this machine."""
-
-    exit_code = ExitCode.CHECK_FAILED
-
-
-def require_models(found: ModelLookup, profile) -> None:  # Profile
-    missing = found.missing(profile)
-    if not missing:
-        return
-    refs = {"target": profile.model.target, "draft": profile.model.draft}
-    where = "; ".join(
-        f"{r} {refs[r].id}: searched {', '.join(found.searched.get(r, [])) or 'nothing'}" for r in missing
-    )
-    raise ModelNotFound(
-        f"model not on this machine, nothing was checked ({where})",
-        fix="download it (`huggingface-cli download <id>`), copy it here with `sparkctl ship --weights`, point "
-        "at a directory with `--target-dir/--draft-dir`, or pass --allow-missing to check the flags only",
-    )
-
-
 def check_reachable(
     plan,
     profile,
@@ -235,8 +161,8 @@ def check_reachable(
     if not reach:
         return check_plan(plan, profile, parse_flags=parse_flags, progress=progress, **kwargs)
     from sparkctl.connectors import NodePool
+    from sparkctl.engines.support.in_image import image_runner
     from sparkctl.errors import ConnectError
-    from sparkctl.launch.in_image import image_runner
 
     with NodePool(profile) as pool:
         probed = probe_gpus(pool, plan.nodes, profile, progress)
@@ -250,6 +176,7 @@ def check_reachable(
                     timeout_s=parser_timeout,
                     node=rank0.node,
                     progress=progress,
+                    what=PARSER,
                 )
             except ConnectError as exc:
                 if progress:
@@ -277,14 +204,52 @@ def preflight_findings(
     }
     runner = None
     if pool is not None:
+        from sparkctl.engines.support.in_image import image_runner
         from sparkctl.errors import ConnectError
-        from sparkctl.launch.in_image import image_runner
 
         rank0 = plan.ranks[0]
         try:
             runner = image_runner(
-                pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node
+                pool.get(rank0.node), rank0.image, timeout_s=parser_timeout, node=rank0.node, what=PARSER
             )
         except ConnectError:
             runner = None  # the connection findings say why; the local parser is tried instead
     return check_plan(plan, profile, run_in_image=runner, probed=probed).findings
+
+
+def launch_check(plan, profile, request: LaunchRequest) -> LaunchCheck:
+    """`fit` and `plan --check`: the models on this machine (refused when `request.require_models`
+    and one is missing), then the whole pipeline as far as `request.reach` goes."""
+    models = lookup_models(profile, request.target_dir, request.draft_dir)
+    if request.require_models:
+        require_models(models, profile)
+    return check_reachable(
+        plan,
+        profile,
+        reach=request.reach,
+        parser_timeout=request.parser_timeout,
+        parse_flags=request.parse_flags,
+        models=models,
+        margin=request.margin,
+        progress=request.progress,
+        build=request.build,
+    )
+
+
+def serving_at(profile, argv: list[str], node: str, fraction: float, available: int) -> Serving | None:
+    """What the memory planner says one rank's argv serves at `fraction` of `available` bytes on a
+    unified-memory GB10 (None: the model's facts are not on this machine)."""
+    from sparkctl.engines.sglang.launch.inputs import with_flags
+
+    found = lookup_models(profile)
+    if found.target is None:
+        return None
+    mib = available // (1 << 20)
+    gpu = GpuFacts("budget", mib, (12, 1), unified=True, available_mib=mib, probed_on=node)
+    ctx = LaunchContext([gpu], {node: 1}, found.target, found.draft, profile.engine.sglang_version)
+    mp = memory_plan(with_flags(argv, {"mem-fraction-static": f"{fraction:g}"}), ctx)
+    if mp is None:
+        return None
+    return Serving(
+        mp.max_running_requests, mp.kv_tokens, mp.context_len, mp.fits and mp.kv_tokens >= mp.context_len
+    )

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.rules import ERROR, WARN
+from sparkctl.engines.sglang.launch.rules import rule_finding as _f
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings
-from sparkctl.launch.model_meta import ModelFacts
-from sparkctl.launch.rules import ERROR, WARN
-from sparkctl.launch.rules import rule_finding as _f
 
 CHECK = "AttentionBackendArch"
 # srt/arg_groups/choices.py: DRAFT_ATTENTION_BACKEND_CHOICES

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.errors import UsageError
-from sparkctl.launch.model_meta import (
+from sparkctl.engines.sglang.launch.model_meta import (
     derived_context_length,
     facts_from_config,
     find_model_facts,
-    hf_snapshot_dir,
     read_safetensors_header,
     tensor_bytes,
 )
+from sparkctl.errors import UsageError
 
-MODELS = Path(__file__).parents[2] / "fixtures" / "models"
+MODELS = Path(__file__).parents[4] / "fixtures" / "models"
 
 
 def _write_st(path: Path, tensors: dict, data: bytes = b"") -> None:
@@ -75,8 +74,6 @@ def test_find_model_in_hf_cache_by_branch_ref(tmp_path: Path) -> None:
     shutil.copytree(MODELS / "qwen3.6-27b-dflash", snap)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(snap.name)
-    assert hf_snapshot_dir(tmp_path, "z-lab/Qwen3.6-27B-DFlash") == snap
-    assert hf_snapshot_dir(tmp_path, "z-lab/Qwen3.6-27B-DFlash", "5b0d4b5") == snap  # short commit
     facts = find_model_facts("z-lab/Qwen3.6-27B-DFlash", None, [tmp_path])
     assert facts is not None and facts.dflash_block_size == 16 and facts.weight_bytes == 2_820_771_840
     assert find_model_facts("org/missing", None, [tmp_path]) is None

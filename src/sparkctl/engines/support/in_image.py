@@ -1,4 +1,4 @@
-"""Run a short command inside the serving image on a node: SGLang's exact parser, nothing local.
+"""Run a short command inside the serving image on a node: the engine's own parser, nothing local.
 
 The container gets no network and no GPU and is removed whatever happens. The wait is short
 (`timeout_s`, settable: `--parser-timeout`), and a failure says what really happened: the image
@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 
 from sparkctl.connectors.base import Connector
-from sparkctl.launch.flags import RunInImage
 
 DEFAULT_TIMEOUT_S = 30.0
+# argv -> (exit code, stdout, stderr) of that command run in the serving image
+RunInImage = Callable[[list[str]], tuple[int, str, str]]
 
 
 class InImageError(RuntimeError):
@@ -27,7 +28,7 @@ def image_runner(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     node: str = "",
     progress: Callable[[str], None] | None = None,
-    what: str = "SGLang's parser",
+    what: str = "the engine's parser",
 ) -> RunInImage:
     say = progress or (lambda _msg: None)
     where = f" on {node}" if node else ""

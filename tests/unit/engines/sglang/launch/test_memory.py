@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings
-from sparkctl.launch.memory import (
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings
+from sparkctl.engines.sglang.launch.memory import (
     ERR_KV,
     ERR_MAMBA,
     ERR_WEIGHTS,
@@ -16,10 +16,10 @@ from sparkctl.launch.memory import (
     default_mem_fraction,
     plan_memory,
 )
-from sparkctl.launch.memory_terms import MIB, mamba_per_req, ruleset_for
-from sparkctl.launch.model_meta import load_model_facts
+from sparkctl.engines.sglang.launch.memory_terms import MIB, mamba_per_req, ruleset_for
+from sparkctl.engines.sglang.launch.model_meta import load_model_facts
 
-MODELS = Path(__file__).parents[2] / "fixtures" / "models"
+MODELS = Path(__file__).parents[4] / "fixtures" / "models"
 GPTQ = load_model_facts(MODELS / "qwen3.6-27b-gptq-int4")
 NVFP4 = load_model_facts(MODELS / "qwen3.6-27b-nvfp4")
 DRAFT = load_model_facts(MODELS / "qwen3.6-27b-dflash")

@@ -24,11 +24,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from sparkctl.engines.sglang.launch.inputs import parse_version
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch.inputs import parse_version
 
-RunInImage = Callable[[list[str]], tuple[int, str, str]]
+if TYPE_CHECKING:
+    from sparkctl.engines.support.in_image import RunInImage
+
 CHECK = "FlagsValid"
 INSTALL_HINT = (
     "pip install torch==2.13.0 triton==3.9.0 numpy orjson psutil pybase64 requests packaging pillow "

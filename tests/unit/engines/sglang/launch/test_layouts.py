@@ -9,12 +9,12 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from sparkctl.cli import app
-from sparkctl.launch.layouts import candidates, propose_layouts
-from sparkctl.launch.model_meta import load_model_facts
+from sparkctl.engines.sglang.launch.layouts import candidates, propose_layouts
+from sparkctl.engines.sglang.launch.model_meta import load_model_facts
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 
-ROOT = Path(__file__).parents[3]
+ROOT = Path(__file__).parents[5]
 MODELS = ROOT / "tests" / "fixtures" / "models"
 TRIO = ROOT / "profiles" / "trio-spark.yaml"
 NODES = ["spark1", "spark2", "spark3"]
@@ -96,7 +96,8 @@ def test_a_mode_that_splits_lists_no_layouts() -> None:
 
 
 def test_the_launch_pipeline_plan_check_runs_carries_the_layouts() -> None:
-    from sparkctl.launch.pipeline import ModelLookup, check_plan
+    from sparkctl.engines.sglang.launch.pipeline import check_plan
+    from sparkctl.engines.support.models import ModelLookup
 
     profile = load_profile_file(TRIO)
     lookup = ModelLookup(*models())

@@ -5,15 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from sparkctl.engines.sglang.launch import rules, rules_attention, rules_dflash
+from sparkctl.engines.sglang.launch.check import LaunchContext, accepted, check_launch, context_for
+from sparkctl.engines.sglang.launch.inputs import (
+    GpuFacts,
+    LaunchSettings,
+    read_flags,
+    server_flags,
+    with_flags,
+)
+from sparkctl.engines.sglang.launch.model_meta import load_model_facts
 from sparkctl.findings import Severity
-from sparkctl.launch import rules, rules_attention, rules_dflash
-from sparkctl.launch.check import LaunchContext, accepted, check_launch, context_for
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings, read_flags, server_flags, with_flags
-from sparkctl.launch.model_meta import load_model_facts
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
 
-MODELS = Path(__file__).parents[2] / "fixtures" / "models"
+MODELS = Path(__file__).parents[4] / "fixtures" / "models"
 GPTQ = load_model_facts(MODELS / "qwen3.6-27b-gptq-int4")
 NVFP4 = load_model_facts(MODELS / "qwen3.6-27b-nvfp4")
 DRAFT = load_model_facts(MODELS / "qwen3.6-27b-dflash")
@@ -237,7 +243,7 @@ def test_two_rtx3090_rejected_with_fa4_error_and_memory_verdict_then_fix_accepte
 
 
 def test_shipped_two_gpu_profile_settings_fit() -> None:
-    profile = load_profile_text((Path(__file__).parents[3] / "profiles" / "two-gpu-box.yaml").read_text())
+    profile = load_profile_text((Path(__file__).parents[5] / "profiles" / "two-gpu-box.yaml").read_text())
     plan = build_plan(profile, "tp2")
     ctx = context_for(plan, profile, target=GPTQ, draft=DRAFT)
     assert accepted(plan.ranks[0].argv, ctx)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.engines.sglang.launch import rules, rules_attention, rules_dflash
+from sparkctl.engines.sglang.launch.fixes import MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
+from sparkctl.engines.sglang.launch.flags import FlagCheck, flag_findings
+from sparkctl.engines.sglang.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
+from sparkctl.engines.sglang.launch.memory import MemoryInputs, MemoryPlan, plan_memory
+from sparkctl.engines.sglang.launch.memory_terms import GIB, ruleset_for
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
+from sparkctl.engines.support.launch_check import LaunchCheck, Margin
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch import rules, rules_attention, rules_dflash
-from sparkctl.launch.fixes import Margin, MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
-from sparkctl.launch.flags import FlagCheck, flag_findings
-from sparkctl.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
-from sparkctl.launch.memory import MemoryInputs, MemoryPlan, plan_memory
-from sparkctl.launch.memory_terms import GIB, ruleset_for
-from sparkctl.launch.model_meta import ModelFacts
 
 MEMORY_CHECK = "MemoryFit"
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "MemoryFix",
     "accepted",
     "check_launch",
-    "check_plan",
     "context_for",
 ]
 
@@ -50,19 +50,6 @@ class LaunchContext:
     @property
     def smallest_gpu(self) -> GpuFacts | None:
         return min(self.gpus, key=lambda g: g.available_mib or g.memory_mib) if self.gpus else None
-
-
-@dataclass
-class LaunchCheck:
-    findings: list[Finding]
-    memory: MemoryPlan | None
-    memory_fixes: list[MemoryFix]
-    fix: dict[str, FlagValue | None]  # rule fixes + the first memory fix: what `fit` proposes
-    layouts: list = field(default_factory=list)  # LayoutOption (layouts.py) when the split fails
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == Severity.ERROR]
 
 
 def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> list[Finding]:
@@ -119,7 +106,9 @@ def accepted(argv: list[str], ctx: LaunchContext) -> bool:
     if any(f.severity == Severity.ERROR for f in rule_findings(argv, ctx)):
         return False
     plan = memory_plan(argv, ctx, headroom=True)
-    return plan is None or serves(plan, ctx.margin.required(LaunchSettings.from_argv(argv)))
+    return plan is None or serves(
+        plan, ctx.margin.required(LaunchSettings.from_argv(argv).max_running_requests)
+    )
 
 
 def _planner(ctx: LaunchContext):  # a Planner (fixes.py)
@@ -165,7 +154,7 @@ def check_launch(
         )
         return LaunchCheck(findings, None, [], rule_fix)
     fixed_argv = with_flags(argv, rule_fix)
-    want = ctx.margin.required(LaunchSettings.from_argv(argv))
+    want = ctx.margin.required(LaunchSettings.from_argv(argv).max_running_requests)
     fixed_plan = memory_plan(fixed_argv, ctx, headroom=True)
     fixes: list[MemoryFix] = []
     if not serves(fixed_plan, want):
@@ -257,6 +246,22 @@ def memory_findings(
     return out
 
 
+def gpu_facts_for(
+    profile, node_names: list[str], probed: dict[str, list[GpuFacts]] | None = None
+) -> tuple[list[GpuFacts], dict[str, int]]:  # Profile, lazy
+    gpus: list[GpuFacts] = []
+    per_node: dict[str, int] = {}
+    for name in dict.fromkeys(node_names):  # a box holding two replicas counts once
+        node = profile.node(name)
+        per_node[name] = node.gpus
+        if probed and probed.get(name):
+            gpus += probed[name]
+            per_node[name] = len(probed[name])
+        elif node.gpu is not None:
+            gpus.append(GpuFacts.from_profile(node.gpu))
+    return gpus, per_node
+
+
 def context_for(
     plan,
     profile,
@@ -266,8 +271,6 @@ def context_for(
     probed: dict[str, list[GpuFacts]] | None = None,
     margin: Margin | None = None,
 ) -> LaunchContext:
-    from sparkctl.launch.pipeline import gpu_facts_for
-
     gpus, per_node = gpu_facts_for(profile, plan.nodes, probed)
     env = {**profile.engine.env, **profile.modes[plan.mode].env}
     return LaunchContext(
@@ -281,9 +284,3 @@ def context_for(
         group_nnodes=plan.nnodes,
         slots_per_node={n: plan.nodes.count(n) for n in per_node},
     )
-
-
-def check_plan(plan, profile, **kwargs) -> LaunchCheck:  # see pipeline.check_plan
-    from sparkctl.launch.pipeline import check_plan as run
-
-    return run(plan, profile, **kwargs)

@@ -3,12 +3,12 @@ validate_mamba_extra_buffer (the draft's attention backend: `launch/rules_attent
 
 from __future__ import annotations
 
+from sparkctl.engines.sglang.launch.inputs import LaunchSettings
+from sparkctl.engines.sglang.launch.memory_terms import resolved_strategy
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.rules import ERROR, WARN
+from sparkctl.engines.sglang.launch.rules import rule_finding as _f
 from sparkctl.findings import Finding
-from sparkctl.launch.inputs import LaunchSettings
-from sparkctl.launch.memory_terms import resolved_strategy
-from sparkctl.launch.model_meta import ModelFacts
-from sparkctl.launch.rules import ERROR, WARN
-from sparkctl.launch.rules import rule_finding as _f
 
 SOURCE = "srt/arg_groups/speculative_hook.py"
 MAMBA_SOURCE = "srt/arg_groups/mamba_hook.py"

@@ -11,23 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sparkctl.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
-from sparkctl.launch.memory import MemoryInputs, MemoryPlan, default_mem_fraction, plan_memory
-from sparkctl.launch.memory import max_mem_fraction as _cap
-from sparkctl.launch.memory_terms import MIB, free_before_load
+from sparkctl.engines.sglang.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
+from sparkctl.engines.sglang.launch.memory import MemoryInputs, MemoryPlan, default_mem_fraction, plan_memory
+from sparkctl.engines.sglang.launch.memory import max_mem_fraction as _cap
+from sparkctl.engines.sglang.launch.memory_terms import MIB, free_before_load
+from sparkctl.engines.support.launch_check import Margin
 
 MIN_DRAFT_TOKENS = 2  # one draft token drafts nothing: never propose fewer than 2
-DEFAULT_MIN_REQUESTS = 4
-DEFAULT_HEADROOM_MIB = 1024
-
-
-@dataclass(frozen=True)
-class Margin:
-    min_requests: int = DEFAULT_MIN_REQUESTS  # served load when --max-running-requests is unset
-    headroom_mib: int = DEFAULT_HEADROOM_MIB  # a fix must still fit with this much less free memory
-
-    def required(self, s: LaunchSettings) -> int:
-        return s.max_running_requests or self.min_requests
 
 
 @dataclass
@@ -61,7 +51,7 @@ def memory_fixes(argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Pl
     """Single-flag fixes that serve the load: the smallest mem fraction, the largest draft token
     count (>= 2), an FP8 KV cache; else one combination; else trade-offs."""
     s, gpu = inp.settings, inp.gpu
-    want = margin.required(s)
+    want = margin.required(s.max_running_requests)
     out: list[MemoryFix] = []
 
     def try_(changes: dict[str, FlagValue | None]) -> MemoryPlan | None:
@@ -116,7 +106,7 @@ def tradeoffs(
     argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, nnodes: int
 ) -> list[MemoryFix]:
     """What can be served instead when no fix serves the requested load."""
-    want = margin.required(inp.settings)
+    want = margin.required(inp.settings.max_running_requests)
     out: list[MemoryFix] = []
     lo, hi, best = 1, want - 1, None
     while lo <= hi:  # fitting is monotone in max running requests
@@ -154,7 +144,7 @@ def tradeoffs(
 
 def _more_gpus(argv: list[str], inp: MemoryInputs, margin: Margin, want: int, nnodes: int) -> list[MemoryFix]:
     """The smallest larger tp (same GPUs, heads permitting) that serves the load, else the largest tried."""
-    from sparkctl.launch.rules import check_heads
+    from sparkctl.engines.sglang.launch.rules import check_heads
 
     best: MemoryFix | None = None
     for tp in (inp.settings.tp * k for k in (2, 4, 8)):

@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.engines.sglang.launch import rules
+from sparkctl.engines.sglang.launch.check import LaunchContext, check_launch, memory_plan
+from sparkctl.engines.sglang.launch.fixes import MIN_DRAFT_TOKENS, Margin
+from sparkctl.engines.sglang.launch.flags import FlagCheck, flag_findings
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings, human_readable_int, with_flags
+from sparkctl.engines.sglang.launch.mem_fraction import default_mem_fraction
+from sparkctl.engines.sglang.launch.memory import ERR_MAMBA, ERR_WEIGHTS_TOO_BIG, MemoryInputs, plan_memory
+from sparkctl.engines.sglang.launch.memory_terms import MIB
+from sparkctl.engines.sglang.launch.model_meta import facts_from_config, load_model_facts
+from sparkctl.engines.sglang.launch.pipeline import gpu_facts_from_report
 from sparkctl.facts import gpu as probe
 from sparkctl.findings import Severity
-from sparkctl.launch import rules
-from sparkctl.launch.check import LaunchContext, check_launch, memory_plan
-from sparkctl.launch.fixes import MIN_DRAFT_TOKENS, Margin
-from sparkctl.launch.flags import FlagCheck, flag_findings
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings, human_readable_int, with_flags
-from sparkctl.launch.mem_fraction import default_mem_fraction
-from sparkctl.launch.memory import ERR_MAMBA, ERR_WEIGHTS_TOO_BIG, MemoryInputs, plan_memory
-from sparkctl.launch.memory_terms import MIB
-from sparkctl.launch.model_meta import facts_from_config, load_model_facts
-from sparkctl.launch.pipeline import gpu_facts_from_report
 from sparkctl.profile.schema import GpuSpec as ProfileGpu
 
-MODELS = Path(__file__).parents[2] / "fixtures" / "models"
-GPU_FIX = Path(__file__).parents[2] / "fixtures" / "gpu"
+MODELS = Path(__file__).parents[4] / "fixtures" / "models"
+GPU_FIX = Path(__file__).parents[4] / "fixtures" / "gpu"
 GPTQ = load_model_facts(MODELS / "qwen3.6-27b-gptq-int4")
 DRAFT = load_model_facts(MODELS / "qwen3.6-27b-dflash")
 LLAMA = load_model_facts(MODELS / "llama-3.1-8b")
@@ -312,7 +312,7 @@ def test_draft_token_fixes_never_go_below_two() -> None:
 
 
 def test_preflight_hands_its_probed_gpu_report_to_the_pipeline(monkeypatch) -> None:
-    from sparkctl.launch.pipeline import preflight_findings
+    from sparkctl.engines.sglang.launch.pipeline import preflight_findings
     from sparkctl.planning.build import build_plan
     from sparkctl.profile import load_profile_text
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import json
 
+from sparkctl.engines.sglang.launch.inputs import (
+    GB10_MAX_MEM_FRACTION,
+    HUMAN_INT_FLAGS,
+    GpuFacts,
+    LaunchSettings,
+    bad_value,
+)
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
 from sparkctl.findings import Finding, Severity
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, HUMAN_INT_FLAGS, GpuFacts, LaunchSettings, bad_value
-from sparkctl.launch.model_meta import ModelFacts
 
 ERROR, WARN, OK = Severity.ERROR, Severity.WARN, Severity.OK
 DFLASH_MAX_CONTEXT = 262144

@@ -6,9 +6,9 @@ mirrors (rule sets and source files: memory.py's docstring, docs/launch-safety.m
 
 from __future__ import annotations
 
-from sparkctl.launch.inputs import GpuFacts, LaunchSettings, parse_version
-from sparkctl.launch.mem_fraction import is_multimodal
-from sparkctl.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings, parse_version
+from sparkctl.engines.sglang.launch.mem_fraction import is_multimodal
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -17,8 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkctl.engines.sglang.launch.archs import (
+    DEFAULT_VISION_CONFIG,
+    MM_DISABLED_BY_DEFAULT,
+    MULTIMODAL_ARCHS,
+)
+from sparkctl.engines.support.models import find_model_dir
 from sparkctl.errors import UsageError
-from sparkctl.launch.sglang_archs import DEFAULT_VISION_CONFIG, MM_DISABLED_BY_DEFAULT, MULTIMODAL_ARCHS
 
 # Bytes per element of the safetensors dtypes (F4/F6 packs are stored as U8 in practice).
 SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
@@ -273,17 +278,6 @@ def weight_bytes_in(directory: Path) -> tuple[int, int]:
     return sum(tensor_bytes(read_safetensors_header(f)) for f in files), len(files)
 
 
-def hf_snapshot_dir(hf_cache: Path, repo_id: str, revision: str | None = None) -> Path | None:
-    """`<hf_cache>/hub/models--org--name/snapshots/<rev>` (revision: commit, branch/tag via refs/)."""
-    from sparkctl.facts.hfcache import repo_dir_name
-    from sparkctl.node.base import resolve_commit  # the same resolution `ship` uses on the nodes
-
-    base = hf_cache / "hub" if (hf_cache / "hub").is_dir() else hf_cache  # HF_HOME, or a hub/ dir
-    repo = base / repo_dir_name(repo_id)
-    commit = resolve_commit(str(repo), revision or "main")
-    return repo / "snapshots" / commit if commit and (repo / "snapshots" / commit).is_dir() else None
-
-
 def load_model_facts(directory: Path, name: str = "") -> ModelFacts:
     config_path = directory / "config.json"
     if not config_path.is_file():
@@ -306,12 +300,5 @@ def load_model_facts(directory: Path, name: str = "") -> ModelFacts:
 
 def find_model_facts(repo_id: str, revision: str | None, search: list[Path]) -> ModelFacts | None:
     """Look for a model in each of `search` (HF caches or plain model directories)."""
-    for root in search:
-        snap = hf_snapshot_dir(root, repo_id, revision)
-        if snap is not None and (snap / "config.json").is_file():
-            return load_model_facts(snap, repo_id)
-        plain = root / repo_id.replace("/", "--")
-        for cand in (plain, root / repo_id.rsplit("/", 1)[-1]):  # plain model directories
-            if (cand / "config.json").is_file():
-                return load_model_facts(cand, repo_id)
-    return None
+    found = find_model_dir(repo_id, revision, search)
+    return load_model_facts(found, repo_id) if found is not None else None

@@ -5,8 +5,8 @@ Line numbers are SGLang 0.5.23's; docs/launch-safety.md lists them.
 
 from __future__ import annotations
 
-from sparkctl.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings
-from sparkctl.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION, GpuFacts, LaunchSettings
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts
 
 # memory_hook.py:89-170: (GPU memory below GiB, chunked prefill, decode max_bs tp<4, tp>=4)
 _GPU_TABLE = [
@@ -32,7 +32,7 @@ def is_multimodal(s: LaunchSettings, model: ModelFacts | None) -> bool:
     if model is None or s.flags.get("language-model-only") is True:
         return False
     if s.flags.get("enable-multimodal") is True:
-        from sparkctl.launch.sglang_archs import MULTIMODAL_ARCHS
+        from sparkctl.engines.sglang.launch.archs import MULTIMODAL_ARCHS
 
         return any(a in MULTIMODAL_ARCHS for a in model.architectures)
     return model.is_multimodal
