@@ -10,6 +10,14 @@ one uncounted warm-up start (page cache, first imports), then rounds in alternat
   sparkctl: `sparkctl up MODE` (preflight included, as users run it), then the same first token.
 Printed: seconds to first token of each and the ratio sparkctl / baseline (the overhead of
 preflight, planning, SSH and supervision of the start over the engine's own start time).
+
+Then (unless --no-tokps) the real engine's tokens/s as `sparkctl bench` measures it against an
+independent client in the same run, on one `sparkctl up` of the first mode: `sparkctl bench -w
+code` (single stream, greedy, `--max-tokens`) and a plain urllib streaming loop sending the same
+prompt with the same limits, taking its own clock and the server's usage counts, in alternating
+order. Printed: decode tok/s (tokens after the first / time after the first) and end-to-end tok/s
+(tokens / request time), medians of each side, and the ratio bench / client (1.00: bench reports
+what a client sees; below 1: bench's own overhead slows or under-counts).
 """
 
 from __future__ import annotations
@@ -33,11 +41,13 @@ from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile  # noqa: E402
 
 from _cli import cli, must  # noqa: E402
+from sparkctl.benchmark.workloads import Workload  # noqa: E402
 from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
 from sparkctl.runtime.containers import revealed_env  # noqa: E402
 
 DEADLINE_S = 600.0
+CODE_PROMPT = Workload("code", "code", 1).messages(0)[0]["content"]  # the prompt `bench -w code` sends
 
 
 def first_token(api_base: str, deadline: float) -> None:
@@ -95,10 +105,89 @@ def sparkctl_up(state: str, path: Path, plan, mode: str) -> float:  # Plan
     return took
 
 
+def client_stream(api_base: str, max_tokens: int) -> tuple[float, float]:
+    """One streamed request as a plain client sees it: (decode tok/s, end-to-end tok/s)."""
+    body = {
+        "model": SERVED,
+        "messages": [{"role": "user", "content": CODE_PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    req = urllib.request.Request(
+        f"{api_base}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    t0, first, tokens = time.monotonic(), None, 0
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and any(
+                (c.get("delta") or {}).get("content") for c in chunk.get("choices") or []
+            ):
+                first = time.monotonic()
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    end = time.monotonic()
+    if first is None or tokens < 2:
+        raise SystemExit(f"the client got {tokens} tokens from {api_base}: nothing to rate")
+    return (tokens - 1) / (end - first), tokens / (end - t0)
+
+
+def bench_stream(state: str, path: Path, mode: str, reps: int, max_tokens: int) -> tuple[list, list]:
+    """`sparkctl bench MODE -w code`: each request's (decode tok/s, end-to-end tok/s)."""
+    args = ("bench", mode, "-w", "code", "--reps", str(reps), "--max-tokens", str(max_tokens), "--json")
+    _, proc = cli(state, path, *args)
+    must(proc, "bench")
+    samples = json.loads(proc.stdout)["workloads"][0]["samples"]
+    return (
+        [s["decode_tps"] for s in samples if s["decode_tps"]],
+        [s["completion_tokens"] / s["e2e_s"] for s in samples if s["e2e_s"] > 0],
+    )
+
+
+def tokps(state: str, path: Path, plan, mode: str, rounds: int, reps: int, max_tokens: int) -> None:  # Plan
+    """sparkctl bench's tok/s against the independent client's, on one `up` (alternating order)."""
+    must(cli(state, path, "up", mode)[1], f"up {mode}")
+    try:
+        client_stream(plan.endpoint.api_base, max_tokens)  # warm-up, not counted
+        ours: tuple[list, list] = ([], [])
+        theirs: tuple[list, list] = ([], [])
+        for r in range(rounds):
+            for side in ("bench", "client") if r % 2 == 0 else ("client", "bench"):
+                if side == "bench":
+                    dec, e2e = bench_stream(state, path, mode, reps, max_tokens)
+                    ours[0].extend(dec), ours[1].extend(e2e)
+                else:
+                    for _ in range(reps):
+                        dec1, e2e1 = client_stream(plan.endpoint.api_base, max_tokens)
+                        theirs[0].append(dec1), theirs[1].append(e2e1)
+        for i, what in enumerate(("decode", "end-to-end")):
+            if not ours[i] or not theirs[i]:  # bench gives no decode rate for a stream in one burst
+                print(f"{mode}: {what} tok/s: n/a ({len(ours[i])} vs {len(theirs[i])} rated requests)")
+                continue
+            b, c = statistics.median(ours[i]), statistics.median(theirs[i])
+            print(
+                f"{mode}: {what} tok/s ({len(ours[i])} vs {len(theirs[i])} requests, {max_tokens} max "
+                f"tokens): sparkctl bench {b:.1f}, independent client {c:.1f}, ratio {b / c:.2f}"
+            )
+    finally:
+        must(cli(state, path, "down")[1], "down")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="solo", help="comma-separated: solo, tp2")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-tokps", action="store_true", help="skip bench-vs-client tok/s")
+    ap.add_argument("--reps", type=int, default=4, help="requests per side and round (tok/s)")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens per request (tok/s)")
     args = ap.parse_args()
     with Lab(nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
         setup = install_real_engine(lab)
@@ -123,6 +212,10 @@ def main() -> int:
             print(
                 f"{mode}: to first token: docker run by hand {b:.1f}s, sparkctl up {o:.1f}s, ratio {o / b:.2f}"
             )
+        if not args.no_tokps:
+            mode = args.modes.split(",")[0]
+            state = str(Path(tmp, f"state-{mode}-tokps"))
+            tokps(state, path, build_plan(prof, mode), mode, args.rounds, args.reps, args.max_tokens)
     return 0
 
 

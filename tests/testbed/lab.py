@@ -687,6 +687,13 @@ class Lab:
                     ]
                 )
 
+    def set_fabric_link(self, node: str | LabNode, up: bool) -> None:
+        """Pull (or plug back) the node's fabric cable at the switch: its host-side veth end goes
+        down, so the node loses carrier and every node-to-node packet is dropped, while its own
+        netdev, address and routes stay as they were and the management link (SSH) is untouched."""
+        n = self.node(node)
+        _run(["ip", "link", "set", f"sl{self.id}f{n.index}", "up" if up else "down"])
+
     def stop_sshd(self, node: str | LabNode, kill_sessions: bool = False) -> None:
         """Stop the node's listening sshd (new connections are refused); optionally drop sessions too."""
         n = self.node(node)
@@ -760,8 +767,10 @@ class Lab:
         return image_id
 
     def reset(self) -> None:
-        """Undo the fault knobs (MTU, stopped sshd, filled disk); containers are left alone."""
+        """Undo the fault knobs (MTU, pulled fabric link, stopped sshd, filled disk); containers are
+        left alone."""
         for n in self.nodes:
+            self.set_fabric_link(n, up=True)
             if n.mtu != self.mtu:
                 self.set_mtu(n, self.mtu)
             if not _pid_alive(n.sshd_pid):

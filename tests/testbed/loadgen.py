@@ -58,10 +58,11 @@ class LoadGen:
         timeout: float = 60.0,
         api_key: str | None = None,
         stream: bool = False,
+        max_tokens: int | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.model, self.threads, self.timeout = model, threads, timeout
-        self.api_key, self.stream = api_key, stream
+        self.api_key, self.stream, self.max_tokens = api_key, stream, max_tokens
         self.stats = LoadStats()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -69,6 +70,8 @@ class LoadGen:
 
     def _one(self) -> str:
         body = {"model": self.model, "messages": [{"role": "user", "content": "hi"}], "stream": self.stream}
+        if self.max_tokens:  # a real engine generates until EOS or its context: keep requests short
+            body["max_tokens"] = self.max_tokens
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST")
         req.add_header("Content-Type", "application/json")
         if self.api_key:

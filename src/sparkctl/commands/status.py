@@ -95,7 +95,10 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
         if dead:
             health = f"[red]broken[/] ({escape(dead)}; `sparkctl logs --rank` shows why, `sparkctl up {m.mode}` restarts the group)"
         url = m.plan.endpoint.api_base if m.plan else "?"
-        served = ", ".join(m.health.served) or "-"
+        names = m.health.served
+        if m.replicas and m.plan and not m.plan.endpoint.readiness.names_served:  # a router's "unknown"
+            names = sorted({n for r in m.replicas if r.health.ready for n in r.health.served})
+        served = ", ".join(names) or "-"
         out.print(f"mode [bold]{m.mode}[/]: {health}  endpoint {url}  serving {served}")
         if m.drift:
             out.print(

@@ -26,6 +26,9 @@ class Readiness:
     models_path: str = "/v1/models"  # static metadata: answers before warm-up ends
     health_path: str = "/health"  # a real generation on rank 0
     health_timeout: float = 25.0  # SGLang's own health generation times out after 20 s
+    # The models answer names the served model. Not so for sglang-router's: it learns names from
+    # SGLang's /model_info and lists "unknown" for any other engine's workers (vLLM's).
+    names_served: bool = True
 
 
 @dataclass(frozen=True)

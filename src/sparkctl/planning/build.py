@@ -18,6 +18,7 @@ from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
+from sparkctl.planning.router import READINESS as ROUTER_READINESS
 from sparkctl.profile.derived import node_path, node_user, served_model_name
 from sparkctl.profile.schema import Mode, Node, Profile
 from sparkctl.profile.topology import Group
@@ -393,4 +394,5 @@ def router_endpoint(profile: Profile, router: RankSpec, facts: PlanFacts | None 
         port=profile.engine.port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, node),
+        readiness=ROUTER_READINESS,
     )

@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.base import Readiness
 from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.model import LABEL_PREFIX
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     from sparkctl.planning.model import GroupSpec, RankSpec
     from sparkctl.profile.schema import Profile
 
+# The router's endpoint: /v1/models answers 200 once a worker is in (503 "No models available"
+# with none), but names the model only for workers that answer the router's /model_info query;
+# any other engine's worker is listed as "unknown" (Readiness.names_served). The served name is
+# checked on every replica's own endpoint instead.
+READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
 ROLE_LABEL = f"{LABEL_PREFIX}role"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

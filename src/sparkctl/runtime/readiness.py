@@ -83,7 +83,7 @@ def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None =
     if code != 200:
         return EndpointHealth(detail=f"{models}: HTTP {code}")
     served = served_models(body)
-    if endpoint.served_model_name not in served:
+    if paths.names_served and endpoint.served_model_name not in served:
         return EndpointHealth(
             True, served, False, f"{models} lists {served}, not {endpoint.served_model_name}"
         )
