@@ -59,10 +59,12 @@ class LoadGen:
         api_key: str | None = None,
         stream: bool = False,
         max_tokens: int | None = None,
+        pause: float = 0.0,
     ) -> None:
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.model, self.threads, self.timeout = model, threads, timeout
         self.api_key, self.stream, self.max_tokens = api_key, stream, max_tokens
+        self.pause = pause  # seconds each thread waits between requests (a steady, not a flooding, client)
         self.stats = LoadStats()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,6 +103,7 @@ class LoadGen:
             with self._lock:
                 self.stats.ok += 1
                 self.stats.replicas[replica] += 1
+            self._stop.wait(self.pause)
 
     def start(self) -> LoadGen:
         for i in range(self.threads):

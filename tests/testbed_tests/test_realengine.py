@@ -19,6 +19,7 @@ import pytest
 
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
+from tests.testbed.lab import NODE_MOUNT
 from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile
 from tests.testbed_tests.conftest import cli, cluster_containers, report
 
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.testbed, pytest.mark.realengine]
 
 KEY_ENV = "SPARKCTL_REALENGINE_KEY"
 KEY = "sk-realengine-" + "7f3a9c1e5b2d4f60"  # a value that must never show up anywhere
+NON_ROOT = "1000:1000"
 
 
 # verify on the tier's vLLM (tiny random weights, max-model-len 512, no tool/reasoning parser).
@@ -70,7 +72,13 @@ def vllm_lab(lab):
 @pytest.fixture(scope="module")
 def profile_path(vllm_lab, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("realengine") / "vllm.yaml"
-    return write_vllm_profile(vllm_lab, path, engine={"api_key": {"env": KEY_ENV}})
+    # Every real-engine rank runs as an unrelated non-root uid (engine.container.user): the lab's
+    # node user is root, so vLLM's default (`node`) would be 0:0 here. The seeded cache is root's
+    # own (files 0600): that uid reads it only where others may, as a shared cache would be.
+    for node in vllm_lab.nodes:
+        vllm_lab.exec(node.name, ["chmod", "-R", "a+rX", f"{NODE_MOUNT}/hf"])
+    container = {"gpus": False, "shm_size": "1g", "user": NON_ROOT}
+    return write_vllm_profile(vllm_lab, path, engine={"api_key": {"env": KEY_ENV}, "container": container})
 
 
 @pytest.fixture
@@ -156,6 +164,18 @@ def _secret_nowhere(lab, plan, state: Path, path: Path) -> None:
     assert KEY not in logs.stdout + logs.stderr
 
 
+def _runs_as_non_root(lab, cluster: str) -> None:
+    """engine.container.user for real vLLM (CPU build): an unrelated non-root UID:GID serves, with
+    HOME in the container's /tmp, the caches mounted outside /root and no DAC_OVERRIDE."""
+    container = lab.docker("spark1").containers.get(f"sparkctl-{cluster}-solo-r0")
+    assert container.attrs["Config"]["User"] == NON_ROOT
+    env = container.attrs["Config"]["Env"]
+    assert "HOME=/tmp/sparkctl-home" in env and "HF_HOME=/var/cache/sparkctl/huggingface" in env
+    assert container.attrs["HostConfig"]["CapAdd"] in (None, [])
+    uids = {p[1] for p in container.top(ps_args="-o pid,uid,args")["Processes"]}
+    assert uids == {NON_ROOT.split(":")[0]}, uids  # every process of the container
+
+
 def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, state, request):
     report(
         request,
@@ -166,6 +186,7 @@ def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, st
     t0 = time.monotonic()
     _up(state, profile_path, "solo")
     report(request, f"vLLM solo: `up` to ready {time.monotonic() - t0:.0f}s")
+    _runs_as_non_root(vllm_lab, prof.cluster)
     answer = chat(plan.endpoint.api_base)
     assert answer["choices"][0]["message"]["content"] is not None and answer["usage"]["completion_tokens"] > 0
     # Without the key the real server refuses: the --config file did carry it.

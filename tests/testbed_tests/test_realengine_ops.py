@@ -203,7 +203,7 @@ def test_replicas_behind_the_real_router_through_a_rolling_switch_fail_no_reques
     dry = run_json(state, profile_path, "switch", "dp2b", "--dry-run")
     assert dry["rolling"] == "replicas 0, 1 one at a time", dry["rolling"]
     t0 = time.monotonic()
-    with LoadGen(url, model=SERVED, threads=2, stream=True, timeout=120, max_tokens=64) as load:
+    with LoadGen(url, model=SERVED, threads=2, stream=True, timeout=120, max_tokens=64, pause=0.5) as load:
         load.wait_for(6, timeout=300)  # requests flowing through the router before the switch
         res = cli(state, profile_path, "switch", "dp2b", "--json", timeout=900)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
