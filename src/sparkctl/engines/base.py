@@ -126,6 +126,7 @@ class Engine(Protocol):
     version_key: str | None
     gb10_max_mem_fraction: float  # above it a GB10 (unified memory) can hard-reboot while loading
     mem_fraction_flag: str  # the flag (no dashes) that sets that fraction: what a memory fix names
+    request_cap_flag: str  # the flag (no dashes) capping concurrent requests: what `top`'s KV hint names
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         """The user's flags (engine.args, then mode.args) over the engine's serving defaults."""

@@ -23,6 +23,14 @@ MEM_AVAILABLE_FLOOR = 0.05  # of MemTotal, on unified memory (GB10): below it th
 
 
 @dataclass(frozen=True)
+class Knobs:
+    """The engine's own flags a hint names (Engine.request_cap_flag / mem_fraction_flag)."""
+
+    request_cap: str = "the engine's request cap"
+    mem_fraction: str = "the engine's memory fraction"
+
+
+@dataclass(frozen=True)
 class Alert:
     code: str  # RankMissing, NodeDegraded, EngineDown, QueueGrowing, KvCacheFull, ...
     where: str  # "rank 1 (spark2)", "spark1 GPU 0", "engine tp2"
@@ -43,12 +51,12 @@ def queue_growing(queued: Sequence[float | None], samples: int = QUEUE_SAMPLES) 
     return None
 
 
-def kv_cache_full(stats: EngineStats, limit: float = KV_FULL) -> str | None:
+def kv_cache_full(stats: EngineStats, limit: float = KV_FULL, knobs: Knobs = Knobs()) -> str | None:
     if stats.token_usage is None or stats.token_usage <= limit:
         return None
     return (
         f"KV cache {stats.token_usage:.0%} full (> {limit:.0%}): requests will queue or be retracted; "
-        "lower max-running-requests or raise mem-fraction-static"
+        f"lower {knobs.request_cap} or raise {knobs.mem_fraction}"
     )
 
 
@@ -74,7 +82,9 @@ def acceptance_collapsed(
     return None
 
 
-def mem_available_low(node: NodeView, floor: float = MEM_AVAILABLE_FLOOR) -> str | None:
+def mem_available_low(
+    node: NodeView, floor: float = MEM_AVAILABLE_FLOOR, knobs: Knobs = Knobs()
+) -> str | None:
     """Unified memory (GB10): what the GPU may still take is the host's MemAvailable."""
     avail, total = node.mem_available_mib, node.mem_total_mib
     if not node.unified_memory or avail is None or not total:
@@ -83,7 +93,7 @@ def mem_available_low(node: NodeView, floor: float = MEM_AVAILABLE_FLOOR) -> str
         return None
     return (
         f"MemAvailable {avail / 1024:.1f} GiB of {total / 1024:.0f} GiB (< {floor:.0%}) on unified memory: "
-        "the engine or the OOM killer is about to fail; lower mem-fraction-static"
+        f"the engine or the OOM killer is about to fail; lower {knobs.mem_fraction}"
     )
 
 
@@ -119,8 +129,10 @@ def rank_missing(rank: RankRow) -> str | None:
     return f"{rank.detail}; `sparkctl logs --rank {rank.rank}` says why, `sparkctl up` restarts it"
 
 
-def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> list[Alert]:
-    """Every rule over one snapshot, in screen order."""
+def evaluate(
+    snap: Snapshot, queued_history: Sequence[float | None] = (), knobs: Knobs = Knobs()
+) -> list[Alert]:
+    """Every rule over one snapshot, in screen order; hints name the engine's `knobs`."""
     out: list[Alert] = []
     for r in snap.ranks:
         if (why := rank_missing(r)) is not None:
@@ -129,7 +141,7 @@ def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> lis
         if n.error is not None:
             out.append(Alert("NodeDegraded", n.node, f"unreachable: {n.error}"))
             continue
-        if (why := mem_available_low(n)) is not None:
+        if (why := mem_available_low(n, knobs=knobs)) is not None:
             out.append(Alert("MemAvailableLow", n.node, why))
         if (why := guard_tripped(n, snap.ranks)) is not None:
             out.append(Alert("MemoryGuardTripped", n.node, why))
@@ -144,7 +156,7 @@ def evaluate(snap: Snapshot, queued_history: Sequence[float | None] = ()) -> lis
         assert e.stats is not None
         for code, why in (
             ("QueueGrowing", queue_growing(queued_history)),
-            ("KvCacheFull", kv_cache_full(e.stats)),
+            ("KvCacheFull", kv_cache_full(e.stats, knobs=knobs)),
             ("AcceptanceCollapsed", acceptance_collapsed(e.stats)),
         ):
             if why is not None:

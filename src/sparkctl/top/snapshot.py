@@ -215,8 +215,9 @@ class Collector:
         return [rows.ok[g.index] for g in plan.groups]
 
     def sample(self) -> Snapshot:
+        from sparkctl.engines import get_engine
         from sparkctl.planning.build import build_plan
-        from sparkctl.top.alerts import evaluate
+        from sparkctl.top.alerts import Knobs, evaluate
 
         containers, samples, unreachable = self._read_nodes()
         mode = (
@@ -237,7 +238,9 @@ class Collector:
         snap.engines = self._engines(plan)
         queued = [e.stats.queued for e in snap.engines if e.stats and e.stats.queued is not None]
         self.queued.append(sum(queued) if queued else None)
-        snap.alerts = evaluate(snap, list(self.queued))
+        engine = get_engine(self.profile.engine.kind)
+        knobs = Knobs(request_cap=engine.request_cap_flag, mem_fraction=engine.mem_fraction_flag)
+        snap.alerts = evaluate(snap, list(self.queued), knobs)
         return snap
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sparkctl.top.alerts import (
+    Knobs,
     acceptance_collapsed,
     evaluate,
     kv_cache_full,
@@ -41,6 +44,28 @@ def test_kv_cache_full():
     assert why is not None and "97%" in why
     assert kv_cache_full(EngineStats(token_usage=0.95)) is None
     assert kv_cache_full(EngineStats()) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "cap", "fraction"),
+    [
+        ("sglang", "max-running-requests", "mem-fraction-static"),
+        ("vllm", "max-num-seqs", "gpu-memory-utilization"),
+    ],
+)
+def test_hints_name_the_engines_own_flags(kind, cap, fraction):
+    from sparkctl.engines import get_engine
+
+    engine = get_engine(kind)
+    knobs = Knobs(request_cap=engine.request_cap_flag, mem_fraction=engine.mem_fraction_flag)
+    kv = kv_cache_full(EngineStats(token_usage=0.97), knobs=knobs) or ""
+    assert f"lower {cap} or raise {fraction}" in kv
+    assert f"lower {fraction}" in (mem_available_low(gb10(3000), knobs=knobs) or "")
+    snap = Snapshot(
+        "c", "tp2", "now", 1.0, engines=[EngineRow("tp2", "u", stats=EngineStats(token_usage=0.97))]
+    )
+    (alert,) = [a for a in evaluate(snap, knobs=knobs) if a.code == "KvCacheFull"]
+    assert cap in alert.reason
 
 
 def test_acceptance_collapsed():

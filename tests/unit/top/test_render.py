@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.facts.gpu import parse_meminfo
-from sparkctl.top.alerts import evaluate
+from sparkctl.top.alerts import Knobs, evaluate
 from sparkctl.top.metrics import engine_stats, parse_metrics
 from sparkctl.top.nodes import NodeSample, parse_gpu_stats, parse_net
 from sparkctl.top.render import render_text
@@ -63,7 +63,10 @@ def fixture_snapshot(degraded: bool = False) -> Snapshot:
             "spark2",
         )
     snap.nodes = [s1, s2]
-    snap.alerts = evaluate(snap, [0, 1, 2, 3] if degraded else [3, 3, 2, 3])
+    knobs = Knobs(
+        request_cap="max-running-requests", mem_fraction="mem-fraction-static"
+    )  # dual-spark's engine
+    snap.alerts = evaluate(snap, [0, 1, 2, 3] if degraded else [3, 3, 2, 3], knobs)
     return snap
 
 

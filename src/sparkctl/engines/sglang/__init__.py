@@ -83,6 +83,7 @@ class SGLang:
     layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
     mem_fraction_flag = "mem-fraction-static"
+    request_cap_flag = "max-running-requests"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         defaults = profile.engine.recipe_defaults

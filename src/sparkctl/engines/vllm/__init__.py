@@ -77,6 +77,7 @@ class VLlm:
     )
     gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
     mem_fraction_flag = F.MEM_FLAG
+    request_cap_flag = "max-num-seqs"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}
