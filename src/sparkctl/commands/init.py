@@ -73,7 +73,7 @@ def init_cmd(
     connect_timeout: Annotated[float, typer.Option(hidden=True)] = 10.0,
     sysfs_root: Annotated[str, typer.Option(hidden=True, help="sysfs root on every node (tests).")] = "/sys",
 ) -> None:
-    """Discover this machine and the peers (netdevs, RoCE, GPUs, Docker, SGLang images, HF caches),
+    """Discover this machine and the peers (netdevs, RoCE, GPUs, Docker, serving images, HF caches),
     pick the shared fabric, propose modes, ask for the model and image, and write a profile."""
     from sparkctl.discover.workflow import InitRequest, parse_targets, run_init
     from sparkctl.errors import UsageError
@@ -170,7 +170,7 @@ def show_discovery(nodes, fab) -> None:  # NodeDiscovery list, FabricOption (laz
 
     out = console()
     table = Table(title="discovered")
-    for col in ("node", "reached as", "GPUs", "Docker", "RoCE", "SGLang images", "models in HF cache"):
+    for col in ("node", "reached as", "GPUs", "Docker", "RoCE", "engine images", "models in HF cache"):
         table.add_column(col, overflow="fold")
     for n in nodes:
         gpus = ", ".join(sorted({g.name for g in n.gpus.gpus})) if n.gpus else ""
