@@ -41,7 +41,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 app = typer.Typer(
     name="sparkctl",
-    help="Serve LLMs with SGLang + DFlash on one or two GPU boxes: preflight, ship, up, down.",
+    help="Serve LLMs with SGLang (DFlash) or vLLM on one to four GPU boxes: preflight, ship, up, down.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,

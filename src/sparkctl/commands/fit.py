@@ -19,7 +19,7 @@ DirOpt = Annotated[
 
 
 ParserTimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds to wait for SGLang's parser inside the image before falling back.")
+    float, typer.Option(help="Seconds to wait for the engine's parser inside the image before falling back.")
 ]
 
 
@@ -31,7 +31,7 @@ def fit_cmd(
     target_dir: DirOpt = None,
     draft_dir: DirOpt = None,
     parse_flags: Annotated[
-        bool, typer.Option(help="Check the flags with SGLang's parser (image, else local).")
+        bool, typer.Option(help="Check the flags with the engine's parser (image, else local).")
     ] = True,
     probe: Annotated[
         bool,
@@ -55,8 +55,9 @@ def fit_cmd(
         typer.Option(min=0.0, help="A fix must still fit with this much less free GPU memory than measured."),
     ] = 1.0,
 ) -> None:
-    """Predict SGLang's memory pools (weights, mamba state, KV tokens, running requests) and the
-    error it would die with; check the flags with SGLang's parser; print flags that fit."""
+    """Predict the engine's memory (SGLang: weights, mamba state, KV tokens, running requests; vLLM:
+    its --gpu-memory-utilization budget) and the error it would die with; check the flags with the
+    engine's own parser; print flags that fit."""
     from sparkctl.engines import get_engine
     from sparkctl.engines.support.launch_check import LaunchRequest, Margin
     from sparkctl.errors import ExitCode

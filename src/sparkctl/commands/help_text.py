@@ -10,7 +10,10 @@ import typer
 HELP: dict[str, tuple[str, str]] = {
     "init": ("Discover the nodes and write a profile", "sparkctl init --peer spark@spark2.local"),
     "plan": ("Show exactly what runs per rank (--check: launch rules)", "sparkctl plan tp2 --check"),
-    "fit": ("Predict memory and check the flags with SGLang's parser", "sparkctl fit tp2 --allow-missing"),
+    "fit": (
+        "Predict memory and check the flags with the engine's parser",
+        "sparkctl fit tp2 --allow-missing",
+    ),
     "preflight": ("Check every node of MODE before up (SSH, fabric, GPUs)", "sparkctl preflight tp2 -v"),
     "ship": ("Copy the image and weights a node lacks", "sparkctl ship tp2 --dry-run"),
     "up": ("Start MODE, watch every rank, roll back on failure", "sparkctl up tp2"),

@@ -20,14 +20,14 @@ CheckOpt = Annotated[
     bool,
     typer.Option(
         "--check",
-        help="Also run the launch-safety checks (flags with SGLang's parser in the image "
+        help="Also run the launch-safety checks (flags with the engine's parser in the image "
         "on rank 0's node, GPU rules, memory fit); exit 1 on errors.",
     ),
 ]
 
 
 ParserTimeoutOpt = Annotated[
-    float, typer.Option(help="With --check: seconds to wait for SGLang's parser inside the image.")
+    float, typer.Option(help="With --check: seconds to wait for the engine's parser inside the image.")
 ]
 
 

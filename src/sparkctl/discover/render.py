@@ -117,7 +117,7 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out("    shm_size: 32g", "/dev/shm of each container's private IPC namespace")
     out("  # secrets:", "for gated models; written into the container as a file, never stored")
     out("  #   HF_TOKEN: {env: HF_TOKEN}", "or {file: PATH} of a 0400 file on every node")
-    out("  # args: {}", "model-specific SGLang flags (see profiles/dual-spark.yaml)")
+    out("  # args: {}", "model-specific engine flags (see profiles/dual-spark.yaml)")
     out()
     out("modes:")
     for m in d.modes:

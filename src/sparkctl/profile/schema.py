@@ -231,9 +231,11 @@ class Engine(Strict):
     expose: Literal["private", "public"] = Field(
         "private", description="public: an API without a key on a non-loopback address is intended."
     )
-    api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (SGLang --api-key).")
+    api_key: Secret | None = Field(
+        None, description="Bearer key the OpenAI API requires (handed to the engine in a file)."
+    )
     admin_api_key: Secret | None = Field(
-        None, description="Key for SGLang's admin routes (else they accept api_key, or nothing without it)."
+        None, description="Key for the engine's admin routes (SGLang's; else they take api_key, or no key)."
     )
     trust_remote_code: bool = Field(
         False, description="Let the model repo run its own Python (--trust-remote-code); pin the revision."
@@ -250,7 +252,7 @@ class Engine(Strict):
     recipe_defaults: bool = Field(True, description="Add the reference recipe's serving defaults.")
     args: dict[str, ArgValue] = Field(
         default_factory=dict,
-        description="SGLang flags without dashes: true = bare flag, false/null = omit, list = values.",
+        description="The engine's flags without dashes: true = bare flag, false/null = omit, list = values.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra container env (no secrets here).")
     secrets: dict[str, Secret] = Field(
@@ -290,12 +292,12 @@ class Mode(Strict):
         min_length=1,
         description="Node names, cut in order into replica groups; a group's first is its rank 0.",
     )
-    tp: int = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes (SGLang --tp).")
-    pp: int = Field(1, ge=1, description="Pipeline parallel size of one replica (SGLang --pp-size).")
+    tp: int = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes.")
+    pp: int = Field(1, ge=1, description="Pipeline parallel size of one replica.")
     replicas: int = Field(
         1,
         ge=1,
-        description="Independent copies of the model behind SGLang's router (data parallel): "
+        description="Independent copies of the model behind the router (data parallel): "
         "nodes split into this many groups, or several per node on its GPUs.",
     )
     args: dict[str, ArgValue] = Field(default_factory=dict, description="Flags merged over engine.args.")
@@ -326,7 +328,7 @@ class Profile(Strict):
     nodes: list[Node] = Field(min_length=1, description="The machines.")
     image: Image = Field(description="The serving image (the same on every node).")
     model: Model = Field(description="Target and draft weights, and the caches.")
-    engine: Engine = Field(default_factory=Engine, description="The SGLang launch.")
+    engine: Engine = Field(default_factory=Engine, description="The serving engine and its launch.")
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
     memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")
