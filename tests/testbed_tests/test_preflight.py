@@ -105,7 +105,12 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path, monkeypatch: pytest.
         ):
             assert find(report, check, node, "ok"), (check, node)
     assert {f["data"]["dst"] for f in find(report, "PingDf", severity="ok")} == {"spark1", "spark2"}
-    assert len(find(report, "PortFree", "spark1", "ok")) == 2  # HTTP and dist-init on rank 0
+    ports = {f["message"] for f in find(report, "PortFree", "spark1", "ok")}  # rank 0's node
+    assert ports == {
+        "HTTP port 30000 free",
+        "engine (behind the front) port 40000 free",
+        "dist-init port 50051 free",
+    }
     assert not find(report, "RoceHca")  # transport tcp
     # Rank 0 logs in to its peer over the fabric (the lab's nodes trust each other's host keys).
     assert find(report, "SshRank0ToPeer", "spark1", "ok") and not find(
