@@ -227,23 +227,36 @@ def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
 # Secrets live on the node's /dev/shm (a tmpfs, checked: never on a disk, gone at reboot), in a 0700
 # directory of the node user that is checked to be theirs (a directory another user pre-created
 # in the sticky /dev/shm is refused), one subdirectory per container, bind-mounted read-only file
-# by file at their /run/secrets paths. $1 = the container name; the tar arrives on stdin.
+# by file at their /run/secrets paths. $1 = the container name; $2 = the UID:GID the engine runs as
+# when not the node user's (the files are handed to it: only root may); the tar arrives on stdin.
 SECRETS_ROOT = '/dev/shm/sparkctl-"$(id -u)"'
 _SECRETS_SCRIPT = (
     '[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || { echo "/dev/shm is not a tmpfs" >&2; exit 3; }; '
     f'umask 077; d={SECRETS_ROOT}; mkdir -m 700 "$d" 2>/dev/null; '
     '[ -d "$d" ] && [ ! -L "$d" ] && [ "$(stat -c %u "$d")" = "$(id -u)" ] '
     '|| { echo "$d is not a directory of this user" >&2; exit 3; }; chmod 700 "$d" && '
-    'r="$d/$1" && rm -rf -- "$r" && mkdir -m 700 -- "$r" && tar -x -C "$r" -f - && printf %s "$r"'
+    'r="$d/$1" && rm -rf -- "$r" && mkdir -m 700 -- "$r" && tar -x -C "$r" -f - && '
+    '{ [ -z "$2" ] || chown -- "$2" "$r"/* || { rm -rf -- "$r"; exit 4; }; } && printf %s "$r"'
 )
+SECRETS_NOT_GIVEN = 4  # the node user could not hand the files to the engine's uid
 _SECRETS_DROP = f'rm -rf -- {SECRETS_ROOT}/"$1"'
 
 
-def place_secrets(conn: Connector, spec: RankSpec, tar: bytes) -> list[Any]:
-    """Write the secret files on the node's tmpfs; the read-only bind mounts that place them."""
+def place_secrets(conn: Connector, spec: RankSpec, tar: bytes, owner: str = "") -> list[Any]:
+    """Write the secret files on the node's tmpfs (handed to `owner`, the engine's UID:GID, when
+    given); the read-only bind mounts that place them."""
     from docker.types import Mount
 
-    res = conn.run(["sh", "-c", _SECRETS_SCRIPT, "sparkctl-secrets", spec.container_name], input=tar)
+    argv = ["sh", "-c", _SECRETS_SCRIPT, "sparkctl-secrets", spec.container_name, owner]
+    res = conn.run(argv, input=tar)
+    if res.rc == SECRETS_NOT_GIVEN:
+        raise SparkctlError(
+            f"engine.container.user {owner}: the node user cannot hand the secret files to that uid "
+            "(only root can chown)",
+            fix="set engine.container.user: node (the node user's own uid), or connect to the node as root",
+            node=spec.node,
+            rank=rank_of(spec),
+        )
     res.check(
         "placing the secret files in /dev/shm",
         fix="the node needs /dev/shm mounted as a tmpfs the node user can write, and `tar`",
@@ -301,10 +314,12 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
     secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
     devices = node_rdma_devices(conn, spec)
     params = create_params(spec, revealed_env(spec), devices)
+    owner = ""  # the secret files stay the node user's unless the engine runs as another uid
     if spec.options.user != "root":  # the engine as the node user (or the profile's UID:GID)
         params["user"] = node_uid_gid(conn) if spec.options.user == "node" else spec.options.user
+        owner = "" if spec.options.user == "node" else spec.options.user
     if secret_files:  # on the node's tmpfs, mounted read-only: never a disk, argv, env or inspect
-        params["mounts"] = [*params["mounts"], *place_secrets(conn, spec, secret_files)]
+        params["mounts"] = [*params["mounts"], *place_secrets(conn, spec, secret_files, owner)]
     try:
         container = client.containers.create(**params)
     except docker.errors.ImageNotFound:

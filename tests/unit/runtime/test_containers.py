@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.runtime.containers import _SECRETS_SCRIPT
+from sparkctl.runtime.containers import _SECRETS_SCRIPT, SECRETS_NOT_GIVEN
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a mount namespace)"
@@ -56,3 +56,40 @@ def test_secrets_land_on_a_tmpfs_dev_shm(tmp_path: Path) -> None:
     res = _place(["-t", "tmpfs", "tmpfs"], tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode().startswith(f"/dev/shm/sparkctl-{os.geteuid()}/c1")
+
+
+def _place_as(owner: str, as_nobody: bool = False) -> subprocess.CompletedProcess:
+    """The placing script on a private tmpfs /dev/shm, handing the files to `owner`; prints the
+    files' uid:gid (or the script's failure). `as_nobody`: run by an unprivileged node user."""
+    run = (
+        'setpriv --reuid 65534 --regid 65534 --clear-groups sh -c "$SCRIPT"'
+        if as_nobody
+        else 'sh -c "$SCRIPT"'
+    )
+    inner = (
+        "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+        f'r=$({run} sparkctl-secrets c1 "$OWNER") && stat -c %u:%g "$r"/API_KEY; '
+        'rc=$?; ls -A /dev/shm/sparkctl-*/ 2>/dev/null | sed "s/^/left:/"; exit $rc'
+    )
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", inner],
+        input=_tar(),
+        capture_output=True,
+        env={**os.environ, "SCRIPT": _SECRETS_SCRIPT, "OWNER": owner},
+        timeout=60,
+    )
+
+
+def test_secret_files_are_handed_to_the_engines_uid() -> None:
+    """engine.container.user UID:GID other than the node user's: the engine reads its key file."""
+    res = _place_as("1000:1000")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().splitlines()[0] == "1000:1000"
+    assert _place_as("").stdout.decode().splitlines()[0] == f"{os.geteuid()}:{os.getegid()}"
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
+def test_an_unprivileged_node_user_cannot_hand_them_away_and_leaves_nothing() -> None:
+    res = _place_as("1000:1000", as_nobody=True)
+    assert res.returncode == SECRETS_NOT_GIVEN, (res.returncode, res.stderr)
+    assert b"left:" not in res.stdout  # the container's directory is removed with its files
