@@ -231,9 +231,7 @@ class Engine(Strict):
     expose: Literal["private", "public"] = Field(
         "private", description="public: an API without a key on a non-loopback address is intended."
     )
-    api_key: Secret | None = Field(
-        None, description="Bearer key the OpenAI API requires (handed to the engine in a file)."
-    )
+    api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (passed in a file).")
     admin_api_key: Secret | None = Field(
         None, description="Key for the engine's admin routes (SGLang's; else they take api_key, or no key)."
     )
