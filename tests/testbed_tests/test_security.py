@@ -30,6 +30,25 @@ API_KEY = "sk-sparkctl-canary-key-9876543210"
 ADMIN_KEY = "sk-sparkctl-canary-admin-5555"
 
 
+def _get_body(url: str, key: str | None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _post(url: str, key: str) -> int:
+    req = urllib.request.Request(url, data=b"{}", headers={"Authorization": f"Bearer {key}"}, method="POST")
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _get(url: str, key: str | None) -> int:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -231,8 +250,18 @@ def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup
     assert up.returncode == 0, up.stdout + up.stderr
     ip = lab.node("spark1").mgmt_ip
     base = f"http://{ip}:{ENGINE_PORT}"
-    for target in FRONT_REFUSED:
-        assert _get(base + target, API_KEY) == 403, target
+    for target in FRONT_REFUSED:  # a GET gets the served name the router reads, and no key
+        status, raw = _get_body(base + target, API_KEY)
+        assert status == 200 and set(json.loads(raw)) == {"served_model_name", "model_path"}, (target, raw)
+        assert API_KEY.encode() not in raw and b"api_key" not in raw, target
+        assert _post(base + target, API_KEY) == 403, target
+    probe = (
+        "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:40000/server_info', "
+        "headers={'Authorization': 'Bearer ' + sys.argv[1]}); "
+        "print(u.build_opener(u.ProxyHandler({})).open(r, timeout=10).read().decode())"
+    )
+    # the engine does answer its keys on its own port: the front is what keeps them on the node
+    assert API_KEY in lab.exec("spark1", ["python3", "-c", probe, API_KEY]).stdout
     assert _get(f"{base}/v1/models", API_KEY) == 200 and _get(f"{base}/v1/models", None) == 401
     # The engine itself listens on 127.0.0.1 of its node, API port + 10000: not from here.
     record = json.loads(

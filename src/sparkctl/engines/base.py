@@ -115,6 +115,9 @@ class Engine(Protocol):
     # Routes whose answer reveals a key or the settings (SGLang's /server_info): the filtering front
     # (node/front.py) refuses them, whatever the spelling of the path.
     private_routes: tuple[str, ...]
+    # Of a private route's JSON, the fields a GET through the front still gets (scalars): what the
+    # router reads of a worker. Empty: every private route is refused outright.
+    private_route_fields: tuple[str, ...]
     default_user: str  # engine.container.user when unset: "node" where the engine serves as non-root
     readiness: Readiness
     metrics: MetricNames

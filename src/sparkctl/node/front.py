@@ -19,13 +19,12 @@ node's Docker engine API and exits when it stops or is removed.
 
 import json
 import os
-import posixpath
-import re
 import socket
 import sys
 import time
 
 from .docker_api import docker_socket  # node: strip
+from .front_routes import is_private, public_fields  # node: strip
 
 HOP_BY_HOP = frozenset(
     (
@@ -44,34 +43,6 @@ HOP_BY_HOP = frozenset(
 NO_BODY = (204, 304)
 PIECE = 1 << 16
 BIND_RETRY_S = 20.0  # the previous front of a replaced container exits within ms of its removal
-
-
-def normal_path(target):
-    """The request-target's path as a server could route it, in one canonical form (see above)."""
-    from urllib.parse import unquote, urlsplit
-
-    if not target.startswith("/"):
-        target = urlsplit(target).path if "://" in target else "/" + target  # absolute-form
-    path = target.split("?", 1)[0].split("#", 1)[0]
-    for _ in range(16):
-        decoded = unquote(path)
-        if decoded == path:
-            break
-        path = decoded
-    path = re.sub(r"/+", "/", "/" + path.replace("\\", "/"))
-    path = "/".join(part.split(";", 1)[0] for part in path.split("/"))
-    path = posixpath.normpath(path).lower().strip()
-    return "/" + path.strip("/")
-
-
-def is_private(target, routes):
-    """True when the request-target reaches one of `routes` (normalised), under any prefix."""
-    path = normal_path(target)
-    for route in routes:
-        r = normal_path(route)
-        if path == r or path.startswith(r + "/") or path.endswith(r):
-            return True
-    return False
 
 
 def _hop_names(headers):
@@ -109,7 +80,8 @@ class FrontMethods:
     only when a front starts: every other node op starts faster)."""
 
     upstream = 0  # the engine's port on 127.0.0.1
-    routes = ()  # refused (the engine's private routes)
+    routes = ()  # kept on the node (the engine's private routes)
+    fields = ()  # of a private route's JSON, what a GET may still get (the router's served name)
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # a streamed chunk leaves at once
     timeout = 900  # an idle keep-alive client lets go of its thread
@@ -120,7 +92,7 @@ class FrontMethods:
         pass  # no per-request log (the engine logs its own)
 
     def _json(self, code, message):
-        kind = "forbidden" if code == 403 else "bad_gateway"
+        kind = {403: "forbidden", 502: "bad_gateway"}.get(code, "error")
         body = json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -147,6 +119,8 @@ class FrontMethods:
 
         if is_private(self.path, self.routes):
             self._drain_body()
+            if self.command == "GET" and self.fields:
+                return self._answer_fields()
             return self._json(403, "this route is not served outside the node (sparkctl front)")
         bodyless = not self.headers.get("Content-Length") and not self.headers.get("Transfer-Encoding")
         try:
@@ -162,6 +136,34 @@ class FrontMethods:
             self._drop_upstream()
             return self._json(502, f"the engine behind the front did not answer: {exc}")
         self._relay(resp)
+
+    def _answer_fields(self):
+        """The private route's answer (asked by its own name) cut to `fields`; else its status."""
+        import http.client
+
+        route = next(r for r in self.routes if is_private(self.path, (r,)))
+        hop = _hop_names(self.headers) | {"content-length"}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
+        try:
+            conn = self._upstream()
+            conn.request("GET", route, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close_connection = True
+            self._drop_upstream()
+            return self._json(502, f"the engine behind the front did not answer: {exc}")
+        if resp.will_close:
+            self._drop_upstream()
+        cut = public_fields(body, self.fields) if resp.status == 200 else None
+        if cut is None:
+            code = resp.status if resp.status != 200 else 403
+            return self._json(code, "this route's settings are not served outside the node (sparkctl front)")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(cut)))
+        self.end_headers()
+        self.wfile.write(cut)
 
     def _drain_body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -228,11 +230,12 @@ class FrontMethods:
         super().finish()
 
 
-def make_handler(upstream, routes):
-    """The request handler class forwarding to 127.0.0.1:`upstream`, refusing `routes`."""
+def make_handler(upstream, routes, fields=()):
+    """The request handler class forwarding to 127.0.0.1:`upstream`, keeping `routes` on the node
+    (a GET of one gets only `fields` of its answer)."""
     from http.server import BaseHTTPRequestHandler
 
-    attrs = {"upstream": upstream, "routes": tuple(routes)}
+    attrs = {"upstream": upstream, "routes": tuple(routes), "fields": tuple(fields)}
     for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
         attrs["do_" + method] = FrontMethods.forward
     return type("Front", (FrontMethods, BaseHTTPRequestHandler), attrs)
@@ -257,7 +260,7 @@ def listen_socket(host, port, retry_s=BIND_RETRY_S):
             time.sleep(0.05)
 
 
-def make_server(sock, upstream, routes):
+def make_server(sock, upstream, routes, fields=()):
     """A threading HTTP server on an already listening socket."""
     from http.server import ThreadingHTTPServer
 
@@ -271,7 +274,7 @@ def make_server(sock, upstream, routes):
         def server_activate(self):
             pass
 
-    server = Server(sock.getsockname()[:2], make_handler(upstream, routes), bind_and_activate=False)
+    server = Server(sock.getsockname()[:2], make_handler(upstream, routes, fields), bind_and_activate=False)
     server.socket.close()
     server.socket = sock
     server.server_address = sock.getsockname()[:2]
@@ -381,7 +384,7 @@ def _serve_detached(sock, cfg):
     import threading
 
     routes = tuple(cfg.get("routes") or ())
-    server = make_server(sock, int(cfg["upstream"]), routes)
+    server = make_server(sock, int(cfg["upstream"]), routes, tuple(cfg.get("fields") or ()))
     where = f"{cfg.get('listen')}:{cfg['port']}"
     _log(cfg.get("log"), f"{where} -> 127.0.0.1:{cfg['upstream']}, refusing {', '.join(routes) or 'nothing'}")
 

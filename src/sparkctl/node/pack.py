@@ -18,6 +18,7 @@ FILES: tuple[str, ...] = (
     "recv.py",
     "relay.py",
     "docker_api.py",
+    "front_routes.py",
     "front.py",
     "load.py",
     "push.py",

@@ -270,7 +270,9 @@ def _build_group(
             else None
         )
         host = sec.bind_host(profile, node, slot.node_rank, ip)
-        front = sec.front_spec(profile, engine.private_routes, slot.node_rank, host, group.port)
+        front = sec.front_spec(
+            profile, engine.private_routes, slot.node_rank, host, group.port, engine.private_route_fields
+        )
         host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
         layout = RankLayout(slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp)
         argv = engine.rank_argv(profile, args, layout)

@@ -76,12 +76,13 @@ class RunOptions:
 class FrontSpec:
     """The filtering front of a rank that serves the API (node/front.py, docs/security.md): it
     listens where the plan's API is and forwards to the engine on 127.0.0.1:`upstream`, refusing
-    `routes` (the engine's private_routes)."""
+    `routes` (the engine's private_routes) but for `fields` of a GET's answer (private_route_fields)."""
 
     listen: str
     port: int
     upstream: int
     routes: tuple[str, ...]
+    fields: tuple[str, ...] = ()
 
 
 def uses_rdma(profile: Profile, mode: Mode) -> bool:
@@ -246,14 +247,20 @@ LOOPBACK = "127.0.0.1"
 
 
 def front_spec(
-    profile: Profile, routes: tuple[str, ...], node_rank: int, host: str, port: int
+    profile: Profile,
+    routes: tuple[str, ...],
+    node_rank: int,
+    host: str,
+    port: int,
+    fields: tuple[str, ...] = (),
 ) -> FrontSpec | None:
     """The filtering front of a group's rank 0 (engine.front): it takes the API's address and port;
     the engine moves to 127.0.0.1 and the port engine.internal_port (or port + 10000) gives."""
     eng = profile.engine
     if not eng.front or node_rank != 0:
         return None
-    return FrontSpec(host, port, port + internal_offset(eng.port, eng.internal_port), tuple(routes))
+    upstream = port + internal_offset(eng.port, eng.internal_port)
+    return FrontSpec(host, port, upstream, tuple(routes), tuple(fields))
 
 
 def needs_node_ip(profile: Profile, node: Node, rank: int) -> bool:

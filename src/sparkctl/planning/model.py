@@ -44,6 +44,7 @@ class RankSpec:
         out["env"] = self.env_masked()
         if self.front is not None:
             out["front"]["routes"] = list(self.front.routes)
+            out["front"]["fields"] = list(self.front.fields)
         out["secrets"] = [
             {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
         ]

@@ -26,6 +26,7 @@ def front_config(spec: RankSpec, container_id: str, log_path: str | None) -> dic
         "port": f.port,
         "upstream": f.upstream,
         "routes": list(f.routes),
+        "fields": list(f.fields),
         "container": container_id,
         "log": log_path,
     }

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.node.front import is_private, listen_socket, make_server, normal_path
+from sparkctl.node.front import listen_socket, make_server
+from sparkctl.node.front_routes import is_private, normal_path
 from sparkctl.node.pack import node_argv
 
 ROUTES = ("/server_info", "/get_server_info")
@@ -42,6 +43,14 @@ REFUSED = [
     "\\server_info",
     "http://example/server_info",  # absolute-form
 ]
+SETTINGS = {
+    "served_model_name": "qwen",
+    "model_path": "/models/qwen",
+    "api_key": "sk-front-canary",
+    "admin_api_key": "sk-front-admin-canary",
+    "tokenizer_path": {"nested": "sk-front-canary"},  # not a scalar: not let out either
+    "argv": ["--api-key", "sk-front-canary"],
+}
 PASSED = ["/v1/models", "/health", "/server_infos", "/my_server_info", "/v1/chat/completions", "/"]
 
 
@@ -99,6 +108,8 @@ class Upstream:
                     return self._send(int(self.path.rsplit("/", 1)[1]), b'{"teapot":1}')
                 if self.path == "/stream":
                     return self._stream()
+                if self.path.endswith("server_info"):  # SGLang's: every setting, its keys included
+                    return self._send(200, json.dumps(SETTINGS).encode())
                 echo = {"path": self.path, "headers": dict(self.headers)}
                 self._send(200, json.dumps(echo).encode(), **{"X-Engine": "yes"})
 
@@ -357,3 +368,32 @@ def test_a_busy_port_is_an_error_line_not_a_hang(tmp_path: Path) -> None:
             node_argv("front"), input=json.dumps(cfg) + "\n", capture_output=True, text=True, timeout=120
         )
     assert res.returncode == 1 and "cannot listen on 127.0.0.1" in json.loads(res.stdout)["error"]
+
+
+def test_a_get_of_a_private_route_gets_only_the_listed_fields() -> None:
+    """sglang-router reads a worker's served_model_name from /server_info: through the front a GET
+    gets the engine's listed scalar fields and nothing else (no key, no argv); other methods, and
+    an engine whose route answers no JSON object, get 403."""
+    up = Upstream()
+    front = make_server(
+        listen_socket("127.0.0.1", 0), up.port, ROUTES, ("served_model_name", "model_path", "tokenizer_path")
+    )
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    try:
+        conn = _conn(front.server_address[1])
+        for target in ["/server_info", "/get_server_info", "/%73erver_info", "/x/../SERVER_INFO"]:
+            conn.request("GET", target, headers={"Authorization": "Bearer k"})
+            resp = conn.getresponse()
+            raw = resp.read()
+            assert resp.status == 200, (target, raw)
+            assert json.loads(raw) == {"served_model_name": "qwen", "model_path": "/models/qwen"}
+            assert b"canary" not in raw
+        conn.request("POST", "/server_info", body=b"{}")
+        resp = conn.getresponse()
+        assert (resp.status, b"canary" in resp.read()) == (403, False)
+        conn.request("GET", "/status/401")  # a passed route: the engine's own answer
+        assert conn.getresponse().status == 401
+    finally:
+        front.shutdown()
+        front.server_close()
+        up.close()

@@ -94,7 +94,13 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
         }
         if rank == 0:  # the engine behind its filtering front, which takes the recipe's 0.0.0.0:8888
             expected |= {"--host": "127.0.0.1", "--port": "18888"}
-            assert spec.front == FrontSpec("0.0.0.0", 8888, 18888, ("/server_info", "/get_server_info"))
+            assert spec.front == FrontSpec(
+                "0.0.0.0",
+                8888,
+                18888,
+                ("/server_info", "/get_server_info"),
+                ("served_model_name", "model_path", "tokenizer_path"),
+            )
         else:
             assert spec.front is None
         assert "--trust-remote-code" not in got and "--api-key" not in got  # opt-in; key only in the file

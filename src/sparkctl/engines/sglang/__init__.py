@@ -74,6 +74,8 @@ class SGLang:
     # SGLang 0.5.23 answers every setting, api_key and admin_api_key included, to any API-key holder
     # (srt/entrypoints/http_server.py: server_info, its deprecated alias get_server_info).
     private_routes = ("/server_info", "/get_server_info")
+    # sglang-router takes a worker's model id from served_model_name here (docs/topology.md)
+    private_route_fields = ("served_model_name", "model_path", "tokenizer_path")
     default_user = "root"  # not measured as non-root here (no GPU, no SGLang image): docs/security.md
     readiness = Readiness()
     metrics = METRICS

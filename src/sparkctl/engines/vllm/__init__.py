@@ -64,6 +64,7 @@ class VLlm:
     # vLLM serves /server_info only with VLLM_SERVER_DEV_MODE=1, outside its key check (which covers
     # /v1 only): the whole config and every VLLM_* variable.
     private_routes = ("/server_info",)
+    private_route_fields = ()  # its settings route is a dev-mode one: refused
     default_user = "node"  # serves as the node user's uid:gid (measured on the CPU build: docs/security.md)
     metrics = METRICS
     auth_keys = ("api-key",)

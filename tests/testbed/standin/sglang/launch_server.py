@@ -384,6 +384,8 @@ class Rank0Handler(BaseHTTPRequestHandler):
                 200,
                 {
                     "argv": sys.argv,
+                    "api_key": args.api_key,  # as SGLang 0.5.23: every setting, its keys included
+                    "admin_api_key": args.admin_api_key,
                     "model_path": args.model_path,
                     "served_model_name": served_name(args),
                     "tp_size": args.tp,
