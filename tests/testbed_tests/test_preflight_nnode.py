@@ -242,9 +242,9 @@ def test_a_busy_port_on_the_second_replicas_head_is_found(quad: Lab, profile: Pa
     free = {(f["node"], f["message"]) for f in report["findings"] if f["severity"] == "ok"}
     assert free == {
         ("spark1", "replica 0 HTTP port 30001 free"),
-        ("spark1", "replica 0 engine (behind the front) port 40001 free"),
+        ("spark1", "replica 0 engine (behind the front) port 20001 free"),
         ("spark1", "replica 0 dist-init port 50051 free"),
         ("spark1", "router HTTP port 30000 free"),
-        ("spark3", "replica 1 engine (behind the front) port 40001 free"),
+        ("spark3", "replica 1 engine (behind the front) port 20001 free"),
         ("spark3", "replica 1 dist-init port 50051 free"),
     }

@@ -256,24 +256,24 @@ def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup
         assert API_KEY.encode() not in raw and b"api_key" not in raw, target
         assert _post(base + target, API_KEY) == 403, target
     probe = (
-        "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:40000/server_info', "
+        "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:20000/server_info', "
         "headers={'Authorization': 'Bearer ' + sys.argv[1]}); "
         "print(u.build_opener(u.ProxyHandler({})).open(r, timeout=10).read().decode())"
     )
     # the engine does answer its keys on its own port: the front is what keeps them on the node
     assert API_KEY in lab.exec("spark1", ["python3", "-c", probe, API_KEY]).stdout
     assert _get(f"{base}/v1/models", API_KEY) == 200 and _get(f"{base}/v1/models", None) == 401
-    # The engine itself listens on 127.0.0.1 of its node, API port + 10000: not from here.
+    # The engine itself listens on 127.0.0.1 of its node, API port - 10000: not from here.
     record = json.loads(
         lab.docker("spark1")
         .containers.get(f"sparkctl-{doc['cluster']}-solo-r0")
         .exec_run(["cat", "/tmp/standin-record.json"])[1]
     )
     argv = record["argv"]
-    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "40000"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "20000"
     with pytest.raises(OSError):
-        http.client.HTTPConnection(ip, ENGINE_PORT + 10000, timeout=5).connect()
-    probe = "import urllib.request as u; u.urlopen('http://127.0.0.1:40000/health', timeout=10)"
+        http.client.HTTPConnection(ip, ENGINE_PORT - 10000, timeout=5).connect()
+    probe = "import urllib.request as u; u.urlopen('http://127.0.0.1:20000/health', timeout=10)"
     inside = lab.exec("spark1", ["python3", "-c", probe], check=False)
     assert inside.returncode == 0  # ... while the node itself reaches it
     # A streamed completion arrives through the front piece by piece.

@@ -255,7 +255,7 @@ def front_spec(
     fields: tuple[str, ...] = (),
 ) -> FrontSpec | None:
     """The filtering front of a group's rank 0 (engine.front): it takes the API's address and port;
-    the engine moves to 127.0.0.1 and the port engine.internal_port (or port + 10000) gives."""
+    the engine moves to 127.0.0.1 and the port engine.internal_port (or port - 10000) gives."""
     eng = profile.engine
     if not eng.front or node_rank != 0:
         return None

@@ -22,7 +22,7 @@ FRONT_HELP = (
 )
 INTERNAL_PORT_HELP = (
     "The engine's own port behind the front, for engine.port (replicas shift by the same amount; "
-    "default: the API port + 10000, or - 10000 above 55535)."
+    "default: the API port - 10000, or + 10000 below 11024)."
 )
 
 

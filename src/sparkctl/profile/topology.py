@@ -167,10 +167,12 @@ FRONT_OFFSET = 10000  # an engine's own port searches start at its --port + 100.
 
 def internal_offset(engine_port: int, internal_port: int | None) -> int:
     """How far the engine's own port behind the filtering front sits from its API port:
-    engine.internal_port - engine.port, else +10000 (-10000 where that passes 65535)."""
+    engine.internal_port - engine.port, else -10000 (+10000 where that falls below 1024). Below
+    30000-ish, not above: Linux hands out 32768-60999 as outgoing connections' local ports, and one
+    of those holding the engine's port made its bind fail (EADDRINUSE with nothing listening)."""
     if internal_port is not None:
         return internal_port - engine_port
-    return FRONT_OFFSET if engine_port + FRONT_OFFSET <= 65535 else -FRONT_OFFSET
+    return -FRONT_OFFSET if engine_port - FRONT_OFFSET >= 1024 else FRONT_OFFSET
 
 
 def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | None = None) -> None:

@@ -121,10 +121,10 @@ def test_replica_per_gpu_on_one_box_pins_gpus_and_ports() -> None:
     doc = yaml.safe_load((ROOT / "profiles" / "two-gpu-box.yaml").read_text())
     plan = build_plan(load(doc), "dp2")
     assert [(r.options.gpus, served(r, "--port")) for r in plan.ranks] == [("0", "30001"), ("1", "30002")]
-    # Each replica's engine behind its front, on 127.0.0.1 and the API port + 10000.
+    # Each replica's engine behind its front, on 127.0.0.1 and the API port - 10000.
     assert [(flag(r.argv, "--host"), flag(r.argv, "--port")) for r in plan.ranks] == [
-        ("127.0.0.1", "40001"),
-        ("127.0.0.1", "40002"),
+        ("127.0.0.1", "20001"),
+        ("127.0.0.1", "20002"),
     ]
     assert plan.router is not None and plan.router.options.gpus is None
     assert plan.endpoint.url == "http://127.0.0.1:30000"

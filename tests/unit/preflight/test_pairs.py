@@ -271,7 +271,7 @@ def test_router_reach_judge_reports_a_failed_probe() -> None:
 
 # ----------------------------------------------------------------------------- ports and containers of every replica
 def test_every_replica_head_and_the_router_get_their_ports_checked() -> None:
-    engine = "engine (behind the front)"  # the engine's own port, on 127.0.0.1: API port + 10000
+    engine = "engine (behind the front)"  # the engine's own port, on 127.0.0.1: API port - 10000
     assert planned_ports(build_plan(quad(), "tp4")) == {
         "spark1": {8888: "HTTP", 18888: engine, 50051: "dist-init"}
     }

@@ -83,7 +83,9 @@ def test_pp_counts_towards_the_gpus_a_group_needs() -> None:
 def test_the_engines_port_behind_the_front_is_checked_like_the_others() -> None:
     from sparkctl.profile.topology import _check_ports, internal_offset
 
-    assert internal_offset(30000, None) == 10000 and internal_offset(60000, None) == -10000
+    # below the API port, out of Linux's ephemeral range 32768-60999; above it for low API ports
+    assert internal_offset(30000, None) == -10000 and internal_offset(8888, None) == 10000
+    assert all(not 32768 <= p + internal_offset(p, None) <= 60999 for p in (1024, 8000, 30000, 31000, 32767))
     assert internal_offset(30000, 31000) == 1000  # engine.internal_port: replicas shift alike
     lay = layout(["a"], {"a": 2}, tp=1, replicas=2, port=30001)
     _check_ports(lay, ("a", 30000, 29000), front=10000)  # 40001, 40002: free
