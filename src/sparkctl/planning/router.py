@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 # The router's endpoint: /v1/models answers 200 once a worker is in (503 "No models available"
-# with none), but names the model only for workers that answer the router's /model_info query;
-# any other engine's worker is listed as "unknown" (Readiness.names_served). The served name is
-# checked on every replica's own endpoint instead.
+# with none), but names the model only from a worker's /server_info `served_model_name` (the
+# front lets that field out: Engine.private_route_fields); a worker without it is listed as
+# "unknown" (Readiness.names_served). The served name is checked on every replica's own endpoint.
 READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
 ROLE_LABEL = f"{LABEL_PREFIX}role"
