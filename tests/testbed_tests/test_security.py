@@ -30,8 +30,9 @@ API_KEY = "sk-sparkctl-canary-key-9876543210"
 ADMIN_KEY = "sk-sparkctl-canary-admin-5555"
 
 
-def _get_body(url: str, key: str | None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+def _get_body(url: str, key: str | None, data: bytes | None = None) -> tuple[int, bytes]:
+    """(status, body) of a GET (a POST with `data`), no proxy."""
+    req = urllib.request.Request(url, data=data, headers={"Authorization": f"Bearer {key}"} if key else {})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(req, timeout=10) as resp:
@@ -41,22 +42,11 @@ def _get_body(url: str, key: str | None) -> tuple[int, bytes]:
 
 
 def _post(url: str, key: str) -> int:
-    req = urllib.request.Request(url, data=b"{}", headers={"Authorization": f"Bearer {key}"}, method="POST")
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    return _get_body(url, key, data=b"{}")[0]
 
 
 def _get(url: str, key: str | None) -> int:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=10) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+    return _get_body(url, key)[0]
 
 
 @pytest.fixture
