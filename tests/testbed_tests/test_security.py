@@ -224,6 +224,11 @@ def _front_pids(lab, node: str, port: int) -> list[int]:
     return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
 
 
+def _ppid(lab, pid: int) -> int:
+    status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
+    return int(re.search(r"\nPPid:\t(\d+)", status).group(1))
+
+
 def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup, monkeypatch):
     """The done-when of issue #30: from the controller (outside the node) /server_info and every
     spelling of it is refused by the rank's filtering front, the API answers with the key, a stream
@@ -275,16 +280,29 @@ def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup
     assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
     pieces = list(iter(lambda: resp.read1(1 << 16), b""))
     assert len(pieces) >= 3 and b"[DONE]" in b"".join(pieces), pieces
-    # The front runs as the node user (root in the lab) outside any container; `down` ends it.
-    (pid,) = _front_pids(lab, "spark1", ENGINE_PORT)
-    status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
-    assert "\nUid:\t0\t" in status
-    assert API_KEY not in lab.exec("spark1", ["cat", f"/proc/{pid}/cmdline"]).stdout
+    # The front (a keeper and its server, both holding the socket) runs as the node user (root in
+    # the lab) outside any container; a killed server is forked again; `down` ends both.
+    pids = _front_pids(lab, "spark1", ENGINE_PORT)
+    assert len(pids) == 2, pids
+    for pid in pids:
+        status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
+        assert "\nUid:\t0\t" in status
+        assert API_KEY not in lab.exec("spark1", ["cat", f"/proc/{pid}/cmdline"]).stdout
+    (server,) = [p for p in pids if _ppid(lab, p) in pids]  # the server's parent is the keeper
+    lab.exec("spark1", ["kill", "-9", str(server)])
+    deadline = time.monotonic() + 30
+    while (
+        server in _front_pids(lab, "spark1", ENGINE_PORT) or len(_front_pids(lab, "spark1", ENGINE_PORT)) < 2
+    ):
+        assert time.monotonic() < deadline, "the keeper forks a new server"
+        time.sleep(0.1)
+    assert _get(f"{base}/v1/models", API_KEY) == 200  # from the controller, the API is back
+    pids = _front_pids(lab, "spark1", ENGINE_PORT)
     assert cli(state, path, "down").returncode == 0
     deadline = time.monotonic() + 30
     while _front_pids(lab, "spark1", ENGINE_PORT) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _front_pids(lab, "spark1", ENGINE_PORT)
-    # exited: gone, or a zombie until whatever it was reparented to reaps it
-    stat_line = lab.exec("spark1", ["cat", f"/proc/{pid}/stat"], check=False).stdout
-    assert not stat_line or stat_line.rsplit(")", 1)[1].split()[0] == "Z", stat_line
+    for pid in pids:  # exited: gone, or a zombie until whatever it was reparented to reaps it
+        stat_line = lab.exec("spark1", ["cat", f"/proc/{pid}/stat"], check=False).stdout
+        assert not stat_line or stat_line.rsplit(")", 1)[1].split()[0] == "Z", stat_line

@@ -12,9 +12,10 @@ prefix or suffix (`/x/server_info`, `/server_info/x`).
 
 Op `front` (config as one JSON line on stdin: listen, port, upstream, routes, container, log):
 binds the port (retrying while the previous front of a replaced container lets go of it), forks a
-detached child that serves, prints {"pid": N} and exits. The child runs as the node user (no
-container, no root) and lives exactly as long as its container: it waits on it through the
-node's Docker engine API and exits when it stops or is removed.
+detached keeper, prints its {"pid": N} and exits. The keeper forks the server and forks it again
+if it dies while the container runs. Both run as the node user (no container, no root) and live
+exactly as long as the container: the server waits on it through the node's Docker engine API and
+exits when it stops or is removed, and the keeper then exits too.
 """
 
 import json
@@ -380,12 +381,48 @@ def op_front(cfg):
     _serve_detached(sock, cfg)
 
 
+RESTART_BURST = 5  # more server deaths than this within RESTART_WINDOW_S: wait before the next
+RESTART_WINDOW_S = 60.0
+RESTART_PAUSE_S = 5.0
+
+
 def _serve_detached(sock, cfg):
+    """The keeper: holds the listening socket and forks the server; when the server dies while its
+    container still runs (the OOM killer, a stray kill), it forks a new one on the same socket, so
+    the API is back in milliseconds instead of after the supervisor's canary restarts the group.
+    The keeper has no threads (it forks); the server watches the container itself, so a killed
+    keeper leaves a server that still exits with its container."""
+    import signal
+
+    where = f"{cfg.get('listen')}:{cfg['port']}"
+    deaths = []
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            _serve(sock, cfg, where)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            os._exit(0)  # its container stopped: the server logged it
+        if container_running(cfg["container"]) is False:
+            _log(cfg.get("log"), f"{where}: its container stopped, exiting")
+            os._exit(0)
+        if os.WIFSIGNALED(status):
+            why = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        else:
+            why = f"exit {os.WEXITSTATUS(status)}"
+        now = time.monotonic()
+        deaths = [t for t in deaths if now - t < RESTART_WINDOW_S] + [now]
+        pause = RESTART_PAUSE_S if len(deaths) > RESTART_BURST else 0.0
+        _log(cfg.get("log"), f"{where}: the front's server died ({why}); serving again")
+        time.sleep(pause)
+
+
+def _serve(sock, cfg, where):
+    """The server (a child of the keeper): never returns. Exits 0 when its container stops."""
     import threading
 
     routes = tuple(cfg.get("routes") or ())
     server = make_server(sock, int(cfg["upstream"]), routes, tuple(cfg.get("fields") or ()))
-    where = f"{cfg.get('listen')}:{cfg['port']}"
     _log(cfg.get("log"), f"{where} -> 127.0.0.1:{cfg['upstream']}, refusing {', '.join(routes) or 'nothing'}")
 
     def watch():
@@ -396,5 +433,6 @@ def _serve_detached(sock, cfg):
     threading.Thread(target=watch, daemon=True).start()
     try:
         server.serve_forever(poll_interval=3600)
-    finally:
-        os._exit(0)
+    except BaseException:
+        os._exit(1)
+    os._exit(1)  # serve_forever returned without a shutdown request: not the container's end

@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -355,6 +356,61 @@ def test_the_front_op_detaches_serves_and_exits_when_its_container_stops(pair, t
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+        docker.close()
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                kids.append(int(stat.parent.name))
+    return kids
+
+
+def _wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_killed_front_server_is_forked_again_while_its_container_runs(pair, tmp_path: Path) -> None:
+    up, _port = pair
+    docker = FakeDocker(tmp_path / "docker.sock")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "rank.log"
+    cfg = {"listen": "127.0.0.1", "port": port, "upstream": up.port, "routes": list(ROUTES)}
+    cfg |= {"container": "c0ffee", "log": str(log)}
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'docker.sock'}"}
+    res = subprocess.run(
+        node_argv("front"), input=json.dumps(cfg) + "\n", capture_output=True, text=True, env=env, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    keeper = json.loads(res.stdout)["pid"]
+    try:
+        _wait_for(lambda: len(_children(keeper)) == 1, "the keeper forks one server")
+        (server,) = _children(keeper)
+        os.kill(server, signal.SIGKILL)  # what the OOM killer does
+        _wait_for(lambda: _children(keeper) not in ([], [server]), "a new server")
+        conn = _conn(port)
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read()
+        conn.request("GET", "/server_info")  # the new server filters as the first did
+        resp = conn.getresponse()
+        assert resp.status == 403 and resp.read()
+        assert "the front's server died (killed by SIGKILL); serving again" in log.read_text()
+        (second,) = _children(keeper)
+        docker.stopped.set()  # the container stops: server and keeper go
+        _wait_for(lambda: not _alive(keeper) and not _alive(second), "both exit with the container")
+    finally:
+        for pid in [keeper, *_children(keeper)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
         docker.close()
 
 
