@@ -10,6 +10,9 @@ start - each rolled back completely.
 from __future__ import annotations
 
 import json
+import socket
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +58,16 @@ def cluster(quad: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     yield tmp / "state", path
     cli(tmp / "state", path, "down")
     assert not any(cluster_containers(quad, load_profile_file(path).cluster).values())
+
+
+def _status_of(url: str) -> int:
+    """HTTP status of a GET from the controller, keyless and with no proxy."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def up(cluster: tuple[Path, Path], mode: str) -> dict:
@@ -120,6 +133,14 @@ def test_up_dp2_puts_the_router_in_front_and_requests_reach_both_replicas(quad: 
     got = spread(plan.endpoint.url)  # the user's one endpoint: the router's
     print(f"8 requests through the router: {dict(got)}")
     assert got == {"spark1": 4, "spark2": 4}
+    # What sglang-router answers without a key stays on its node: its front refuses it here (the
+    # controller), and the router's own port (on 127.0.0.1 of spark1) takes no connection from here.
+    assert plan.router.front is not None
+    for route in ("/engine_metrics", "/get_server_info", "/ENGINE_METRICS/"):
+        assert _status_of(plan.endpoint.url + route) == 403, route
+    assert _status_of(plan.endpoint.url + "/workers") == 200  # the worker API sparkctl uses passes
+    with pytest.raises(OSError):
+        socket.create_connection((quad.node("spark1").mgmt_ip, plan.router.front.upstream), timeout=5)
 
     st = status(cluster)
     [mode] = st["modes"]

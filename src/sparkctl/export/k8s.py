@@ -29,6 +29,7 @@ from sparkctl.export.yamltext import dump
 from sparkctl.planning.build import build_plan
 from sparkctl.planning.hardening import bind_host, binds_everywhere
 from sparkctl.planning.model import Plan, RankSpec
+from sparkctl.planning.router import PRIVATE_ROUTES as ROUTER_PRIVATE_ROUTES
 from sparkctl.profile.schema import Profile
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -263,6 +264,11 @@ def export_k8s(
             "(every setting, the API keys included) to API-key holders on its port; refuse those paths "
             "in your ingress or gateway (docs/security.md)"
         )
+        if plan.router is not None:
+            out.notes.append(
+                f"the router's front is not exported either: it answers {', '.join(ROUTER_PRIVATE_ROUTES)} "
+                "without a key (every replica's metrics); refuse those paths in your ingress or gateway"
+            )
     common, per_node = split_env(plan.ranks)
     configmap = f"{name}-nodes" if per_node else None
     labels = {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode}

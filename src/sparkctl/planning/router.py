@@ -32,6 +32,10 @@ READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
 ROLE_LABEL = f"{LABEL_PREFIX}role"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# What sglang-router 0.3.2 answers without its key (measured, docs/security.md): every worker's
+# Prometheus text, which it fetches *with* the key, and its own summary. Its filtering front (the
+# engines' node/front.py, engine.front) keeps both on the router's node.
+PRIVATE_ROUTES = ("/engine_metrics", "/get_server_info")
 
 # sglang-router 0.3.2 takes its API key only as --api-key. This launcher reads it from the secret
 # file and appends it in-process, so it never reaches a process list, `docker inspect` or a log.
@@ -73,12 +77,12 @@ def _command(profile: Profile) -> list[str]:
     return [cmd[0], "-c", _KEY_LAUNCHER, ROUTER_KEY_FILE, cmd[2]]
 
 
-def router_argv(profile: Profile, host: str, urls: list[str]) -> list[str]:
+def router_argv(profile: Profile, host: str, urls: list[str], port: int | None = None) -> list[str]:
     r = profile.router
     return [
         *_command(profile),
         "--host", host,
-        "--port", str(profile.engine.port),
+        "--port", str(profile.engine.port if port is None else port),
         "--policy", r.policy,
         "--health-check-interval-secs", str(r.health_check_interval),
         "--health-failure-threshold", str(r.health_failure_threshold),
@@ -112,7 +116,11 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
     node_name = profile.router.node or groups[0].head_node
     node = profile.node(node_name)
     urls = worker_urls(node_name, groups)
-    argv = router_argv(profile, sec.bind_host(profile, node, 0), urls)
+    host, port = sec.bind_host(profile, node, 0), profile.engine.port
+    front = sec.front_spec(profile, PRIVATE_ROUTES, 0, host, port)
+    if front is not None:  # the router on 127.0.0.1, its front on the endpoint clients hold
+        host, port = sec.LOOPBACK, front.upstream
+    argv = router_argv(profile, host, urls, port)
     secrets = []
     if profile.engine.api_key is not None:
         ref = sec.secret_ref("api-key", profile.engine.api_key, node, profile, node_path)
@@ -146,4 +154,5 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
         group=-1,
         node_rank=0,
         role="router",
+        front=front,
     )

@@ -177,8 +177,8 @@ def internal_offset(engine_port: int, internal_port: int | None) -> int:
 
 def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | None = None) -> None:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
-    (`router`: its node, API port and metrics port), the engines' own behind a front (`front`:
-    their offset from the API port)."""
+    (`router`: its node, API port and metrics port), the engines' and the router's own behind
+    their fronts (`front`: their offset from the API port)."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -191,21 +191,27 @@ def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | 
             )
         taken[port] = what
 
+    def take_inner(node: str, port: int, what: str) -> None:
+        assert front is not None
+        inner = port + front
+        if not 1 <= inner <= 65535:
+            raise TopologyError(
+                "ports-distinct",
+                f"{what} behind the front would be {inner}",
+                fix="set engine.internal_port to a free port between 1 and 65535",
+            )
+        take(node, inner, f"{what} behind the front")
+
     if router is not None:
         node, port, metrics_port = router
         take(node, port, "the router's port")
         take(node, metrics_port, "the router's metrics port")
+        if front is not None:
+            take_inner(node, port, "the router's own port")
     for g in lay.groups:
         take(g.head.node, g.port, f"replica {g.index}'s API port")
         if front is not None:
-            inner = g.port + front
-            if not 1 <= inner <= 65535:
-                raise TopologyError(
-                    "ports-distinct",
-                    f"replica {g.index}'s engine port behind the front would be {inner}",
-                    fix="set engine.internal_port to a free port between 1 and 65535",
-                )
-            take(g.head.node, inner, f"replica {g.index}'s engine port behind the front")
+            take_inner(g.head.node, g.port, f"replica {g.index}'s engine port")
         if g.nnodes > 1:
             for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
                 take(g.head.node, p, f"replica {g.index}'s rendezvous port")

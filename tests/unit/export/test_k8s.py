@@ -150,7 +150,7 @@ def test_the_router_runs_the_plans_router_with_service_discovery() -> None:
     out = export_k8s(load_profile_file(ROOT / "profiles/quad-spark.yaml"), "tp2x2", "llm")
     deploy = next(d for d in out.objects["tp2x2-router.yaml"] if d["kind"] == "Deployment")
     argv = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
-    want = plan["router"]["argv"]
+    want = unfronted(plan["router"])  # the router's front is not exported either
     cut = want.index("--worker-urls")
     host = want.index("--host") + 1
     assert argv[:host] + argv[host + 1 : cut] == want[:host] + want[host + 1 : cut]
@@ -248,9 +248,12 @@ def test_replicas_sharing_a_node_get_a_leaderworkerset_each_and_the_plans_router
     assert ports == [30001, 30002]
     (deploy,) = out.objects["dp2-router.yaml"]  # loopback-bound: no Service, no discovery, no RBAC
     pod = deploy["spec"]["template"]["spec"]
-    assert pod["containers"][0]["command"] == plan["router"]["argv"]
+    assert pod["containers"][0]["command"] == unfronted(plan["router"])
     assert pod["hostNetwork"] is True and deploy["spec"]["strategy"] == {"type": "Recreate"}
     assert pod["containers"][0]["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    # neither front is exported, and the notes say which paths an ingress must refuse
+    fronts = [n for n in out.notes if "front is not exported" in n]
+    assert len(fronts) == 2 and "/engine_metrics, /get_server_info" in fronts[1], out.notes
 
 
 def test_an_unsettled_plan_is_refused() -> None:

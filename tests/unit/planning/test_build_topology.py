@@ -82,7 +82,15 @@ def test_tp2x2_has_two_groups_each_with_its_own_rendezvous_behind_the_router() -
     # Replicas listen above the router, which keeps engine.port: the user's one endpoint.
     assert {served(r, "--port") for r in plan.ranks} == {"8889"}
     assert plan.router is not None and plan.router.node == "spark1"
-    assert (plan.endpoint.port, flag(plan.router.argv, "--port")) == (8888, "8888")
+    assert plan.endpoint.port == 8888 and plan.router.front is not None
+    # The router binds 127.0.0.1 below its port; its front, on 8888, keeps its keyless routes home.
+    front = plan.router.front
+    assert (front.port, front.upstream, front.routes) == (
+        8888,
+        18888,
+        ("/engine_metrics", "/get_server_info"),
+    )
+    assert (flag(plan.router.argv, "--host"), flag(plan.router.argv, "--port")) == ("127.0.0.1", "18888")
     urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
     # spark3 is addressed by name: the router reaches it at the IP that name has on spark3
     assert urls == ["http://127.0.0.1:8889", "http://<IP of spark3.local>:8889"]

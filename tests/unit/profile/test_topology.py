@@ -88,9 +88,17 @@ def test_the_engines_port_behind_the_front_is_checked_like_the_others() -> None:
     assert all(not 32768 <= p + internal_offset(p, None) <= 60999 for p in (1024, 8000, 30000, 31000, 32767))
     assert internal_offset(30000, 31000) == 1000  # engine.internal_port: replicas shift alike
     lay = layout(["a"], {"a": 2}, tp=1, replicas=2, port=30001)
-    _check_ports(lay, ("a", 30000, 29000), front=10000)  # 40001, 40002: free
+    _check_ports(lay, ("a", 30000, 29000), front=10000)  # 40000, 40001, 40002: free
     with pytest.raises(TopologyError) as err:
-        _check_ports(lay, ("a", 30000, 29000), front=1)  # replica 0's engine on replica 1's API port
+        _check_ports(lay, None, front=1)  # replica 0's engine on replica 1's API port
     assert err.value.rule == "ports-distinct" and "engine port behind the front" in err.value.message
+    with pytest.raises(TopologyError) as err:
+        _check_ports(lay, ("a", 30000, 29000), front=1)  # the router's own on replica 0's API port
+    assert "the router's own port behind the front and replica 0's API port" in err.value.message
+    with pytest.raises(TopologyError) as err:
+        _check_ports(lay, ("a", 30000, 29000), front=-1000)  # the router's own on its metrics port
+    assert (
+        "29000 on node 'a' is both the router's metrics port and the router's own port" in err.value.message
+    )
     with pytest.raises(TopologyError):
         _check_ports(lay, ("a", 30000, 29000), front=40000)  # past 65535

@@ -46,7 +46,7 @@ class PortFree(Check):
 def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
     """node -> {port: what binds it}: each replica head's HTTP port (its filtering front's), the
     engine's own port behind that front, (groups over several nodes) its dist-init port, and the
-    router's port on its node. One replica: plain "HTTP"/"dist-init"."""
+    router's port on its node (and its own behind its front). One replica: plain "HTTP"/"dist-init"."""
     out: dict[str, dict[int, str]] = {}
     many = plan.replicas > 1
     for g in plan.groups:
@@ -59,7 +59,10 @@ def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
         if front is not None:  # the engine's own port behind the filtering front
             ports[front.upstream] = f"{who}engine (behind the front)"
     if plan.router is not None:
-        out.setdefault(plan.router.node, {})[plan.endpoint.port] = "router HTTP"
+        ports = out.setdefault(plan.router.node, {})
+        ports[plan.endpoint.port] = "router HTTP"
+        if plan.router.front is not None:
+            ports[plan.router.front.upstream] = "router (behind the front)"
     return out
 
 
