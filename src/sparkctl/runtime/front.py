@@ -49,10 +49,11 @@ def start_front(conn: Connector, spec: RankSpec, container_id: str, log_path: st
         return got["pid"]
     assert spec.front is not None
     why = got.get("error") or (res.stderr or res.stdout).strip().splitlines()[-1:] or [f"exit {res.rc}"]
+    whose = "the router's" if spec.role == "router" else "the API's"
     raise SparkctlError(
-        f"the API's filtering front could not start: {why if isinstance(why, str) else why[0]}",
+        f"{whose} filtering front could not start: {why if isinstance(why, str) else why[0]}",
         node=spec.node,
-        rank=spec.rank,
+        rank=None if spec.role == "router" else spec.rank,  # the router is no rank
         fix=f"free port {spec.front.port} on {spec.node} (the node user needs python3 there, and a port "
         "above 1023 unless it is root), or set engine.front: false (docs/security.md)",
     )
