@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import _thread
 import threading
-import time
 
 import pytest
 
@@ -56,22 +55,23 @@ def test_all_ok_returns_values() -> None:
     assert fan_out([], len).values_or_raise() == {}
 
 
-def test_ctrl_c_returns_within_a_second_and_cancels_the_token() -> None:
+def test_ctrl_c_returns_at_once_and_cancels_the_token() -> None:
     token = CancelToken()
     release = threading.Event()
+    finished: list[str] = []
 
     def stuck(key: str) -> None:
         release.wait(30)  # a worker blocked in I/O that never checks the token
+        finished.append(key)
 
     # deliver a real KeyboardInterrupt to this (main) thread after 0.3 s
     threading.Timer(0.3, _thread.interrupt_main).start()
-    t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         fan_out(["a", "b"], stuck, cancel=token)
-    elapsed = time.monotonic() - t0
+    # handled while both workers were still blocked: fan_out did not wait for them
+    assert finished == [] and not release.is_set()
     release.set()
     assert token.cancelled
-    assert elapsed < 5, elapsed  # handled at once, not after the 30 s worker
     with pytest.raises(Cancelled):
         token.check()
 
