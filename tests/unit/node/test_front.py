@@ -323,21 +323,26 @@ def _alive(pid: int) -> bool:
     return False
 
 
-def test_the_front_op_detaches_serves_and_exits_when_its_container_stops(pair, tmp_path: Path) -> None:
-    up, _port = pair
+def _front_op(upstream: int, tmp_path: Path) -> tuple[FakeDocker, int, Path, int]:
+    """Run the node program's `front` op for container c0ffee of a fake Docker engine: (that
+    engine, the front's port, the rank log, the pid the op printed)."""
     docker = FakeDocker(tmp_path / "docker.sock")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / "rank.log"
-    cfg = {"listen": "127.0.0.1", "port": port, "upstream": up.port, "routes": list(ROUTES)}
+    cfg = {"listen": "127.0.0.1", "port": port, "upstream": upstream, "routes": list(ROUTES)}
     cfg |= {"container": "c0ffee", "log": str(log)}
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'docker.sock'}"}
     res = subprocess.run(
         node_argv("front"), input=json.dumps(cfg) + "\n", capture_output=True, text=True, env=env, timeout=60
     )  # returns once the child let go of the pipes: it is detached
     assert res.returncode == 0, res.stderr
-    pid = json.loads(res.stdout)["pid"]
+    return docker, port, log, json.loads(res.stdout)["pid"]
+
+
+def test_the_front_op_detaches_serves_and_exits_when_its_container_stops(pair, tmp_path: Path) -> None:
+    docker, port, log, pid = _front_op(pair[0].port, tmp_path)
     try:
         conn = _conn(port)
         conn.request("GET", "/server_info")
@@ -377,20 +382,7 @@ def _wait_for(predicate, what: str) -> None:
 
 
 def test_a_killed_front_server_is_forked_again_while_its_container_runs(pair, tmp_path: Path) -> None:
-    up, _port = pair
-    docker = FakeDocker(tmp_path / "docker.sock")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "rank.log"
-    cfg = {"listen": "127.0.0.1", "port": port, "upstream": up.port, "routes": list(ROUTES)}
-    cfg |= {"container": "c0ffee", "log": str(log)}
-    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'docker.sock'}"}
-    res = subprocess.run(
-        node_argv("front"), input=json.dumps(cfg) + "\n", capture_output=True, text=True, env=env, timeout=60
-    )
-    assert res.returncode == 0, res.stderr
-    keeper = json.loads(res.stdout)["pid"]
+    docker, port, log, keeper = _front_op(pair[0].port, tmp_path)
     try:
         _wait_for(lambda: len(_children(keeper)) == 1, "the keeper forks one server")
         (server,) = _children(keeper)
