@@ -195,8 +195,11 @@ def test_router_on_a_node_without_ranks_is_checked_for_its_paths_only(quad: Lab,
     assert rc == 0, errors(report)
     on_router = {f["check"] for f in report["findings"] if f["node"] == "spark1"}
     assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree"}  # no engine checks
-    (port,) = [f for f in report["findings"] if f["check"] == "PortFree" and f["node"] == "spark1"]
-    assert port["message"] == "router HTTP port 30000 free"
+    ports = [f["message"] for f in report["findings"] if f["check"] == "PortFree" and f["node"] == "spark1"]
+    assert sorted(ports) == [
+        "router (behind the front) port 20000 free",  # sglang-router's own, behind its front
+        "router HTTP port 30000 free",
+    ]
 
 
 def test_router_image_missing_on_its_node_is_an_error_until_it_is_there(quad: Lab, tmp_path: Path) -> None:
@@ -245,6 +248,7 @@ def test_a_busy_port_on_the_second_replicas_head_is_found(quad: Lab, profile: Pa
         ("spark1", "replica 0 engine (behind the front) port 20001 free"),
         ("spark1", "replica 0 dist-init port 50051 free"),
         ("spark1", "router HTTP port 30000 free"),
+        ("spark1", "router (behind the front) port 20000 free"),
         ("spark3", "replica 1 engine (behind the front) port 20001 free"),
         ("spark3", "replica 1 dist-init port 50051 free"),
     }
