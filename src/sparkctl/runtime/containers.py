@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import SparkctlError
 from sparkctl.planning.build import LABEL_PREFIX, RankSpec
+from sparkctl.runtime.node_user import node_uid_gid
 from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
@@ -340,21 +340,6 @@ def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
         raise _api_error("starting container " + spec.container_name, exc, spec) from None
     container.reload()
     return info_from_attrs(conn.node, container.attrs)
-
-
-# A connection is one user on one node for its whole life: read their ids once per connection, not
-# once per rank start (an SSH round trip each).
-_NODE_IDS: weakref.WeakKeyDictionary[Connector, str] = weakref.WeakKeyDictionary()
-
-
-def node_uid_gid(conn: Connector) -> str:
-    """`UID:GID` of the node user (who the engine runs as with engine.container.user: node)."""
-    known = _NODE_IDS.get(conn)
-    if known is None:
-        res = conn.run(["sh", "-c", 'printf "%s:%s" "$(id -u)" "$(id -g)"'], timeout=30)
-        res.check("reading the node user's uid and gid", fix="the node needs `id` (coreutils) on PATH")
-        known = _NODE_IDS[conn] = res.stdout.strip()
-    return known
 
 
 def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:

@@ -93,20 +93,3 @@ def test_an_unprivileged_node_user_cannot_hand_them_away_and_leaves_nothing() ->
     res = _place_as("1000:1000", as_nobody=True)
     assert res.returncode == SECRETS_NOT_GIVEN, (res.returncode, res.stderr)
     assert b"left:" not in res.stdout  # the container's directory is removed with its files
-
-
-def test_the_node_users_ids_are_read_once_per_connection() -> None:
-    from sparkctl.connectors.local import LocalConnector
-    from sparkctl.runtime.containers import node_uid_gid
-
-    class Counting(LocalConnector):
-        calls = 0
-
-        def run(self, argv, **kw):  # type: ignore[no-untyped-def]
-            Counting.calls += 1
-            return super().run(argv, **kw)
-
-    conn, other = Counting("spark1"), Counting("spark2")
-    want = f"{os.getuid()}:{os.getgid()}"
-    assert [node_uid_gid(conn) for _ in range(3)] == [want] * 3 and Counting.calls == 1
-    assert node_uid_gid(other) == want and Counting.calls == 2  # another connection asks again
