@@ -17,6 +17,21 @@ class BenchRequestError(SparkctlError):
 
 
 @dataclass(frozen=True)
+class Usage:
+    """The stream's `usage` chunk: the server's own token counts."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None  # None: the server does not report it
+
+
+def _usage(doc: dict) -> Usage:
+    details = doc.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(int(doc.get("prompt_tokens") or 0), int(doc.get("completion_tokens") or 0), cached)
+
+
+@dataclass(frozen=True)
 class Sample:
     workload: str
     rep: int
@@ -84,23 +99,56 @@ def request_kwargs(model: str, workload: Workload, rep: int) -> dict[str, Any]:
     )
 
 
-def _text_of(delta: Any) -> tuple[bool, bool, bool]:
+def _text_of(delta: dict) -> tuple[bool, bool, bool]:
     """(carries generated text of any kind, carries real reasoning, carries visible text).
     Whitespace counts as a token for TTFT but not as reasoning: some parsers emit the newlines
     of an empty think block."""
-    extra = getattr(delta, "model_extra", None) or {}
-    thought = extra.get("reasoning_content") or extra.get("reasoning") or ""
-    content = delta.content or ""
-    visible = bool(content.strip() or thought.strip() or delta.tool_calls)
+    thought = _str(delta.get("reasoning_content")) or _str(delta.get("reasoning"))
+    content = _str(delta.get("content"))
+    tools = delta.get("tool_calls")
+    visible = bool(content.strip() or thought.strip() or tools)
     return (
-        bool(content or thought or delta.tool_calls),
+        bool(content or thought or tools),
         bool(thought.strip()) or "<think>" in content,
         visible,
     )
 
 
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _choices(chunk: Any) -> list[dict]:
+    got = chunk.get("choices") if isinstance(chunk, dict) else None
+    return [c for c in got if isinstance(c, dict)] if isinstance(got, list) else []
+
+
+def _delta(choice: dict) -> dict:
+    delta = choice.get("delta")
+    return delta if isinstance(delta, dict) else {}
+
+
 def _has_text(chunk: Any) -> bool:
-    return any(_text_of(ch.delta)[0] for ch in chunk.choices or [])
+    return any(_text_of(_delta(ch))[0] for ch in _choices(chunk))
+
+
+def _open_stream(client: Any, kwargs: dict[str, Any], socket_s: float) -> Any:
+    """The SDK's stream of the chat request with each chunk left as the JSON object the server sent:
+    the SDK's typed model per chunk costs ~250 us of CPU, ~6x a plain client's whole cost per token
+    (bench/client_cost.py), and on a host where the engine is CPU-bound that CPU is the engine's.
+    The SDK still sends, times out and wraps transport errors as it does for `create`."""
+    import openai
+
+    body = {k: v for k, v in kwargs.items() if k != "extra_body"} | kwargs.get("extra_body", {})
+    body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return client.post(
+        "/chat/completions",
+        body=body,
+        cast_to=object,
+        options={"timeout": socket_s},
+        stream=True,
+        stream_cls=openai.Stream[object],
+    )
 
 
 def stream_once(
@@ -108,26 +156,19 @@ def stream_once(
 ) -> Sample:
     """Raises BenchRequestError when no text or no usage came back (no made-up TTFT), or when the
     stream repeats deltas; TimedOut/StreamCut from the watcher."""
-    timed = watch(
-        lambda socket_s: client.chat.completions.create(
-            **request_kwargs(model, workload, rep),
-            stream=True,
-            stream_options={"include_usage": True},
-            timeout=socket_s,
-        ),
-        limits or Limits(),
-        _has_text,
-    )
+    kwargs = request_kwargs(model, workload, rep)
+    timed = watch(lambda socket_s: _open_stream(client, kwargs, socket_s), limits or Limits(), _has_text)
     events = reasoning = visible = 0
     usage = finish = None
     for chunk in timed.events:
-        usage = chunk.usage or usage
-        for ch in chunk.choices:
-            text, thought, seen = _text_of(ch.delta)
+        got = chunk.get("usage") if isinstance(chunk, dict) else None
+        usage = _usage(got) if isinstance(got, dict) else usage
+        for ch in _choices(chunk):
+            text, thought, seen = _text_of(_delta(ch))
             events += text
             reasoning += text and thought
             visible += seen
-            finish = ch.finish_reason or finish
+            finish = ch.get("finish_reason") or finish
     times = text_times(timed, _has_text)
     where = f"workload {workload.name}"
     if usage is None:
@@ -146,14 +187,13 @@ def stream_once(
             f"{where}: {why}",
             fix="the server (or a proxy) sends each delta more than once; run `sparkctl verify --only ChatStream`",
         )
-    details = getattr(usage, "prompt_tokens_details", None)
     return Sample(
         workload=workload.name,
         rep=rep,
         stream=stream_idx,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
-        cached_tokens=getattr(details, "cached_tokens", None) if details is not None else None,
+        cached_tokens=usage.cached_tokens,
         ttft_s=times[0],
         e2e_s=timed.end_s,
         text_events=events,
