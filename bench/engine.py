@@ -71,6 +71,17 @@ def first_token(api_base: str, deadline: float) -> None:
     raise SystemExit(f"no first token from {api_base} within {DEADLINE_S:.0f} s")
 
 
+def recipe_argv(spec) -> list[str]:  # RankSpec
+    """The rank's argv as the recipe starts it: no filtering front, the engine itself on the API's
+    address and port (the plan puts it on 127.0.0.1 behind the front)."""
+    argv = list(spec.argv)
+    if spec.front is not None:
+        i = argv.index("--host")
+        assert argv[i + 2] == "--port", argv
+        argv[i : i + 4] = ["--host", spec.front.listen, "--port", str(spec.front.port)]
+    return argv
+
+
 def docker_run_by_hand(lab: Lab, plan) -> float:  # Plan
     """The recipe: `docker run -d` each rank on its node (same argv, env, mounts, 1 GiB shm)."""
     t0 = time.monotonic()
@@ -82,7 +93,7 @@ def docker_run_by_hand(lab: Lab, plan) -> float:  # Plan
             argv += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
         for k, v in revealed_env(spec).items():
             argv += ["-e", f"{k}={v}"]
-        argv += [spec.image, *spec.argv]
+        argv += [spec.image, *recipe_argv(spec)]
         subprocess.run(argv, check=True, capture_output=True)
     first_token(plan.endpoint.api_base, t0 + DEADLINE_S)
     took = time.monotonic() - t0
@@ -189,6 +200,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=4, help="requests per side and round (tok/s)")
     ap.add_argument("--max-tokens", type=int, default=128, help="tokens per request (tok/s)")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress as it comes, also into a file
     with Lab(nodes=2) as lab, tempfile.TemporaryDirectory() as tmp:
         setup = install_real_engine(lab)
         print(f"image: built={setup['built']} build {setup['build_s']:.0f}s load {setup['load_s']:.0f}s")
