@@ -210,12 +210,26 @@ def running(cluster):
     return None
 
 
+def take_lock(fd, wait_s=1.0):
+    """LOCK_EX on the guard's lock file; False when another guard holds it. `running()` probes
+    with LOCK_SH for microseconds, and op_start probes every 10 ms while this guard starts: one
+    probe at the wrong moment made a lone new guard exit as if another ran (seen in CI). A live
+    guard holds LOCK_EX for its whole life, so a lock still taken after `wait_s` is one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
 def op_run(cfg):
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a poke before the guard is up must not kill it
     fd = os.open(paths(cfg["cluster"])["lock"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not take_lock(fd):
         return 0  # another guard of this cluster runs here
     record = {"pid": os.getpid(), "since": time.time(), "digest": cfg_digest(cfg), "program": program_id()}
     os.ftruncate(fd, 0)
