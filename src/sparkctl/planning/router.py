@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
 ROLE_LABEL = f"{LABEL_PREFIX}role"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")  # hosts only this node reaches (sec.LOOPBACK: what binds)
 # What sglang-router 0.3.2 answers without its key (measured, docs/security.md): every worker's
 # Prometheus text, which it fetches *with* the key, and its own summary. Its filtering front (the
 # engines' node/front.py, engine.front) keeps both on the router's node.
@@ -54,7 +54,7 @@ def worker_urls(router_node_name: str, groups: list[GroupSpec]) -> list[str]:
     """Each replica's URL as the router reaches it; a replica bound to loopback must share its node."""
     urls = []
     for g in groups:
-        if g.worker_host is None and g.endpoint.host in LOOPBACK and g.head_node != router_node_name:
+        if g.worker_host is None and g.endpoint.host in LOOPBACK_NAMES and g.head_node != router_node_name:
             raise UsageError(
                 f"replica {g.index} listens on {g.endpoint.host} on node {g.head_node}, which the "
                 f"router on node {router_node_name} cannot reach",
