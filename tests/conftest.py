@@ -103,3 +103,17 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
             errors.append(str(e))
     if errors:
         raise LabError("; ".join(errors))
+
+
+REAL_SERVER_DIRS = ("server", "router")  # session-scoped real servers (transformers serve, sglang-router)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test), the tests of one real server run on one worker, so the
+    server starts once and its timing tests do not race a second copy of it."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        parts = item.path.relative_to(config.rootpath).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in REAL_SERVER_DIRS:
+            item.add_marker(pytest.mark.xdist_group(parts[1]))
