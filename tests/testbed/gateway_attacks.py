@@ -242,13 +242,16 @@ def method_attacks(key: str) -> list[tuple[str, bytes]]:
 def send(port: int, data: bytes, timeout: float = 3.0) -> bytes:
     """Send raw bytes, half-close, and read every answer until the gateway closes (or times out)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
         out = b""
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the gateway answered (and closed) before reading all of it
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except (TimeoutError, ConnectionResetError):
+        except OSError:  # a timeout or a reset
             pass
     return out
 

@@ -104,7 +104,6 @@ def _frontend(spec: GatewaySpec) -> list[str]:
         "frontend api",
         f"    bind {spec.listen}:{spec.port}",
         f"    maxconn {b.max_connections}",
-        "    option http-buffer-request",  # the whole head (and a body up to the buffer) before a decision
         *acls,
         *[f"    acl meth_{m.lower()} method {m}" for m in methods],
         "    acl is_get method GET",
