@@ -151,6 +151,7 @@ def haproxy_config(spec: GatewaySpec) -> str:
         "    log global",
         "    option httplog",
         "    option http-keep-alive",
+        "    option http-no-delay",  # a streamed token leaves at once (no MSG_MORE coalescing)
         "    http-reuse safe",  # upstream connections stay open across client requests
         "    timeout connect 5s",
         f"    timeout http-request {b.header_timeout_s}s",
