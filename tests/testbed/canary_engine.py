@@ -20,8 +20,9 @@ CHAT = {
 
 
 class CanaryEngine:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, log: str | None = None) -> None:
         self.seen: list[tuple[str, str, str | None]] = []  # (method, target, authorization)
+        self.log = log  # also one JSON line per request there (an engine in another process)
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -31,7 +32,7 @@ class CanaryEngine:
                 n = int(self.headers.get("Content-Length") or 0)
                 if n:
                     self.rfile.read(n)
-                engine.seen.append((self.command, self.path, self.headers.get("Authorization")))
+                engine.record(self.command, self.path, self.headers.get("Authorization"))
                 body = self._body(self.path.split("?")[0])
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -62,6 +63,12 @@ class CanaryEngine:
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    def record(self, method: str, target: str, auth: str | None) -> None:
+        self.seen.append((method, target, auth))
+        if self.log:
+            with open(self.log, "a") as fh:
+                fh.write(json.dumps([method, target, auth]) + "\n")
+
     def __enter__(self) -> CanaryEngine:
         self._thread.start()
         return self
@@ -69,3 +76,18 @@ class CanaryEngine:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def read_log(path: str) -> list[tuple[str, str, str | None]]:
+    try:
+        with open(path) as fh:
+            return [tuple(json.loads(line)) for line in fh if line.strip()]  # type: ignore[misc]
+    except FileNotFoundError:
+        return []
+
+
+if __name__ == "__main__":  # python -m tests.testbed.canary_engine PORT LOG (inside a lab node)
+    import sys
+
+    with CanaryEngine(int(sys.argv[1]), sys.argv[2]) as eng:
+        eng._thread.join()

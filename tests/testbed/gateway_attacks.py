@@ -239,9 +239,9 @@ def method_attacks(key: str) -> list[tuple[str, bytes]]:
     return out
 
 
-def send(port: int, data: bytes, timeout: float = 3.0) -> bytes:
+def send(port: int, data: bytes, timeout: float = 3.0, host: str = "127.0.0.1") -> bytes:
     """Send raw bytes, half-close, and read every answer until the gateway closes (or times out)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         out = b""
         try:
             s.sendall(data)
