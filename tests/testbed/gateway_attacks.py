@@ -239,13 +239,17 @@ def method_attacks(key: str) -> list[tuple[str, bytes]]:
     return out
 
 
-def send(port: int, data: bytes, timeout: float = 3.0, host: str = "127.0.0.1") -> bytes:
-    """Send raw bytes, half-close, and read every answer until the gateway closes (or times out)."""
+def send(
+    port: int, data: bytes, timeout: float = 3.0, host: str = "127.0.0.1", half_close: bool = True
+) -> bytes:
+    """Send raw bytes, half-close (unless the request is meant to look unfinished), and read every
+    answer until the gateway closes (or times out)."""
     with socket.create_connection((host, port), timeout=timeout) as s:
         out = b""
         try:
             s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
         except OSError:
             pass  # the gateway answered (and closed) before reading all of it
         try:

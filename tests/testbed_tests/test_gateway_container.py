@@ -99,7 +99,9 @@ def gateway(lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
                 break
             time.sleep(0.1)
         else:
-            logs = subprocess.run(["docker", "-H", node.docker_host, "logs", name], capture_output=True, text=True)
+            logs = subprocess.run(
+                ["docker", "-H", node.docker_host, "logs", name], capture_output=True, text=True
+            )
             pytest.fail(f"the gateway never answered /health 200: {logs.stdout[-800:]} {logs.stderr[-800:]}")
         yield node, name, log, workdir
     finally:
