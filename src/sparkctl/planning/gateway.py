@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkctl.planning.model import Plan, RankSpec
 
 GATEWAY_IMAGE = "sparkctl/gateway-haproxy:2.6.12"
 CONFIG_PATH = "/etc/sparkctl-gateway/haproxy.cfg"  # inside the container (mounted read-only)
@@ -73,6 +77,7 @@ class GatewaySpec:
 
 
 UNSPECIFIED = ("0.0.0.0", "::", "")
+LOOPBACK = "127.0.0.1"
 
 
 def gateway_container_name(cluster: str) -> str:
@@ -168,6 +173,22 @@ def haproxy_config(spec: GatewaySpec) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def gateway_for(rank: RankSpec, keyed: bool, embeddings: bool = False) -> GatewaySpec | None:
+    """The gateway that takes a fronted rank's place: the API's address and port, the engine on
+    127.0.0.1:<internal port> behind it (the address the plan already moved it to)."""
+    if rank.front is None:
+        return None
+    f = rank.front
+    return GatewaySpec(rank.node, f.listen, f.port, LOOPBACK, f.upstream, routes_for(embeddings), keyed)
+
+
+def plan_gateways(plan: Plan, keyed: bool, embeddings: bool = False) -> list[GatewaySpec]:
+    """One gateway per fronted listener of the plan: the router's, and each group's rank 0 (a
+    replica head listens where the router reaches it, which may be its node's LAN address)."""
+    ranks = [*([plan.router] if plan.router is not None else []), *plan.ranks]
+    return [g for r in ranks if (g := gateway_for(r, keyed, embeddings)) is not None]
 
 
 def docker_run_args(

@@ -133,3 +133,50 @@ def test_haproxy_accepts_the_config(tmp_path: Path) -> None:
     cfg.write_text(gw.haproxy_config(spec(listen="127.0.0.1", keyed=True)).replace(gw.KEYS_PATH, str(keys)))
     out = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _profile(**engine: object) -> object:
+    import yaml
+
+    from sparkctl.profile import load_profile_text
+
+    root = Path(__file__).resolve().parents[3]
+    doc = yaml.safe_load((root / "profiles" / "dual-spark.yaml").read_text())
+    doc["engine"] |= engine
+    return load_profile_text(yaml.safe_dump(doc), "p.yaml")
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def test_the_gateway_takes_the_fronted_ranks_place(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(port=8888), "solo")
+    (g,) = gw.plan_gateways(plan, keyed=True)
+    front = plan.ranks[0].front
+    assert front is not None
+    assert (g.node, g.listen, g.port) == (plan.ranks[0].node, front.listen, 8888)
+    assert (g.upstream_host, g.upstream_port) == ("127.0.0.1", front.upstream) and g.keyed
+    assert gw.gateway_for(plan.ranks[0], keyed=False, embeddings=True).routes == gw.routes_for(True)
+
+
+def test_no_front_no_gateway(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(front=False), "solo")
+    assert gw.plan_gateways(plan, keyed=False) == []
+
+
+def test_with_replicas_the_router_and_every_replica_head_get_one(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(), "dp2")
+    assert plan.router is not None and plan.router.front is not None
+    gates = gw.plan_gateways(plan, keyed=True)
+    heads = [r for r in plan.ranks if r.front is not None]
+    assert len(gates) == 1 + len(heads) == 1 + plan.replicas
+    assert (gates[0].node, gates[0].port) == (plan.router.node, plan.router.front.port)
+    assert [(g.node, g.upstream_port) for g in gates[1:]] == [(r.node, r.front.upstream) for r in heads]
