@@ -143,7 +143,7 @@ def test_the_engine_is_not_reachable_from_outside_its_node(gateway) -> None:
 
 
 def test_the_attack_corpus_fails_against_the_container(gateway) -> None:
-    node, _, log, _ = gateway
+    node, name, log, _ = gateway
     corpus = attacks.path_attacks(KEY)[::7] + attacks.framing_attacks(KEY) + attacks.method_attacks(KEY)
     secrets = attacks.canaries([KEY, CANARY])
     leaks = []
@@ -153,6 +153,10 @@ def test_the_attack_corpus_fails_against_the_container(gateway) -> None:
     time.sleep(0.2)
     reached = [s for s in read_log(log) if (s[0], s[1]) not in ALLOWED]
     assert leaks == [] and reached == []
+    logs = subprocess.run(["docker", "-H", node.docker_host, "logs", name], capture_output=True, text=True)
+    seen = logs.stdout + logs.stderr
+    assert "/v1/models" in seen  # it logs requests...
+    assert KEY not in seen and attacks.canaries([KEY])[1].decode() not in seen  # ...never the key
 
 
 def test_a_key_file_the_node_user_cannot_read_stops_the_gateway(lab, gateway) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 GATEWAY_IMAGE = "sparkctl/gateway-haproxy:2.6.12"
 CONFIG_PATH = "/etc/sparkctl-gateway/haproxy.cfg"  # inside the container (mounted read-only)
 KEYS_PATH = "/run/sparkctl-gateway/keys.sha256"  # inside the container (the tmpfs file, read-only)
+LOG_FORMAT = '"%ci %HM %HP %ST %B %Tq/%Tw/%Tc/%Tr/%Ta"'
 HEALTH_ROUTE = "/health"  # answered by the gateway itself: 200 while the engine's check passes
 
 # (method, request target): exact bytes, so no spelling of another path (case, //, %2F, dot
@@ -154,7 +155,9 @@ def haproxy_config(spec: GatewaySpec) -> str:
         "defaults",
         "    mode http",
         "    log global",
-        "    option httplog",
+        # method, path without its query, status, bytes, timings: never the query or a header, so a
+        # key a client put in either stays out of the log
+        f"    log-format {LOG_FORMAT}",
         "    option http-keep-alive",
         "    option http-no-delay",  # a streamed token leaves at once (no MSG_MORE coalescing)
         "    http-reuse safe",  # upstream connections stay open across client requests

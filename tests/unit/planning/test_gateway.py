@@ -96,6 +96,14 @@ def test_the_key_file_holds_hashes_of_the_whole_header_value() -> None:
     assert "k1" not in text
 
 
+def test_the_log_line_holds_no_query_and_no_header() -> None:
+    cfg = gw.haproxy_config(spec(keyed=True))
+    assert f"log-format {gw.LOG_FORMAT}" in cfg and "httplog" not in cfg
+    for field in ("%HU", "%r", "%HQ", "%hr", "%hrl", "%[req"):
+        assert field not in gw.LOG_FORMAT
+    assert "capture" not in cfg
+
+
 def test_bounds_are_rendered() -> None:
     b = gw.Bounds(
         max_header_bytes=16384, max_body_bytes=1000, header_timeout_s=7, idle_timeout_s=9, max_connections=50
