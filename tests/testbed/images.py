@@ -225,7 +225,9 @@ def engine_archive() -> tuple[Path, str]:
     return path, "sha256:" + manifest[0]["Config"].removesuffix(".json")
 
 
-def _write_archive(layer: Path, dest: Path) -> None:
+def _write_archive(
+    layer: Path, dest: Path, image_config: dict | None = None, what: str = "stand-in engine"
+) -> None:
     """A docker-save style archive (manifest.json, config, one layer.tar), untagged."""
     digest = hashlib.sha256()
     with open(layer, "rb") as fh:
@@ -237,9 +239,9 @@ def _write_archive(layer: Path, dest: Path) -> None:
         "architecture": arch,
         "os": "linux",
         "created": created,
-        "config": IMAGE_CONFIG,
+        "config": IMAGE_CONFIG if image_config is None else image_config,
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + digest.hexdigest()]},
-        "history": [{"created": created, "created_by": "sparkctl testbed: stand-in engine rootfs"}],
+        "history": [{"created": created, "created_by": f"sparkctl testbed: {what} rootfs"}],
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"

@@ -1,0 +1,190 @@
+"""The gateway's spec and its HAProxy config, as planned (pure; `haproxy -c` when it is installed)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkctl.planning import gateway as gw
+
+
+def spec(**kw: object) -> gw.GatewaySpec:
+    base: dict = {
+        "node": "spark1",
+        "listen": "10.0.0.1",
+        "port": 30000,
+        "upstream_host": "127.0.0.1",
+        "upstream_port": 20000,
+    }
+    return gw.GatewaySpec(**(base | kw))
+
+
+def frontend_lines(cfg: str) -> list[str]:
+    return cfg.split("frontend api", 1)[1].split("backend engine", 1)[0].splitlines()
+
+
+def test_listens_on_the_api_address_and_forwards_to_loopback() -> None:
+    cfg = gw.haproxy_config(spec())
+    assert "    bind 10.0.0.1:30000" in cfg
+    assert "server engine 127.0.0.1:20000 check" in cfg
+    assert "0.0.0.0" not in cfg
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
+def test_an_unspecified_upstream_is_refused(host: str) -> None:
+    with pytest.raises(ValueError, match="upstream"):
+        spec(upstream_host=host)
+
+
+def test_only_the_exact_openai_targets_are_allowed_per_method() -> None:
+    lines = frontend_lines(gw.haproxy_config(spec()))
+    post = next(ln for ln in lines if "acl route_post" in ln).split("-m str ", 1)[1].split()
+    get = next(ln for ln in lines if "acl route_get" in ln).split("-m str ", 1)[1].split()
+    assert post == ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
+    assert get == ["/v1/models"]
+    deny = next(ln for ln in lines if "deny_status 404" in ln)
+    assert deny.endswith("unless meth_get route_get || meth_post route_post")
+    assert not any("-m beg" in ln or "-m sub" in ln or "path_beg" in ln for ln in lines)  # exact only
+
+
+def test_embeddings_only_where_served() -> None:
+    assert ("POST", "/v1/embeddings") not in gw.routes_for(False)
+    cfg = gw.haproxy_config(spec(routes=gw.routes_for(True)))
+    assert "/v1/embeddings" in next(ln for ln in cfg.splitlines() if "acl route_post" in ln)
+
+
+def test_the_health_route_is_answered_by_the_gateway_from_its_engine_check() -> None:
+    lines = frontend_lines(gw.haproxy_config(spec()))
+    ok = next(ln for ln in lines if "return status 200" in ln)
+    assert "{ url -m str /health }" in ok and "{ nbsrv(engine) gt 0 }" in ok
+    assert lines.index(ok) < lines.index(next(ln for ln in lines if "return status 503" in ln))
+    assert "option httpchk GET /health" in gw.haproxy_config(spec())
+
+
+def test_framing_tricks_are_refused_before_any_route() -> None:
+    lines = frontend_lines(gw.haproxy_config(spec()))
+    route = lines.index(next(ln for ln in lines if "deny_status 404" in ln))
+    for needle in (
+        "transfer-encoding) gt 0",
+        "content-length) gt 1",
+        "connection) gt 1",
+        "close keep-alive",
+        "upgrade) gt 0",
+    ):
+        at = next(i for i, ln in enumerate(lines) if needle in ln)
+        assert at < route and "deny_status 400" in lines[at]
+
+
+def test_keyed_compares_the_header_hash_against_the_key_file() -> None:
+    cfg = gw.haproxy_config(spec(keyed=True))
+    check = next(ln for ln in frontend_lines(cfg) if "deny_status 401" in ln)
+    assert "req.hdr_cnt(authorization) eq 1" in check
+    assert f"req.fhdr(authorization),sha2(256),hex,lower -m str -f {gw.KEYS_PATH}" in check
+    assert "deny_status 401" not in gw.haproxy_config(spec(keyed=False))
+
+
+def test_the_key_file_holds_hashes_of_the_whole_header_value() -> None:
+    text = gw.key_file_text(["k1", "k2"])
+    assert text.splitlines() == [
+        hashlib.sha256(b"Bearer k1").hexdigest(),
+        hashlib.sha256(b"Bearer k2").hexdigest(),
+    ]
+    assert "k1" not in text
+
+
+def test_the_log_line_holds_no_query_and_no_header() -> None:
+    cfg = gw.haproxy_config(spec(keyed=True))
+    assert f"log-format {gw.LOG_FORMAT}" in cfg and "httplog" not in cfg
+    for field in ("%HU", "%r", "%HQ", "%hr", "%hrl", "%[req"):
+        assert field not in gw.LOG_FORMAT
+    assert "capture" not in cfg
+
+
+def test_bounds_are_rendered() -> None:
+    b = gw.Bounds(
+        max_header_bytes=16384, max_body_bytes=1000, header_timeout_s=7, idle_timeout_s=9, max_connections=50
+    )
+    cfg = gw.haproxy_config(spec(bounds=b))
+    for line in ("tune.bufsize 16384", "timeout http-request 7s", "timeout http-keep-alive 9s", "maxconn 50"):
+        assert line in cfg
+    assert "deny_status 413 if { req.hdr_val(content-length) gt 1000 }" in cfg
+
+
+def test_upstream_connections_are_kept_alive_and_nothing_else_listens() -> None:
+    cfg = gw.haproxy_config(spec())
+    assert "http-reuse safe" in cfg and "option http-keep-alive" in cfg
+    assert "stats" not in cfg and "socket" not in cfg
+    assert cfg.count("bind ") == 1
+
+
+def test_docker_args_are_least_privilege_and_hold_no_key() -> None:
+    argv = gw.docker_run_args(
+        spec(keyed=True), "sparkctl-c-gateway", "1000:1000", "/run/u/gw.cfg", "/run/u/keys"
+    )
+    joined = " ".join(argv)
+    assert "--cap-drop ALL" in joined and "no-new-privileges:true" in joined
+    assert "--user 1000:1000" in joined and "--read-only" in joined and "--privileged" not in joined
+    assert f"/run/u/keys:{gw.KEYS_PATH}:ro" in argv and f"/run/u/gw.cfg:{gw.CONFIG_PATH}:ro" in argv
+    assert argv[-4:] == [gw.GATEWAY_IMAGE, "haproxy", "-db", "-f", gw.CONFIG_PATH][-4:]
+    assert gw.KEYS_PATH not in gw.docker_run_args(spec(), "n", "0:0", "/c", None)
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (Debian) not installed")
+def test_haproxy_accepts_the_config(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(gw.key_file_text(["k"]))
+    cfg = tmp_path / "h.cfg"
+    cfg.write_text(gw.haproxy_config(spec(listen="127.0.0.1", keyed=True)).replace(gw.KEYS_PATH, str(keys)))
+    out = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _profile(**engine: object) -> object:
+    import yaml
+
+    from sparkctl.profile import load_profile_text
+
+    root = Path(__file__).resolve().parents[3]
+    doc = yaml.safe_load((root / "profiles" / "dual-spark.yaml").read_text())
+    doc["engine"] |= engine
+    return load_profile_text(yaml.safe_dump(doc), "p.yaml")
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+
+def test_the_gateway_takes_the_fronted_ranks_place(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(port=8888), "solo")
+    (g,) = gw.plan_gateways(plan, keyed=True)
+    front = plan.ranks[0].front
+    assert front is not None
+    assert (g.node, g.listen, g.port) == (plan.ranks[0].node, front.listen, 8888)
+    assert (g.upstream_host, g.upstream_port) == ("127.0.0.1", front.upstream) and g.keyed
+    assert gw.gateway_for(plan.ranks[0], keyed=False, embeddings=True).routes == gw.routes_for(True)
+
+
+def test_no_front_no_gateway(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(front=False), "solo")
+    assert gw.plan_gateways(plan, keyed=False) == []
+
+
+def test_with_replicas_the_router_and_every_replica_head_get_one(home: None) -> None:
+    from sparkctl.planning.build import build_plan
+
+    plan = build_plan(_profile(), "dp2")
+    assert plan.router is not None and plan.router.front is not None
+    gates = gw.plan_gateways(plan, keyed=True)
+    heads = [r for r in plan.ranks if r.front is not None]
+    assert len(gates) == 1 + len(heads) == 1 + plan.replicas
+    assert (gates[0].node, gates[0].port) == (plan.router.node, plan.router.front.port)
+    assert [(g.node, g.upstream_port) for g in gates[1:]] == [(r.node, r.front.upstream) for r in heads]
