@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from sparkctl.clients.api import probe
 from sparkctl.cluster_http import OPENER
-from sparkctl.verify.client import probe
 
 
 class _Recorder(BaseHTTPRequestHandler):

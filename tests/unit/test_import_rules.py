@@ -20,12 +20,14 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "findings", "fanout", "units", "yaml_model", "cluster_http")),
     ("profile", ("profile",)),
     (
-        "reach: connectors, facts, node program, secrets, router client",
-        ("connectors", "facts", "node", "secrets", "router"),
+        "reach: connectors, facts, node program, secrets",
+        ("connectors", "facts", "node", "secrets"),
     ),
     ("engines", ("engines",)),
     ("planning", ("planning",)),
     ("runtime", ("runtime",)),
+    # shared services: HTTP clients of engines and router (the OpenAI client, its timed streams)
+    ("services", ("clients",)),
     (
         "flows",
         (
@@ -54,14 +56,6 @@ ENTRY_POINTS: dict[str, tuple[str, ...]] = {
     "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress", "sparkctl.ship.manifest"),
     "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes
     "sparkctl.gpu": ("sparkctl.gpu.drift",),  # preflight's GPU clock drift
-    # the OpenAI-compatible client, its deadline, its timed streams (first-token/stall limits,
-    # bursts) and prompt text (verify's; bench and the endpoint resolution use them)
-    "sparkctl.verify": (
-        "sparkctl.verify.client",
-        "sparkctl.verify.deadline",
-        "sparkctl.verify.stream",
-        "sparkctl.verify.prompts",
-    ),
 }
 
 # An underscore module is its package's own; these are also shared with their floor (the CLI's).

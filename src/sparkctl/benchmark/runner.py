@@ -1,6 +1,6 @@
 """Run workloads for a bounded number of repetitions and time; optionally across two modes.
 
-Bounds: each request's limits (first token, stall, optional whole request: verify/stream.py),
+Bounds: each request's limits (first token, stall, optional whole request: clients/stream.py),
 --budget (no repetition or workload starts after it), --deadline (a hard end: requests still
 running are abandoned). Whatever stops the run, the workloads that finished are kept: the error
 (`BenchStopped`) carries them.
@@ -17,8 +17,8 @@ from typing import Any
 from sparkctl.benchmark.measure import BenchRequestError, Sample, stream_once
 from sparkctl.benchmark.stats import Spread, spread
 from sparkctl.benchmark.workloads import Workload, sized
+from sparkctl.clients.stream import Limits
 from sparkctl.errors import SparkctlError
-from sparkctl.verify.stream import Limits
 
 STAT_KEYS = ("ttft_s", "itl_s", "decode_tps", "e2e_s", "prefill_tps", "completion_tokens", "prompt_tokens")
 
@@ -148,8 +148,8 @@ def request_error(w: Workload, exc: BaseException, limits: Limits) -> SparkctlEr
     """One line for whatever a request raised, naming the limit that fired."""
     import openai
 
-    from sparkctl.verify.client import describe_error
-    from sparkctl.verify.stream import StreamCut, TimedOut
+    from sparkctl.clients.api import describe_error
+    from sparkctl.clients.stream import StreamCut, TimedOut
 
     if isinstance(exc, SparkctlError):
         return exc
@@ -318,9 +318,9 @@ def run_bench(
     when anything else stops the run."""
     import datetime
 
-    from sparkctl.verify.client import make_client, probe, probe_deadline
-    from sparkctl.verify.deadline import TimeUp, bounded
-    from sparkctl.verify.stream import PROBE_S
+    from sparkctl.clients.api import make_client, probe, probe_deadline
+    from sparkctl.clients.deadline import TimeUp, bounded
+    from sparkctl.clients.stream import PROBE_S
 
     limits = limits or Limits()
     start = started or time.monotonic()  # `started`: when the command began

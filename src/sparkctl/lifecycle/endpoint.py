@@ -33,7 +33,7 @@ def resolve_endpoint(
 ) -> ApiTarget:
     """The profile is loaded only when --url is not given. The key: --api-key, --api-key-env,
     else the profile's."""
-    from sparkctl.verify.client import profile_api_key, resolve_api_key
+    from sparkctl.clients.api import profile_api_key, resolve_api_key
 
     if url or model:
         if not (url and model):

@@ -15,6 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from sparkctl.clients.router import RouterClient, RouterError, Worker
 from sparkctl.connectors.pool import NodePool
 from sparkctl.engines.base import MetricNames
 from sparkctl.errors import SparkctlError
@@ -32,7 +33,6 @@ from sparkctl.lifecycle.rolling_rules import (
 from sparkctl.lifecycle.steps import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
-from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import probe
 

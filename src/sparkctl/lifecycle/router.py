@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkctl.clients.router import RouterClient, RouterError, Worker
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle.logs import plain
 from sparkctl.planning.build import LABEL_PREFIX, Plan, RankSpec
-from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.secrets import redact, secret_values

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from sparkctl.clients.api import api_base, profile_api_key, resolve_api_key
 from sparkctl.errors import UsageError
 from sparkctl.verify.base import CheckFailed, validate
 from sparkctl.verify.chat_checks import SCHEMA, judge_cache
 from sparkctl.verify.checks import CHECKS, select
-from sparkctl.verify.client import api_base, profile_api_key, resolve_api_key
 from tests.server import badendpoints as bad
 
 DOC = Path(__file__).parents[3] / "docs" / "verify-bench.md"

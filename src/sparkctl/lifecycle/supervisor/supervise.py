@@ -9,6 +9,7 @@ import json
 import time
 import urllib.request
 
+from sparkctl.clients.router import RouterError
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
@@ -23,7 +24,6 @@ from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
-from sparkctl.router.client import RouterError
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 

@@ -424,7 +424,7 @@ def test_curl_hint_names_the_key_source_never_the_value(monkeypatch: pytest.Monk
 
 
 def test_profile_secret_resolves_here_for_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkctl.verify.client import profile_api_key
+    from sparkctl.clients.api import profile_api_key
 
     monkeypatch.setenv("SPARKCTL_API_KEY", "sk-here")
     assert profile_api_key(load(DUAL)) == "sk-here"

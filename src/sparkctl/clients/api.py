@@ -130,7 +130,7 @@ def make_client(url: str, timeout_s: float = 180.0, api_key: str | None = None) 
     """An `openai.OpenAI` client with no retries (a retried failure would hide the first error).
     `timeout_s` bounds connecting and every read: the limit of a non-streaming request (its reply
     comes when it is done). Streams pass their own, longer, socket timeout and are watched by
-    sparkctl.verify.stream."""
+    sparkctl.clients.stream."""
     try:
         import openai
     except ImportError as exc:
