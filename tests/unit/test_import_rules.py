@@ -26,8 +26,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("engines", ("engines",)),
     ("planning", ("planning",)),
     ("runtime", ("runtime",)),
-    # shared services: HTTP clients of engines and router (the OpenAI client, its timed streams)
-    ("services", ("clients",)),
+    # shared services: HTTP clients of engines and router (the OpenAI client, its timed streams);
+    # the controller's side of the node programs (run an op, the weights manifest and its diff)
+    ("services", ("clients", "remote")),
     (
         "flows",
         (
@@ -53,7 +54,7 @@ UPWARD_ALLOWED: set[tuple[str, str]] = set()
 # A flow reaches another flow only through these modules (its public entry points).
 ENTRY_POINTS: dict[str, tuple[str, ...]] = {
     "sparkctl.preflight": ("sparkctl.preflight",),  # run_preflight, FAST_CHECKS
-    "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress", "sparkctl.ship.manifest"),
+    "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress"),
     "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes
     "sparkctl.gpu": ("sparkctl.gpu.drift",),  # preflight's GPU clock drift
 }

@@ -18,15 +18,9 @@ from typing import TYPE_CHECKING
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import fan_out
+from sparkctl.remote.manifest import Manifest, WeightsDiff, dest_paths, diff_files
+from sparkctl.remote.ops import parse_op_result, run_op
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.manifest import (
-    Manifest,
-    WeightsDiff,
-    dest_paths,
-    diff_files,
-    parse_op_result,
-    run_op,
-)
 from sparkctl.ship.progress import Progress
 from sparkctl.ship.weights_push import plan_doc, push_weights
 from sparkctl.units import human_bytes

@@ -15,8 +15,8 @@ from sparkctl.ship.progress import FanOut, Progress
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.remote.manifest import Manifest
     from sparkctl.ship.hop import Transfers
-    from sparkctl.ship.manifest import Manifest
     from sparkctl.ship.weights import WeightsNeed
 
 
