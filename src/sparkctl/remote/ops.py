@@ -25,17 +25,22 @@ def run_op(
     return parse_op_result(res, op)
 
 
-def parse_op_result(res: RunResult, op: str) -> dict:
+def parse_op_result(res: RunResult, op: str, *, what: str = "weights", fix: str | None = None) -> dict:
+    """The op's JSON result; RemoteError naming the node when python3 is missing, the op failed
+    (its last stderr line) or it printed no JSON object. `what` names the program in the message."""
     if res.rc == 127 or ("python3" in res.stderr and "not found" in res.stderr):
         raise RemoteError(
-            "python3 is not available on the node (needed to hash and move weights)",
+            f"python3 is not available on the node (the {what} program needs it)",
             node=res.node,
             fix="install python3 on the node (DGX OS ships it)",
         )
     if not res.ok:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RemoteError(f"weights {op} on the node failed (exit {res.rc}): {last}", node=res.node)
+        last = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or ["no output"])[-1]
+        raise RemoteError(f"{what} {op} on the node failed (exit {res.rc}): {last}", node=res.node, fix=fix)
     try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        doc = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise RemoteError(f"weights {op} on the node printed no result", node=res.node) from None
+        doc = None
+    if not isinstance(doc, dict):
+        raise RemoteError(f"{what} {op} on the node printed no result", node=res.node, fix=fix)
+    return doc
