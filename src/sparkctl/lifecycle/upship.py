@@ -16,7 +16,7 @@ from sparkctl.lifecycle.up import PreflightFailedError, up
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.profile.schema import Profile
-    from sparkctl.ship.progress import Progress
+    from sparkctl.ship import Progress
 
 
 def up_or_ship(

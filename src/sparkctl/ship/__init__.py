@@ -29,6 +29,7 @@ __all__ = [
     "DiskFullError",
     "Manifest",
     "NullProgress",
+    "Progress",
     "RichProgress",
     "ShipError",
     "ShipReport",
