@@ -28,19 +28,6 @@ def api_base(url: str) -> str:
     return url if url.endswith("/v1") else f"{url}/v1"
 
 
-def profile_api_key(profile: Any) -> str | None:
-    """The profile's `engine.api_key` secret, whatever shape it has (absent, a plain string, or a
-    secret object resolving `env:`/`file:`); None when the profile has no key."""
-    secret = getattr(getattr(profile, "engine", None), "api_key", None)
-    if secret is None:
-        return None
-    for name in ("resolve", "value", "get_secret_value", "read"):
-        fn = getattr(secret, name, None)
-        if callable(fn):
-            return fn() or None
-    return str(secret) or None
-
-
 def resolve_api_key(api_key: str | None, api_key_env: str | None, profile_key: str | None) -> str | None:
     """--api-key, else --api-key-env NAME, else the profile's key; never OPENAI_API_KEY implicitly:
     an ambient key would go as a bearer token to whatever endpoint is being tested."""

@@ -35,6 +35,7 @@ from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import probe
+from sparkctl.secrets import resolve_known
 
 __all__ = ["Verdict", "can_roll", "is_router", "layout_blocker", "running_mode"]  # the rules, re-exported
 
@@ -116,7 +117,7 @@ def decide(
         return Decision(None)
     workers: list[Worker] | None = None
     client = routers.client(pool, new) if new.router is not None else None
-    key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None  # read by client()
+    key = resolve_known(new.endpoint.api_key)  # read by client()
     if client is not None:
         with contextlib.suppress(RouterError):
             workers = client.workers()
