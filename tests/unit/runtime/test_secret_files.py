@@ -1,4 +1,4 @@
-"""Where a rank's secret files are written on its node (runtime/containers.py's placing script)."""
+"""Where a rank's secret files are written on its node (runtime/secret_files.py: its placing script)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.runtime.containers import _SECRETS_SCRIPT, SECRETS_NOT_GIVEN
+from sparkctl.runtime.secret_files import _SECRETS_SCRIPT, SECRETS_NOT_GIVEN
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a mount namespace)"
