@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import SparkctlError
 from sparkctl.planning.build import LABEL_PREFIX, RankSpec
 from sparkctl.runtime.node_user import node_uid_gid
-from sparkctl.runtime.secret_files import drop_secrets, place_secrets, secrets_tar
+from sparkctl.runtime.secret_files import drop_secrets, place_secrets
 from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
@@ -243,12 +243,12 @@ def prepare_node(conn: Connector, specs: list[RankSpec], extra_dirs: list[str]) 
         conn.run(["chmod", "700", "--", *extra_dirs]).check("restricting the log directory to its owner")
 
 
-def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
-    """Create and start the rank's container; expected Docker failures become SparkctlErrors."""
+def start_rank(conn: Connector, spec: RankSpec, secret_files: bytes | None) -> ContainerInfo:
+    """Create and start the rank's container with its secrets' tar (`secret_files.seal`, read
+    before); expected Docker failures become SparkctlErrors."""
     import docker.errors
 
     client = conn.docker()
-    secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
     devices = node_rdma_devices(conn, spec)
     params = create_params(spec, revealed_env(spec), devices)
     owner = ""  # the secret files stay the node user's unless the engine runs as another uid

@@ -6,13 +6,29 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import SparkctlError
+from sparkctl.secrets import secret_values
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
     from sparkctl.planning.build import RankSpec
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A rank's secrets read once per `up`: the tar its container's files are placed from, and
+    the values its log is masked with."""
+
+    tar: bytes | None
+    masks: tuple[str, ...]
+
+
+def seal(spec: RankSpec, conn: Connector | None) -> Sealed:
+    """Read the rank's secrets (UsageError on a missing one: before anything is stopped)."""
+    return Sealed(secrets_tar(spec, conn), tuple(secret_values(spec.secret_refs(), conn)))
 
 
 def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:

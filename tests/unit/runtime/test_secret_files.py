@@ -16,6 +16,7 @@ from sparkctl.runtime.secret_files import _SECRETS_SCRIPT, SECRETS_NOT_GIVEN
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a mount namespace)"
 )
+ROOT = Path(__file__).resolve().parents[3]
 VALUE = b"sk-canary-secret-0123"
 
 
@@ -93,3 +94,23 @@ def test_an_unprivileged_node_user_cannot_hand_them_away_and_leaves_nothing() ->
     res = _place_as("1000:1000", as_nobody=True)
     assert res.returncode == SECRETS_NOT_GIVEN, (res.returncode, res.stderr)
     assert b"left:" not in res.stdout  # the container's directory is removed with its files
+
+
+def test_seal_reads_a_ranks_secrets_once_into_its_tar_and_its_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkctl.errors import UsageError
+    from sparkctl.planning.build import build_plan
+    from sparkctl.profile.load import load_profile_file
+    from sparkctl.runtime.secret_files import seal
+
+    monkeypatch.setenv("HOME", "/home/spark")
+    monkeypatch.setenv("HF_TOKEN", "hf_sealedvalue")
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-sealed")
+    spec = build_plan(load_profile_file(ROOT / "profiles" / "dual-spark.yaml"), "tp2").rank(0)
+    sealed = seal(spec, None)
+    assert "hf_sealedvalue" in sealed.masks
+    with tarfile.open(fileobj=io.BytesIO(sealed.tar or b"")) as tar:
+        member = tar.getmember("HF_TOKEN")
+        assert member.mode == 0o400 and tar.extractfile(member).read() == b"hf_sealedvalue"  # type: ignore[union-attr]
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(UsageError, match="HF_TOKEN"):
+        seal(spec, None)
