@@ -54,10 +54,8 @@ class PreflightFailedError(SparkctlError):
 
 def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set[str]) -> str:
     """The quick subset of preflight; raises PreflightFailedError listing every error."""
-    try:
-        from sparkctl.preflight import FAST_CHECKS, run_preflight
-    except ImportError:
-        return "preflight not available in this build: skipped"
+    from sparkctl.preflight import FAST_CHECKS, run_preflight
+
     report = run_preflight(profile, plan, pool, only=set(FAST_CHECKS), ignore=ignore)
     if report.errors:
         lines = "; ".join(f"[{f.check}{'-' + f.node if f.node else ''}] {f.message}" for f in report.errors)
