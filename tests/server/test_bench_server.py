@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from sparkctl.benchmark.measure import request_kwargs
-from sparkctl.benchmark.runner import WorkloadResult, run_bench
+from sparkctl.benchmark.results import WorkloadResult
+from sparkctl.benchmark.runner import run_bench
 from sparkctl.benchmark.workloads import Workload
 from sparkctl.clients.api import make_client
 
