@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tests.testbed.lab import Lab  # noqa: E402
 from tests.testbed.routerlab import ENGINE_PORT, RouterLab, chat, replica_of, wait_for  # noqa: E402
 
-from sparkctl.router.client import RouterClient  # noqa: E402
+from sparkctl.clients.router import RouterClient  # noqa: E402
 
 NODES = ("spark1", "spark2")
 GEN_S = 2.0  # generation time of the stand-in for the in-flight probes

@@ -37,9 +37,9 @@ from tests.testbed.profiles import seed_weights, topology_modes, write_lab_profi
 from tests.testbed.routerlab import wait_for  # noqa: E402
 
 from _cli import cli as run_cli  # noqa: E402
+from sparkctl.clients.router import RouterClient, RouterError  # noqa: E402
 from sparkctl.planning.build import build_plan  # noqa: E402
 from sparkctl.profile import load_profile_file  # noqa: E402
-from sparkctl.router.client import RouterClient, RouterError  # noqa: E402
 
 ROUTER = {"policy": "round_robin", "health_check_interval": 1, "health_failure_threshold": 2}
 STAMP = re.compile(r"^\s*(\d+\.\d)s (.*)$")

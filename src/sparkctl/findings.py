@@ -43,3 +43,22 @@ class Finding:
 
 def worst(findings: list[Finding]) -> Severity:
     return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
+
+
+def version_drift(
+    values: dict[str, str | None], what: str, check: str, severity: Severity = Severity.WARN
+) -> list[Finding]:
+    """One finding if the nodes (or ranks) disagree on `what`; none if all agree or all unknown."""
+    known = {k: v for k, v in values.items() if v}
+    if len(set(known.values())) <= 1:
+        return []
+    seen = ", ".join(f"{k}={v}" for k, v in sorted(known.items()))
+    return [
+        Finding(
+            check=check,
+            severity=severity,
+            message=f"{what} differs: {seen}",
+            fix=f"use the same {what} on every node (same image, same driver)",
+            data={"values": known},
+        )
+    ]

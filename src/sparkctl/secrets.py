@@ -1,8 +1,10 @@
 """Secret values (HF_TOKEN, API keys): referenced in plans, masked everywhere, resolved only at the transport.
 
 A `SecretRef` is what a plan holds: it renders as `***` (str/repr/JSON) and its value is only
-read by `reveal()`/`reveal_on()`, which the container-start code calls when it writes the secret
-files into the created container (Docker API request body, never a command line or env var).
+read by `resolve` (or `resolve_known`, which tolerates a value it cannot read): the one resolver,
+used where the secret files are written for a container (never a command line or env var), by
+the router's and readiness' clients, and by verify/bench (`local_ref`: the profile's secret read
+on this machine).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkctl.errors import UsageError
+from sparkctl.errors import SparkctlError, UsageError
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.profile.schema import Secret
 
 MASK = "***"
 _FILE_VALUES: dict[tuple[str, str], str] = {}  # (node, path) -> value read this run (never persisted)
@@ -27,7 +31,7 @@ class SecretRef:
     name: str
     env: str | None = None  # the controller's environment variable holding the value
     file: str | None = None  # or a file on a node (absolute path there)
-    node: str | None = None  # the node holding `file`
+    node: str | None = None  # the node holding `file` (None: this machine)
 
     def __str__(self) -> str:
         return MASK
@@ -42,44 +46,56 @@ class SecretRef:
     def describe(self) -> str:
         return f"{MASK} (from {self.source})"
 
-    def reveal_on(self, conn: Connector | None) -> str:
-        """The value: from this shell's env, or read from the file on the node behind `conn`."""
-        if self.env:
-            return self.reveal()
-        if conn is None:
-            raise UsageError(f"secret {self.name} is in {self.file} on the nodes; no node to read it from")
-        cached = _FILE_VALUES.get((conn.node, self.file or ""))
-        if cached:
-            return cached
-        try:
-            value = conn.get(self.file or "").decode(errors="replace").strip()
-        except (OSError, FileNotFoundError) as exc:
-            raise UsageError(
-                f"cannot read secret {self.name} from {self.file}: {exc}",
-                node=conn.node,
-                fix="create the file (mode 0400) on every node, or use env: in the profile",
-            ) from None
-        if not value:
-            raise UsageError(f"secret file {self.file} is empty", node=conn.node)
-        _FILE_VALUES[(conn.node, self.file or "")] = value
-        return value
 
-    def known_value(self) -> str | None:
-        """The value without any I/O: from this shell's env, or a file value read earlier in this run."""
-        if self.env:
-            return os.environ.get(self.env) or None
-        return _FILE_VALUES.get((self.node or "", self.file or ""))
-
-    def reveal(self) -> str:
-        if not self.env:
-            raise UsageError(f"secret {self.name} lives in a file on the nodes; it is read there")
-        value = os.environ.get(self.env)
+def resolve(ref: SecretRef, conn: Connector | None = None) -> str:
+    """The secret's value: this shell's variable, or its file on the node behind `conn` (on this
+    machine when the ref names no node). A file is read once per run per node and path: later
+    calls need no connection. UsageError naming the secret (and node) when it cannot be read."""
+    if ref.env:
+        value = os.environ.get(ref.env)
         if not value:
             raise UsageError(
-                f"secret {self.name} is read from ${self.env}, which is not set",
-                fix=f"export {self.env}=... in the shell that runs sparkctl, or use a token file",
+                f"secret {ref.name} is read from ${ref.env}, which is not set",
+                fix=f"export {ref.env}=... in the shell that runs sparkctl, or use a token file",
             )
         return value
+    node = conn.node if conn is not None else ref.node
+    key = (node or "", ref.file or "")
+    if key in _FILE_VALUES:
+        return _FILE_VALUES[key]
+    if conn is None and ref.node is not None:
+        raise UsageError(f"secret {ref.name} is in {ref.file} on {ref.node}; no connection to read it from")
+    try:
+        raw = conn.get(ref.file or "") if conn is not None else Path(ref.file or "").expanduser().read_bytes()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read secret {ref.name} from {ref.file}: {exc}",
+            node=node,
+            fix="create the file (mode 0400) on every node, or use env: in the profile",
+        ) from None
+    value = raw.decode(errors="replace").strip()
+    if not value:
+        raise UsageError(f"secret file {ref.file} is empty", node=node)
+    _FILE_VALUES[key] = value
+    return value
+
+
+def resolve_known(ref: SecretRef | None, conn: Connector | None = None) -> str | None:
+    """`resolve`, or None when there is no ref or its value cannot be read now (a probe sends the
+    key when it has one; without `conn`, a file-held value only if read earlier in this run)."""
+    if ref is None:
+        return None
+    try:
+        return resolve(ref, conn)
+    except SparkctlError:
+        return None
+
+
+def local_ref(name: str, secret: Secret | None) -> SecretRef | None:
+    """The profile's secret as read on this machine (`verify` and `bench` talk from here)."""
+    if secret is None:
+        return None
+    return SecretRef(name=name, env=secret.env) if secret.env else SecretRef(name=name, file=secret.file)
 
 
 def masked(value: str | SecretRef) -> str:
@@ -87,7 +103,7 @@ def masked(value: str | SecretRef) -> str:
 
 
 def reveal(value: str | SecretRef) -> str:
-    return value.reveal() if isinstance(value, SecretRef) else value
+    return resolve(value) if isinstance(value, SecretRef) else value
 
 
 @dataclass(frozen=True)
@@ -110,7 +126,7 @@ def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[st
     for f in files:
         if f.bind:
             continue
-        value = f.ref.reveal_on(conn)
+        value = resolve(f.ref, conn)
         # JSON strings are valid YAML double-quoted scalars: any character survives.
         line = f"{f.yaml_key}: {json.dumps(value)}\n" if f.yaml_key else value
         out.setdefault(f.target, []).append(line)
@@ -119,15 +135,7 @@ def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[st
 
 def secret_values(refs: Iterable[SecretRef], conn: Connector | None) -> list[str]:
     """The values the profile's sources hold now (for masking), skipping any that cannot be read."""
-    values: list[str] = []
-    for ref in refs:
-        try:
-            value = ref.reveal_on(conn) if ref.file else os.environ.get(ref.env or "", "")
-        except UsageError:
-            continue
-        if value:
-            values.append(value)
-    return values
+    return [v for v in (resolve_known(ref, conn) for ref in refs) if v]
 
 
 # Below this length a value is masked only where it stands alone (not inside a longer word):

@@ -94,7 +94,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
-        from sparkctl.router.client import RouterClient, RouterError
+        from sparkctl.clients.router import RouterClient, RouterError
 
         client = RouterClient(base, timeout=1)
         deadline = time.monotonic() + 120
@@ -114,7 +114,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def workers(router: str) -> Iterator[list[StandinWorker]]:
     """Two fresh workers registered with the router and healthy; removed afterwards."""
-    from sparkctl.router.client import RouterClient
+    from sparkctl.clients.router import RouterClient
 
     client = RouterClient(router)
     ws = [StandinWorker("w1"), StandinWorker("w2")]

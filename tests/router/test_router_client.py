@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from sparkctl.router.client import RouterClient, RouterError
+from sparkctl.clients.router import RouterClient, RouterError
 
 
 def chat(base: str) -> str:

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 from sparkctl.benchmark.measure import request_kwargs
-from sparkctl.benchmark.runner import WorkloadResult, run_bench
+from sparkctl.benchmark.results import WorkloadResult
+from sparkctl.benchmark.runner import run_bench
 from sparkctl.benchmark.workloads import Workload
-from sparkctl.verify.client import make_client
+from sparkctl.clients.api import make_client
 
 SUITE = [
     Workload("code", "code", 48),

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from sparkctl.clients.api import make_client
 from sparkctl.findings import Severity
 from sparkctl.verify.base import Context
 from sparkctl.verify.checks import CHECKS
-from sparkctl.verify.client import make_client
 from sparkctl.verify.runner import run_check
 
 OK = Severity.OK

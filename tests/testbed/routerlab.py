@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkctl.clients.router import RouterClient, RouterError
 from sparkctl.cluster_http import OPENER
-from sparkctl.router.client import RouterClient, RouterError
 from tests.testbed.images import ENGINE_TAG
 from tests.testbed.lab import Lab
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.clients.router import RouterClient
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
-from sparkctl.router.client import RouterClient
 from tests.testbed.loadgen import LoadGen
 from tests.testbed.profiles import ENGINE_IMAGE
 from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkctl.clients.router import RouterClient
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
-from sparkctl.router.client import RouterClient
 from tests.testbed.loadgen import LoadGen
 from tests.testbed.profiles import ENGINE_IMAGE, seed_weights, write_rolling_profile
 from tests.testbed_tests.conftest import cli, cluster_containers, report, rolled_under_load

@@ -66,7 +66,7 @@ def two_node_report():  # preflight Report
 
 def bench_result():  # BenchResult
     from sparkctl.benchmark.measure import Sample
-    from sparkctl.benchmark.runner import BenchResult, WorkloadResult
+    from sparkctl.benchmark.results import BenchResult, WorkloadResult
     from sparkctl.benchmark.workloads import default_suite
 
     results = []

@@ -4,14 +4,16 @@ never follows a redirect to another origin (two real HTTP servers on loopback)."
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sparkctl.cluster_http import OPENER
-from sparkctl.verify.client import probe
+from sparkctl.clients.api import probe
+from sparkctl.cluster_http import OPENER, Failure, fetch
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -85,3 +87,55 @@ def test_no_proxy_from_the_environment(servers, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen's cached opener would hide a regression
     probe(_url(a), "m", "sk-secret", 5)
     assert a.RequestHandlerClass.seen and not b.RequestHandlerClass.seen
+
+
+class _Status(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = b'{"error": "no key"}'
+        self.send_response(401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Boom(Exception):
+    pass
+
+
+def _failure_of(url: str, timeout: float = 5) -> Failure:
+    seen: list[Failure] = []
+
+    def fail(f: Failure) -> _Boom:
+        seen.append(f)
+        return _Boom()
+
+    with pytest.raises(_Boom):
+        fetch(urllib.request.Request(url), timeout, fail)
+    return seen[0]
+
+
+def test_fetch_tells_a_status_from_no_answer_and_from_a_timeout() -> None:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Status)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        got = _failure_of(_url(srv, "/v1/models"))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert (got.code, got.timed_out) == (401, False) and "no key" in got.detail
+    refused = _failure_of(_url(srv, "/v1/models"))  # closed: nothing listens there now
+    assert refused.code is None and not refused.timed_out and refused.detail
+    with socket.socket() as silent:  # accepts (backlog) but never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        slow = _failure_of(f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout=0.2)
+    assert slow.code is None and slow.timed_out
+
+
+def test_fetch_returns_body_and_content_type(servers) -> None:
+    a, _ = servers
+    body, ctype = fetch(urllib.request.Request(_url(a, "/v1/models")), 5, lambda f: _Boom())
+    assert json.loads(body) == {"data": [{"id": "m"}]} and ctype == "application/json"

@@ -20,12 +20,15 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "findings", "fanout", "units", "yaml_model", "cluster_http")),
     ("profile", ("profile",)),
     (
-        "reach: connectors, facts, node program, secrets, router client",
-        ("connectors", "facts", "node", "secrets", "router"),
+        "reach: connectors, facts, node program, secrets",
+        ("connectors", "facts", "node", "secrets"),
     ),
     ("engines", ("engines",)),
     ("planning", ("planning",)),
     ("runtime", ("runtime",)),
+    # shared services: HTTP clients of engines and router (the OpenAI client, its timed streams);
+    # the controller's side of the node programs (run an op, the weights manifest and its diff)
+    ("services", ("clients", "remote")),
     (
         "flows",
         (
@@ -48,21 +51,15 @@ FLOOR = {f"sparkctl.{u}": i for i, (_name, units) in enumerate(FLOORS) for u in 
 # Imports allowed to run from a lower floor to a higher one ("at most one"): none today.
 UPWARD_ALLOWED: set[tuple[str, str]] = set()
 
-# A flow reaches another flow only through these modules (its public entry points).
+# A flow reaches another flow only through these modules (its public entry points): only an
+# orchestration that truly runs another flow. Shared services (clients/, remote/) sit below the flows.
 ENTRY_POINTS: dict[str, tuple[str, ...]] = {
-    "sparkctl.preflight": ("sparkctl.preflight",),  # run_preflight, FAST_CHECKS
-    "sparkctl.ship": ("sparkctl.ship", "sparkctl.ship.progress", "sparkctl.ship.manifest"),
-    "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes
-    "sparkctl.gpu": ("sparkctl.gpu.drift",),  # preflight's GPU clock drift
-    # the OpenAI-compatible client, its deadline, its timed streams (first-token/stall limits,
-    # bursts) and prompt text (verify's; bench and the endpoint resolution use them)
-    "sparkctl.verify": (
-        "sparkctl.verify.client",
-        "sparkctl.verify.deadline",
-        "sparkctl.verify.stream",
-        "sparkctl.verify.prompts",
-    ),
+    "sparkctl.preflight": ("sparkctl.preflight",),  # `up` runs run_preflight (FAST_CHECKS)
+    "sparkctl.ship": ("sparkctl.ship",),  # `up --ship` calls ship (its Progress type with it)
+    "sparkctl.lifecycle": ("sparkctl.lifecycle.up",),  # bench --compare switches modes with up
 }
+MAX_ENTRY_POINTS = 5
+MAX_FLOW_DEPTH = 3  # flows stacked on flows: bench -> up -> preflight
 
 # An underscore module is its package's own; these are also shared with their floor (the CLI's).
 SHARED_PRIVATE_MODULES: dict[str, tuple[str, ...]] = {"sparkctl.commands._common": ("sparkctl.cli",)}
@@ -171,6 +168,26 @@ def flow_entry_points(edges) -> list[str]:
     return bad
 
 
+def flow_graph(edges) -> dict[str, set[str]]:
+    flows = {f"sparkctl.{u}" for u in FLOORS[FLOOR["sparkctl.lifecycle"]][1]}
+    g: dict[str, set[str]] = {f: set() for f in flows}
+    for e in _inside(edges):
+        s, d = unit(e.src), unit(e.dst)
+        if s != d and s in flows and d in flows:
+            g[s].add(d)
+    return g
+
+
+def flow_depth(edges) -> int:
+    """How many flows stand on each other at the most (a flow alone: 1)."""
+    g = flow_graph(edges)
+
+    def depth(f: str, seen: frozenset[str] = frozenset()) -> int:
+        return 1 + max((depth(d, seen | {f}) for d in g[f] if d not in seen), default=0)
+
+    return max(depth(f) for f in g)
+
+
 def private_names(edges) -> list[str]:
     """Nothing imports another module's _private name (nor an underscore module from outside)."""
     bad = []
@@ -268,6 +285,13 @@ def test_a_flow_reaches_another_only_through_its_entry_points() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_few_flow_entry_points_and_flows_stacked_at_most_three_deep() -> None:
+    assert sum(len(v) for v in ENTRY_POINTS.values()) <= MAX_ENTRY_POINTS
+    assert flow_depth(imports()) <= MAX_FLOW_DEPTH, {
+        k: sorted(v) for k, v in flow_graph(imports()).items() if v
+    }
+
+
 def test_no_module_imports_another_modules_private_names() -> None:
     bad = private_names(imports())
     assert not bad, "\n".join(bad)
@@ -306,3 +330,6 @@ def test_the_rules_catch_an_engines_to_planning_import() -> None:
     assert private_names((Import("sparkctl.ship.run", "sparkctl.connectors._paramiko"),))
     assert flow_entry_points((Import("sparkctl.benchmark.switch", "sparkctl.lifecycle.steps", ("observe",)),))
     assert unplaced((Import("sparkctl.newpkg.x", "sparkctl.errors"),))
+    # a fourth flow stacked on bench -> up -> preflight
+    deeper = (*imports(), Import("sparkctl.preflight.checks.gpus", "sparkctl.gpu.fabric", ("x",)))
+    assert flow_depth(deeper) == MAX_FLOW_DEPTH + 1

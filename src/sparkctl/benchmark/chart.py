@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkctl.benchmark.runner import BenchResult
+from sparkctl.benchmark.results import BenchResult
 from sparkctl.errors import UsageError
 
 

@@ -1,4 +1,4 @@
-"""One streamed chat request, timed event by event (sparkctl.verify.stream). Token counts come from
+"""One streamed chat request, timed event by event (sparkctl.clients.stream). Token counts come from
 the server's `usage`, never chunks: speculative decoding (DFlash) packs several tokens into one
 SSE event. A stream whose text arrived in one burst gives no decode rate (see `Sample.burst`)."""
 
@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sparkctl.benchmark.workloads import Workload
+from sparkctl.clients.stream import Limits, burst, max_gap, median_gap, repeats, text_times, watch
 from sparkctl.errors import SparkctlError
-from sparkctl.verify.stream import Limits, burst, max_gap, median_gap, repeats, text_times, watch
 
 
 class BenchRequestError(SparkctlError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.benchmark.runner import BenchResult, WorkloadResult
+from sparkctl.benchmark.results import BenchResult, WorkloadResult
 from sparkctl.benchmark.stats import Spread
 
 # A percentile q is shown only from 100 / (100 - q) requests on: p90 from 10, p99 from 100.

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sparkctl.benchmark.runner import BenchResult
+    from sparkctl.benchmark.results import BenchResult
     from sparkctl.benchmark.workloads import Workload
     from sparkctl.profile.schema import Profile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkctl.verify.prompts import filler
+from sparkctl.clients.prompts import filler
 
 _CODE = (
     "Write a Python module that parses a CSV file of sales records, groups them by region and "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,40 @@ def error_json(exc: BaseException, code: int) -> dict[str, Any]:
     return out
 
 
+# Lines are wrapped by word to the console width, with a hanging indent: a `command` in backticks
+# is never split (one that does not fit starts its own line), so a fix stays copyable at 80
+# columns and when piped.
+_TOKEN = re.compile(r"`[^`]*`\S*|\S+")
+
+
+def wrap_words(text: str, width: int, indent: int = 0, first: int | None = None) -> list[str]:
+    """Greedy word wrap; backticked spans are one token. `first`: room on the first line (else width).
+    Continuation lines are returned without their indent (the caller adds it)."""
+    lines: list[str] = []
+    line, room = "", (width if first is None else first)
+    for tok in _TOKEN.findall(text):
+        if line and len(line) + 1 + len(tok) > room:
+            lines.append(line)
+            line, room = tok, width - indent
+        else:
+            line = f"{line} {tok}" if line else tok
+    lines.append(line)
+    return lines
+
+
+def print_wrapped(
+    out, prefix_markup: str, prefix_len: int, text: str, indent: int, style: str = ""
+) -> None:  # rich Console
+    """`prefix` then `text` wrapped to the console, continuation lines indented by `indent`."""
+    from rich.markup import escape
+
+    width = max(out.width, 40)
+    parts = wrap_words(text, width, indent, first=width - prefix_len)
+    for i, part in enumerate(parts):
+        body = f"[{style}]{escape(part)}[/]" if style else escape(part)
+        out.print((prefix_markup if i == 0 else " " * indent) + body, soft_wrap=True)
+
+
 def handle_errors(fn: F) -> F:
     """Expected errors print one red line (+ fix) and exit with their code; bugs raise.
     With `--json`, a failure also prints `error_json` on stdout (and nothing else there)."""
@@ -76,8 +111,6 @@ def handle_errors(fn: F) -> F:
             if os.environ.get("SPARKCTL_DEBUG"):
                 raise
             from rich.markup import escape
-
-            from sparkctl.commands._findings import print_wrapped
 
             err = console(stderr=True)
             for one in [exc, *exc.also]:

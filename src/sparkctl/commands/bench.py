@@ -92,8 +92,8 @@ def bench_cmd(
     started = time.monotonic()  # --deadline counts from here, SDK import included
     from sparkctl.benchmark.runner import BenchStopped, run_bench
     from sparkctl.benchmark.workloads import default_suite, parse_levels, select
+    from sparkctl.clients.stream import Limits
     from sparkctl.errors import UsageError
-    from sparkctl.verify.stream import Limits
 
     levels = parse_levels(concurrency)
     full = default_suite(max_tokens, prefix_words, levels)
@@ -166,10 +166,11 @@ def _compare(
     """Run in MODE_A, switch, run in MODE_B (sparkctl.benchmark.switch), then render."""
     from sparkctl.benchmark.report import compare_table
     from sparkctl.benchmark.switch import compare_modes
-    from sparkctl.verify.client import profile_api_key, resolve_api_key
+    from sparkctl.clients.api import resolve_api_key
+    from sparkctl.secrets import local_ref, resolve_known
 
     prof = load_profile(profile)
-    key = resolve_api_key(*keys, profile_api_key(prof))
+    key = resolve_api_key(*keys, resolve_known(local_ref("api-key", prof.engine.api_key)))
     con = console(stderr=json_out)
 
     def on_switch(mode: str) -> None:

@@ -18,6 +18,7 @@ from sparkctl.commands.up import (
     SkipPreflightOpt,
     SuperviseOpt,
     TimeoutOpt,
+    UpRequest,
     print_preview,
     run_up,
 )
@@ -42,17 +43,18 @@ def switch_cmd(
         print_preview(profile, mode, None, json_out, rolling)
         return
     run_up(
-        mode,
-        None,
-        skip_preflight,
-        timeout,
-        profile,
-        json_out,
-        verb="switch",
-        ship_opt=ship,
-        supervise=supervise,
-        rolling=rolling,
-        guard=guard,
+        UpRequest(
+            mode,
+            profile,
+            skip_preflight=skip_preflight,
+            timeout=timeout,
+            json_out=json_out,
+            verb="switch",
+            ship=ship,
+            supervise=supervise,
+            rolling=rolling,
+            guard=guard,
+        )
     )
 
 

@@ -3,6 +3,8 @@ the run that `switch` and `upgrade` share (run_up)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -162,19 +164,24 @@ def _offer_ship(exc, ship_opt: bool | None, json_out: bool) -> set[str]:  # Pref
     return what
 
 
-def run_up(
-    mode: str | None,
-    tp: int | None,
-    skip_preflight: bool,
-    timeout: float | None,
-    profile,
-    json_out: bool,
-    verb: str = "up",
-    ship_opt: bool | None = None,
-    supervise: bool = False,
-    rolling: bool = True,
-    guard: bool | None = None,
-) -> None:
+@dataclass(frozen=True)
+class UpRequest:
+    """What `up`, `switch` and `upgrade` ask of `run_up` (their flags)."""
+
+    mode: str | None
+    profile: Path | None
+    tp: int | None = None
+    skip_preflight: bool = False
+    timeout: float | None = None
+    json_out: bool = False
+    verb: str = "up"  # up, switch or upgrade: named in the first phase line
+    ship: bool | None = None  # --ship / --no-ship; None: ask when preflight finds it shippable
+    supervise: bool = False
+    rolling: bool = True
+    guard: bool | None = None  # --guard / --no-guard; None: the profile's
+
+
+def run_up(req: UpRequest) -> None:
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.router import RouterFailedError
@@ -182,15 +189,16 @@ def run_up(
     from sparkctl.lifecycle.upship import up_or_ship
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
+    mode, profile, json_out, guard = req.mode, req.profile, req.json_out, req.guard
     prof = with_guard(load_profile(profile), guard)
     _interrupt_on_sigterm()
     reporter = _Reporter(stderr=json_out)
-    if verb in ("switch", "upgrade"):
-        reporter.phase(f"{verb}: cluster {prof.cluster}, mode {mode}")
+    if req.verb in ("switch", "upgrade"):
+        reporter.phase(f"{req.verb}: cluster {prof.cluster}, mode {mode}")
 
     def offer(exc: PreflightFailedError) -> set[str]:
         reporter.close()  # the live display stops before a question
-        return _offer_ship(exc, ship_opt, json_out)
+        return _offer_ship(exc, req.ship, json_out)
 
     def progress():  # a context manager giving ship's Progress
         from sparkctl.ship.progress import make_progress
@@ -205,11 +213,11 @@ def run_up(
                 offer=offer,
                 progress=progress,
                 mode=mode,
-                tp=tp,
-                skip_preflight=skip_preflight,
-                timeout=timeout,
+                tp=req.tp,
+                skip_preflight=req.skip_preflight,
+                timeout=req.timeout,
                 reporter=reporter,
-                rolling=rolling,
+                rolling=req.rolling,
             )
     except (RankFailedError, ReadyTimeoutError, RouterFailedError) as exc:
         reporter.close()
@@ -218,7 +226,7 @@ def run_up(
     finally:
         reporter.close()
     sup = None
-    if supervise:
+    if req.supervise:
         from sparkctl.commands.supervise import start_detached
         from sparkctl.lifecycle.supervisor.process import Policy
 
@@ -274,16 +282,18 @@ def up_cmd(
         print_preview(profile, mode, tp, json_out, rolling)
         return
     run_up(
-        mode,
-        tp,
-        skip_preflight,
-        timeout,
-        profile,
-        json_out,
-        ship_opt=ship,
-        supervise=supervise,
-        rolling=rolling,
-        guard=guard,
+        UpRequest(
+            mode,
+            profile,
+            tp=tp,
+            skip_preflight=skip_preflight,
+            timeout=timeout,
+            json_out=json_out,
+            ship=ship,
+            supervise=supervise,
+            rolling=rolling,
+            guard=guard,
+        )
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile
-from sparkctl.commands.up import RollingOpt, SkipPreflightOpt, TimeoutOpt, run_up
+from sparkctl.commands.up import RollingOpt, SkipPreflightOpt, TimeoutOpt, UpRequest, run_up
 
 
 @handle_errors
@@ -36,7 +36,17 @@ def upgrade_cmd(
             f"mode {mode} has 1 replica: upgrading restarts it (requests fail until it is back); "
             "a mode with 2+ replicas behind the router is upgraded one replica at a time"
         )
-    run_up(mode, None, skip_preflight, timeout, profile, json_out, verb="upgrade", rolling=rolling)
+    run_up(
+        UpRequest(
+            mode,
+            profile,
+            skip_preflight=skip_preflight,
+            timeout=timeout,
+            json_out=json_out,
+            verb="upgrade",
+            rolling=rolling,
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -66,12 +66,12 @@ def verify_cmd(
     import time
 
     started = time.monotonic()  # --deadline counts from here, SDK import included
+    from sparkctl.clients.stream import Limits
     from sparkctl.errors import ExitCode, UsageError
     from sparkctl.lifecycle.endpoint import resolve_endpoint
     from sparkctl.verify.checks import select
     from sparkctl.verify.runner import Stopped
     from sparkctl.verify.runner import verify as run_verify
-    from sparkctl.verify.stream import Limits
 
     ep = resolve_endpoint(lambda: load_profile(profile), mode, url, model, api_key, api_key_env)
     if only and not select(only):

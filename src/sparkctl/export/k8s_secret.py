@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from sparkctl.connectors.base import Connector
 from sparkctl.planning.model import Plan, RankSpec
-from sparkctl.secrets import render_files
+from sparkctl.secrets import render_files, resolve
 
 
 def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[str, bytes]:
@@ -22,7 +22,7 @@ def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[st
     out = {posixpath.basename(t): v for t, v in render_files(spec.secrets, conn).items()}
     for f in spec.secrets:
         if f.bind:  # up bind-mounts these from the node; Kubernetes mounts them from the Secret
-            out[posixpath.basename(f.target)] = f.ref.reveal_on(conn).encode()
+            out[posixpath.basename(f.target)] = resolve(f.ref, conn).encode()
     return out
 
 

@@ -13,8 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from sparkctl.findings import Finding, Severity, worst
-from sparkctl.gpu.drift import version_drift
+from sparkctl.findings import Finding, Severity, version_drift, worst
 
 # Published pass mark for two DGX Sparks cabled directly (nccl-tests all_gather bus bandwidth).
 DEFAULT_THRESHOLD_GBPS = 21.875

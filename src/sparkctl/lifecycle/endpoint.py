@@ -33,7 +33,8 @@ def resolve_endpoint(
 ) -> ApiTarget:
     """The profile is loaded only when --url is not given. The key: --api-key, --api-key-env,
     else the profile's."""
-    from sparkctl.verify.client import profile_api_key, resolve_api_key
+    from sparkctl.clients.api import resolve_api_key
+    from sparkctl.secrets import local_ref, resolve_known
 
     if url or model:
         if not (url and model):
@@ -49,5 +50,5 @@ def resolve_endpoint(
 
         mode = resolve_mode(prof, fallback=("running", "default"))  # what runs now, else the default
     plan = build_plan(prof, mode)
-    key = resolve_api_key(api_key, api_key_env, profile_api_key(prof))
+    key = resolve_api_key(api_key, api_key_env, resolve_known(local_ref("api-key", prof.engine.api_key)))
     return ApiTarget(plan.endpoint.url, plan.endpoint.served_model_name, plan.settled_hash, plan.mode, key)

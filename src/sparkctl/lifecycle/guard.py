@@ -20,8 +20,10 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import state
+from sparkctl.node.pack import pack
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
+from sparkctl.remote.ops import parse_op_result
 from sparkctl.units import human_bytes
 
 GIB = 1 << 30
@@ -45,18 +47,8 @@ exec python3 -S "$f" "$2" "$3"
 
 @cache
 def program() -> str:
-    """memsense.py then memguard.py, their sparkctl imports (marked `# node: strip`) dropped."""
-    parts: list[str] = []
-    for name in ("memsense.py", "memguard.py"):
-        skipping = False
-        for line in (NODE_DIR / name).read_text().splitlines():
-            if line.endswith("# node: strip"):
-                skipping = line.rstrip().endswith("(  # node: strip")
-            elif skipping:
-                skipping = line != ")"
-            else:
-                parts.append(line)
-    return "\n".join(parts) + "\n"
+    """memsense.py then memguard.py as one file (the node program's packer)."""
+    return pack(NODE_DIR, ("memsense.py", "memguard.py"))
 
 
 @cache
@@ -64,21 +56,17 @@ def digest() -> str:
     return hashlib.sha256(program().encode()).hexdigest()[:16]
 
 
-def node_argv(op: str, arg: str) -> list[str]:
+def guard_argv(op: str, arg: str) -> list[str]:
+    """Installs the program (on stdin) under GUARD_DIR once per version, then runs one op of it."""
     return ["sh", "-c", _SH, "sparkctl-guard", digest(), op, arg]
 
 
-def run_op(pool: NodePool, node: str, op: str, arg: str, timeout: float = 30.0) -> dict:
-    res = pool.get(node).run(node_argv(op, arg), input=program().encode(), timeout=timeout)
-    last = (res.stdout.strip().splitlines() or [""])[-1]
-    if not res.ok or not last.startswith("{"):
-        why = (res.stderr.strip().splitlines() or [last or "no output"])[-1]
-        raise SparkctlError(
-            f"memory guard {op} failed (exit {res.rc}): {why}",
-            node=node,
-            fix="the guard needs python3 on the node (DGX OS ships it); `up --no-guard` starts without it",
-        )
-    return json.loads(last)
+GUARD_FIX = "the guard needs python3 on the node (DGX OS ships it); `up --no-guard` starts without it"
+
+
+def guard_op(pool: NodePool, node: str, op: str, arg: str, timeout: float = 30.0) -> dict:
+    res = pool.get(node).run(guard_argv(op, arg), input=program().encode(), timeout=timeout)
+    return parse_op_result(res, op, what="memory guard", fix=GUARD_FIX)
 
 
 def node_config(profile: Profile) -> dict:
@@ -118,7 +106,7 @@ def ensure(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict
     todo = guarded_nodes(profile, nodes)
     arg = json.dumps(node_config(profile))
     _remember(profile.cluster, add=todo)
-    started = fan_out(todo, lambda n: run_op(pool, n, "start", arg)).values_or_raise()
+    started = fan_out(todo, lambda n: guard_op(pool, n, "start", arg)).values_or_raise()
     for node, out in started.items():
         if not out.get("pid"):
             raise SparkctlError(
@@ -131,7 +119,7 @@ def ensure(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict
 
 def stop(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, BaseException]:
     """Stop the cluster's guard on every node that answers; {node: why} for the others."""
-    res = fan_out(list(dict.fromkeys(nodes)), lambda n: run_op(pool, n, "stop", profile.cluster))
+    res = fan_out(list(dict.fromkeys(nodes)), lambda n: guard_op(pool, n, "stop", profile.cluster))
     _remember(profile.cluster, drop=list(res.ok))
     return res.errors
 
@@ -167,7 +155,7 @@ def nodes_to_read(profile: Profile) -> list[str]:
 
 def read(profile: Profile, pool: NodePool, nodes: list[str]) -> dict[str, dict]:
     """{node: {running, state, trips}} of every node that answers and has run a guard."""
-    res = fan_out(list(dict.fromkeys(nodes)), lambda n: run_op(pool, n, "status", profile.cluster))
+    res = fan_out(list(dict.fromkeys(nodes)), lambda n: guard_op(pool, n, "status", profile.cluster))
     return {n: v for n, v in res.ok.items() if v.get("running") or v.get("state") or v.get("trips")}
 
 

@@ -15,6 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
+from sparkctl.clients.router import RouterClient, RouterError, Worker
 from sparkctl.connectors.pool import NodePool
 from sparkctl.engines.base import MetricNames
 from sparkctl.errors import SparkctlError
@@ -32,9 +33,9 @@ from sparkctl.lifecycle.rolling_rules import (
 from sparkctl.lifecycle.steps import Reporter, UpResult, observe, remove_all, start_group
 from sparkctl.planning.build import Plan, PlanFacts, build_plan
 from sparkctl.profile.schema import Profile
-from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import probe
+from sparkctl.secrets import resolve_known
 
 __all__ = ["Verdict", "can_roll", "is_router", "layout_blocker", "running_mode"]  # the rules, re-exported
 
@@ -116,7 +117,7 @@ def decide(
         return Decision(None)
     workers: list[Worker] | None = None
     client = routers.client(pool, new) if new.router is not None else None
-    key = new.endpoint.api_key.known_value() if new.endpoint.api_key else None  # read by client()
+    key = resolve_known(new.endpoint.api_key)  # read by client()
     if client is not None:
         with contextlib.suppress(RouterError):
             workers = client.workers()

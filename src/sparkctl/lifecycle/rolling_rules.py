@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.clients.router import Worker
 from sparkctl.planning.build import Plan
-from sparkctl.router.client import Worker
 from sparkctl.runtime.containers import ContainerInfo
 
 GROUP_LABEL = "sparkctl.group"

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sparkctl.clients.router import RouterClient, RouterError, Worker
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle.logs import plain
 from sparkctl.planning.build import LABEL_PREFIX, Plan, RankSpec
-from sparkctl.router.client import RouterClient, RouterError, Worker
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
-from sparkctl.secrets import redact, secret_values
+from sparkctl.secrets import redact, resolve, resolve_known, secret_values
 
 POLL_S = 0.25
 CLIENT_TIMEOUT = 3.0
@@ -57,11 +57,10 @@ def client(pool: NodePool, plan: Plan, timeout: float = CLIENT_TIMEOUT) -> Route
     assert plan.router is not None
     ref = plan.endpoint.api_key
     key = None
-    if ref is not None:
-        if ref.file:
-            with contextlib.suppress(SparkctlError):
-                ref.reveal_on(pool.get(plan.router.node))
-        key = ref.known_value()
+    if ref is not None and ref.file:
+        with contextlib.suppress(SparkctlError):
+            key = resolve(ref, pool.get(plan.router.node))
+    key = key or resolve_known(ref)
     return RouterClient(plan.endpoint.url, api_key=key, timeout=timeout)
 
 

@@ -3,6 +3,8 @@ fails: the steps `up` (start_group) and its router step share."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sparkctl.connectors.pool import NodePool
 from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
@@ -12,7 +14,7 @@ from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.front import start_front
-from sparkctl.secrets import secret_values
+from sparkctl.runtime.secret_files import Sealed, seal
 
 
 def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:
@@ -27,15 +29,23 @@ def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:
     fan_out(list(by_node), prep).values_or_raise()
 
 
-def start_specs(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
+def start_specs(
+    profile: Profile,
+    pool: NodePool,
+    specs: list[RankSpec],
+    started: list[RankSpec],
+    sealed: Mapping[str, Sealed] | None = None,
+) -> None:
+    """Start `specs` (their secrets from `sealed`, read by `up` once per rank; else read here)."""
     by_rank = {s.rank: s for s in specs}
 
     def start_one(rank: int) -> None:
         spec = by_rank[rank]
         conn = pool.get(spec.node)
         started.append(spec)  # before creating it: rollback must also see a half-started container
-        info = containers.start_rank(conn, spec)
-        masks = secret_values(spec.secret_refs(), conn)
+        secrets = (sealed or {}).get(spec.container_name) or seal(spec, conn)
+        info = containers.start_rank(conn, spec, secrets.tar)
+        masks = list(secrets.masks)
         patterns = get_engine(profile.engine.kind).log_secret_patterns
         log_path = logs.rank_log_path(profile, spec)
         logs.start_follower(conn, spec.container_name, log_path, masks, patterns)

@@ -18,6 +18,7 @@ from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import EndpointHealth, probe
+from sparkctl.secrets import resolve
 
 
 @dataclass
@@ -208,7 +209,7 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
         hashes = {c.config_hash for c in ranks if c.running}
         if plan and plan.endpoint.api_key and plan.endpoint.api_key.file:  # read the key on rank 0's node
             with contextlib.suppress(SparkctlError):
-                plan.endpoint.api_key.reveal_on(pool.get(plan.ranks[0].node))
+                resolve(plan.endpoint.api_key, pool.get(plan.ranks[0].node))
         health = probe(plan.endpoint) if plan else EndpointHealth(detail="mode no longer in the profile")
         st = ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None)
         if plan is not None and plan.replicas > 1:

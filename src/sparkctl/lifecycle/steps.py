@@ -7,6 +7,7 @@ rolling.py and preview.py import these, never each other's internals).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -22,6 +23,7 @@ from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import EndpointHealth, probe
+from sparkctl.runtime.secret_files import Sealed
 
 
 class Reporter(Protocol):
@@ -153,7 +155,13 @@ def record_attempt(plan: Plan, outcome: str) -> None:
 
 
 def start_group(
-    profile: Profile, pool: NodePool, plan: Plan, deadline: float, budget: float, rep: Reporter
+    profile: Profile,
+    pool: NodePool,
+    plan: Plan,
+    deadline: float,
+    budget: float,
+    rep: Reporter,
+    sealed: Mapping[str, Sealed] | None = None,
 ) -> WaitResult:
     """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
     0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
@@ -169,9 +177,9 @@ def start_group(
         heads = [s for s in plan.ranks if s.node_rank == 0]
         if peers:
             rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
-            start_specs(profile, pool, peers, started)
+            start_specs(profile, pool, peers, started, sealed)
         rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
-        start_specs(profile, pool, heads, started)
+        start_specs(profile, pool, heads, started, sealed)
         eps = endpoints(plan)
         what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
         rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")

@@ -30,7 +30,7 @@ from sparkctl.lifecycle.steps import (
 from sparkctl.lifecycle.supervisor import process as supervisor
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
-from sparkctl.runtime import containers
+from sparkctl.runtime.secret_files import seal
 
 
 class PreflightFailedError(SparkctlError):
@@ -54,10 +54,8 @@ class PreflightFailedError(SparkctlError):
 
 def run_fast_preflight(profile: Profile, plan: Plan, pool: NodePool, ignore: set[str]) -> str:
     """The quick subset of preflight; raises PreflightFailedError listing every error."""
-    try:
-        from sparkctl.preflight import FAST_CHECKS, run_preflight
-    except ImportError:
-        return "preflight not available in this build: skipped"
+    from sparkctl.preflight import FAST_CHECKS, run_preflight
+
     report = run_preflight(profile, plan, pool, only=set(FAST_CHECKS), ignore=ignore)
     if report.errors:
         lines = "; ".join(f"[{f.check}{'-' + f.node if f.node else ''}] {f.message}" for f in report.errors)
@@ -102,8 +100,8 @@ def _up_locked(
     budget = timeout if timeout is not None else profile.engine.ready_timeout
     deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
     plan = resolve_plan(profile, plan, pool)
-    for spec in plan.ranks:  # a missing secret (unset HF_TOKEN) must stop us before anything is stopped
-        containers.secrets_tar(spec, pool.get(spec.node))
+    # Each rank's secrets read once: a missing one (unset HF_TOKEN) stops us before anything is stopped.
+    sealed = {s.container_name: seal(s, pool.get(s.node)) for s in plan.ranks}
     settled, still_lost = orphans.settle_pending(pool, plan.cluster)  # a node still lost keeps its record
     for line in settled:
         rep.phase(line)
@@ -143,7 +141,7 @@ def _up_locked(
     if rec.remove:
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
         remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
-    result = start_group(profile, pool, plan, deadline, budget, rep)
+    result = start_group(profile, pool, plan, deadline, budget, rep, sealed)
     return UpResult(
         plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled
     )

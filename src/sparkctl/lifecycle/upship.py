@@ -16,7 +16,7 @@ from sparkctl.lifecycle.up import PreflightFailedError, up
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.profile.schema import Profile
-    from sparkctl.ship.progress import Progress
+    from sparkctl.ship import Progress
 
 
 def up_or_ship(
@@ -37,10 +37,21 @@ def up_or_ship(
     the retry gets the rest."""
     start = time.monotonic()
     rep = reporter or QuietReporter()
-    kwargs = {"mode": mode, "tp": tp, "skip_preflight": skip_preflight, "timeout": timeout, "reporter": rep}
-    kwargs["rolling"] = rolling
+
+    def run(timeout_s: float | None) -> UpResult:
+        return up(
+            profile,
+            pool,
+            mode=mode,
+            tp=tp,
+            skip_preflight=skip_preflight,
+            timeout=timeout_s,
+            reporter=rep,
+            rolling=rolling,
+        )
+
     try:
-        return up(profile, pool, **kwargs)  # type: ignore[arg-type]
+        return run(timeout)
     except PreflightFailedError as exc:
         what = offer(exc)
         if not what:
@@ -59,4 +70,4 @@ def up_or_ship(
             f"the deadline passed while shipping ({spent:.0f}s)",
             fix="rerun `sparkctl up` (shipped files stay), or raise --timeout",
         )
-    return up(profile, pool, **{**kwargs, "timeout": left})  # type: ignore[arg-type]
+    return run(left)

@@ -26,15 +26,14 @@ FILES: tuple[str, ...] = (
 )
 
 
-@cache
-def node_script() -> str:
-    """The node program: FILES as one stdlib-only script (their in-package imports, marked
-    `# node: strip`, dropped; one `from __future__` line first)."""
-    here = Path(__file__).parent
+def pack(folder: Path, names: tuple[str, ...]) -> str:
+    """The packer: `names` (files of `folder`, in order) as one stdlib-only script: their in-package
+    imports, marked `# node: strip`, dropped; one `from __future__` line first. The guard's program
+    (node/guard/) is packed by it too."""
     parts = ["from __future__ import annotations"]
-    for name in FILES:
+    for name in names:
         skipping = False
-        for line in (here / name).read_text().splitlines():
+        for line in (folder / name).read_text().splitlines():
             if line.endswith("# node: strip"):
                 skipping = line.rstrip().endswith("(  # node: strip")  # a multi-line import
             elif skipping:
@@ -42,6 +41,12 @@ def node_script() -> str:
             elif line != "from __future__ import annotations":
                 parts.append(line)
     return "\n".join(parts) + "\n"
+
+
+@cache
+def node_script() -> str:
+    """The node program: FILES packed."""
+    return pack(Path(__file__).parent, FILES)
 
 
 # The node's system interpreter (/usr/bin/python3, what DGX OS ships) when it has one, else python3

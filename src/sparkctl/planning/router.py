@@ -2,7 +2,7 @@
 
 Pure, like plan.py. The router listens on engine.port (the user's one endpoint) on `router.node`
 and starts with every replica's URL; a rolling switch then adds and removes replicas through its
-worker API (router/client.py), so the worker set is not part of the router's config hash, and
+worker API (clients/router.py), so the worker set is not part of the router's config hash, and
 neither is the serving image it runs from when `router.image` is unset (an image upgrade rolls the
 replicas and keeps the router).
 """

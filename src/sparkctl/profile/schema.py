@@ -176,18 +176,6 @@ class Secret(Strict):
             raise ValueError("set exactly one of env or file")
         return self
 
-    def resolve(self) -> str | None:
-        """The value on this machine (`verify`/`bench` run here): the variable, or the file if readable."""
-        import os
-        from pathlib import Path
-
-        if self.env:
-            return os.environ.get(self.env) or None
-        try:
-            return Path(self.file or "").expanduser().read_text().strip() or None
-        except OSError:
-            return None
-
 
 def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
     """Flag names without dashes; flags the engine manages are refused when the plan is built. A

@@ -9,7 +9,6 @@ Containers are found again by label (`sparkctl.cluster=<name>`), so reconcile, `
 from __future__ import annotations
 
 import contextlib
-import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import SparkctlError
 from sparkctl.planning.build import LABEL_PREFIX, RankSpec
 from sparkctl.runtime.node_user import node_uid_gid
+from sparkctl.runtime.secret_files import drop_secrets, place_secrets
 from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
@@ -206,70 +206,6 @@ def node_rdma_devices(conn: Connector, spec: RankSpec) -> list[str]:
     return found
 
 
-def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
-    """The rank's secret files (values revealed here) as a tar of their names: 0400."""
-    import io
-    import tarfile
-
-    from sparkctl.secrets import render_files
-
-    files = render_files(spec.secrets, conn)
-    if not files:
-        return None
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, data in files.items():
-            info = tarfile.TarInfo(posixpath.basename(path))
-            info.size, info.mode = len(data), 0o400
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-# Secrets live on the node's /dev/shm (a tmpfs, checked: never on a disk, gone at reboot), in a 0700
-# directory of the node user that is checked to be theirs (a directory another user pre-created
-# in the sticky /dev/shm is refused), one subdirectory per container, bind-mounted read-only file
-# by file at their /run/secrets paths. $1 = the container name; $2 = the UID:GID the engine runs as
-# when not the node user's (the files are handed to it: only root may); the tar arrives on stdin.
-SECRETS_ROOT = '/dev/shm/sparkctl-"$(id -u)"'
-_SECRETS_SCRIPT = (
-    '[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || { echo "/dev/shm is not a tmpfs" >&2; exit 3; }; '
-    f'umask 077; d={SECRETS_ROOT}; mkdir -m 700 "$d" 2>/dev/null; '
-    '[ -d "$d" ] && [ ! -L "$d" ] && [ "$(stat -c %u "$d")" = "$(id -u)" ] '
-    '|| { echo "$d is not a directory of this user" >&2; exit 3; }; chmod 700 "$d" && '
-    'r="$d/$1" && rm -rf -- "$r" && mkdir -m 700 -- "$r" && tar -x -C "$r" -f - && '
-    '{ [ -z "$2" ] || chown -- "$2" "$r"/* || { rm -rf -- "$r"; exit 4; }; } && printf %s "$r"'
-)
-SECRETS_NOT_GIVEN = 4  # the node user could not hand the files to the engine's uid
-_SECRETS_DROP = f'rm -rf -- {SECRETS_ROOT}/"$1"'
-
-
-def place_secrets(conn: Connector, spec: RankSpec, tar: bytes, owner: str = "") -> list[Any]:
-    """Write the secret files on the node's tmpfs (handed to `owner`, the engine's UID:GID, when
-    given); the read-only bind mounts that place them."""
-    from docker.types import Mount
-
-    argv = ["sh", "-c", _SECRETS_SCRIPT, "sparkctl-secrets", spec.container_name, owner]
-    res = conn.run(argv, input=tar)
-    if res.rc == SECRETS_NOT_GIVEN:
-        raise SparkctlError(
-            f"engine.container.user {owner}: the node user cannot hand the secret files to that uid "
-            "(only root can chown)",
-            fix="set engine.container.user: node (the node user's own uid), or connect to the node as root",
-            node=spec.node,
-            rank=rank_of(spec),
-        )
-    res.check(
-        "placing the secret files in /dev/shm",
-        fix="the node needs /dev/shm mounted as a tmpfs the node user can write, and `tar`",
-    )
-    where = res.stdout.strip()
-    targets = {posixpath.basename(f.target): f.target for f in spec.secrets if not f.bind}
-    return [
-        Mount(target=target, source=f"{where}/{name}", type="bind", read_only=True)
-        for name, target in sorted(targets.items())
-    ]
-
-
 def list_cluster(conn: Connector, cluster: str) -> list[ContainerInfo]:
     """Every container of this cluster on the node (any state), found by label."""
     client = conn.docker()
@@ -307,12 +243,12 @@ def prepare_node(conn: Connector, specs: list[RankSpec], extra_dirs: list[str]) 
         conn.run(["chmod", "700", "--", *extra_dirs]).check("restricting the log directory to its owner")
 
 
-def start_rank(conn: Connector, spec: RankSpec) -> ContainerInfo:
-    """Create and start the rank's container; expected Docker failures become SparkctlErrors."""
+def start_rank(conn: Connector, spec: RankSpec, secret_files: bytes | None) -> ContainerInfo:
+    """Create and start the rank's container with its secrets' tar (`secret_files.seal`, read
+    before); expected Docker failures become SparkctlErrors."""
     import docker.errors
 
     client = conn.docker()
-    secret_files = secrets_tar(spec, conn)  # read before creating: a missing secret stops here
     devices = node_rdma_devices(conn, spec)
     params = create_params(spec, revealed_env(spec), devices)
     owner = ""  # the secret files stay the node user's unless the engine runs as another uid
@@ -370,17 +306,10 @@ def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
             api.stop(name, timeout=grace)  # a stopped container answers 304: fine
         api.remove_container(name, force=True)  # force: SIGKILL if still running
     except docker.errors.NotFound:
-        _drop_secrets(conn, name)
+        drop_secrets(conn, name)
         return False
-    _drop_secrets(conn, name)
+    drop_secrets(conn, name)
     return True
-
-
-def _drop_secrets(conn: Connector, name: str) -> None:
-    """The container's secret files on the node's tmpfs go with it (best effort: the next start of
-    that name replaces them, a reboot empties /dev/shm)."""
-    with contextlib.suppress(Exception):
-        conn.run(["sh", "-c", _SECRETS_DROP, "sparkctl-secrets", name], timeout=30)
 
 
 def tail_logs(conn: Connector, name: str, lines: int = 40) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.engines.base import Readiness
 from sparkctl.planning.build import Endpoint
+from sparkctl.secrets import resolve_known
 
 MODELS_TIMEOUT = 2.0
 
@@ -72,7 +73,7 @@ def probe(endpoint: Endpoint, health: bool = True, readiness: Readiness | None =
     have been read this run, as `up` does when it starts the ranks)."""
     paths = readiness or endpoint.readiness
     models, check = paths.models_path, paths.health_path
-    key = endpoint.api_key.known_value() if endpoint.api_key else None
+    key = resolve_known(endpoint.api_key)
     try:
         code, body = _get(f"{endpoint.url}{models}", MODELS_TIMEOUT, key)
     except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError

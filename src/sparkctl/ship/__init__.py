@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from sparkctl.errors import SparkctlError, UsageError
 from sparkctl.fanout import CancelToken
 from sparkctl.profile.derived import hf_cache_for
+from sparkctl.remote.manifest import Manifest, snapshot_manifest
 from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.hop import Transfers
-from sparkctl.ship.manifest import Manifest, snapshot_manifest
 from sparkctl.ship.progress import ByteCounter, NullProgress, Progress, RichProgress
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ __all__ = [
     "DiskFullError",
     "Manifest",
     "NullProgress",
+    "Progress",
     "RichProgress",
     "ShipError",
     "ShipReport",

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ModelRef, Profile
+    from sparkctl.remote.manifest import Manifest
     from sparkctl.ship import ShipReport
     from sparkctl.ship.image import SourceImage
-    from sparkctl.ship.manifest import Manifest
 
 
 @dataclass(frozen=True)

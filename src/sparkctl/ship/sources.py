@@ -14,8 +14,9 @@ from sparkctl.errors import DockerDownError, SparkctlError, several
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.profile.derived import hf_cache_for
+from sparkctl.remote.manifest import Manifest, parse_manifest, revision_of
+from sparkctl.remote.ops import run_op
 from sparkctl.ship.errors import ShipError, SourceMissingError
-from sparkctl.ship.manifest import Manifest, parse_manifest, revision_of, run_op
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool

@@ -12,23 +12,16 @@ not there intact.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import fan_out
+from sparkctl.remote.manifest import Manifest, dest_paths, diff_files
+from sparkctl.remote.ops import parse_op_result, run_op
 from sparkctl.ship.errors import RERUN, DiskFullError, ShipError
-from sparkctl.ship.manifest import (
-    Manifest,
-    WeightsDiff,
-    dest_paths,
-    diff_files,
-    parse_op_result,
-    run_op,
-)
 from sparkctl.ship.progress import Progress
-from sparkctl.ship.weights_push import plan_doc, push_weights
+from sparkctl.ship.weights_push import WeightsNeed, WeightsPeer, WeightsResult, plan_doc, push_weights
 from sparkctl.units import human_bytes
 
 if TYPE_CHECKING:
@@ -38,25 +31,6 @@ if TYPE_CHECKING:
 SPACE_MARGIN = 64 << 20
 RANGE_MIN = 64 << 20  # files smaller than this are never split
 ALIGN = 1 << 20
-
-
-@dataclass
-class WeightsResult:
-    node: str
-    model: str
-    commit: str
-    action: str  # "skipped" | "shipped" | "repaired" (nothing to send, links/marker redone)
-    digest: str
-    source: str = ""
-    check: str = "quick"  # "quick" (size+mtime+inode cache, like rsync) | "deep" (every byte rehashed)
-    bytes_sent: int = 0
-    files_sent: int = 0
-    files_kept: int = 0
-    streams: int = 0
-    seconds: float = 0.0
-
-    def to_json(self) -> dict:
-        return {"what": f"weights:{self.model}", **self.__dict__}
 
 
 def plan_streams(send: dict[str, int], n: int) -> tuple[list[list[tuple[str, int | None, int]]], list[str]]:
@@ -91,26 +65,6 @@ def identical(source: Manifest, peer_doc: dict | None) -> bool:
     files = {rel: (f.sha256, f.size, f.blob) for rel, f in source.files.items()}
     theirs = {rel: tuple(v) for rel, v in peer_doc.get("files", {}).items()}
     return files == theirs and not peer_doc.get("broken") and peer_doc.get("marker") == source.digest
-
-
-@dataclass
-class WeightsPeer:
-    """A peer of one model: its connector, HF cache path, the ssh argv that reaches it from another
-    node, and its own manifest doc from the `state` round trip (None: not gathered)."""
-
-    conn: Connector
-    hf_cache: str
-    hop: list[str]
-    doc: dict | None = None
-
-
-@dataclass
-class WeightsNeed:
-    peer: WeightsPeer
-    repo: str
-    diff: WeightsDiff
-    result: WeightsResult
-    probe: dict  # the peer's probe: hashes by destination, marker, free space
 
 
 def ship_weights(

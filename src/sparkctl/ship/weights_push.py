@@ -1,10 +1,12 @@
-"""The source's side of a weights copy, as seen from sparkctl: one `push-weights` on the source
-through the chain of peers, and what each peer's receivers answered (files written with their
-sha256, the snapshot finished by the first stream's receiver, or the error to report)."""
+"""The source's side of a weights copy, as seen from sparkctl: each peer, what it needs and its
+result; one `push-weights` on the source through the chain of peers, and what each peer's
+receivers answered (files written with their sha256, the snapshot finished by the first
+stream's receiver, or the error to report)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
@@ -15,9 +17,47 @@ from sparkctl.ship.progress import FanOut, Progress
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
+    from sparkctl.remote.manifest import Manifest, WeightsDiff
     from sparkctl.ship.hop import Transfers
-    from sparkctl.ship.manifest import Manifest
-    from sparkctl.ship.weights import WeightsNeed
+
+
+@dataclass
+class WeightsResult:
+    node: str
+    model: str
+    commit: str
+    action: str  # "skipped" | "shipped" | "repaired" (nothing to send, links/marker redone)
+    digest: str
+    source: str = ""
+    check: str = "quick"  # "quick" (size+mtime+inode cache, like rsync) | "deep" (every byte rehashed)
+    bytes_sent: int = 0
+    files_sent: int = 0
+    files_kept: int = 0
+    streams: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"what": f"weights:{self.model}", **self.__dict__}
+
+
+@dataclass
+class WeightsPeer:
+    """A peer of one model: its connector, HF cache path, the ssh argv that reaches it from another
+    node, and its own manifest doc from the `state` round trip (None: not gathered)."""
+
+    conn: Connector
+    hf_cache: str
+    hop: list[str]
+    doc: dict | None = None
+
+
+@dataclass
+class WeightsNeed:
+    peer: WeightsPeer
+    repo: str
+    diff: WeightsDiff
+    result: WeightsResult
+    probe: dict  # the peer's probe: hashes by destination, marker, free space
 
 
 def plan_doc(source: Manifest) -> dict:

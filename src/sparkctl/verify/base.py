@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from sparkctl.verify.stream import Limits, Timed
+    from sparkctl.clients.stream import Limits, Timed
 
 # Enough for an answer, small enough that a slow server finishes every check quickly.
 MAX_TOKENS = 16
@@ -32,12 +32,8 @@ class CheckFailed(Exception):
         self.fix = fix  # overrides the check's usual cause when the cause is known
 
 
-class Stalled(Exception):
-    """A request ran past one of its time limits (sparkctl.verify.stream.Limits)."""
-
-
 def _limits() -> Limits:
-    from sparkctl.verify.stream import Limits
+    from sparkctl.clients.stream import Limits
 
     return Limits()
 
@@ -88,9 +84,9 @@ def user(text: str) -> dict:
 
 
 def drain(ctx: Context, open_stream: Callable[..., Any], is_token: Callable[[Any], bool]) -> Timed:
-    """Every event of a stream, timed, under the context's limits (sparkctl.verify.stream).
+    """Every event of a stream, timed, under the context's limits (sparkctl.clients.stream).
     `open_stream(timeout=...)` makes the SDK call with stream=True."""
-    from sparkctl.verify.stream import watch
+    from sparkctl.clients.stream import watch
 
     return watch(lambda socket_s: open_stream(timeout=socket_s), ctx.limits, is_token)
 
@@ -131,7 +127,7 @@ def output_types(resp: Any) -> list[str]:
 
 
 def long_prompt(ctx: Context, api: str) -> str:
-    from sparkctl.verify.prompts import filler
+    from sparkctl.clients.prompts import filler
 
     return filler(ctx.long_prompt_words, seed=f"[{api} {ctx.nonce}] Reply with the first word of this list.")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkctl.clients.stream import Timed, burst, max_gap, median_gap, repeats, text_times
 from sparkctl.verify.base import (
     CheckFailed,
     Context,
@@ -17,7 +18,6 @@ from sparkctl.verify.base import (
     user,
     validate,
 )
-from sparkctl.verify.stream import Timed, burst, max_gap, median_gap, repeats, text_times
 
 
 def _text(msg: object) -> str:

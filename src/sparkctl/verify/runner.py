@@ -1,4 +1,4 @@
-"""Run the checks against one endpoint, each request under its time limits (verify/stream.py) and
+"""Run the checks against one endpoint, each request under its time limits (clients/stream.py) and
 all by --deadline, and turn each outcome into a `Finding`: ok, warn (optional feature missing) or
 error (API contract). A stop (a timed-out request, --deadline) raises `Stopped`, which carries the
 findings of the checks that finished."""
@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from sparkctl.clients.api import describe_error, make_client, probe, probe_deadline
+from sparkctl.clients.deadline import TimeUp, bounded
+from sparkctl.clients.stream import PROBE_S, Limits, Stalled, StreamCut
 from sparkctl.errors import SparkctlError
 from sparkctl.findings import Finding, Severity
-from sparkctl.verify.base import SDK_DEFAULT_FIX, Check, CheckFailed, Context, Stalled
+from sparkctl.verify.base import SDK_DEFAULT_FIX, Check, CheckFailed, Context
 from sparkctl.verify.checks import select
-from sparkctl.verify.client import describe_error, make_client, probe, probe_deadline
-from sparkctl.verify.deadline import TimeUp, bounded
-from sparkctl.verify.stream import PROBE_S, Limits, StreamCut
 
 
 class Stopped(SparkctlError):

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from sparkctl.benchmark.measure import Sample
 from sparkctl.benchmark.report import bench_table, pct, spread_table, sweep_table, table_notes
-from sparkctl.benchmark.runner import BenchResult, WorkloadResult
+from sparkctl.benchmark.results import BenchResult, WorkloadResult
 from sparkctl.benchmark.stats import spread
 from sparkctl.benchmark.workloads import Workload
 

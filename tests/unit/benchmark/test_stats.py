@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sparkctl.benchmark.measure import Sample, request_kwargs
-from sparkctl.benchmark.runner import BenchResult, compare
+from sparkctl.benchmark.results import BenchResult
+from sparkctl.benchmark.runner import compare
 from sparkctl.benchmark.stats import percentile, spread
 from sparkctl.benchmark.workloads import Workload, default_suite, parse_levels, select, sized
 from sparkctl.errors import UsageError
@@ -103,7 +104,7 @@ def test_compare_switches_then_runs_each_mode_in_order() -> None:
 def test_chart_draws_every_run_on_one_png(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     from sparkctl.benchmark.chart import write_chart
-    from sparkctl.benchmark.runner import WorkloadResult
+    from sparkctl.benchmark.results import WorkloadResult
 
     def run(mode: str, slow: float) -> BenchResult:
         rows = []

@@ -9,7 +9,7 @@ import pytest
 
 from sparkctl.facts import gpu as probe
 from sparkctl.findings import Severity
-from sparkctl.gpu import drift
+from sparkctl.preflight.checks import gpus as drift
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkctl.clients.router import RouterError, Worker
 from sparkctl.lifecycle import rolling
 from sparkctl.lifecycle.drain import count_in_flight, wait_drained
 from sparkctl.lifecycle.rolling import RollError, can_roll, layout_blocker, running_mode
 from sparkctl.lifecycle.steps import QuietReporter
 from sparkctl.planning.build import build_plan
 from sparkctl.profile.load import load_profile_text
-from sparkctl.router.client import RouterError, Worker
 from sparkctl.runtime.readiness import EndpointHealth
 from tests.unit.lifecycle.test_reconcile_groups import running
 

@@ -132,3 +132,15 @@ def test_the_packer_lists_every_file_of_the_node_program_once() -> None:
     here = Path(manifest.__file__).parent
     program = {p.name for p in here.glob("*.py")} - {"__init__.py", "pack.py"}
     assert sorted(FILES) == sorted(program) and len(FILES) == len(set(FILES))
+
+
+def test_one_packer_for_both_programs() -> None:
+    """node_script and the guard's program are the same packer over their files: sibling imports
+    (marked `# node: strip`) dropped, one `from __future__` line first."""
+    from sparkctl.lifecycle.guard import program
+    from sparkctl.node.pack import pack
+
+    guard = program()
+    assert guard.startswith("from __future__ import annotations\n") and guard.count("from __future__") == 1
+    assert not [line for line in guard.splitlines() if line.startswith("from .")]
+    assert pack(Path(manifest.__file__).parent, manifest.FILES) == manifest.node_script()

@@ -213,7 +213,9 @@ def test_secret_values_never_reach_the_plan(home: str, monkeypatch: pytest.Monke
     plan = build_plan(load("dual-spark.yaml"), "tp2")
     text = json.dumps(plan.to_json()) + repr(plan) + str(plan)
     assert "hf_supersecretvalue" not in text
-    assert plan.rank(0).secret_refs()[0].reveal() == "hf_supersecretvalue"
+    from sparkctl.secrets import resolve
+
+    assert resolve(plan.rank(0).secret_refs()[0]) == "hf_supersecretvalue"
 
 
 def test_secret_file_is_mounted_read_only_with_path_env(home: str) -> None:

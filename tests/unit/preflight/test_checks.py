@@ -167,7 +167,7 @@ def test_ignore_downgrades_errors_only() -> None:
 
 
 def test_weights_content_names_the_differing_files() -> None:
-    from sparkctl.ship.manifest import FileEntry, Manifest
+    from sparkctl.remote.manifest import FileEntry, Manifest
 
     def manifest(node: str, shas: dict[str, str]) -> Manifest:
         return Manifest(

@@ -8,15 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from sparkctl.clients.api import api_base, resolve_api_key
 from sparkctl.errors import UsageError
 from sparkctl.verify.base import CheckFailed, validate
 from sparkctl.verify.chat_checks import SCHEMA, judge_cache
 from sparkctl.verify.checks import CHECKS, select
-from sparkctl.verify.client import api_base, profile_api_key, resolve_api_key
 from tests.server import badendpoints as bad
 
 DOC = Path(__file__).parents[3] / "docs" / "verify-bench.md"
@@ -77,14 +76,6 @@ def test_api_key_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_api_key(None, None, "prof") == "prof"
     with pytest.raises(UsageError, match="NOPE_UNSET: that variable is not set"):
         resolve_api_key(None, "NOPE_UNSET", None)
-
-
-def test_profile_key_accessor_works_with_or_without_the_field() -> None:
-    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace())) is None  # field not there yet
-    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key=None))) is None
-    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key="plain"))) == "plain"
-    secret = SimpleNamespace(resolve=lambda: "from-env")
-    assert profile_api_key(SimpleNamespace(engine=SimpleNamespace(api_key=secret))) == "from-env"
 
 
 def _cli(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:

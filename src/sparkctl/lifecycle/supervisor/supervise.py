@@ -9,6 +9,7 @@ import json
 import time
 import urllib.request
 
+from sparkctl.clients.router import RouterError
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import LockHeldError, SparkctlError
@@ -23,9 +24,9 @@ from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
-from sparkctl.router.client import RouterError
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
+from sparkctl.secrets import resolve, resolve_known
 
 CANARY_TIMEOUT = 20.0
 GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on its nodes
@@ -36,10 +37,10 @@ def api_key(plan: Plan, pool: NodePool) -> str | None:
     ref = getattr(plan.endpoint, "api_key", None)
     if ref is None:
         return None
-    if getattr(ref, "file", None):
+    if ref.file:
         with contextlib.suppress(SparkctlError):
-            ref.reveal_on(pool.get(plan.ranks[0].node))
-    return ref.known_value()
+            return resolve(ref, pool.get(plan.ranks[0].node))
+    return resolve_known(ref)
 
 
 def canary(plan: Plan, key: str | None = None) -> str | None:

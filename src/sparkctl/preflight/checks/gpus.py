@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.facts.gpu import gpus_probe, meminfo_probe
 from sparkctl.facts.probe import Probe
-from sparkctl.findings import Finding
+from sparkctl.findings import Finding, Severity, version_drift
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts
 from sparkctl.profile.schema import Node
 
@@ -35,8 +35,6 @@ class Gpus(Check):
         return gpu_probes()
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        from sparkctl.gpu.drift import compare_nodes
-
         out: list[Finding] = []
         reports = {}
         for node, f in facts.items():
@@ -112,3 +110,16 @@ def check_gpus(node: Node, report: GpuReport | None, need: int, gpus_requested: 
                 )
             )
     return out
+
+
+def compare_nodes(reports: dict[str, GpuReport]) -> list[Finding]:
+    """Drift across nodes: driver, CUDA, GPU model/capability (for preflight)."""
+    findings = []
+    findings += version_drift(
+        {n: r.driver_version for n, r in reports.items()}, "NVIDIA driver", "DriverDrift"
+    )
+    findings += version_drift({n: r.cuda_version for n, r in reports.items()}, "CUDA version", "CudaDrift")
+    # Unknown capabilities (an old nvidia-smi, a table parse) are not evidence of drift.
+    caps = {n: ",".join(sorted({g.compute_cap for g in r.gpus if g.compute_cap})) for n, r in reports.items()}
+    findings += version_drift(caps, "GPU compute capability", "GpuArchDrift", Severity.ERROR)
+    return findings

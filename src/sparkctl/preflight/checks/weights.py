@@ -83,7 +83,7 @@ class WeightsContent(Check):
     order = 120
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Probe | Task]:
-        from sparkctl.ship.manifest import snapshot_manifest
+        from sparkctl.remote.manifest import snapshot_manifest
 
         out: dict[str, Probe | Task] = {**repo_probes(ctx, node)}
         if ctx.multi:  # hashed on the node (cached there), beside the node's other probes

@@ -424,7 +424,10 @@ def test_curl_hint_names_the_key_source_never_the_value(monkeypatch: pytest.Monk
 
 
 def test_profile_secret_resolves_here_for_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkctl.verify.client import profile_api_key
+    from sparkctl.secrets import local_ref, resolve_known
+
+    def profile_api_key(prof):  # what verify and bench send
+        return resolve_known(local_ref("api-key", prof.engine.api_key))
 
     monkeypatch.setenv("SPARKCTL_API_KEY", "sk-here")
     assert profile_api_key(load(DUAL)) == "sk-here"

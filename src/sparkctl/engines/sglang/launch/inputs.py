@@ -9,7 +9,9 @@ same checks as the original plan.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # 0.95 hard-rebooted GB10 during "Capture target verify CUDA graph" (recipe.md): the one cap,
 # used as the plan's default on GB10 (engines/sglang/flags.py), by the launch rules and by
@@ -166,11 +168,57 @@ def _str(flags: dict[str, FlagValue], name: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _first(flags: dict[str, FlagValue], *names: str) -> str | None:
-    for n in names:
-        if _str(flags, n) is not None:
-            return _str(flags, n)
-    return None
+def _on(flags: dict[str, FlagValue], name: str) -> bool:
+    return flags.get(name) is True
+
+
+def _setting(
+    flags: dict[str, FlagValue], read: Callable[..., Any], names: tuple[str, ...], default: Any
+) -> Any:
+    """The first of `names` set (a zero or empty value counts as unset where there is a default)."""
+    value = None
+    for name in names:
+        value = read(flags, name)
+        if value:
+            break
+    return default if default is not None and not value else value
+
+
+# field -> (how its value is read, the flags that set it (the first one set wins), its default)
+_FROM_ARGV: dict[str, tuple[Callable[..., Any], tuple[str, ...], Any]] = {
+    "tp": (_int, ("tp", "tp-size", "tensor-parallel-size"), 1),
+    "pp": (_int, ("pp", "pp-size", "pipeline-parallel-size"), 1),
+    "nnodes": (_int, ("nnodes",), 1),
+    "mem_fraction_static": (_float, ("mem-fraction-static",), None),
+    "kv_cache_dtype": (_str, ("kv-cache-dtype",), "auto"),
+    "context_length": (_int, ("context-length",), None),
+    "spec_algorithm": (_str, ("speculative-algorithm",), None),
+    "draft_model_path": (_str, ("speculative-draft-model-path",), None),
+    "num_draft_tokens": (_int, ("speculative-num-draft-tokens",), None),
+    "dflash_block_size": (_int, ("speculative-dflash-block-size",), None),
+    "draft_window_size": (_int, ("speculative-draft-window-size",), None),
+    "max_running_requests": (_int, ("max-running-requests",), None),
+    "max_total_tokens": (_int, ("max-total-tokens",), None),
+    "max_mamba_cache_size": (_int, ("max-mamba-cache-size",), None),
+    "mamba_full_memory_ratio": (_float, ("mamba-full-memory-ratio",), 0.9),
+    "mamba_ssm_dtype": (_str, ("mamba-ssm-dtype",), None),
+    "mamba_strategy": (_str, ("mamba-radix-cache-strategy", "mamba-scheduler-strategy"), "auto"),
+    "mamba_track_interval": (_int, ("mamba-track-interval",), 256),
+    "disable_radix_cache": (_on, ("disable-radix-cache",), None),
+    "disable_overlap_schedule": (_on, ("disable-overlap-schedule",), None),
+    "page_size": (_int, ("page-size",), None),
+    "chunked_prefill_size": (_int, ("chunked-prefill-size",), None),
+    "attention_backend": (_str, ("attention-backend",), None),
+    "prefill_attention_backend": (_str, ("prefill-attention-backend",), None),
+    "decode_attention_backend": (_str, ("decode-attention-backend",), None),
+    "draft_attention_backend": (_str, ("speculative-draft-attention-backend",), None),
+    "draft_kv_cache_dtype": (_str, ("speculative-draft-kv-cache-dtype",), None),
+    "disable_cuda_graph": (_on, ("disable-cuda-graph",), None),
+    "disable_prefill_cuda_graph": (_on, ("disable-prefill-cuda-graph",), None),
+    "json_model_override_args": (_str, ("json-model-override-args",), None),
+    "sleep_on_idle": (_on, ("sleep-on-idle",), None),
+    "stream_interval": (_int, ("stream-interval",), None),
+}
 
 
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48  # speculative_hook.py: _handle_dflash
@@ -237,41 +285,7 @@ class LaunchSettings:
     @classmethod
     def from_argv(cls, argv: list[str]) -> LaunchSettings:
         f = read_flags(server_flags(argv))
-        return cls(
-            flags=f,
-            tp=_int(f, "tp") or _int(f, "tp-size") or _int(f, "tensor-parallel-size") or 1,
-            pp=_int(f, "pp") or _int(f, "pp-size") or _int(f, "pipeline-parallel-size") or 1,
-            nnodes=_int(f, "nnodes") or 1,
-            mem_fraction_static=_float(f, "mem-fraction-static"),
-            kv_cache_dtype=_str(f, "kv-cache-dtype") or "auto",
-            context_length=_int(f, "context-length"),
-            spec_algorithm=_str(f, "speculative-algorithm"),
-            draft_model_path=_str(f, "speculative-draft-model-path"),
-            num_draft_tokens=_int(f, "speculative-num-draft-tokens"),
-            dflash_block_size=_int(f, "speculative-dflash-block-size"),
-            draft_window_size=_int(f, "speculative-draft-window-size"),
-            max_running_requests=_int(f, "max-running-requests"),
-            max_total_tokens=_int(f, "max-total-tokens"),
-            max_mamba_cache_size=_int(f, "max-mamba-cache-size"),
-            mamba_full_memory_ratio=_float(f, "mamba-full-memory-ratio") or 0.9,
-            mamba_ssm_dtype=_str(f, "mamba-ssm-dtype"),
-            mamba_strategy=_first(f, "mamba-radix-cache-strategy", "mamba-scheduler-strategy") or "auto",
-            mamba_track_interval=_int(f, "mamba-track-interval") or 256,
-            disable_radix_cache=f.get("disable-radix-cache") is True,
-            disable_overlap_schedule=f.get("disable-overlap-schedule") is True,
-            page_size=_int(f, "page-size"),
-            chunked_prefill_size=_int(f, "chunked-prefill-size"),
-            attention_backend=_str(f, "attention-backend"),
-            prefill_attention_backend=_str(f, "prefill-attention-backend"),
-            decode_attention_backend=_str(f, "decode-attention-backend"),
-            draft_attention_backend=_str(f, "speculative-draft-attention-backend"),
-            draft_kv_cache_dtype=_str(f, "speculative-draft-kv-cache-dtype"),
-            disable_cuda_graph=f.get("disable-cuda-graph") is True,
-            disable_prefill_cuda_graph=f.get("disable-prefill-cuda-graph") is True,
-            json_model_override_args=_str(f, "json-model-override-args"),
-            sleep_on_idle=f.get("sleep-on-idle") is True,
-            stream_interval=_int(f, "stream-interval"),
-        )
+        return cls(flags=f, **{field: _setting(f, *how) for field, how in _FROM_ARGV.items()})
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:

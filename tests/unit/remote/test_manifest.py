@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkctl.facts.hfcache import repo_dir
-from sparkctl.ship.manifest import FileEntry, Manifest, diff_files, manifest_digest
+from sparkctl.remote.manifest import FileEntry, Manifest, diff_files, manifest_digest
 
 C = "c" * 40
 

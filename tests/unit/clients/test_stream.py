@@ -1,4 +1,4 @@
-"""sparkctl.verify.stream: which limit fires when (a fake clock for the long cases), the watcher
+"""sparkctl.clients.stream: which limit fires when (a fake clock for the long cases), the watcher
 on real in-process streams (a stall, a whole-request limit, a cut), and the burst signature."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sparkctl.verify.stream import (
+from sparkctl.clients.stream import (
     Limits,
     StreamCut,
     TimedOut,

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from sparkctl.cluster_http import OPENER
+from sparkctl.cluster_http import Failure, fetch
 from sparkctl.errors import ConnectError, UsageError
 
 DEFAULT_KEY = "sparkctl-no-key"  # the SDK insists on a key; this one carries no secret
@@ -27,19 +26,6 @@ def api_base(url: str) -> str:
             f"--url must start with http:// or https://, got '{url}'", fix="e.g. --url http://10.0.0.1:8888"
         )
     return url if url.endswith("/v1") else f"{url}/v1"
-
-
-def profile_api_key(profile: Any) -> str | None:
-    """The profile's `engine.api_key` secret, whatever shape it has (absent, a plain string, or a
-    secret object resolving `env:`/`file:`); None when the profile has no key."""
-    secret = getattr(getattr(profile, "engine", None), "api_key", None)
-    if secret is None:
-        return None
-    for name in ("resolve", "value", "get_secret_value", "read"):
-        fn = getattr(secret, name, None)
-        if callable(fn):
-            return fn() or None
-    return str(secret) or None
 
 
 def resolve_api_key(api_key: str | None, api_key_env: str | None, profile_key: str | None) -> str | None:
@@ -72,23 +58,8 @@ def probe(url: str, model: str, api_key: str | None, timeout_s: float) -> Server
     timeout_s = min(timeout_s, METADATA_TIMEOUT_S)
     target = f"{api_base(url)}/models"
     req = urllib.request.Request(target, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-    try:
-        with OPENER.open(req, timeout=timeout_s) as resp:  # no proxy; the key never follows a redirect away
-            body = resp.read(1 << 20)
-            ctype = resp.headers.get("content-type", "")
-    except urllib.error.HTTPError as exc:
-        raise _http_error(target, exc.code, exc.read(200).decode(errors="replace")) from None
-    except TimeoutError:
-        raise ConnectError(
-            f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
-            fix="check what listens there and that it is not hung (model-list requests get a few seconds)",
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ConnectError(
-            f"GET {target}: cannot connect ({reason})",
-            fix="start the server (`sparkctl up`), or pass the right --url (host:port of rank 0)",
-        ) from None
+    # no proxy; the key never follows a redirect away
+    body, ctype = fetch(req, timeout_s, lambda f: _probe_error(target, timeout_s, f))
     try:
         data = json.loads(body)
         entries = data["data"]
@@ -115,22 +86,32 @@ def probe_deadline(url: str) -> ConnectError:
     )
 
 
-def _http_error(target: str, code: int, body: str) -> ConnectError:
-    detail = " ".join(body.split())[:120]
-    if code in (401, 403):
+def _probe_error(target: str, timeout_s: float, failure: Failure) -> ConnectError:
+    if failure.timed_out:
+        return ConnectError(
+            f"GET {target}: no reply within {timeout_s:g}s (the port accepts connections but nothing answers)",
+            fix="check what listens there and that it is not hung (model-list requests get a few seconds)",
+        )
+    if failure.code is None:
+        return ConnectError(
+            f"GET {target}: cannot connect ({failure.detail})",
+            fix="start the server (`sparkctl up`), or pass the right --url (host:port of rank 0)",
+        )
+    detail = " ".join(failure.detail.split())[:120]
+    if failure.code in (401, 403):
         fix = "the server wants an API key: pass --api-key-env NAME (or the profile's engine.api_key)"
-    elif code == 404:
+    elif failure.code == 404:
         fix = "--url is not an OpenAI-compatible endpoint: give http://host:port (with or without /v1)"
     else:
         fix = "the server is failing: read its log (sparkctl logs)"
-    return ConnectError(f"GET {target}: HTTP {code} ({detail or 'empty body'})", fix=fix)
+    return ConnectError(f"GET {target}: HTTP {failure.code} ({detail or 'empty body'})", fix=fix)
 
 
 def make_client(url: str, timeout_s: float = 180.0, api_key: str | None = None) -> Any:
     """An `openai.OpenAI` client with no retries (a retried failure would hide the first error).
     `timeout_s` bounds connecting and every read: the limit of a non-streaming request (its reply
     comes when it is done). Streams pass their own, longer, socket timeout and are watched by
-    sparkctl.verify.stream."""
+    sparkctl.clients.stream."""
     try:
         import openai
     except ImportError as exc:

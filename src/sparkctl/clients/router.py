@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkctl.cluster_http import OPENER
+from sparkctl.cluster_http import Failure, fetch
 from sparkctl.errors import SparkctlError
 
 
@@ -42,21 +41,19 @@ class RouterClient:
         req.add_header("Content-Type", "application/json")
         if self._api_key:
             req.add_header("Authorization", f"Bearer {self._api_key}")
-        try:
-            with OPENER.open(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise RouterError(
-                f"router {method} {path}: HTTP {exc.code}",
-                fix="check the router's log (`sparkctl logs --router`) and its API key",
-            ) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise RouterError(
-                f"router at {self.base_url} not reachable: {reason}",
-                fix="`sparkctl status` shows whether the router container runs",
-            ) from exc
+        raw, _ = fetch(req, self.timeout, lambda f: self._error(method, path, f))
         return json.loads(raw) if raw else {}
+
+    def _error(self, method: str, path: str, failure: Failure) -> RouterError:
+        if failure.code is not None:
+            return RouterError(
+                f"router {method} {path}: HTTP {failure.code}",
+                fix="check the router's log (`sparkctl logs --router`) and its API key",
+            )
+        return RouterError(
+            f"router at {self.base_url} not reachable: {failure.detail}",
+            fix="`sparkctl status` shows whether the router container runs",
+        )
 
     def workers(self) -> list[Worker]:
         listing = self._call("GET", "/workers").get("workers", [])

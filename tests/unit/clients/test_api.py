@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from sparkctl.clients import api as client
 from sparkctl.errors import ConnectError
-from sparkctl.verify import client
 
 
 def test_a_port_that_accepts_but_never_answers_fails_on_the_metadata_timeout(

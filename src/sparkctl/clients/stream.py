@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkctl.verify.base import Stalled
-
 FIRST_TOKEN_S = 180.0  # a long prompt's prefill on a large model, queued behind others
 STALL_S = 60.0  # no event for this long after the first token: the stream has stopped
 PROBE_S = 5.0  # GET /v1/models and other metadata: no generation, a short limit of its own
@@ -61,6 +59,10 @@ class Limits:
 
     def to_json(self) -> dict:
         return {"first_token_s": self.first_token_s, "stall_s": self.stall_s, "request_s": self.request_s}
+
+
+class Stalled(Exception):
+    """A request ran past one of its time limits (Limits)."""
 
 
 class TimedOut(Stalled):

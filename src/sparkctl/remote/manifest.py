@@ -8,17 +8,15 @@ corrupted shards).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.node.base import manifest_digest
-from sparkctl.node.pack import node_argv
-from sparkctl.ship.errors import ShipError
+from sparkctl.remote.ops import run_op
 
 if TYPE_CHECKING:
-    from sparkctl.connectors.base import Connector, RunResult
+    from sparkctl.connectors.base import Connector
     from sparkctl.profile.schema import ModelRef
 
 __all__ = ["FileEntry", "Manifest", "manifest_digest", "snapshot_manifest"]
@@ -98,30 +96,6 @@ class Manifest:
 
 def revision_of(ref: ModelRef) -> str:
     return ref.revision or "main"
-
-
-def run_op(
-    conn: Connector, op: str, *args: str, payload: dict | None = None, timeout: float | None = None
-) -> dict:
-    data = json.dumps(payload).encode() if payload is not None else None
-    res = conn.run(node_argv(op, *args), input=data, timeout=timeout)
-    return parse_op_result(res, op)
-
-
-def parse_op_result(res: RunResult, op: str) -> dict:
-    if res.rc == 127 or ("python3" in res.stderr and "not found" in res.stderr):
-        raise ShipError(
-            "python3 is not available on the node (needed to hash and move weights)",
-            node=res.node,
-            fix="install python3 on the node (DGX OS ships it)",
-        )
-    if not res.ok:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ShipError(f"weights {op} on the node failed (exit {res.rc}): {last}", node=res.node)
-    try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise ShipError(f"weights {op} on the node printed no result", node=res.node) from None
 
 
 def parse_manifest(node: str, model_id: str, revision: str, repo: str, doc: dict) -> Manifest:
