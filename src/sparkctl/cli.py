@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "logs",
     "supervise",
+    "diagnose",
     "top",
     "verify",
     "bench",

@@ -23,6 +23,7 @@ HELP: dict[str, tuple[str, str]] = {
     "status": ("What runs where, and whether it serves", "sparkctl status --json"),
     "logs": ("Rank and router logs, merged in time order", "sparkctl logs tp2 -f --rank 1"),
     "supervise": ("Restart what exits, with backoff and a limit", "sparkctl supervise tp2 --detach"),
+    "diagnose": ("One masked tarball of the cluster's facts and logs", "sparkctl diagnose tp2 -o bug.tar.gz"),
     "top": ("Live engine, GPU, memory and fabric metrics", "sparkctl top tp2 --once --json"),
     "verify": ("Check the endpoint against the OpenAI API", "sparkctl verify tp2"),
     "bench": ("TTFT, ITL, tokens/s; compare two runs", "sparkctl bench tp2 --budget 60"),
