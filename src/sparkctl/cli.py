@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "logs",
     "supervise",
+    "persist",
     "diagnose",
     "top",
     "verify",

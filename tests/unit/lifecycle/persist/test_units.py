@@ -1,0 +1,115 @@
+"""The units persist writes (lifecycle/persist/units.py, install.desired): their text, and
+`systemd-analyze verify` (Debian's systemd package) on them for a two-node and a four-node
+profile; a deliberately broken unit shows the check can fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkctl.lifecycle.persist.install import Target, desired
+from sparkctl.lifecycle.persist.nodeops import Who
+from sparkctl.lifecycle.persist.units import _exec, supervisor_unit
+from sparkctl.planning.build import build_plan
+from sparkctl.profile import load_profile_file
+
+ROOT = Path(__file__).resolve().parents[4]
+needs_analyze = pytest.mark.skipif(
+    not shutil.which("systemd-analyze"), reason="systemd-analyze not installed"
+)
+
+
+def units_for(profile_name: str, mode: str, env_file: str | None = None):
+    prof = load_profile_file(ROOT / "profiles" / profile_name)
+    plan = build_plan(prof, mode)
+    nodes = list(dict.fromkeys(r.node for r in plan.ranks))
+    whos = {n: Who("spark", 1000, f"/home/spark-{n}", True) for n in nodes}
+    target = Target(
+        mode, nodes[0], (sys.executable, "-m", "sparkctl"), "/home/spark/my profile.yaml", env_file
+    )
+    return prof, nodes, desired(prof, target, nodes, whos)
+
+
+def verify(tmp_path: Path, files) -> subprocess.CompletedProcess:
+    paths = []
+    for f in files:
+        if f.path.endswith(".service"):
+            d = tmp_path / f.node
+            d.mkdir(exist_ok=True)
+            (d / f.name).write_text(f.text)
+            paths.append(str(d / f.name))
+    assert paths
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *paths], capture_output=True, text=True, timeout=120
+    )
+
+
+@needs_analyze
+@pytest.mark.parametrize(
+    ("profile", "mode", "n_nodes"), [("dual-spark.yaml", "tp2", 2), ("quad-spark.yaml", "tp4", 4)]
+)
+def test_the_units_pass_systemd_analyze_verify(tmp_path, profile, mode, n_nodes):
+    _, nodes, files = units_for(profile, mode, env_file="/home/spark/.config/sparkctl/env")
+    assert len(nodes) == n_nodes
+    units = [f for f in files if f.path.endswith(".service")]
+    assert [f.node for f in units].count(nodes[0]) == 2  # the supervisor and rank 0's guard
+    assert len(units) == 1 + n_nodes  # every node is unified memory: guarded
+    res = verify(tmp_path, files)
+    assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
+
+
+@needs_analyze
+def test_verify_catches_a_broken_unit(tmp_path):
+    _, _, files = units_for("dual-spark.yaml", "tp2")
+    bad = files[0].__class__(
+        files[0].node, files[0].path, files[0].text.replace("Restart=always", "Restart=sometimes")
+    )
+    res = verify(tmp_path, [bad])
+    assert "restart specifier" in res.stderr
+
+
+def test_the_supervisor_unit_runs_supervise_in_the_foreground_after_docker_and_the_network():
+    _, nodes, files = units_for("dual-spark.yaml", "tp2", env_file="/home/spark/env file")
+    text = files[0].text
+    assert files[0].path == "/etc/systemd/system/sparkctl-supervise-sparkduo.service" and files[0].enable
+    for line in (
+        "After=network-online.target docker.service",
+        "Wants=network-online.target docker.service",
+        "Restart=always",
+        "RestartSec=10",
+        "StartLimitIntervalSec=600",
+        "User=spark",
+        "EnvironmentFile=/home/spark/env file",
+        "WantedBy=multi-user.target",
+    ):
+        assert line in text.splitlines(), line
+    assert f'ExecStart={sys.executable} -m sparkctl supervise tp2 -p "/home/spark/my profile.yaml"' in text
+    assert "--detach" not in text
+
+
+def test_the_guard_files_are_private_and_under_the_node_users_home():
+    prof, nodes, files = units_for("dual-spark.yaml", "tp2")
+    data = [f for f in files if not f.path.endswith(".service")]
+    assert {f.node for f in data} == set(nodes) and all(f.mode == 0o600 for f in data)
+    assert all(f.path.startswith(f"/home/spark-{f.node}/.config/sparkctl/persist/") for f in data)
+    assert any('"cluster": "sparkduo"' in f.text for f in data)
+
+
+def test_a_profile_that_guards_no_node_gets_only_the_supervisor():
+    prof = load_profile_file(ROOT / "profiles" / "two-gpu-box.yaml")
+    mode = prof.default_mode()
+    nodes = list(dict.fromkeys(r.node for r in build_plan(prof, mode).ranks))
+    whos = {n: Who("u", 1000, "/home/u", True) for n in nodes}
+    files = desired(
+        prof, Target(mode, nodes[0], ("/usr/bin/python3", "-m", "sparkctl"), "/p.yaml"), nodes, whos
+    )
+    assert [f.name for f in files] == [f"sparkctl-supervise-{prof.cluster}.service"]
+
+
+def test_exec_words_escape_what_systemd_would_expand():
+    assert _exec(["/a b/py", "50%", "$HOME", 'say "hi"']) == '"/a b/py" "50%%" "$$HOME" "say \\"hi\\""'
+    assert "EnvironmentFile" not in supervisor_unit("c", "m", "u", ["/py"], "/p", None)
