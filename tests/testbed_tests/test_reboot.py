@@ -116,7 +116,9 @@ def test_a_rebooted_cluster_serves_again_from_the_unit_with_no_command_typed(lab
             assert kind in kinds, kinds
         assert kinds.index("reconciling") < kinds.index("restarted")
         restarted = next(e for e in events(state, cluster) if e["event"] == "restarted")
-        assert restarted["cause"].startswith("reconcile at start: rank 0 on spark1 exited")
+        reconciling = next(e for e in events(state, cluster) if e["event"] == "reconciling")
+        assert reconciling["detail"] == "reconcile at start: rank 0 exited, rank 1 exited"
+        assert restarted["cause"] == reconciling["cause"] and " exited (" in restarted["cause"]
         attempt = json.loads((state / "sparkctl" / "clusters" / f"{cluster}.json").read_text())
         assert attempt["mode"] == "tp2" and attempt["outcome"] == "ready"
         print(f"reboot -> serving again in {served:.1f}s (spark2 held down for part of it)")

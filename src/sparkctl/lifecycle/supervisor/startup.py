@@ -25,6 +25,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle.steps import resolve_plan
 from sparkctl.lifecycle.supervisor.process import StopFlag
+from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
@@ -80,20 +81,23 @@ def rebuild_state(cluster: str, mode: str, found: list[ContainerInfo]) -> None:
         state.record_event(cluster, "state_rebuilt", mode=mode, detail="from the containers' labels")
 
 
-def diff(plan: Plan, found: list[ContainerInfo]) -> dict | None:
-    """The reconcile cause when the mode's ranks are there but not all running; None when every
-    rank runs, or when nothing of the mode is on the nodes (then there is nothing to bring back)."""
+def diff(plan: Plan, found: list[ContainerInfo]) -> tuple[dict, str] | None:
+    """(the cause to restart for, what each rank is) when the mode's ranks are there but not all
+    running; None when every rank runs, or when nothing of the mode is on the nodes (then there is
+    nothing to bring back). The cause names the rank that finished first, as the watch loop's
+    does (a peer that exited because it died is not blamed; with replicas, its replica restarts
+    and the loop brings back the others)."""
     ours = {c.name: c for c in found if c.mode == plan.mode and c.role != "router"}
     if not ours:
         return None
-    down = []
-    for spec in plan.ranks:
-        c = ours.get(spec.container_name)
-        if c is None or not c.running:
-            down.append(f"rank {spec.rank} on {spec.node} {c.status if c else 'gone'}")
-    if not down:
+    infos = {s.rank: ours.get(s.container_name) for s in plan.ranks}
+    dead = first_dead(infos)
+    if dead is None:
         return None
-    return {"cause": f"reconcile at start: {', '.join(down)}", "rank": None}
+    info, spec = infos[dead], plan.rank(dead)
+    how = f"exited ({info.describe_exit()})" if info else "disappeared"
+    seen = ", ".join(f"rank {r} {c.status if c else 'gone'}" for r, c in infos.items())
+    return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}, seen
 
 
 def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> tuple[Plan, dict | None] | None:
@@ -121,7 +125,9 @@ def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> tuple[
     except SparkctlError as exc:  # a node went away again between the two looks: start over
         state.record_event(cluster, "watch_failed", detail=exc.message, node=exc.node)
         return None if flag.wait(MAX_BACKOFF_S) else begin(profile, pool, mode, flag)
-    cause = diff(plan, found)
-    if cause is not None:
-        state.record_event(cluster, "reconciling", mode=mode, detail=cause["cause"])
+    found_diff = diff(plan, found)
+    if found_diff is None:
+        return plan, None
+    cause, seen = found_diff
+    state.record_event(cluster, "reconciling", mode=mode, detail=f"reconcile at start: {seen}", **cause)
     return plan, cause

@@ -79,6 +79,8 @@ def test_a_node_away_past_the_bound_is_said_once_and_retried_without_spinning(mo
     assert events.count("node_still_down") == 1 and events.count("waiting_for_node") == 1
     assert max(flag.waits) == startup.MAX_BACKOFF_S and min(flag.waits) >= 1.0
     assert flag.now > startup.NODE_BOUND_S
+    down = next(e for e in state.events("c1") if e["event"] == "node_still_down")
+    assert "node spark2 still away after" in state.describe_event(down)  # what `status` prints
 
 
 def test_diff_brings_back_exited_or_gone_ranks_only_when_the_mode_was_there():
@@ -87,10 +89,11 @@ def test_diff_brings_back_exited_or_gone_ranks_only_when_the_mode_was_there():
     assert startup.diff(p, [info(r0, "running"), info(r1, "running")]) is None
     assert startup.diff(p, []) is None  # `down` removed it: nothing to bring back
     assert startup.diff(p, [info(r0, "exited", mode="solo")]) is None
-    cause = startup.diff(p, [info(r0, "exited"), info(r1, "exited")])
-    assert cause["cause"] == "reconcile at start: rank 0 on spark1 exited, rank 1 on spark2 exited"
-    assert cause["rank"] is None  # the whole group restarts, in order
-    assert "rank 1 on spark2 gone" in startup.diff(p, [info(r0, "exited")])["cause"]
+    cause, seen = startup.diff(p, [info(r0, "exited"), info(r1, "exited")])
+    assert cause == {"cause": "rank 0 on spark1 exited (exit code 0)", "rank": 0, "node": "spark1"}
+    assert seen == "rank 0 exited, rank 1 exited"
+    cause, seen = startup.diff(p, [info(r0, "running")])
+    assert cause["cause"] == "rank 1 on spark2 disappeared" and seen == "rank 0 running, rank 1 gone"
 
 
 def test_the_state_file_is_rebuilt_from_the_labels_when_missing():
@@ -111,10 +114,12 @@ def test_begin_idles_while_nothing_of_the_mode_is_there_and_reconciles_once_it_i
     monkeypatch.setattr(startup, "resolve_plan", lambda prof, draft, pool: draft)
     flag = Flag()
     got_plan, cause = startup.begin(prof, None, "tp2", flag)
-    assert got_plan.mode == "tp2" and "rank 0 on spark1 exited" in cause["cause"]
+    assert got_plan.mode == "tp2" and cause["cause"].startswith("rank 0 on spark1 exited")
     assert flag.waits == [startup.IDLE_POLL_S, startup.IDLE_POLL_S]
     events = [e["event"] for e in state.events(prof.cluster)]
     assert events == ["idle", "state_rebuilt", "reconciling"]
+    said = state.describe_event(state.events(prof.cluster)[-1])
+    assert "reconcile at start: rank 0 exited, rank 1 exited: starting the group" in said
 
 
 def test_begin_returns_none_when_stopped_while_idle(monkeypatch):
