@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed.lab import NODE_MOUNT
 from tests.testbed.profiles import write_lab_profile
-from tests.testbed_tests.conftest import SOLO, TP2, cli
+from tests.testbed_tests.conftest import SOLO, TP2, cli, report
+from tests.unit.lifecycle.diagnose.test_collect import decoded_runs
 
 pytestmark = pytest.mark.testbed
 
@@ -26,7 +28,9 @@ FILE_CANARY = "CANARY-diag-file-9e8a55"
 LOG_TOKEN = "hf_CANARYdiagTokenAbCdEfGh123456"
 
 
-def test_diagnose_with_a_node_unreachable_lists_it_and_leaks_no_canary(lab, setup, tmp_path, monkeypatch):
+def test_diagnose_with_a_node_unreachable_lists_it_and_leaks_no_canary(
+    lab, setup, tmp_path, monkeypatch, request
+):
     _, state = setup
     setup[0]()  # the fixture's profile: its teardown runs `down` for the cluster
     for node in lab.nodes:
@@ -48,8 +52,10 @@ def test_diagnose_with_a_node_unreachable_lists_it_and_leaks_no_canary(lab, setu
             fh.write(f"env {ENV_CANARY} file {FILE_CANARY} key {KEY_CANARY} tok {LOG_TOKEN} b64 {blob}\n")
     out = tmp_path / "bundle.tar.gz"
     lab.stop_sshd("spark2", kill_sessions=True)
+    t0 = time.monotonic()
     try:
         res = cli(state, path, "diagnose", "tp2", "-o", str(out), "--json", timeout=240)
+        report(request, f"diagnose tp2 with spark2 unreachable: {time.monotonic() - t0:.1f}s")
     finally:
         lab.start_sshd("spark2")
     assert res.returncode == 0, res.stderr
@@ -70,4 +76,6 @@ def test_diagnose_with_a_node_unreachable_lists_it_and_leaks_no_canary(lab, setu
         b64 = base64.b64encode(canary.encode())
         for form in (canary.encode(), b64, b64.rstrip(b"=")):
             assert form not in everything, (canary, [n for n, d in found.items() if form in d])
+    for data in decoded_runs(everything):  # nor inside any base64 run, at any alignment
+        assert not any(c.encode() in data for c in (ENV_CANARY, KEY_CANARY, FILE_CANARY)), data
     assert os.stat(out).st_mode & 0o077 == 0
