@@ -102,7 +102,9 @@ def read(conn: Connector, path: str) -> tuple[str, str]:
 
 
 def systemctl(conn: Connector, w: Who, *args: str) -> str:
-    argv = ["systemctl", *args] if w.uid == 0 else ["sudo", "-n", "systemctl", *args]
+    """systemctl's answer; as root (sudo -n) for what changes the system, not for `is-active`."""
+    root = w.uid == 0 or args[:1] == ("is-active",)
+    argv = ["systemctl", *args] if root else ["sudo", "-n", "systemctl", *args]
     res = conn.run(argv, timeout=TIMEOUT)
     return (res.stdout or res.stderr).strip()
 
