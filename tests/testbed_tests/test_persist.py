@@ -20,7 +20,10 @@ def left(lab, cluster: str) -> list[str]:
     """Every file or link of this cluster's units and guard files on the lab's nodes."""
     found = []
     for node in lab.nodes:
-        for root in (Path(node.node_root, "systemd"), Path.home() / ".config" / "sparkctl"):
+        for root in (
+            Path(node.node_root, "systemd"),
+            Path.home() / ".local" / "state" / "sparkctl" / "guard",
+        ):
             found += [str(p) for p in root.rglob("*") if cluster in p.name] if root.exists() else []
     return found
 
@@ -77,8 +80,5 @@ def test_install_status_remove_on_lab_nodes(lab, setup, tmp_path):
     assert gone.returncode == 0, gone.stderr
     assert ": removed" in gone.stdout
     assert left(lab, cluster) == []
-    assert not (Path.home() / ".config" / "sparkctl" / "persist").exists() or not any(
-        (Path.home() / ".config" / "sparkctl" / "persist").iterdir()
-    )
     twice = cli(state, path, "persist", "remove", "tp2", "--unit-dir", unit_dir)
     assert twice.returncode == 0 and ": removed" not in twice.stdout

@@ -17,7 +17,7 @@ from sparkctl.lifecycle import guard
 from sparkctl.lifecycle.persist import nodeops
 from sparkctl.lifecycle.persist.nodeops import Who
 from sparkctl.lifecycle.persist.units import (
-    PERSIST_DIR,
+    GUARD_DIR,
     UNIT_DIR,
     WANTED_BY,
     UnitFile,
@@ -78,14 +78,19 @@ def desired(profile: Profile, target: Target, nodes: list[str], whos: dict[str, 
     config = guard_config_text(guard.node_config(profile))
     for node in guard.guarded_nodes(profile, nodes):
         w = whos[node]
-        base = f"{w.home}/{PERSIST_DIR}/{profile.cluster}-memguard"
-        text = guard_unit(profile.cluster, w.user, "/usr/bin/python3", f"{base}.py", f"{base}.json")
+        program, conf = guard_files(w.home, profile.cluster)
+        text = guard_unit(profile.cluster, w.user, "/usr/bin/python3", program, conf)
         files += [
-            UnitFile(node, f"{base}.py", guard.program(), mode=0o600),
-            UnitFile(node, f"{base}.json", config, mode=0o600),
+            UnitFile(node, program, guard.program(), mode=0o600),
+            UnitFile(node, conf, config, mode=0o600),
             UnitFile(node, f"{target.unit_dir}/{guard_unit_name(profile.cluster)}", text, enable=True),
         ]
     return files
+
+
+def guard_files(home: str, cluster: str) -> tuple[str, str]:
+    """The guard's program (the file `up` writes too: `memguard-<digest>.py`) and the unit's config."""
+    return f"{home}/{GUARD_DIR}/memguard-{guard.digest()}.py", f"{home}/{GUARD_DIR}/persist-{cluster}.json"
 
 
 def wants_link(f: UnitFile, unit_dir: str) -> str:
@@ -150,11 +155,9 @@ def remove(
     files = desired(profile, target, nodes, whos)
     for node in nodes:  # the guard's files whether or not the profile guards the node now
         if not any(f.node == node and f.enable and "memguard" in f.name for f in files):
-            base = f"{whos[node].home}/{PERSIST_DIR}/{profile.cluster}-memguard"
             name = f"{target.unit_dir}/{guard_unit_name(profile.cluster)}"
-            files += [UnitFile(node, p, "") for p in (f"{base}.py", f"{base}.json")] + [
-                UnitFile(node, name, "", enable=True)
-            ]
+            files += [UnitFile(node, p, "") for p in guard_files(whos[node].home, profile.cluster)]
+            files += [UnitFile(node, name, "", enable=True)]
     report = Report(files)
     if dry_run:
         return report
@@ -164,9 +167,7 @@ def remove(
             nodeops.systemctl(conn, w, "disable", "--now", f.name)
         paths = [wants_link(f, target.unit_dir), f.path] if f.enable else [f.path]
         report.actions += [(f.node, p, nodeops.remove(conn, w, p)) for p in paths]
-    for node in dict.fromkeys(f.node for f in files):  # the directories install made, when now empty
-        home = whos[node].home
-        nodeops.prune(pool.get(node), whos[node], [f"{home}/{PERSIST_DIR}", f"{home}/.config/sparkctl"])
+    for node in dict.fromkeys(f.node for f in files):  # the directory install made, when now empty
         nodeops.prune(pool.get(node), whos[node], [f"{target.unit_dir}/{WANTED_BY}.wants"])
     _reload(pool, report, whos, target)
     return report

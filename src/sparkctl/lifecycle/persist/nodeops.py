@@ -19,8 +19,9 @@ TIMEOUT = 30.0
 _WHO = 'printf "%s\\n%s\\n%s\\n" "$(id -un)" "$(id -u)" "$HOME"; [ -d /run/systemd/system ] && echo systemd || echo none'
 # Write stdin to $1 (mode $2) through a temp name and a rename; "unchanged" when it holds it already.
 _WRITE = r"""set -e
-f="$1"; t="$f.sparkctl-tmp.$$"
-mkdir -p "$(dirname "$f")"
+f="$1"; t="$f.sparkctl-tmp.$$"; d="$(dirname "$f")"
+# a private file (no group/other bits) gets a private directory when this makes it (as `up` does)
+if [ ! -d "$d" ]; then case "$2" in *00) mkdir -p "$(dirname "$d")"; mkdir -m 700 "$d" ;; *) mkdir -p "$d" ;; esac; fi
 cat > "$t"
 if [ -f "$f" ] && cmp -s "$t" "$f"; then rm -f "$t"; echo unchanged; exit 0; fi
 chmod "$2" "$t"; mv -f "$t" "$f"; echo written

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 UNIT_DIR = "/etc/systemd/system"
 WANTED_BY = "multi-user.target"
-PERSIST_DIR = ".config/sparkctl/persist"  # under the node user's home: the guard's program and config
+# The guard's own directory under the node user's home (lifecycle/guard.py GUARD_DIR): the unit's
+# guard runs the very program file `up` starts (same name, same lock and state), so `status` sees it
+# and a supervisor's start keeps it instead of starting a second one.
+GUARD_DIR = ".local/state/sparkctl/guard"
 RESTART_SEC = 10
 START_LIMIT_INTERVAL = 600
 START_LIMIT_BURST = 10

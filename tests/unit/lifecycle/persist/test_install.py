@@ -60,7 +60,7 @@ def test_install_is_idempotent_and_remove_leaves_nothing(setup):
     assert "removed" in {a[2] for a in gone.actions}
     assert files_under(tmp) == ["env"]
     assert (
-        not (tmp / "spark1" / ".config" / "sparkctl").exists()
+        not any((tmp / "spark1" / ".local" / "state" / "sparkctl" / "guard").glob("*"))
         and not (tmp / "units" / "multi-user.target.wants").exists()
     )
 

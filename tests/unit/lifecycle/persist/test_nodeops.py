@@ -24,6 +24,9 @@ def test_write_is_atomic_idempotent_and_sets_the_mode(tmp_path):
     assert nodeops.write(conn, w, path, "two\n", 0o644) == "written"
     assert Path(path).read_text() == "two\n" and sorted(os.listdir(tmp_path / "a")) == ["b.service"]
     assert nodeops.read(conn, path) == ("present", "two\n")
+    private = tmp_path / "p" / "q" / "s.json"
+    assert nodeops.write(conn, w, str(private), "{}", 0o600) == "written"
+    assert oct(os.stat(private.parent).st_mode & 0o777) == "0o700"  # a directory it made for it
 
 
 def test_link_remove_and_prune_leave_nothing(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.lifecycle import guard
 from sparkctl.lifecycle.persist.install import Target, desired
 from sparkctl.lifecycle.persist.nodeops import Who
 from sparkctl.lifecycle.persist.units import _exec, supervisor_unit
@@ -95,7 +96,9 @@ def test_the_guard_files_are_private_and_under_the_node_users_home():
     prof, nodes, files = units_for("dual-spark.yaml", "tp2")
     data = [f for f in files if not f.path.endswith(".service")]
     assert {f.node for f in data} == set(nodes) and all(f.mode == 0o600 for f in data)
-    assert all(f.path.startswith(f"/home/spark-{f.node}/.config/sparkctl/persist/") for f in data)
+    assert all(f.path.startswith(f"/home/spark-{f.node}/.local/state/sparkctl/guard/") for f in data)
+    # the very program file `up` starts (its lock and state shared): never two guards on a node
+    assert {f.name for f in data} == {f"memguard-{guard.digest()}.py", "persist-sparkduo.json"}
     assert any('"cluster": "sparkduo"' in f.text for f in data)
 
 
@@ -113,3 +116,25 @@ def test_a_profile_that_guards_no_node_gets_only_the_supervisor():
 def test_exec_words_escape_what_systemd_would_expand():
     assert _exec(["/a b/py", "50%", "$HOME", 'say "hi"']) == '"/a b/py" "50%%" "$$HOME" "say \\"hi\\""'
     assert "EnvironmentFile" not in supervisor_unit("c", "m", "u", ["/py"], "/p", None)
+
+
+def test_the_guard_units_command_runs_the_guard_as_systemd_would(tmp_path):
+    """ExecStart's words as systemd passes them (`$$` is a `$`): the guard starts, guards, and
+    exits idle (no container of the cluster here) after idle_exit_s."""
+    import json
+    import shlex
+
+    from sparkctl.lifecycle.persist.units import guard_config_text, guard_unit
+
+    prof = load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+    cfg = {**guard.node_config(prof), "cluster": "unittest-guard", "idle_exit_s": 1}
+    program, config = tmp_path / f"memguard-{guard.digest()}.py", tmp_path / "persist-unittest-guard.json"
+    program.write_text(guard.program())
+    config.write_text(guard_config_text(cfg))
+    text = guard_unit("unittest-guard", "root", sys.executable, str(program), str(config))
+    line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    assert "guarding unittest-guard" in res.stdout and "exiting: no container of the cluster" in res.stdout
+    assert json.loads((tmp_path / "unittest-guard.json").read_text())  # its state, beside its program
