@@ -149,6 +149,6 @@ def describe_event(e: dict) -> str:
         "node_still_down": f"node {e.get('node')} still away after {e.get('waited_s')}s (retried every 30s): {detail}",
         "idle": f"idle: {detail}",
         "state_rebuilt": f"state of mode {e.get('mode')} rebuilt {detail}",
-        "reconciling": f"{detail}: starting the group (ranks >= 1, then rank 0)",
+        "reconciling": f"{detail}: restarting the group (ranks >= 1, then rank 0)",
     }.get(str(kind), f"{kind}: {cause} {detail}".strip())
     return f"{when} {text}"

@@ -10,9 +10,11 @@ in order), a node may not be back yet, and the controller's state file may be go
 2. rebuilds the state file from the containers' labels (mode, config hash) when it is missing;
 3. when nothing of the mode is on the nodes (`down` removed it, or it never ran), waits for an
    `up` instead of starting one (a deliberate `down` stays down across reboots);
-4. when the mode's containers are there but not all running, returns the cause the loop
-   restarts the whole group for (`start_group`: ranks >= 1 then rank 0; settle and admission
-   first on unified memory, as `up` does), recorded as `reconciling`.
+4. when the mode's containers are there but not all running, records `reconciling` (each
+   rank's state, and the rank that finished first) and hands the plan to the watch loop, which
+   restarts the group as for any dead rank (the memory guard asked for the cause, backoff, the
+   restart limit; `start_group`: settle and admission first on unified memory, ranks >= 1, then
+   rank 0, as `up` does).
 """
 
 from __future__ import annotations
@@ -100,9 +102,9 @@ def diff(plan: Plan, found: list[ContainerInfo]) -> tuple[dict, str] | None:
     return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}, seen
 
 
-def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> tuple[Plan, dict | None] | None:
-    """(the resolved plan, the cause to restart the group for, or None), once the nodes answer
-    and the mode is on them; None when the supervisor was stopped meanwhile."""
+def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> Plan | None:
+    """The resolved plan, once the nodes answer and the mode is on them (what is not running is
+    recorded); None when the supervisor was stopped meanwhile."""
     cluster, draft = profile.cluster, build_plan(profile, mode)
     nodes = list(dict.fromkeys([*draft.nodes, *([draft.router.node] if draft.router else [])]))
     idle_said = False
@@ -126,8 +128,7 @@ def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> tuple[
         state.record_event(cluster, "watch_failed", detail=exc.message, node=exc.node)
         return None if flag.wait(MAX_BACKOFF_S) else begin(profile, pool, mode, flag)
     found_diff = diff(plan, found)
-    if found_diff is None:
-        return plan, None
-    cause, seen = found_diff
-    state.record_event(cluster, "reconciling", mode=mode, detail=f"reconcile at start: {seen}", **cause)
-    return plan, cause
+    if found_diff is not None:
+        cause, seen = found_diff
+        state.record_event(cluster, "reconciling", mode=mode, detail=f"reconcile at start: {seen}", **cause)
+    return plan

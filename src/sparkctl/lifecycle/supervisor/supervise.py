@@ -117,16 +117,13 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     """Supervise until stopped (0) or the restart limit is reached (1)."""
     cluster = profile.cluster
     fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
-    begun = startup.begin(profile, pool, mode, flag)  # wait for the nodes, reconcile (a reboot)
-    if begun is None:
+    plan = startup.begin(profile, pool, mode, flag)  # wait for the nodes, reconcile (a reboot)
+    if plan is None:
         state.record_event(cluster, "supervisor_stopped", mode=mode)
         return 0
-    plan, reconcile = begun
     key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
-    if reconcile is not None:
-        _restart(profile, pool, plan, reconcile, flag)
     next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
     canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()

@@ -113,13 +113,14 @@ def test_begin_idles_while_nothing_of_the_mode_is_there_and_reconciles_once_it_i
     monkeypatch.setattr(startup.containers, "list_nodes", lambda pool, c, n: (next(answers), {}))
     monkeypatch.setattr(startup, "resolve_plan", lambda prof, draft, pool: draft)
     flag = Flag()
-    got_plan, cause = startup.begin(prof, None, "tp2", flag)
-    assert got_plan.mode == "tp2" and cause["cause"].startswith("rank 0 on spark1 exited")
+    got_plan = startup.begin(prof, None, "tp2", flag)
+    assert got_plan.mode == "tp2"
+    assert state.events(prof.cluster)[-1]["cause"].startswith("rank 0 on spark1 exited")
     assert flag.waits == [startup.IDLE_POLL_S, startup.IDLE_POLL_S]
     events = [e["event"] for e in state.events(prof.cluster)]
     assert events == ["idle", "state_rebuilt", "reconciling"]
     said = state.describe_event(state.events(prof.cluster)[-1])
-    assert "reconcile at start: rank 0 exited, rank 1 exited: starting the group" in said
+    assert "reconcile at start: rank 0 exited, rank 1 exited: restarting the group" in said
 
 
 def test_begin_returns_none_when_stopped_while_idle(monkeypatch):
