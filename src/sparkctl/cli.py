@@ -31,6 +31,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "logs",
     "supervise",
+    "persist",
+    "diagnose",
     "top",
     "verify",
     "bench",

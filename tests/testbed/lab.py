@@ -713,6 +713,22 @@ class Lab:
         self._save_state()
         self._wait_port(n, n.mgmt_ip, n.ssh_port, time.monotonic() + 30, "sshd", n.sshd_pid)
 
+    def restart_dockerd(self, node: str | LabNode, timeout: float = 60) -> None:
+        """Stop the node's dockerd (SIGTERM, as a shutdown does) and start it again, as a reboot
+        would: its containers stay, exited (none has a restart policy)."""
+        n = self.node(node)
+        pid = n.dockerd_pid
+        if pid and _pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _kill_and_wait([pid])
+            self._reap([pid])
+        self._start_dockerd(n)
+        self._save_state()
+        self._wait_node(n, timeout)
+
     def kill_container(self, node: str | LabNode, name: str, sig: str = "SIGKILL") -> None:
         self.docker(node).containers.get(name).kill(signal=sig)
 

@@ -23,6 +23,17 @@ HELP: dict[str, tuple[str, str]] = {
     "status": ("What runs where, and whether it serves", "sparkctl status --json"),
     "logs": ("Rank and router logs, merged in time order", "sparkctl logs tp2 -f --rank 1"),
     "supervise": ("Restart what exits, with backoff and a limit", "sparkctl supervise tp2 --detach"),
+    "persist": (
+        "systemd units that bring MODE back after a reboot",
+        "sparkctl persist install tp2 --dry-run",
+    ),
+    "install": (
+        "Show, write and enable the units",
+        "sparkctl persist install tp2 --env-file ~/.sparkctl.env",
+    ),
+    "persist-status": ("Whether each node holds the units, enabled", "sparkctl persist status tp2"),
+    "remove": ("Stop and delete every unit persist wrote", "sparkctl persist remove"),
+    "diagnose": ("One masked tarball of the cluster's facts and logs", "sparkctl diagnose tp2 -o bug.tar.gz"),
     "top": ("Live engine, GPU, memory and fabric metrics", "sparkctl top tp2 --once --json"),
     "verify": ("Check the endpoint against the OpenAI API", "sparkctl verify tp2"),
     "bench": ("TTFT, ITL, tokens/s; compare two runs", "sparkctl bench tp2 --budget 60"),
@@ -44,7 +55,7 @@ def _example(text: str) -> str:
 def _apply(commands, sub: bool = False) -> None:
     for info in commands:
         name = info.name or ""
-        key = "verify-image" if sub and name == "verify" else name
+        key = {"verify": "verify-image", "status": "persist-status"}.get(name, name) if sub else name
         if key in HELP:
             info.short_help, example = HELP[key][0], HELP[key][1]
             info.epilog = _example(example)

@@ -144,5 +144,11 @@ def describe_event(e: dict) -> str:
         "watch_failed": f"could not look at the ranks: {detail}",
         "guard_tripped": f"memory guard on {e.get('node')} killed the group: {e.get('reason')}",
         "guard_failed": f"memory guard could not start on {e.get('node')}: {detail}",
+        "waiting_for_node": f"waiting for node {e.get('node')} to answer: {detail}",
+        "node_back": f"node {e.get('node')} answers again (after {e.get('waited_s')}s)",
+        "node_still_down": f"node {e.get('node')} still away after {e.get('waited_s')}s (retried every 30s): {detail}",
+        "idle": f"idle: {detail}",
+        "state_rebuilt": f"state of mode {e.get('mode')} rebuilt {detail}",
+        "reconciling": f"{detail}: restarting the group (ranks >= 1, then rank 0)",
     }.get(str(kind), f"{kind}: {cause} {detail}".strip())
     return f"{when} {text}"

@@ -145,7 +145,8 @@ class ClusterStatus:
 
     @property
     def restarts(self) -> list[dict]:
-        return [e for e in self.events if e.get("event") in ("restarted", "restart_failed", "gave_up")]
+        shown = ("restarted", "restart_failed", "gave_up", "node_still_down", "node_back", "reconciling")
+        return [e for e in self.events if e.get("event") in shown]
 
     def to_json(self) -> dict:
         return {

@@ -19,10 +19,11 @@ from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
-from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.steps import QuietReporter, remove_all, start_group
+from sparkctl.lifecycle.supervisor import startup
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
-from sparkctl.planning.build import Plan, build_plan
+from sparkctl.planning.build import Plan
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
@@ -117,7 +118,10 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
     """Supervise until stopped (0) or the restart limit is reached (1)."""
     cluster = profile.cluster
     fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
-    plan = resolve_plan(profile, build_plan(profile, mode), pool)
+    plan = startup.begin(profile, pool, mode, flag)  # wait for the nodes, reconcile (a reboot)
+    if plan is None:
+        state.record_event(cluster, "supervisor_stopped", mode=mode)
+        return 0
     key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
