@@ -21,7 +21,7 @@ from sparkctl.fanout import fan_out
 from sparkctl.lifecycle.diagnose.bundle import Bundle
 from sparkctl.lifecycle.diagnose.mask import Masker
 from sparkctl.lifecycle.diagnose.probes import NODE_PROBES
-from sparkctl.secrets import secret_values
+from sparkctl.secrets import local_ref, resolve_known, secret_values
 
 if TYPE_CHECKING:
     from sparkctl.connectors import NodePool
@@ -95,14 +95,17 @@ def _secret_values(profile: Profile, pool: NodePool, plan: Plan | None, reachabl
     """Every value the profile marks secret that this run can learn: env values (any mode), the
     controller's readable files, and the files on every node that answered."""
     eng = profile.engine
-    sources = [*eng.secrets.values(), *(s for s in (eng.api_key, eng.admin_api_key) if s)]
-    values = [v for v in (s.resolve() for s in sources) if v]
+    sources = [
+        *eng.secrets.items(),
+        *((n, s) for n, s in (("api_key", eng.api_key), ("admin_api_key", eng.admin_api_key)) if s),
+    ]
+    values = [v for v in (resolve_known(local_ref(name, s)) for name, s in sources) if v]
     specs: list[RankSpec] = [*(plan.ranks if plan else []), *([plan.router] if plan and plan.router else [])]
     for spec in specs:
         if spec.node in reachable:
             values += secret_values(spec.secret_refs(), pool.get(spec.node))
     if plan and plan.endpoint.api_key is not None:
-        values += [v for v in [plan.endpoint.api_key.known_value()] if v]
+        values += [v for v in [resolve_known(plan.endpoint.api_key)] if v]
     return values
 
 
