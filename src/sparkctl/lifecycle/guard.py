@@ -20,6 +20,8 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import state
+from sparkctl.node.guard.memguard import BOOT
+from sparkctl.node.pack import PYTHON
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
 from sparkctl.units import human_bytes
@@ -28,28 +30,14 @@ GIB = 1 << 30
 NODE_DIR = Path(__file__).resolve().parents[1] / "node" / "guard"
 GUARD_DIR = "~/.local/state/sparkctl/guard"
 
-# Writes the program into the guard directory (0700) once per version, removes older versions,
-# then runs one op of it with the node's system python3 (-S: stdlib only).
-_SH = r"""set -e
-d="$HOME/.local/state/sparkctl/guard"
-mkdir -p "$d"; chmod 700 "$d"
-f="$d/memguard-$1.py"
-if [ -s "$f" ]; then cat >/dev/null; else
-  cat > "$f.$$"; chmod 600 "$f.$$"; mv -f "$f.$$" "$f"
-  for o in "$d"/memguard-*.py; do [ "$o" = "$f" ] || rm -f "$o"; done
-fi
-if [ -x /usr/bin/python3 ]; then exec /usr/bin/python3 -S "$f" "$2" "$3"; fi
-exec python3 -S "$f" "$2" "$3"
-"""
-
 
 @cache
 def program() -> str:
-    """memsense.py then memguard.py, their sparkctl imports (marked `# node: strip`) dropped."""
+    """node/flock.py, memsense.py then memguard.py, their sparkctl imports (marked `# node: strip`) dropped."""
     parts: list[str] = []
-    for name in ("memsense.py", "memguard.py"):
+    for path in (NODE_DIR.parent / "flock.py", NODE_DIR / "memsense.py", NODE_DIR / "memguard.py"):
         skipping = False
-        for line in (NODE_DIR / name).read_text().splitlines():
+        for line in path.read_text().splitlines():
             if line.endswith("# node: strip"):
                 skipping = line.rstrip().endswith("(  # node: strip")
             elif skipping:
@@ -61,11 +49,11 @@ def program() -> str:
 
 @cache
 def digest() -> str:
-    return hashlib.sha256(program().encode()).hexdigest()[:16]
+    return hashlib.sha256(program().encode()).hexdigest()
 
 
 def node_argv(op: str, arg: str) -> list[str]:
-    return ["sh", "-c", _SH, "sparkctl-guard", digest(), op, arg]
+    return [*PYTHON, "-c", BOOT, digest(), op, arg]
 
 
 def run_op(pool: NodePool, node: str, op: str, arg: str, timeout: float = 30.0) -> dict:
