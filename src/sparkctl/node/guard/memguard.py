@@ -228,14 +228,10 @@ def running(cluster):
     return probe(paths(cluster)["lock"])
 
 
-def take_lock(fd, wait_s=1.0):
-    return take(fd, wait_s)
-
-
 def op_run(cfg):
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a poke before the guard is up must not kill it
     fd = os.open(paths(cfg["cluster"])["lock"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    if not take_lock(fd):
+    if not take(fd):
         return 0  # another guard of this cluster runs here
     record = {"pid": os.getpid(), "since": time.time(), "digest": cfg_digest(cfg), "program": program_id()}
     write_record(fd, record)

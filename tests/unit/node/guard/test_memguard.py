@@ -1,50 +1,20 @@
-"""The guard (node/guard/memguard.py): a probe by `running()` never makes a new guard think another
-one runs, a live guard's lock does; only a kernel record acts, and with memory low; `stop` signals
+"""The guard (node/guard/memguard.py): only a kernel record acts, and with memory low; `stop` signals
 the lock's holder as the kernel knows it; the node runs only the bytes of the digest it was given."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from sparkctl.node.flock import write_record
+from sparkctl.node.flock import take, write_record
 from sparkctl.node.guard import memguard
-from sparkctl.node.guard.memguard import take_lock
 from sparkctl.node.guard.memsense import GIB, kmsg_record
 from tests.unit.lifecycle.test_guard import profile as guard_profile
 from tests.unit.node.guard.test_memsense import FORGED_COMM, FORGED_FILE, FORGED_USER, XID
-
-
-def test_a_probes_shared_lock_only_delays_the_new_guard(tmp_path: Path) -> None:
-    lock = tmp_path / "c.lock"
-    lock.touch()
-    probe = os.open(lock, os.O_RDONLY)
-    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what running() holds while it reads
-    threading.Timer(0.1, lambda: os.close(probe)).start()
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        assert take_lock(fd)  # the old code gave up at once: "another guard runs", exit 0
-    finally:
-        os.close(fd)
-
-
-def test_a_live_guards_lock_keeps_a_second_guard_out(tmp_path: Path) -> None:
-    lock = tmp_path / "c.lock"
-    lock.touch()
-    live = os.open(lock, os.O_RDWR)
-    fcntl.flock(live, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        assert not take_lock(fd, wait_s=0.2)
-    finally:
-        os.close(fd)
-        os.close(live)
 
 
 def _guard(monkeypatch: pytest.MonkeyPatch, records: list[str], avail_gib: float) -> list[dict]:
@@ -80,7 +50,7 @@ def test_stop_signals_the_kernels_holder_not_the_records_pid(
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     fd = os.open(tmp_path / "c.lock", os.O_RDWR | os.O_CREAT)
     try:
-        assert take_lock(fd)  # this process is the live guard
+        assert take(fd)  # this process is the live guard
         write_record(fd, {"pid": victim.pid})  # what a process able to write the file could do
         out = memguard.op_stop("c", wait=0.1)
         assert out["stopped"] is None and f"pid {victim.pid}" in out["error"]
