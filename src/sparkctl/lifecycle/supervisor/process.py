@@ -41,6 +41,7 @@ class Policy:
     canary_every: float = 10.0  # seconds between generation canaries (0: none)
     canary_failures: int = 3  # consecutive failed canaries that count as a failure
     guard: bool | None = None  # `--guard/--no-guard` (None: the profile's memory.guard.enabled)
+    wait: bool = False  # `--wait`: nothing to supervise yet (nodes down, nothing runs) -> wait for it
 
     def delay(self, recent: int) -> float:
         return 0.0 if recent == 0 else min(60.0, self.backoff * 2 ** (recent - 1))

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import urllib.request
+from collections.abc import Callable
 
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import LockHeldError, SparkctlError
+from sparkctl.errors import ConnectError, LockHeldError, SparkctlError, UsageError, several
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans, state
@@ -58,19 +60,19 @@ def canary(plan: Plan, key: str | None = None) -> str | None:
     return None if data.get("choices") else f"no choices in the reply: {str(data)[:200]}"
 
 
-def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, str]]:
+def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, SparkctlError]]:
     """Each rank's container, and {node: why} for nodes that do not answer (dialled again next time)."""
     res = fan_out(
         [s.rank for s in plan.ranks],
         lambda r: containers.inspect(pool.get(plan.rank(r).node), plan.rank(r).container_name),
         where=lambda r: (plan.rank(r).node, r),
     )
-    lost: dict[str, str] = {}
+    lost: dict[str, SparkctlError] = {}
     for o in res.failed:
         if not orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
             raise o.as_error()
         orphans.forget_connection(pool, o.node or "")
-        lost[o.node or "?"] = str(o.error)
+        lost[o.node or "?"] = o.as_error()
     return {r: v for r, v in res.ok.items()}, lost
 
 
@@ -112,11 +114,68 @@ def _ensure_guard(profile: Profile, pool: NodePool, plan: Plan) -> None:
         state.record_event(plan.cluster, "guard_failed", node=exc.node, detail=exc.message)
 
 
-def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag) -> int:
-    """Supervise until stopped (0) or the restart limit is reached (1)."""
+def nothing_to_supervise(plan: Plan, pool: NodePool) -> SparkctlError | None:
+    """Why there is nothing to supervise now: every node unreachable (one error per node, each with
+    its fix), or no container of any rank of the mode; None when something runs or ran."""
+    infos, lost = _look(pool, plan)
+    if lost and set(lost) >= set(plan.nodes):
+        errors = [
+            ConnectError(f"nothing to supervise: {e.message}", node=n, fix=e.fix or f"check that {n} is up")
+            for n, e in lost.items()
+        ]
+        return several(errors)  # type: ignore[arg-type]
+    if not lost and all(i is None for i in infos.values()):
+        return UsageError(
+            f"nothing of mode {plan.mode} runs to supervise (no container of any rank)",
+            fix=f"`sparkctl up {plan.mode} --supervise` starts and supervises it; `--wait` waits for it",
+        )
+    return None
+
+
+def wait_for_something(
+    plan: Plan, pool: NodePool, policy: Policy, flag: StopFlag, say: Callable[[str], None]
+) -> bool:
+    """Until there is something to supervise: False at once without `--wait` (the reason raised),
+    else a visible line per new reason and a look every few seconds; False when stopped."""
+    said = ""
+    while not flag.set:
+        why = nothing_to_supervise(plan, pool)
+        if why is None:
+            return True
+        if not policy.wait:
+            raise why
+        line = "; ".join(f"{e.where()}: {e.message}" if e.where() else e.message for e in [why, *why.also])
+        if line != said:
+            say(f"waiting (--wait): {line}")
+            said = line
+        flag.wait(POLL_S * 10)
+    return False
+
+
+def run(
+    profile: Profile,
+    pool: NodePool,
+    mode: str,
+    policy: Policy,
+    flag: StopFlag,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Supervise until stopped (0) or the restart limit is reached (1); nothing to supervise at the
+    start (every node unreachable, nothing of the mode runs) raises why, or waits with `--wait`."""
+    fd = hold(profile.cluster, mode)  # the flock, held for the supervisor's life
+    try:
+        return _supervise(profile, pool, mode, policy, flag, say)
+    finally:
+        os.close(fd)
+
+
+def _supervise(
+    profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag, say: Callable[[str], None]
+) -> int:
     cluster = profile.cluster
-    fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
     plan = resolve_plan(profile, build_plan(profile, mode), pool)
+    if not wait_for_something(plan, pool, policy, flag, say):
+        return 0
     key = api_key(plan, pool)
     state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
@@ -131,7 +190,7 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
             flag.wait(POLL_S * 4)
             continue
         for node in set(lost) - unreachable:
-            state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
+            state.record_event(cluster, "node_unreachable", node=node, detail=lost[node].message)
         unreachable = set(lost)
         cause = _cause(plan, infos) if not lost else None
         if cause is not None:
