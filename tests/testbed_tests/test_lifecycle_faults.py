@@ -320,3 +320,49 @@ def test_supervisor_restarts_on_failed_canaries_then_gives_up_at_the_limit(lab, 
     assert restarted["cause"].startswith("generation canary failed 2 times in a row: HTTPError")
     text = " ".join(cli(state, path, "status").stdout.split())
     assert "supervisor: not running" in text and "gave up restarting after 'generation canary failed" in text
+
+
+def test_a_fabric_partition_is_found_by_the_heartbeat_and_the_group_held_until_it_heals(lab, setup):
+    """spark2's fabric cable pulled (SSH, on the management network, stays up): the supervisor's
+    heartbeat, not the canary, finds it within its bound, names the pair and the link, removes the
+    group and holds it; the cable back, it starts the group again."""
+    from sparkctl.lifecycle.supervisor.heartbeat import SILENT_S
+
+    write_profile, state = setup
+    path = write_profile()
+    plan = build_plan(load_profile_file(path), "tp2")
+    res = cli(state, path, "up", "tp2", "--skip-preflight", "--supervise", "--json")
+    assert res.returncode == 0, res.stderr
+
+    def events() -> list[dict]:
+        return json.loads(cli(state, path, "status", "--json").stdout)["events"]
+
+    wait_for("the supervisor watching", lambda: any(e["event"] == "supervising" for e in events()))
+    cut = time.monotonic()
+    lab.set_fabric_link("spark2", up=False)
+    try:
+        hold = wait_for(
+            "the partition hold",
+            lambda: [e for e in events() if e["event"] == "partition_hold"],
+            timeout=60,
+            every=0.2,
+        )[0]
+        print(f"partition acted on {time.monotonic() - cut:.2f}s after the cut (silent {hold['silent_s']}s)")
+        assert hold["detected_by"] == "heartbeat"
+        assert hold["link"].startswith(lab.node(hold["peer"]).fabric_ip + ":")  # the fabric, not mgmt
+        assert {hold["node"], hold["peer"]} == {"spark1", "spark2"}
+        assert hold["silent_s"] >= SILENT_S  # the rule; how soon is printed above, not bounded here
+        kinds = [e["event"] for e in events()]
+        assert "canary_failed" not in kinds[: kinds.index("partition_hold")]  # the heartbeat, first
+        wait_for(
+            "the group removed", lambda: not any(running(lab, plan.cluster, n) for n in ("spark1", "spark2"))
+        )
+    finally:
+        lab.set_fabric_link("spark2", up=True)
+    wait_for("the link back", lambda: any(e["event"] == "link_back" for e in events()), timeout=60, every=0.2)
+    wait_for("the group serving again", lambda: _generates(plan), timeout=120, every=0.2)
+    restarted = wait_for(
+        "the restart", lambda: [e for e in events() if e["event"] == "restarted"], timeout=60
+    )[0]
+    assert restarted["cause"].startswith("fabric partition: ") and restarted["detected_by"] == "heartbeat"
+    assert cli(state, path, "down").returncode == 0

@@ -21,6 +21,7 @@ from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
 from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.supervisor import heartbeat
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
@@ -44,7 +45,67 @@ def api_key(plan: Plan, pool: NodePool) -> str | None:
     return ref.known_value()
 
 
-def canary(plan: Plan, key: str | None = None) -> str | None:
+def canary_deadline(ttft: list[float]) -> float:
+    """The canary's first-token deadline: 10x the slowest of the last canaries, at least 5 s, at
+    most CANARY_TIMEOUT (also the deadline before any was measured)."""
+    return CANARY_TIMEOUT if not ttft else min(CANARY_TIMEOUT, max(5.0, 10 * max(ttft)))
+
+
+def _hold_for_link(
+    pool: NodePool, plan: Plan, beat: heartbeat.Heartbeat, cause: dict, flag: StopFlag
+) -> bool:
+    """A partition: the group's ranks removed at once (every request to it would hang; the memory
+    they hold is freed), then held until every fabric link answers again. False when stopped."""
+    t0 = time.monotonic()
+    try:
+        observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+        remove_all(pool, [c for c in observed if c.mode == plan.mode], grace=None)
+        done = {"removed_s": round(time.monotonic() - t0, 2)}
+    except SparkctlError as exc:  # the restart removes what is left
+        done = {"detail": f"removing the group: {exc.message}"}
+    state.record_event(plan.cluster, "partition_hold", **cause, **done)
+    while not flag.wait(heartbeat.EVERY_S):
+        beat.check(pool, time.monotonic)
+        if beat.healthy():
+            state.record_event(
+                plan.cluster, "link_back", link=cause.get("link"), held_s=round(time.monotonic() - t0, 2)
+            )
+            return True
+    return False
+
+
+class Canary:
+    """The generation canary every `canary_every` s, its first-token deadline from the last ones'
+    measured times; `canary_failures` in a row are the cause."""
+
+    def __init__(self, plan: Plan, key: str | None, policy: Policy) -> None:
+        self.plan, self.key, self.policy = plan, key, policy
+        self.ttft: list[float] = []  # the last canaries' durations (1 token: the time to first token)
+        self.reset()
+
+    def reset(self) -> None:
+        self.fails, self.next_at = 0, time.monotonic() + self.policy.canary_every
+
+    def check(self) -> dict | None:
+        if self.policy.canary_every <= 0 or time.monotonic() < self.next_at:
+            return None
+        t0 = time.monotonic()
+        deadline = canary_deadline(self.ttft)
+        why = canary(self.plan, self.key, deadline)
+        if why is None:
+            self.ttft = [*self.ttft[-19:], time.monotonic() - t0]
+        self.next_at = time.monotonic() + self.policy.canary_every
+        self.fails = self.fails + 1 if why else 0
+        if why:
+            state.record_event(
+                self.plan.cluster, "canary_failed", count=self.fails, detail=why, deadline_s=deadline
+            )
+        if self.fails >= self.policy.canary_failures:
+            return {"cause": f"generation canary failed {self.fails} times in a row: {why}"}
+        return None
+
+
+def canary(plan: Plan, key: str | None = None, timeout: float = CANARY_TIMEOUT) -> str | None:
     """One real 1-token generation through rank 0's API; None when it worked, else why not."""
     ep = plan.endpoint
     body = {"model": ep.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
@@ -53,7 +114,7 @@ def canary(plan: Plan, key: str | None = None) -> str | None:
         f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
     )
     try:
-        with _OPENER.open(req, timeout=CANARY_TIMEOUT) as resp:
+        with _OPENER.open(req, timeout=timeout) as resp:
             data = json.loads(resp.read() or b"{}")
     except Exception as exc:  # noqa: BLE001 - any failure is a failed canary, said in the event
         return f"{type(exc).__name__}: {exc}"
@@ -176,12 +237,15 @@ def _supervise(
     plan = resolve_plan(profile, build_plan(profile, mode), pool)
     if not wait_for_something(plan, pool, policy, flag, say):
         return 0
-    key = api_key(plan, pool)
-    state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
+    probe = Canary(plan, api_key(plan, pool), policy)
+    beat = heartbeat.Heartbeat(heartbeat.links(profile, plan), time.monotonic())
+    state.record_event(
+        cluster, "supervising", mode=mode, policy=policy.__dict__, fabric_links=len(beat.links)
+    )
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
     next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
-    canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
+    unreachable: set[str] = set()
     while not flag.set:
         try:
             infos, lost = _look(pool, plan)
@@ -198,14 +262,12 @@ def _supervise(
         if time.monotonic() >= next_guard:
             _ensure_guard(profile, pool, plan)
             next_guard = time.monotonic() + GUARD_EVERY
-        if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
-            why = canary(plan, key)
-            next_canary = time.monotonic() + policy.canary_every
-            canary_fails = canary_fails + 1 if why else 0
-            if why:
-                state.record_event(cluster, "canary_failed", count=canary_fails, detail=why)
-            if canary_fails >= policy.canary_failures:
-                cause = {"cause": f"generation canary failed {canary_fails} times in a row: {why}"}
+        if cause is None and not lost and beat.due(time.monotonic()):
+            cause = beat.check(pool, time.monotonic)
+            if cause is not None:
+                state.record_event(cluster, "partition", **{k: v for k, v in cause.items() if k != "cause"})
+        if cause is None and not lost:
+            cause = probe.check()
         if cause is None:
             flag.wait(POLL_S)
             continue
@@ -231,11 +293,13 @@ def _supervise(
         )
         if flag.wait(delay):
             break
+        if cause.get("link") and not _hold_for_link(pool, plan, beat, cause, flag):
+            break
         restarts.append(time.time())
-        canary_fails = 0
         if not _restart(profile, pool, plan, cause, flag):
             restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
-        next_canary = time.monotonic() + policy.canary_every
+        probe.reset()
+        beat.reset(time.monotonic())
     state.record_event(cluster, "supervisor_stopped", mode=mode)
     return 0
 
