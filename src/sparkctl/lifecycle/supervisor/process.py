@@ -148,11 +148,13 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.wake = threading.Event()  # a stop, or news (a rank's container died): look now
         self.interrupt = False  # during a restart: stop it at once (it rolls back what it started)
 
     def install(self) -> StopFlag:
         def on_signal(signum: int, frame: object) -> None:
             self.event.set()
+            self.wake.set()
             if self.interrupt:
                 raise KeyboardInterrupt
 
@@ -162,6 +164,12 @@ class StopFlag:
 
     def wait(self, seconds: float) -> bool:
         return self.event.wait(max(0.0, seconds))
+
+    def nap(self, seconds: float) -> bool:
+        """Until `seconds` pass, news comes (`wake`) or a stop; True when stopped."""
+        self.wake.wait(max(0.0, seconds))
+        self.wake.clear()
+        return self.set
 
     @property
     def set(self) -> bool:

@@ -5,13 +5,10 @@ replicas, only the replica whose rank died (the router serves from the others me
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
-import urllib.request
 from collections.abc import Callable
 
-from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, LockHeldError, SparkctlError, UsageError, several
 from sparkctl.fanout import fan_out
@@ -22,6 +19,8 @@ from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
 from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.supervisor import heartbeat
+from sparkctl.lifecycle.supervisor.canary import Canary, api_key
+from sparkctl.lifecycle.supervisor.deathwatch import DeathWatch
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
 from sparkctl.planning.build import Plan, build_plan
@@ -30,25 +29,8 @@ from sparkctl.router.client import RouterError
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 
-CANARY_TIMEOUT = 20.0
+FALLBACK_POLL_S = 2.0  # between looks when Docker's events say nothing (and a stream is down)
 GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on its nodes
-
-
-def api_key(plan: Plan, pool: NodePool) -> str | None:
-    """The endpoint's API key when the profile sets one (a file-held key is read on rank 0's node)."""
-    ref = getattr(plan.endpoint, "api_key", None)
-    if ref is None:
-        return None
-    if getattr(ref, "file", None):
-        with contextlib.suppress(SparkctlError):
-            ref.reveal_on(pool.get(plan.ranks[0].node))
-    return ref.known_value()
-
-
-def canary_deadline(ttft: list[float]) -> float:
-    """The canary's first-token deadline: 10x the slowest of the last canaries, at least 5 s, at
-    most CANARY_TIMEOUT (also the deadline before any was measured)."""
-    return CANARY_TIMEOUT if not ttft else min(CANARY_TIMEOUT, max(5.0, 10 * max(ttft)))
 
 
 def _hold_for_link(
@@ -74,53 +56,6 @@ def _hold_for_link(
     return False
 
 
-class Canary:
-    """The generation canary every `canary_every` s, its first-token deadline from the last ones'
-    measured times; `canary_failures` in a row are the cause."""
-
-    def __init__(self, plan: Plan, key: str | None, policy: Policy) -> None:
-        self.plan, self.key, self.policy = plan, key, policy
-        self.ttft: list[float] = []  # the last canaries' durations (1 token: the time to first token)
-        self.reset()
-
-    def reset(self) -> None:
-        self.fails, self.next_at = 0, time.monotonic() + self.policy.canary_every
-
-    def check(self) -> dict | None:
-        if self.policy.canary_every <= 0 or time.monotonic() < self.next_at:
-            return None
-        t0 = time.monotonic()
-        deadline = canary_deadline(self.ttft)
-        why = canary(self.plan, self.key, deadline)
-        if why is None:
-            self.ttft = [*self.ttft[-19:], time.monotonic() - t0]
-        self.next_at = time.monotonic() + self.policy.canary_every
-        self.fails = self.fails + 1 if why else 0
-        if why:
-            state.record_event(
-                self.plan.cluster, "canary_failed", count=self.fails, detail=why, deadline_s=deadline
-            )
-        if self.fails >= self.policy.canary_failures:
-            return {"cause": f"generation canary failed {self.fails} times in a row: {why}"}
-        return None
-
-
-def canary(plan: Plan, key: str | None = None, timeout: float = CANARY_TIMEOUT) -> str | None:
-    """One real 1-token generation through rank 0's API; None when it worked, else why not."""
-    ep = plan.endpoint
-    body = {"model": ep.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(
-        f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
-    )
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            data = json.loads(resp.read() or b"{}")
-    except Exception as exc:  # noqa: BLE001 - any failure is a failed canary, said in the event
-        return f"{type(exc).__name__}: {exc}"
-    return None if data.get("choices") else f"no choices in the reply: {str(data)[:200]}"
-
-
 def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, SparkctlError]]:
     """Each rank's container, and {node: why} for nodes that do not answer (dialled again next time)."""
     res = fan_out(
@@ -137,13 +72,22 @@ def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], 
     return {r: v for r, v in res.ok.items()}, lost
 
 
-def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
+def _cause(
+    plan: Plan, infos: dict[int, ContainerInfo | None], deaths: DeathWatch | None = None
+) -> dict | None:
+    """The first rank that died, and how long ago (Docker's time of the exit on its node)."""
     dead = first_dead(infos)
     if dead is None:
         return None
     info, spec = infos[dead], plan.rank(dead)
     how = f"exited ({info.describe_exit()})" if info else "disappeared"
-    return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
+    cause = {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
+    ago = deaths.since_exit(spec.container_name) if deaths is not None else None
+    if ago is None and info is not None and info.finished_at is not None:
+        ago = round(max(0.0, time.time() - info.finished_at.timestamp()), 3)
+    if deaths is not None and spec.container_name in deaths.exits:
+        cause["seen_by"] = "docker events"
+    return {**cause, "since_exit_s": ago} if ago is not None else cause
 
 
 def _guard_cause(
@@ -239,10 +183,28 @@ def _supervise(
         return 0
     probe = Canary(plan, api_key(plan, pool), policy)
     beat = heartbeat.Heartbeat(heartbeat.links(profile, plan), time.monotonic())
+    _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
+    deaths = DeathWatch(pool, cluster, plan.nodes, flag.wake).start()
     state.record_event(
         cluster, "supervising", mode=mode, policy=policy.__dict__, fabric_links=len(beat.links)
-    )
-    _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
+    )  # after the death watch started: a test may kill a rank from here on
+    try:
+        return _loop(profile, pool, plan, policy, flag, probe, beat, deaths)
+    finally:
+        deaths.stop()
+
+
+def _loop(
+    profile: Profile,
+    pool: NodePool,
+    plan: Plan,
+    policy: Policy,
+    flag: StopFlag,
+    probe: Canary,
+    beat: heartbeat.Heartbeat,
+    deaths: DeathWatch,
+) -> int:
+    cluster, mode = plan.cluster, plan.mode
     next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
     unreachable: set[str] = set()
@@ -256,7 +218,7 @@ def _supervise(
         for node in set(lost) - unreachable:
             state.record_event(cluster, "node_unreachable", node=node, detail=lost[node].message)
         unreachable = set(lost)
-        cause = _cause(plan, infos) if not lost else None
+        cause = _cause(plan, infos, deaths) if not lost else None
         if cause is not None:
             cause = _guard_cause(profile, pool, plan, cause, infos)
         if time.monotonic() >= next_guard:
@@ -269,7 +231,9 @@ def _supervise(
         if cause is None and not lost:
             cause = probe.check()
         if cause is None:
-            flag.wait(POLL_S)
+            # A container's death wakes it at once (deathwatch.py); the heartbeat keeps its pace.
+            until_beat = beat.next_at - time.monotonic() if beat.links else FALLBACK_POLL_S
+            flag.nap(max(0.05, min(FALLBACK_POLL_S, until_beat)))
             continue
         now = time.time()
         restarts = [t for t in restarts if now - t < policy.window]
@@ -324,7 +288,7 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
             flag.interrupt = True
             try:
                 if replica is None:
-                    _restart_all(profile, pool, plan)
+                    _restart_all(profile, pool, plan, cause)
                 else:
                     restart_replica(profile, pool, plan, replica)
             finally:
@@ -351,9 +315,14 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
     return True
 
 
-def _restart_all(profile: Profile, pool: NodePool, plan: Plan) -> None:
-    observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+def _restart_all(profile: Profile, pool: NodePool, plan: Plan, cause: dict) -> None:
+    t0, observed = time.monotonic(), containers.list_nodes(pool, plan.cluster, plan.nodes)[0]
     remove_all(pool, observed, grace=None)  # nothing to save in a broken group
+    # The survivors (a headless rank whose rank 0 died lives on alone) are gone: say when.
+    survivors = sorted(c.name for c in observed if c.running)
+    ago = cause.get("since_exit_s")
+    extra = {"since_exit_s": round(ago + time.monotonic() - t0, 3)} if ago is not None else {}
+    state.record_event(plan.cluster, "group_removed", **{**cause, **extra}, stopped=survivors)
     budget = profile.engine.ready_timeout
     start_group(profile, pool, plan, time.monotonic() + budget, budget, QuietReporter())
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from sparkctl.lifecycle.supervisor import heartbeat
 from sparkctl.lifecycle.supervisor.heartbeat import SILENT_S, Heartbeat, Link
-from sparkctl.lifecycle.supervisor.supervise import CANARY_TIMEOUT, canary_deadline
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
 
@@ -64,10 +63,3 @@ def test_the_probe_counts_any_answer_as_alive_and_silence_as_not() -> None:
         got = _probe(up, refused, "255.255.255.255:9")  # no route (the testbed test cuts a real link)
     assert got[up] == "ok" and got[refused] == "ok"
     assert got["255.255.255.255:9"] != "ok"
-
-
-def test_the_canary_deadline_follows_the_measured_first_token_time() -> None:
-    assert canary_deadline([]) == CANARY_TIMEOUT  # nothing measured yet
-    assert canary_deadline([0.05, 0.2]) == 5.0  # a fast engine: the floor
-    assert canary_deadline([0.9, 1.2]) == 12.0  # 10x the slowest recent one
-    assert canary_deadline([3.0]) == CANARY_TIMEOUT  # never above the old fixed deadline

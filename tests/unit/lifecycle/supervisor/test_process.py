@@ -30,8 +30,8 @@ def test_hold_succeeds_while_running_probes() -> None:
     path.touch()
     stop = threading.Event()
 
-    def probe() -> None:  # what spawn() does every 50 ms while its supervisor starts
-        while not stop.is_set():
+    def probe() -> None:  # what spawn() does every 50 ms while its supervisor starts (here 10)
+        while not stop.wait(0.01):
             supervisor.running("lab")
 
     probing = threading.Thread(target=probe)
