@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import docker.errors
 import pytest
 
 from sparkctl.planning.build import build_plan
@@ -235,6 +236,13 @@ def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
     out = json.loads(res.stdout)
     start_s, pid = out["elapsed_s"], out["supervisor"]["pid"]
     old = {s.rank: lab.docker(s.node).containers.get(s.container_name).id for s in plan.ranks}
+    wait_for(
+        "the supervisor watching",
+        lambda: any(
+            e["event"] == "supervising"
+            for e in json.loads(cli(state, path, "status", "--json").stdout)["events"]
+        ),
+    )
 
     killed = time.monotonic()
     lab.kill_container("spark2", plan.rank(1).container_name)
@@ -261,6 +269,7 @@ def test_supervised_group_restarts_when_a_rank_dies(lab, setup):
         ],
     )  # noqa: E501
     assert done[0]["cause"] == "rank 1 on spark2 exited (exit code 137)" and done[0]["rank"] == 1
+    assert done[0]["seen_by"] == "docker events" and done[0]["since_exit_s"] >= 0  # not a poll
     text = " ".join(cli(state, path, "status").stdout.split())
     assert "supervisor: running" in text and "1 group restart(s)" in text
     assert "group restarted because rank 1 on spark2 exited (exit code 137)" in text
@@ -320,3 +329,78 @@ def test_supervisor_restarts_on_failed_canaries_then_gives_up_at_the_limit(lab, 
     assert restarted["cause"].startswith("generation canary failed 2 times in a row: HTTPError")
     text = " ".join(cli(state, path, "status").stdout.split())
     assert "supervisor: not running" in text and "gave up restarting after 'generation canary failed" in text
+
+
+def test_a_fabric_partition_is_found_by_the_heartbeat_and_the_group_held_until_it_heals(lab, setup):
+    """spark2's fabric cable pulled (SSH, on the management network, stays up): the supervisor's
+    heartbeat, not the canary, finds it within its bound, names the pair and the link, removes the
+    group and holds it; the cable back, it starts the group again."""
+    from sparkctl.lifecycle.supervisor.heartbeat import SILENT_S
+
+    write_profile, state = setup
+    path = write_profile()
+    plan = build_plan(load_profile_file(path), "tp2")
+    res = cli(state, path, "up", "tp2", "--skip-preflight", "--supervise", "--json")
+    assert res.returncode == 0, res.stderr
+
+    def events() -> list[dict]:
+        return json.loads(cli(state, path, "status", "--json").stdout)["events"]
+
+    wait_for("the supervisor watching", lambda: any(e["event"] == "supervising" for e in events()))
+    cut = time.monotonic()
+    lab.set_fabric_link("spark2", up=False)
+    try:
+        hold = wait_for(
+            "the partition hold",
+            lambda: [e for e in events() if e["event"] == "partition_hold"],
+            timeout=60,
+            every=0.2,
+        )[0]
+        print(f"partition acted on {time.monotonic() - cut:.2f}s after the cut (silent {hold['silent_s']}s)")
+        assert hold["detected_by"] == "heartbeat"
+        assert hold["link"].startswith(lab.node(hold["peer"]).fabric_ip + ":")  # the fabric, not mgmt
+        assert {hold["node"], hold["peer"]} == {"spark1", "spark2"}
+        assert hold["silent_s"] >= SILENT_S  # the rule; how soon is printed above, not bounded here
+        kinds = [e["event"] for e in events()]
+        assert "canary_failed" not in kinds[: kinds.index("partition_hold")]  # the heartbeat, first
+        wait_for(
+            "the group removed", lambda: not any(running(lab, plan.cluster, n) for n in ("spark1", "spark2"))
+        )
+    finally:
+        lab.set_fabric_link("spark2", up=True)
+    wait_for("the link back", lambda: any(e["event"] == "link_back" for e in events()), timeout=60, every=0.2)
+    wait_for("the group serving again", lambda: _generates(plan), timeout=120, every=0.2)
+    restarted = wait_for(
+        "the restart", lambda: [e for e in events() if e["event"] == "restarted"], timeout=60
+    )[0]
+    assert restarted["cause"].startswith("fabric partition: ") and restarted["detected_by"] == "heartbeat"
+    assert cli(state, path, "down").returncode == 0
+
+
+def test_an_orphaned_headless_rank_is_stopped_when_its_rank_0_dies(lab, setup):
+    """rank 0 killed: Docker's event stream wakes the supervisor, which stops the headless rank 1
+    (left alone, it would live on) as the group restarts; the events say how long after the exit."""
+    write_profile, state = setup
+    path = write_profile()
+    plan = build_plan(load_profile_file(path), "tp2")
+    res = cli(state, path, "up", "tp2", "--skip-preflight", "--supervise", "--json")
+    assert res.returncode == 0, res.stderr
+    orphan = lab.docker("spark2").containers.get(plan.rank(1).container_name)
+
+    def events() -> list[dict]:
+        return json.loads(cli(state, path, "status", "--json").stdout)["events"]
+
+    wait_for("the supervisor watching", lambda: any(e["event"] == "supervising" for e in events()))
+    killed = time.monotonic()
+    lab.kill_container("spark1", plan.rank(0).container_name)
+
+    removed = wait_for("the group removed", lambda: [e for e in events() if e["event"] == "group_removed"])[0]
+    print(
+        f"rank 1 stopped {removed['since_exit_s']}s after rank 0's exit ({time.monotonic() - killed:.2f}s seen here)"
+    )
+    assert removed["rank"] == 0 and removed["seen_by"] == "docker events"
+    with pytest.raises(docker.errors.NotFound):  # stopped by the supervisor, or exited on its own
+        orphan.reload()
+    wait_for("the group serving again", lambda: _generates(plan), timeout=120, every=0.2)
+    assert lab.docker("spark2").containers.get(plan.rank(1).container_name).id != orphan.id
+    assert cli(state, path, "down").returncode == 0

@@ -64,7 +64,9 @@ def test_a_rebooted_cluster_serves_again_from_the_unit_with_no_command_typed(lab
     argv, unit_env = unit_command(
         Path(lab.node("spark1").node_root, "systemd", f"sparkctl-supervise-{cluster}.service")
     )
-    assert argv[1:5] == ["-m", "sparkctl", "supervise", "tp2"] and unit_env["XDG_STATE_HOME"] == str(state)
+    assert argv[1:6] == ["-m", "sparkctl", "supervise", "tp2", "--wait"] and unit_env[
+        "XDG_STATE_HOME"
+    ] == str(state)
 
     # The reboot: every rank killed, every node's dockerd restarted, the controller's state lost,
     # and spark2 not back yet when the unit starts.

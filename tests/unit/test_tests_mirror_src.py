@@ -102,7 +102,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "lifecycle/rolling_rules.py",
         "lifecycle/router.py",
         "lifecycle/state.py",
-        "lifecycle/supervisor/process.py",
         "lifecycle/up.py",
         "lifecycle/watch.py",
         "node/base.py",

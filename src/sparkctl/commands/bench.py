@@ -157,7 +157,9 @@ def _chart(results: list, path: Path | None, default_on: bool, con) -> None:
         return
     from sparkctl.benchmark.chart import write_chart
 
-    con.print(f"chart {write_chart(results, path or Path('bench.png'))}", soft_wrap=True)  # a path stays one line
+    con.print(
+        f"chart {write_chart(results, path or Path('bench.png'))}", soft_wrap=True
+    )  # a path stays one line
 
 
 def _compare(

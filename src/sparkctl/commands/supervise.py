@@ -34,6 +34,12 @@ def supervise_cmd(
     canary_failures: CanaryFailuresOpt = 3,
     backoff: BackoffOpt = 2.0,
     guard: GuardOpt = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Nothing to supervise yet (nodes unreachable, nothing runs): wait, saying so."
+        ),
+    ] = False,
     profile: ProfileOpt = None,
 ) -> None:
     """Watch the running group; when a rank exits or the generation canary keeps failing, restart
@@ -61,6 +67,7 @@ def supervise_cmd(
         canary_every=canary_every,
         canary_failures=canary_failures,
         guard=guard,
+        wait=wait,
     )
     if detach:
         info = start_detached(profile, prof, mode, policy)
@@ -72,7 +79,7 @@ def supervise_cmd(
 
     flag = StopFlag().install()
     with NodePool(prof) as pool:
-        code = run(prof, pool, mode, policy, flag)
+        code = run(prof, pool, mode, policy, flag, say=lambda line: console().print(line, markup=False))
     raise typer.Exit(code)
 
 

@@ -20,7 +20,8 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import state
-from sparkctl.node.pack import pack
+from sparkctl.node.guard.memguard import BOOT
+from sparkctl.node.pack import PYTHON, pack
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
 from sparkctl.remote.ops import parse_op_result
@@ -30,35 +31,21 @@ GIB = 1 << 30
 NODE_DIR = Path(__file__).resolve().parents[1] / "node" / "guard"
 GUARD_DIR = "~/.local/state/sparkctl/guard"
 
-# Writes the program into the guard directory (0700) once per version, removes older versions,
-# then runs one op of it with the node's system python3 (-S: stdlib only).
-_SH = r"""set -e
-d="$HOME/.local/state/sparkctl/guard"
-mkdir -p "$d"; chmod 700 "$d"
-f="$d/memguard-$1.py"
-if [ -s "$f" ]; then cat >/dev/null; else
-  cat > "$f.$$"; chmod 600 "$f.$$"; mv -f "$f.$$" "$f"
-  for o in "$d"/memguard-*.py; do [ "$o" = "$f" ] || rm -f "$o"; done
-fi
-if [ -x /usr/bin/python3 ]; then exec /usr/bin/python3 -S "$f" "$2" "$3"; fi
-exec python3 -S "$f" "$2" "$3"
-"""
-
 
 @cache
 def program() -> str:
-    """memsense.py then memguard.py as one file (the node program's packer)."""
-    return pack(NODE_DIR, ("memsense.py", "memguard.py"))
+    """node/flock.py, memsense.py then memguard.py as one file (the node program's packer)."""
+    return pack(NODE_DIR.parent, ("flock.py", "guard/memsense.py", "guard/memguard.py"))
 
 
 @cache
 def digest() -> str:
-    return hashlib.sha256(program().encode()).hexdigest()[:16]
+    return hashlib.sha256(program().encode()).hexdigest()
 
 
 def guard_argv(op: str, arg: str) -> list[str]:
-    """Installs the program (on stdin) under GUARD_DIR once per version, then runs one op of it."""
-    return ["sh", "-c", _SH, "sparkctl-guard", digest(), op, arg]
+    """One op of the program sent on stdin, run by BOOT only when its bytes match the digest."""
+    return [*PYTHON, "-c", BOOT, digest(), op, arg]
 
 
 GUARD_FIX = "the guard needs python3 on the node (DGX OS ships it); `up --no-guard` starts without it"

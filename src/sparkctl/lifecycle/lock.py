@@ -8,8 +8,6 @@ file's content only describes the holder for the refusal message.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import re
 import shlex
@@ -19,6 +17,7 @@ import time
 from pathlib import Path
 
 from sparkctl.errors import LockHeldError
+from sparkctl.node import flock
 
 
 def state_dir() -> Path:
@@ -91,9 +90,7 @@ class ClusterLock:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # O_CLOEXEC: a detached process started by this run must never inherit (and keep) the lock.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not flock.take(fd):
             holder = self.holder(fd)
             os.close(fd)
             raise LockHeldError(
@@ -107,16 +104,13 @@ class ClusterLock:
             "command": self.command,
             "since": time.time(),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        flock.write_record(fd, info)
         self._fd = fd
         return self
 
     @staticmethod
     def holder(fd: int) -> dict:
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return {}
+        return flock.read_record(fd)
 
     def release(self) -> None:
         if self._fd is not None:

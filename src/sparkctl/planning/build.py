@@ -210,22 +210,10 @@ def _rank_env_mounts(
     triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
     hf_home, triton_dir = str(env["HF_HOME"]), str(env["TRITON_CACHE_DIR"])
     mounts = [Mount(hf_hub, f"{hf_home}/hub"), Mount(triton, triton_dir), *secret_mounts]
-    _no_host_code_in(mounts, node, profile)
+    sec.no_host_code_in(
+        mounts, node, node_path("~/.cache/sparkctl", node, profile), node_path("~", node, profile)
+    )
     return env, mounts, secret_files
-
-
-def _no_host_code_in(mounts: list[Mount], node: Node, profile: Profile) -> None:
-    """The container writes its read-write mounts as root: none may hold ~/.cache/sparkctl, where
-    the node keeps code the host runs (the compiled node program) and the weights' hash cache."""
-    own = node_path("~/.cache/sparkctl", node, profile)
-    for m in mounts:
-        if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
-            where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
-            raise ProfileError(
-                f"{where} {m.source} on node {node.name} would let the serving container write {own}",
-                fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
-                "(e.g. ~/.cache/huggingface, ~/.triton)",
-            )
 
 
 def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:

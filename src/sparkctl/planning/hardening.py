@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sparkctl.errors import ProfileError
 from sparkctl.profile.security import DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
 from sparkctl.profile.topology import internal_offset
 from sparkctl.secrets import SecretFile, SecretRef
@@ -339,3 +340,43 @@ def is_pinned(revision: str | None) -> bool:
         and 7 <= len(revision or "") <= 40
         and all(c in "0123456789abcdef" for c in revision or "")
     )
+
+
+def no_host_code_in(mounts: list[Mount], node: Node, own: str, home: str) -> None:
+    """The container writes its read-write mounts as root: none may hold ~/.cache/sparkctl, where
+    the node keeps code the host runs (the compiled node program) and the weights' hash cache, nor
+    be the node user's home or a dot-directory of it (~/.local holds the guard's lock and the
+    user's Python packages; ~/.config, ~/.ssh ...)."""
+    for m in mounts:
+        if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
+            where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
+            raise ProfileError(
+                f"{where} {m.source} on node {node.name} would let the serving container write {own}",
+                fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
+                "(e.g. ~/.cache/huggingface, ~/.triton)",
+            )
+        if not m.read_only and _home_dot_dir(m.source, home):
+            where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
+            raise ProfileError(
+                f"{where} {m.source} on node {node.name} would let the serving container write the "
+                f"node user's home or a dot-directory of it ({home}/.local, .config, .ssh...: code and "
+                "settings the host runs, the memory guard's lock)",
+                fix=f"point {where} at a cache directory (e.g. ~/.cache/huggingface, ~/.triton) or "
+                "one outside the home",
+            )
+
+
+# The dot-directories of the home a container may write: caches, where the host keeps no code
+# (~/.cache/sparkctl, which holds some, is refused above).
+_CACHE_DOT_DIRS = (".cache", ".triton")
+
+
+def _home_dot_dir(source: str, home: str) -> bool:
+    """The home itself, or a dot-directory of it (or anything in one) other than the caches;
+    ~/.cache itself is refused too (it holds ~/.cache/sparkctl)."""
+    if source == home:
+        return True
+    if not source.startswith(home.rstrip("/") + "/"):
+        return False
+    first = source[len(home.rstrip("/")) + 1 :].split("/", 1)[0]
+    return first.startswith(".") and first not in _CACHE_DOT_DIRS

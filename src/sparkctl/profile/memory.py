@@ -12,11 +12,12 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 # Kernel lines that mean the GPU driver ran out of memory or the GPU faulted (regular expressions,
-# searched in each /dev/kmsg message).
+# matched at the START of each kernel record's message on /dev/kmsg: the guard never searches a
+# line's middle, where a process's name or a file name can put any text; memguard.py).
 KERNEL_PATTERNS = [
-    r"NVRM: .*NV_ERR_NO_MEMORY",
-    r"NVRM: .*[Oo]ut of memory",
-    r"NVRM: Xid ",
+    r"^NVRM: .*NV_ERR_NO_MEMORY",
+    r"^NVRM: .*[Oo]ut of memory",
+    r"^NVRM: Xid \(PCI:[0-9a-fA-F]",
 ]
 
 
@@ -49,7 +50,7 @@ class Guard(Strict):
     )
     kernel_patterns: list[str] = Field(
         default_factory=lambda: list(KERNEL_PATTERNS),
-        description="Regular expressions; a new kernel-log line matching one trips the guard.",
+        description="Regular expressions matched at the start of a kernel record's message (facility 0, not a line led by a task name); one matching with MemAvailable under twice the floor trips the guard.",
     )
     idle_exit_s: float = Field(
         120.0, gt=0, description="The guard exits once no container of the cluster ran on its node this long."

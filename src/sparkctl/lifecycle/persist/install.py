@@ -79,7 +79,7 @@ def desired(profile: Profile, target: Target, nodes: list[str], whos: dict[str, 
     for node in guard.guarded_nodes(profile, nodes):
         w = whos[node]
         program, conf = guard_files(w.home, profile.cluster)
-        text = guard_unit(profile.cluster, w.user, "/usr/bin/python3", program, conf)
+        text = guard_unit(profile.cluster, w.user, "/usr/bin/python3", program, conf, guard.digest())
         files += [
             UnitFile(node, program, guard.program(), mode=0o600),
             UnitFile(node, conf, config, mode=0o600),
@@ -89,8 +89,11 @@ def desired(profile: Profile, target: Target, nodes: list[str], whos: dict[str, 
 
 
 def guard_files(home: str, cluster: str) -> tuple[str, str]:
-    """The guard's program (the file `up` writes too: `memguard-<digest>.py`) and the unit's config."""
-    return f"{home}/{GUARD_DIR}/memguard-{guard.digest()}.py", f"{home}/{GUARD_DIR}/persist-{cluster}.json"
+    """The guard's program (`persist-memguard-<digest>.py`: the bytes `up` sends its guard, checked by digest at each start) and the unit's config."""
+    return (
+        f"{home}/{GUARD_DIR}/persist-memguard-{guard.digest()}.py",
+        f"{home}/{GUARD_DIR}/persist-{cluster}.json",
+    )
 
 
 def wants_link(f: UnitFile, unit_dir: str) -> str:

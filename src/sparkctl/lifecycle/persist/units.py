@@ -88,7 +88,7 @@ def supervisor_unit(
         f"User={user}\n"
         f"{env}{state}"
         "Environment=PYTHONUNBUFFERED=1\n"
-        f"ExecStart={_exec([*sparkctl, 'supervise', mode, '-p', profile_path])}\n"
+        f"ExecStart={_exec([*sparkctl, 'supervise', mode, '--wait', '-p', profile_path])}\n"
         "Restart=always\n"
         f"RestartSec={RESTART_SEC}\n"
         "KillMode=mixed\n"
@@ -98,15 +98,21 @@ def supervisor_unit(
     )
 
 
-def guard_unit(cluster: str, user: str, python: str, program: str, config: str) -> str:
+def guard_unit(cluster: str, user: str, python: str, program: str, config: str, digest: str) -> str:
     """A node's memory guard in the foreground (`memguard.py run CONFIG`); it only ever kills
     containers labelled with this cluster. The config is read from its file at each start."""
-    script = 'exec "$0" -S "$1" run "$(cat "$2")"'
+    # The file runs only while its bytes are the ones sparkctl wrote (its sha256 is in the name of
+    # the program: lifecycle/guard.py digest), as the guard `up` starts runs only from them.
+    script = (
+        'test "$(sha256sum < "$1")" = "$3  -" '
+        '|| { echo "sparkctl guard: $1 does not match its digest" >&2; exit 1; }; '
+        'exec "$0" -S "$1" run "$(cat "$2")"'
+    )
     return (
         _common_unit(f"sparkctl memory guard of cluster {cluster}") + "\n[Service]\n"
         "Type=simple\n"
         f"User={user}\n"
-        f"ExecStart={_exec(['/bin/sh', '-c', script, python, program, config])}\n"
+        f"ExecStart={_exec(['/bin/sh', '-c', script, python, program, config, digest])}\n"
         "Restart=always\n"
         f"RestartSec={RESTART_SEC}\n"
         "NoNewPrivileges=yes\n"

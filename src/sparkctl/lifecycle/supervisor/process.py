@@ -18,8 +18,6 @@ the Docker socket.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -30,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.lifecycle.lock import private_dir, state_dir
+from sparkctl.node import flock
 
 POLL_S = 0.5
 
@@ -42,6 +41,7 @@ class Policy:
     canary_every: float = 10.0  # seconds between generation canaries (0: none)
     canary_failures: int = 3  # consecutive failed canaries that count as a failure
     guard: bool | None = None  # `--guard/--no-guard` (None: the profile's memory.guard.enabled)
+    wait: bool = False  # `--wait`: nothing to supervise yet (nodes down, nothing runs) -> wait for it
 
     def delay(self, recent: int) -> float:
         return 0.0 if recent == 0 else min(60.0, self.backoff * 2 ** (recent - 1))
@@ -57,38 +57,21 @@ def log_file(cluster: str) -> Path:
 
 def running(cluster: str) -> dict | None:
     """The live supervisor's {pid, mode, since, ...}, or None (a dead one holds no flock)."""
-    path = lock_file(cluster)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return {}
-    finally:
-        os.close(fd)
-    return None
+    return flock.probe(lock_file(cluster))
 
 
 def hold(cluster: str, mode: str) -> int:
-    """Called by the supervisor itself: take the liveness flock for its whole life."""
+    """Called by the supervisor itself: take the liveness flock for its whole life (retried for a
+    moment: `spawn()` probes it every 50 ms while this starts)."""
     path = lock_file(cluster)
     private_dir(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not flock.take(fd):
         os.close(fd)
         from sparkctl.errors import LockHeldError
 
-        raise LockHeldError(
-            f"cluster '{cluster}' already has a supervisor", fix="`sparkctl down` stops it"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "mode": mode, "since": time.time()}).encode(), 0)
+        raise LockHeldError(f"cluster '{cluster}' already has a supervisor", fix="`sparkctl down` stops it")
+    flock.write_record(fd, {"pid": os.getpid(), "mode": mode, "since": time.time()})
     return fd
 
 
@@ -145,7 +128,7 @@ def stop(cluster: str, timeout: float = 15.0) -> str | None:
     info = running(cluster)
     if info is None:
         return None
-    pid = int(info.get("pid") or 0)
+    pid = flock.kernel_holder(lock_file(cluster)) or int(info.get("pid") or 0)  # the kernel's first
     if pid <= 0:
         return None
     with contextlib.suppress(ProcessLookupError):
@@ -165,11 +148,13 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.wake = threading.Event()  # a stop, or news (a rank's container died): look now
         self.interrupt = False  # during a restart: stop it at once (it rolls back what it started)
 
     def install(self) -> StopFlag:
         def on_signal(signum: int, frame: object) -> None:
             self.event.set()
+            self.wake.set()
             if self.interrupt:
                 raise KeyboardInterrupt
 
@@ -179,6 +164,12 @@ class StopFlag:
 
     def wait(self, seconds: float) -> bool:
         return self.event.wait(max(0.0, seconds))
+
+    def nap(self, seconds: float) -> bool:
+        """Until `seconds` pass, news comes (`wake`) or a stop; True when stopped."""
+        self.wake.wait(max(0.0, seconds))
+        self.wake.clear()
+        return self.set
 
     @property
     def set(self) -> bool:

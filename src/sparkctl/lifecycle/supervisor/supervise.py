@@ -5,84 +5,89 @@ replicas, only the replica whose rank died (the router serves from the others me
 from __future__ import annotations
 
 import contextlib
-import json
+import os
 import time
-import urllib.request
+from collections.abc import Callable
 
 from sparkctl.clients.router import RouterError
-from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import LockHeldError, SparkctlError
+from sparkctl.errors import ConnectError, LockHeldError, SparkctlError, UsageError, several
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.rolling_rules import replica_containers
-from sparkctl.lifecycle.steps import QuietReporter, remove_all, start_group
-from sparkctl.lifecycle.supervisor import startup
+from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
+from sparkctl.lifecycle.supervisor import heartbeat, startup
+from sparkctl.lifecycle.supervisor.canary import Canary, api_key
+from sparkctl.lifecycle.supervisor.deathwatch import DeathWatch
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
-from sparkctl.planning.build import Plan
+from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
-from sparkctl.secrets import resolve, resolve_known
 
-CANARY_TIMEOUT = 20.0
+FALLBACK_POLL_S = 2.0  # between looks when Docker's events say nothing (and a stream is down)
 GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on its nodes
 
 
-def api_key(plan: Plan, pool: NodePool) -> str | None:
-    """The endpoint's API key when the profile sets one (a file-held key is read on rank 0's node)."""
-    ref = getattr(plan.endpoint, "api_key", None)
-    if ref is None:
-        return None
-    if ref.file:
-        with contextlib.suppress(SparkctlError):
-            return resolve(ref, pool.get(plan.ranks[0].node))
-    return resolve_known(ref)
-
-
-def canary(plan: Plan, key: str | None = None) -> str | None:
-    """One real 1-token generation through rank 0's API; None when it worked, else why not."""
-    ep = plan.endpoint
-    body = {"model": ep.served_model_name, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(
-        f"{ep.api_base}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
-    )
+def _hold_for_link(
+    pool: NodePool, plan: Plan, beat: heartbeat.Heartbeat, cause: dict, flag: StopFlag
+) -> bool:
+    """A partition: the group's ranks removed at once (every request to it would hang; the memory
+    they hold is freed), then held until every fabric link answers again. False when stopped."""
+    t0 = time.monotonic()
     try:
-        with _OPENER.open(req, timeout=CANARY_TIMEOUT) as resp:
-            data = json.loads(resp.read() or b"{}")
-    except Exception as exc:  # noqa: BLE001 - any failure is a failed canary, said in the event
-        return f"{type(exc).__name__}: {exc}"
-    return None if data.get("choices") else f"no choices in the reply: {str(data)[:200]}"
+        observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+        remove_all(pool, [c for c in observed if c.mode == plan.mode], grace=None)
+        done = {"removed_s": round(time.monotonic() - t0, 2)}
+    except SparkctlError as exc:  # the restart removes what is left
+        done = {"detail": f"removing the group: {exc.message}"}
+    state.record_event(plan.cluster, "partition_hold", **cause, **done)
+    while not flag.wait(heartbeat.EVERY_S):
+        beat.check(pool, time.monotonic)
+        if beat.healthy():
+            state.record_event(
+                plan.cluster, "link_back", link=cause.get("link"), held_s=round(time.monotonic() - t0, 2)
+            )
+            return True
+    return False
 
 
-def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, str]]:
+def _look(pool: NodePool, plan: Plan) -> tuple[dict[int, ContainerInfo | None], dict[str, SparkctlError]]:
     """Each rank's container, and {node: why} for nodes that do not answer (dialled again next time)."""
     res = fan_out(
         [s.rank for s in plan.ranks],
         lambda r: containers.inspect(pool.get(plan.rank(r).node), plan.rank(r).container_name),
         where=lambda r: (plan.rank(r).node, r),
     )
-    lost: dict[str, str] = {}
+    lost: dict[str, SparkctlError] = {}
     for o in res.failed:
         if not orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
             raise o.as_error()
         orphans.forget_connection(pool, o.node or "")
-        lost[o.node or "?"] = str(o.error)
+        lost[o.node or "?"] = o.as_error()
     return {r: v for r, v in res.ok.items()}, lost
 
 
-def _cause(plan: Plan, infos: dict[int, ContainerInfo | None]) -> dict | None:
+def _cause(
+    plan: Plan, infos: dict[int, ContainerInfo | None], deaths: DeathWatch | None = None
+) -> dict | None:
+    """The first rank that died, and how long ago (Docker's time of the exit on its node)."""
     dead = first_dead(infos)
     if dead is None:
         return None
     info, spec = infos[dead], plan.rank(dead)
     how = f"exited ({info.describe_exit()})" if info else "disappeared"
-    return {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
+    cause = {"cause": f"rank {dead} on {spec.node} {how}", "rank": dead, "node": spec.node}
+    ago = deaths.since_exit(spec.container_name) if deaths is not None else None
+    if ago is None and info is not None and info.finished_at is not None:
+        ago = round(max(0.0, time.time() - info.finished_at.timestamp()), 3)
+    if deaths is not None and spec.container_name in deaths.exits:
+        cause["seen_by"] = "docker events"
+    return {**cause, "since_exit_s": ago} if ago is not None else cause
 
 
 def _guard_cause(
@@ -114,20 +119,100 @@ def _ensure_guard(profile: Profile, pool: NodePool, plan: Plan) -> None:
         state.record_event(plan.cluster, "guard_failed", node=exc.node, detail=exc.message)
 
 
-def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag) -> int:
-    """Supervise until stopped (0) or the restart limit is reached (1)."""
+def nothing_to_supervise(plan: Plan, pool: NodePool) -> SparkctlError | None:
+    """Why there is nothing to supervise now: every node unreachable (one error per node, each with
+    its fix), or no container of any rank of the mode; None when something runs or ran."""
+    infos, lost = _look(pool, plan)
+    if lost and set(lost) >= set(plan.nodes):
+        errors = [
+            ConnectError(f"nothing to supervise: {e.message}", node=n, fix=e.fix or f"check that {n} is up")
+            for n, e in lost.items()
+        ]
+        return several(errors)  # type: ignore[arg-type]
+    if not lost and all(i is None for i in infos.values()):
+        return UsageError(
+            f"nothing of mode {plan.mode} runs to supervise (no container of any rank)",
+            fix=f"`sparkctl up {plan.mode} --supervise` starts and supervises it; `--wait` waits for it",
+        )
+    return None
+
+
+def wait_for_something(
+    plan: Plan, pool: NodePool, policy: Policy, flag: StopFlag, say: Callable[[str], None]
+) -> bool:
+    """Until there is something to supervise: False at once without `--wait` (the reason raised),
+    else a visible line per new reason and a look every few seconds; False when stopped."""
+    said = ""
+    while not flag.set:
+        why = nothing_to_supervise(plan, pool)
+        if why is None:
+            return True
+        if not policy.wait:
+            raise why
+        line = "; ".join(f"{e.where()}: {e.message}" if e.where() else e.message for e in [why, *why.also])
+        if line != said:
+            say(f"waiting (--wait): {line}")
+            said = line
+        flag.wait(POLL_S * 10)
+    return False
+
+
+def run(
+    profile: Profile,
+    pool: NodePool,
+    mode: str,
+    policy: Policy,
+    flag: StopFlag,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Supervise until stopped (0) or the restart limit is reached (1); nothing to supervise at the
+    start (every node unreachable, nothing of the mode runs) raises why, or waits with `--wait`."""
+    fd = hold(profile.cluster, mode)  # the flock, held for the supervisor's life
+    try:
+        return _supervise(profile, pool, mode, policy, flag, say)
+    finally:
+        os.close(fd)
+
+
+def _supervise(
+    profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopFlag, say: Callable[[str], None]
+) -> int:
     cluster = profile.cluster
-    fd = hold(cluster, mode)  # noqa: F841 - kept open (and the flock held) for the process's life
-    plan = startup.begin(profile, pool, mode, flag)  # wait for the nodes, reconcile (a reboot)
-    if plan is None:
-        state.record_event(cluster, "supervisor_stopped", mode=mode)
+    plan = resolve_plan(profile, build_plan(profile, mode), pool)
+    if not wait_for_something(plan, pool, policy, flag, say):
         return 0
-    key = api_key(plan, pool)
-    state.record_event(cluster, "supervising", mode=mode, policy=policy.__dict__)
+    if policy.wait:  # the persist unit's way (after a reboot): every node back, state rebuilt, reconcile
+        plan = startup.begin(profile, pool, mode, flag)
+        if plan is None:
+            state.record_event(cluster, "supervisor_stopped", mode=mode)
+            return 0
+    probe = Canary(plan, api_key(plan, pool), policy)
+    beat = heartbeat.Heartbeat(heartbeat.links(profile, plan), time.monotonic())
     _ensure_guard(profile, pool, plan)  # the memory guard runs as part of supervise
+    deaths = DeathWatch(pool, cluster, plan.nodes, flag.wake).start()
+    state.record_event(
+        cluster, "supervising", mode=mode, policy=policy.__dict__, fabric_links=len(beat.links)
+    )  # after the death watch started: a test may kill a rank from here on
+    try:
+        return _loop(profile, pool, plan, policy, flag, probe, beat, deaths)
+    finally:
+        deaths.stop()
+
+
+def _loop(
+    profile: Profile,
+    pool: NodePool,
+    plan: Plan,
+    policy: Policy,
+    flag: StopFlag,
+    probe: Canary,
+    beat: heartbeat.Heartbeat,
+    deaths: DeathWatch,
+) -> int:
+    cluster, mode = plan.cluster, plan.mode
     next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
-    canary_fails, next_canary, unreachable = 0, time.monotonic() + policy.canary_every, set()
+    unreachable: set[str] = set()
     while not flag.set:
         try:
             infos, lost = _look(pool, plan)
@@ -136,24 +221,24 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
             flag.wait(POLL_S * 4)
             continue
         for node in set(lost) - unreachable:
-            state.record_event(cluster, "node_unreachable", node=node, detail=lost[node])
+            state.record_event(cluster, "node_unreachable", node=node, detail=lost[node].message)
         unreachable = set(lost)
-        cause = _cause(plan, infos) if not lost else None
+        cause = _cause(plan, infos, deaths) if not lost else None
         if cause is not None:
             cause = _guard_cause(profile, pool, plan, cause, infos)
         if time.monotonic() >= next_guard:
             _ensure_guard(profile, pool, plan)
             next_guard = time.monotonic() + GUARD_EVERY
-        if cause is None and not lost and policy.canary_every > 0 and time.monotonic() >= next_canary:
-            why = canary(plan, key)
-            next_canary = time.monotonic() + policy.canary_every
-            canary_fails = canary_fails + 1 if why else 0
-            if why:
-                state.record_event(cluster, "canary_failed", count=canary_fails, detail=why)
-            if canary_fails >= policy.canary_failures:
-                cause = {"cause": f"generation canary failed {canary_fails} times in a row: {why}"}
+        if cause is None and not lost and beat.due(time.monotonic()):
+            cause = beat.check(pool, time.monotonic)
+            if cause is not None:
+                state.record_event(cluster, "partition", **{k: v for k, v in cause.items() if k != "cause"})
+        if cause is None and not lost:
+            cause = probe.check()
         if cause is None:
-            flag.wait(POLL_S)
+            # A container's death wakes it at once (deathwatch.py); the heartbeat keeps its pace.
+            until_beat = beat.next_at - time.monotonic() if beat.links else FALLBACK_POLL_S
+            flag.nap(max(0.05, min(FALLBACK_POLL_S, until_beat)))
             continue
         now = time.time()
         restarts = [t for t in restarts if now - t < policy.window]
@@ -177,11 +262,13 @@ def run(profile: Profile, pool: NodePool, mode: str, policy: Policy, flag: StopF
         )
         if flag.wait(delay):
             break
+        if cause.get("link") and not _hold_for_link(pool, plan, beat, cause, flag):
+            break
         restarts.append(time.time())
-        canary_fails = 0
         if not _restart(profile, pool, plan, cause, flag):
             restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
-        next_canary = time.monotonic() + policy.canary_every
+        probe.reset()
+        beat.reset(time.monotonic())
     state.record_event(cluster, "supervisor_stopped", mode=mode)
     return 0
 
@@ -206,7 +293,7 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
             flag.interrupt = True
             try:
                 if replica is None:
-                    _restart_all(profile, pool, plan)
+                    _restart_all(profile, pool, plan, cause)
                 else:
                     restart_replica(profile, pool, plan, replica)
             finally:
@@ -233,9 +320,14 @@ def _restart(profile: Profile, pool: NodePool, plan: Plan, cause: dict, flag: St
     return True
 
 
-def _restart_all(profile: Profile, pool: NodePool, plan: Plan) -> None:
-    observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
+def _restart_all(profile: Profile, pool: NodePool, plan: Plan, cause: dict) -> None:
+    t0, observed = time.monotonic(), containers.list_nodes(pool, plan.cluster, plan.nodes)[0]
     remove_all(pool, observed, grace=None)  # nothing to save in a broken group
+    # The survivors (a headless rank whose rank 0 died lives on alone) are gone: say when.
+    survivors = sorted(c.name for c in observed if c.running)
+    ago = cause.get("since_exit_s")
+    extra = {"since_exit_s": round(ago + time.monotonic() - t0, 3)} if ago is not None else {}
+    state.record_event(plan.cluster, "group_removed", **{**cause, **extra}, stopped=survivors)
     budget = profile.engine.ready_timeout
     start_group(profile, pool, plan, time.monotonic() + budget, budget, QuietReporter())
 

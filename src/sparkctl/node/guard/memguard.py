@@ -1,8 +1,9 @@
 """The unified-memory guard: runs ON a node (python3 stdlib only; imports nothing of sparkctl).
 
-sparkctl writes this file into the node user's ~/.local/state/sparkctl/guard/ (0700) as
-memguard-<digest>.py and runs `python3 -S FILE start CONFIG_JSON`, which spawns `FILE run CONFIG`
-in a session of its own (no terminal, output to <cluster>.log): it lives on the node whatever
+sparkctl sends this program (with flock.py and memsense.py) on stdin to a small boot that runs it
+only when its sha256 is the one sparkctl named (BOOT below: no copy on disk a container could
+rewrite); `start CONFIG_JSON` spawns `run CONFIG` the same way, in a session of its own (no
+terminal, output to ~/.local/state/sparkctl/guard/<cluster>.log): it lives on the node whatever
 the controller does, and exits by itself once no container of its cluster has run there for
 `idle_exit_s`. One guard per cluster and node; an flock on <cluster>.lock is its liveness.
 
@@ -11,7 +12,10 @@ it within `horizon_s`) it reads /proc/meminfo and /proc/pressure/memory; a kerne
 /dev/kmsg (only lines logged after the guard started) wakes it at once. It trips when
   - MemAvailable < min_available;
   - memory PSI "full" (every runnable task stalled on memory) >= psi_full_pct of psi_window_s;
-  - a kernel line matches one of kernel_patterns (NVRM out of memory / NV_ERR_NO_MEMORY, Xid),
+  - a kernel record (facility 0; user-space writes to /dev/kmsg never are) matches one of
+    kernel_patterns AT THE START of its message (NVRM out of memory / NV_ERR_NO_MEMORY, Xid), the
+    message not starting with a task's name (`comm[pid]: segfault ...`: any process names itself),
+    and MemAvailable is under twice min_available (a driver line alone never kills),
 and then SIGKILLs at once the running containers labelled sparkctl.cluster=<cluster> (not the
 router): each container's init by pid first (checked by its start time: no Docker round trip on
 a box under pressure; the kernel then kills the whole pid namespace), then through the Docker
@@ -23,7 +27,6 @@ Ops: start CONFIG | run CONFIG | stop CLUSTER | status CLUSTER
 """
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -33,9 +36,12 @@ import subprocess
 import sys
 import time
 
+from ..flock import kernel_holder, probe, take, write_record  # node: strip
 from .memsense import (  # node: strip
     Targets,
     Watch,
+    gib,
+    kernel_match,
     kill_api,
     kill_pids,
     meminfo,
@@ -55,7 +61,20 @@ STATE_EVERY_S = 5.0
 
 
 def here():
-    return os.path.dirname(os.path.abspath(__file__))
+    """The guard's directory (0700): its lock, state, trips and log; never its code (below)."""
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "sparkctl", "guard")
+
+
+# The program never runs from a file a container could rewrite: sparkctl sends it on stdin to BOOT
+# with its sha256 (`python3 -S -c BOOT DIGEST OP ARG`), BOOT runs the bytes only when they match,
+# and op_start starts the detached `run` the same way with the same bytes. Run as a plain file
+# (tests), the program has no DIGEST or SOURCE and cannot start a guard.
+BOOT = """import sys,hashlib
+d=sys.argv.pop(1);s=sys.stdin.buffer.read()
+if hashlib.sha256(s).hexdigest()!=d:sys.exit('sparkctl guard: the program does not match its digest')
+exec(compile(s,'sparkctl-guard','exec'),{'__name__':'__main__','__digest__':d,'__source__':s})"""
+DIGEST = globals().get("__digest__") or "unverified"
+SOURCE = globals().get("__source__")
 
 
 def paths(cluster):
@@ -71,6 +90,7 @@ class Guard:
         self.watch = Watch(cfg)
         self.targets = Targets(cfg["cluster"])
         self.patterns = [re.compile(x) for x in cfg["kernel_patterns"]]
+        self.ignored = None  # the last kernel line that matched while memory was not low
         self.kmsg, self.kmsg_note = open_kmsg()
         self.trips = 0
         self.mem = {}
@@ -132,20 +152,29 @@ class Guard:
             self.trip(cause, now)
 
     def kernel(self):
-        for at, text in read_kmsg(self.kmsg):
-            if any(p.search(text) for p in self.patterns):
-                now = time.monotonic()
-                if not self.targets.known:
-                    self.targets.refresh()
-                if self.targets.known:
-                    age = round(max(0.0, now - at) * 1000, 1)
-                    cause = {
-                        "kind": "kernel",
-                        "reason": "kernel: " + text[:300],
-                        "line": text,
-                        "line_age_ms": age,
-                    }
-                    self.trip(cause, now)
+        for at, facility, text in read_kmsg(self.kmsg):
+            pattern = kernel_match(self.patterns, facility, text)
+            if pattern is None:
+                continue
+            now = time.monotonic()
+            # A driver line alone never kills: it acts with memory also low (under twice the floor).
+            avail, floor = meminfo().get("MemAvailable", 0), self.cfg["min_available"]
+            if avail >= 2 * floor:
+                self.ignored = {"line": text[:300], "at": time.time(), "mem_available": avail}
+                print(f"{time.strftime('%H:%M:%S')} kernel line, memory not low ({gib(avail)}): {text[:200]}")
+                continue
+            if not self.targets.known:
+                self.targets.refresh()
+            if self.targets.known:
+                age = round(max(0.0, now - at) * 1000, 1)
+                cause = {
+                    "kind": "kernel",
+                    "reason": f"kernel: {text[:300]} (MemAvailable {gib(avail)})",
+                    "line": text,
+                    "pattern": pattern,
+                    "line_age_ms": age,
+                }
+                self.trip(cause, now)
 
     def write_state(self):
         state = {
@@ -160,6 +189,7 @@ class Guard:
             "kernel_log": self.kmsg_note or "watched",
             "docker": self.targets.error or "ok",
             "trips": self.trips,
+            "kernel_ignored": self.ignored,
         }
         tmp = f"{self.p['state']}.{os.getpid()}.part"
         with open(tmp, "w") as fh:
@@ -195,45 +225,16 @@ class Guard:
 # ------------------------------------------------------------------------------ ops
 def running(cluster):
     """The live guard's lock record ({pid, since, digest, program}), or None."""
-    try:
-        fd = os.open(paths(cluster)["lock"], os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads(os.pread(fd, 8192, 0) or b"{}")
-        return {}
-    finally:
-        os.close(fd)
-    return None
-
-
-def take_lock(fd, wait_s=1.0):
-    """LOCK_EX on the guard's lock file; False when another guard holds it. `running()` probes
-    with LOCK_SH for microseconds, and op_start probes every 10 ms while this guard starts: one
-    probe at the wrong moment made a lone new guard exit as if another ran (seen in CI). A live
-    guard holds LOCK_EX for its whole life, so a lock still taken after `wait_s` is one."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
+    return probe(paths(cluster)["lock"])
 
 
 def op_run(cfg):
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a poke before the guard is up must not kill it
     fd = os.open(paths(cfg["cluster"])["lock"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    if not take_lock(fd):
+    if not take(fd):
         return 0  # another guard of this cluster runs here
     record = {"pid": os.getpid(), "since": time.time(), "digest": cfg_digest(cfg), "program": program_id()}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(record).encode(), 0)
+    write_record(fd, record)
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
@@ -257,12 +258,17 @@ def cfg_digest(cfg):
 
 
 def program_id():
-    return os.path.basename(os.path.abspath(__file__))
+    return DIGEST[:16]
 
 
 def op_stop(cluster, wait=10.0):
+    """SIGTERM (then SIGKILL) the process the kernel says holds the lock: the record's pid is only
+    believed when it is that process (the file is data; the kernel's lock table is not)."""
     info = running(cluster)
-    pid = int((info or {}).get("pid") or 0)
+    pid = kernel_holder(paths(cluster)["lock"]) if info is not None else None
+    if pid is not None and int((info or {}).get("pid") or 0) != pid:
+        return {"stopped": None, "error": f"the lock's record names pid {info.get('pid')}, the kernel {pid}"}
+    pid = pid or 0
     if pid > 0:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -285,15 +291,19 @@ def op_start(cfg):
                     os.kill(pid, signal.SIGUSR1)
             return {"pid": info.get("pid"), "started": False}
         op_stop(cfg["cluster"])
+    if SOURCE is None:
+        return {"pid": None, "started": False, "error": "the guard program was not started by its boot"}
     with open(os.path.join(here(), cfg["cluster"] + ".log"), "ab") as log:
-        proc = subprocess.Popen(  # noqa: S603 - this very program
-            [sys.executable, "-S", os.path.abspath(__file__), "run", json.dumps(cfg)],
-            stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(  # noqa: S603 - this very program, the same verified bytes
+            [sys.executable, "-S", "-c", BOOT, DIGEST, "run", json.dumps(cfg)],
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
         )
+    proc.stdin.write(SOURCE)
+    proc.stdin.close()
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and proc.poll() is None:
         if (running(cfg["cluster"]) or {}).get("pid") == proc.pid:
@@ -316,9 +326,13 @@ def op_status(cluster, last=20):
 
 def main(argv):
     op, arg = argv[1], argv[2]
+    os.makedirs(here(), 0o700, exist_ok=True)  # also for `run` from a unit at boot
     if op == "run":
         return op_run(json.loads(arg))
-    os.makedirs(here(), 0o700, exist_ok=True)
+    for old in os.listdir(here()):  # program files of versions before the boot: never run again
+        if old.startswith("memguard-") and old.endswith(".py"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(here(), old))
     out = {
         "start": lambda: op_start(json.loads(arg)),
         "stop": lambda: op_stop(arg),

@@ -6,6 +6,7 @@ decision (`Watch`, pure). memguard.py is the program; sparkctl ships the two as 
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -237,7 +238,9 @@ def open_kmsg():
 
 
 def read_kmsg(fd):
-    """[(monotonic s the kernel logged it, text)] of the records waiting on /dev/kmsg."""
+    """[(monotonic s the kernel logged it, facility, message)] of the records waiting on /dev/kmsg
+    (`prio,seq,usec,flags;message`: the facility is prio >> 3; the kernel's own are 0, and a write
+    to /dev/kmsg from user space never is: the kernel gives it 1, `user`, when it names none)."""
     out = []
     while True:
         try:
@@ -248,7 +251,28 @@ def read_kmsg(fd):
             continue
         if not raw:
             return out
-        head, _, text = raw.decode(errors="replace").partition(";")
-        fields = head.split(",")
-        at = int(fields[2]) / 1e6 if len(fields) > 2 and fields[2].isdigit() else time.monotonic()
-        out.append((at, text.split("\n", 1)[0]))
+        out.append(kmsg_record(raw.decode(errors="replace")))
+
+
+def kmsg_record(text):
+    head, _, message = text.partition(";")
+    fields = head.split(",")
+    prio = int(fields[0]) if fields[0].isdigit() else 8  # unparsable: not the kernel's (facility 1)
+    at = int(fields[2]) / 1e6 if len(fields) > 2 and fields[2].isdigit() else time.monotonic()
+    return at, prio >> 3, message.split("\n", 1)[0]
+
+
+# Kernel lines that start with a task's name (comm: up to 15 bytes, set by the task itself with
+# prctl(PR_SET_NAME)): `comm[pid]: segfault at ... in libx.so[...]` (and traps), `comm: page
+# allocation failure: ...`, `comm invoked oom-killer: ...`. Their start is not the kernel's words,
+# so no pattern may match them; and the default patterns fix more than 15 characters from the
+# start, so a comm alone can never fill one.
+TASK_LINE = re.compile(r"^[^\n]{0,15}(\[\d+\]|: page allocation failure| invoked oom-killer:)")
+
+
+def kernel_match(patterns, facility, message):
+    """The pattern a kernel message matches at its own start, or None: only facility 0 (the
+    kernel's records), never a line that starts with a task's name."""
+    if facility != 0 or TASK_LINE.match(message):
+        return None
+    return next((p.pattern for p in patterns if p.match(message)), None)

@@ -88,7 +88,10 @@ def test_the_supervisor_unit_runs_supervise_in_the_foreground_after_docker_and_t
         "WantedBy=multi-user.target",
     ):
         assert line in text.splitlines(), line
-    assert f'ExecStart={sys.executable} -m sparkctl supervise tp2 -p "/home/spark/my profile.yaml"' in text
+    assert (
+        f'ExecStart={sys.executable} -m sparkctl supervise tp2 --wait -p "/home/spark/my profile.yaml"'
+        in text
+    )
     assert "--detach" not in text
 
 
@@ -97,8 +100,10 @@ def test_the_guard_files_are_private_and_under_the_node_users_home():
     data = [f for f in files if not f.path.endswith(".service")]
     assert {f.node for f in data} == set(nodes) and all(f.mode == 0o600 for f in data)
     assert all(f.path.startswith(f"/home/spark-{f.node}/.local/state/sparkctl/guard/") for f in data)
-    # the very program file `up` starts (its lock and state shared): never two guards on a node
-    assert {f.name for f in data} == {f"memguard-{guard.digest()}.py", "persist-sparkduo.json"}
+    # the very bytes `up` sends its guard (its lock and state shared: never two guards on a node), in a
+    # file of its own name (`up`'s guard removes program files of older versions)
+    assert {f.name for f in data} == {f"persist-memguard-{guard.digest()}.py", "persist-sparkduo.json"}
+    assert next(f for f in data if f.name.endswith(".py")).text == guard.program()
     assert any('"cluster": "sparkduo"' in f.text for f in data)
 
 
@@ -131,10 +136,35 @@ def test_the_guard_units_command_runs_the_guard_as_systemd_would(tmp_path):
     program, config = tmp_path / f"memguard-{guard.digest()}.py", tmp_path / "persist-unittest-guard.json"
     program.write_text(guard.program())
     config.write_text(guard_config_text(cfg))
-    text = guard_unit("unittest-guard", "root", sys.executable, str(program), str(config))
+    text = guard_unit("unittest-guard", "root", sys.executable, str(program), str(config), guard.digest())
     line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert res.returncode == 0, res.stderr
+    # a program file changed on the node (not the bytes sparkctl wrote) never runs
+    program.write_text(guard.program() + "print('rewritten')\n")
+    res = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert res.returncode == 1 and "does not match its digest" in res.stderr, res.stderr
+    program.write_text(guard.program())
+    res = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stderr
     assert "guarding unittest-guard" in res.stdout and "exiting: no container of the cluster" in res.stdout
-    assert json.loads((tmp_path / "unittest-guard.json").read_text())  # its state, beside its program
+    assert json.loads((tmp_path / ".local/state/sparkctl/guard/unittest-guard.json").read_text())  # its state

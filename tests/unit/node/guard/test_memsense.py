@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from sparkctl.node.guard.memsense import GIB, Watch, meminfo, psi_full_total
+from sparkctl.node.guard.memsense import GIB, Watch, kernel_match, kmsg_record, meminfo, psi_full_total
+from sparkctl.profile.memory import KERNEL_PATTERNS
 
 NODE = Path(__file__).resolve().parents[4] / "src" / "sparkctl" / "node" / "guard"
 CFG = {
@@ -60,7 +62,7 @@ def test_without_psi_nothing_trips_on_it() -> None:
 
 
 def test_node_modules_import_nothing_of_sparkctl_but_the_stripped_lines() -> None:
-    for name in ("memsense.py", "memguard.py"):
+    for name in ("memsense.py", "memguard.py", "../flock.py"):
         lines = (NODE / name).read_text().splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparkctl"):
@@ -81,3 +83,33 @@ def test_the_shipped_program_runs_alone(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '{"running": null, "state": null, "trips": []}'
+
+
+# Real-shaped /dev/kmsg records (`prio,seq,usec,flags;message`): the driver's own, a user-space
+# write to /dev/kmsg (the kernel gives it facility 1), and the kernel's segfault line of a process
+# that named itself `NVRM: Xid ` with prctl(PR_SET_NAME) (the line starts with its comm).
+XID = "3,1201,5123456789,-;NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008"
+FORGED_USER = "12,1202,5123457000,-;NVRM: Xid (PCI:0000:01:00): 31, pid=1, name=x"
+FORGED_COMM = "6,1203,5123458000,-;NVRM: Xid [4242]: segfault at 0 ip 00007f00 sp 00007ffc error 4 in a.out[400000+1000]"
+FORGED_FILE = (
+    "6,1204,5123459000,-;NVRM: [4242]: segfault at 0 ip 0 sp 0 error 4 in NV_ERR_NO_MEMORY.so[7f+1000]"
+)
+
+
+def test_kmsg_records_carry_their_facility() -> None:
+    assert kmsg_record(XID) == (5123.456789, 0, XID.split(";", 1)[1])
+    assert kmsg_record(FORGED_USER)[1] == 1
+    assert kmsg_record(FORGED_COMM)[1] == 0  # the kernel's own line, but it starts with a comm
+
+
+def test_patterns_match_only_a_kernel_messages_own_start() -> None:
+    pats = [re.compile(p) for p in KERNEL_PATTERNS]
+    assert kernel_match(pats, *kmsg_record(XID)[1:]) == r"^NVRM: Xid \(PCI:[0-9a-fA-F]"
+    for forged in (FORGED_USER, FORGED_COMM, FORGED_FILE):
+        assert kernel_match(pats, *kmsg_record(forged)[1:]) is None, forged
+    # the old unanchored default matched the comm-led segfault line
+    assert re.compile(r"NVRM: Xid ").search(kmsg_record(FORGED_COMM)[2])
+    alloc = "4,1206,1,-;NVRM: Xid (: page allocation failure: order:5, mode:0x40dc0"
+    assert kernel_match(pats, *kmsg_record(alloc)[1:]) is None
+    mid = "0,1205,1,-;Out of memory: Killed process 4242 (NVRM: Xid (P)"
+    assert kernel_match(pats, *kmsg_record(mid)[1:]) is None

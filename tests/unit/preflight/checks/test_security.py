@@ -155,6 +155,25 @@ def test_no_read_write_mount_may_hold_the_nodes_own_code(triton: str) -> None:
     assert "would let the serving container write /home/spark/.cache/sparkctl" in err.value.message
 
 
+@pytest.mark.parametrize(
+    "triton", ["~/.local", "~/.local/state/sparkctl/guard", "~/.config/x", "~/.ssh", "/home/spark/.bashrc.d"]
+)
+def test_no_read_write_mount_of_the_home_or_its_dot_directories(triton: str) -> None:
+    text = DUAL.replace("  triton_cache: ~/.triton", f"  triton_cache: {triton}", 1)
+    with pytest.raises(ProfileError) as err:
+        build_plan(load(text), "solo")
+    assert (
+        "would let the serving container write the node user's home or a dot-directory" in err.value.message
+    )
+    assert err.value.fix and "~/.cache/huggingface" in err.value.fix
+
+
+@pytest.mark.parametrize("triton", ["~/.triton", "~/.cache/triton", "~/triton", "/var/cache/triton"])
+def test_caches_may_be_mounted_read_write(triton: str) -> None:
+    text = DUAL.replace("  triton_cache: ~/.triton", f"  triton_cache: {triton}", 1)
+    assert build_plan(load(text), "solo").ranks
+
+
 @pytest.mark.parametrize("ref", ["--help", "-q", "img:-x", "a b", "x;touch /tmp/p", "IMG", "x@sha256:zz"])
 def test_image_ref_follows_dockers_reference_grammar(ref: str) -> None:
     text = DUAL.replace("  ref: sglang-dflash:spark", f"  ref: {json.dumps(ref)}", 1)
