@@ -62,7 +62,8 @@ def test_stop_signals_the_kernels_holder_not_the_records_pid(
 
 
 def test_the_node_runs_only_the_program_of_the_digest_it_was_given() -> None:
-    from sparkctl.lifecycle.guard import guard_argv as node_argv, program
+    from sparkctl.lifecycle.guard import guard_argv as node_argv
+    from sparkctl.lifecycle.guard import program
 
     ok = subprocess.run(node_argv("status", "nothere"), input=program().encode(), capture_output=True)
     assert ok.returncode == 0 and ok.stdout.startswith(b'{"running": null')
