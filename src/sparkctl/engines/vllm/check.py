@@ -164,24 +164,18 @@ def memory_findings(
 
 
 def _model_facts(profile: Profile) -> tuple[int | None, dict | None]:
-    """Weights' size and config.json of the target, from this machine's HF cache (None: not here)."""
-    from pathlib import Path
+    """Weights' size (safetensors headers) and config.json of the target, found where `fit` looks
+    (the profile's HF caches, HF_HOME, ~/.cache/huggingface; None: not on this machine)."""
+    from sparkctl.engines.support.models import lookup_models, safetensors_bytes
 
-    local = next((n for n in profile.nodes if n.is_local), None)
-    if local is None:
+    snap = lookup_models(profile).target
+    if snap is None:
         return None, None
-    cache = Path(local.hf_cache or profile.model.hf_cache).expanduser()
-    repo = cache / "hub" / ("models--" + profile.model.target.id.replace("/", "--"))
-    snaps = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) if repo.is_dir() else []
-    if not snaps:
-        return None, None
-    snap = snaps[-1]
-    size = sum(p.stat().st_size for p in snap.glob("*.safetensors"))
     try:
         config = json.loads((snap / "config.json").read_text())
     except (OSError, ValueError):
         config = None
-    return size or None, config
+    return safetensors_bytes(snap) or None, config
 
 
 def launch_findings(
