@@ -18,7 +18,7 @@ from sparkctl.engines.sglang.launch.inputs import (
     LaunchSettings,
     bad_value,
 )
-from sparkctl.engines.sglang.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts, yarn_rope
 from sparkctl.findings import Finding, Severity
 
 ERROR, WARN, OK = Severity.ERROR, Severity.WARN, Severity.OK
@@ -41,16 +41,25 @@ def check_context(
     out: list[Finding] = []
     ctx = s.context_length
     allow = env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "") not in ("", "0", "false", "False")
-    yarn = False
+    override: dict = {}
     if s.json_model_override_args:
         try:
             override = json.loads(s.json_model_override_args)
         except json.JSONDecodeError:
             override = {}
-        rope = override.get("rope_scaling") or (override.get("text_config") or {}).get("rope_scaling") or {}
-        yarn = isinstance(rope, dict) and str(rope.get("rope_type", rope.get("type", ""))).lower() == "yarn"
+    # every shape: rope_scaling / rope_parameters, top level / text_config, per layer type
+    in_override = yarn_rope(override) is not None if isinstance(override, dict) else False
+    in_model = (
+        target is not None
+        and target.rope_scaling is not None
+        and yarn_rope({"rope_parameters": target.rope_scaling}) is not None
+    )
+    yarn = in_override or in_model
     if s.is_dflash and (yarn or (ctx or 0) > DFLASH_MAX_CONTEXT):
-        why = "YaRN rope scaling" if yarn else f"--context-length {ctx} (> {DFLASH_MAX_CONTEXT})"
+        where = (
+            "--json-model-override-args" if in_override else f"{target.name if target else 'the'} config.json"
+        )
+        why = f"YaRN rope scaling ({where})" if yarn else f"--context-length {ctx} (> {DFLASH_MAX_CONTEXT})"
         out.append(
             _f(
                 "YarnWithDflash",
@@ -59,8 +68,16 @@ def check_context(
                     f"{why} with DFLASH: the context extension leaks into the draft model's config and the "
                     "server dies at boot (AttributeError ... max_position_embeddings)"
                 ),
-                f"--context-length {DFLASH_MAX_CONTEXT} and no YaRN override",
-                fix_flags={"context-length": str(DFLASH_MAX_CONTEXT), "json-model-override-args": None},
+                (
+                    f"serve a snapshot of {target.name} without YaRN in its config.json, or drop DFLASH"
+                    if in_model and not in_override
+                    else f"--context-length {DFLASH_MAX_CONTEXT} and no YaRN override"
+                ),
+                fix_flags=(
+                    {}
+                    if in_model and not in_override
+                    else {"context-length": str(DFLASH_MAX_CONTEXT), "json-model-override-args": None}
+                ),
             )
         )
     if ctx and target is not None and ctx > target.derived_context_len and not allow and not yarn:
