@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 MARK = "#sparkctl-nccl"
 NCCL_DIRS = "/usr/lib /usr/local/lib /usr/lib64 /opt"
 # The libraries found, then each real file's sha256 (its build identity: two builds of one version
-# differ here; vllm #41725, #42354 hung TP=2 on two 2.28.9 builds). The same lines run on the host.
+# differ here: TP=2 hung on two 2.28.9 builds, docs/preflight.md). The same lines run on the host.
 LIBS = f"""echo "{MARK} libs"
 find {NCCL_DIRS} -xdev \\( -name 'libnccl.so*' -o -name 'nvidia_nccl_cu*.dist-info' \\) 2>/dev/null
 echo "{MARK} builds"
