@@ -62,8 +62,9 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     out += rules.check_context(s, ctx.target, ctx.draft, ctx.env)
     out += rules.check_mem_fraction(s, ctx.gpus)
     out += rules.check_tp(s, ctx.gpus_per_node, ctx.group_nnodes, ctx.slots_per_node)
-    out += rules.check_heads(s, ctx.target) + (
-        rules.check_heads(s, ctx.draft, "draft") if s.is_dflash else []
+    held = _group_gpus(ctx) if ctx.gpus_per_node else None
+    out += rules.check_heads(s, ctx.target, max_tp=held) + (
+        rules.check_heads(s, ctx.draft, "draft", max_tp=held) if s.is_dflash else []
     )
     out += rules.check_sleep_on_idle(s)
     if ctx.gpus:

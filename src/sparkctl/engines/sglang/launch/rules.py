@@ -201,7 +201,9 @@ def check_version(s: LaunchSettings, ruleset: str) -> list[Finding]:
     return out
 
 
-def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target") -> list[Finding]:
+def check_heads(
+    s: LaunchSettings, model: ModelFacts | None, role: str = "target", max_tp: int | None = None
+) -> list[Finding]:
     """Attention heads must split over tp (linear.py:1139 divide; qwen3_5.py:1293); KV heads must
     split too, or, when fewer than tp, tp must be a multiple of them (each head is replicated,
     linear.py:1140-1144, qwen3_5.py:1296-1299). Keyed on config.json; skipped with DP attention."""
@@ -213,7 +215,10 @@ def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target
     ok_tps = [
         t for t in range(1, 65) if (not heads or heads % t == 0) and (kv % t == 0 if kv >= t else t % kv == 0)
     ]
-    fix = f"a tp that divides the heads: one of {', '.join(map(str, ok_tps[:8]))}"
+    if max_tp is not None:  # only what the group's GPUs hold: no tp=24 on three one-GPU boxes
+        ok_tps = [t for t in ok_tps if t <= max_tp]
+    held = f" and the {max_tp} GPU(s) of the group hold" if max_tp is not None else ""
+    fix = f"a tp that divides the heads{held}: one of {', '.join(map(str, ok_tps[:8]))}"
     if heads and heads % tp:
         out.append(
             _f(

@@ -102,3 +102,11 @@ def test_trade_off_layouts_never_ask_for_gpus_the_boxes_do_not_have() -> None:
     trio = LaunchContext([GB10] * 3, {"spark1": 1, "spark2": 1, "spark3": 1}, NVFP4, DRAFT, "0.5.23")
     for fix in check_launch([*argv, "--tp-size", "1"], replace(trio, group_nnodes=1)).memory_fixes:
         assert "tp" not in fix.changes, fix.why
+
+
+def test_a_heads_fix_names_only_the_tps_the_boxes_hold() -> None:
+    """trio-spark tp3: three one-GPU boxes, 4 KV heads: the fix says 1 or 2, never 8, 12 or 24."""
+    trio = LaunchContext([GB10] * 3, {"spark1": 1, "spark2": 1, "spark3": 1}, NVFP4, DRAFT, "0.5.23")
+    result = check_launch([*USER, "--tp-size", "3", "--nnodes", "3"], trio)
+    heads = [f for f in result.errors if f.check == "TpVsHeads"]
+    assert heads and all(f.fix.endswith("hold: one of 1, 2") for f in heads), [f.fix for f in heads]
