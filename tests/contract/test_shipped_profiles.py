@@ -71,8 +71,10 @@ def unreachable(home: Path) -> dict[str, Path]:
     return out
 
 
-def run(home: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_DEBUG", "SPARKCTL_PROFILE")}
+def run(home: Path, *args: str, hf_home: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_DEBUG", "SPARKCTL_PROFILE", "HF_HOME")}
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
     env.update(
         {
             "PYTHONPATH": str(ROOT / "src"),
@@ -149,6 +151,71 @@ def test_fit_allow_missing_finds_no_error(
     doc = one_json(res)
     errors = [f for f in doc["findings"] if f["severity"] == "error"]
     assert errors == [], errors
+    expect(res, ExitCode.OK)
+
+
+# The shipped models as header-only fixtures of their real shape (config.json + safetensors headers:
+# tests/fixtures/models/make_fixtures.py). A shipped model without a fixture fails the test below.
+MODEL_FIXTURES = {
+    "Qwen/Qwen3.6-27B-GPTQ-Int4": "qwen3.6-27b-gptq-int4",
+    "Qwen/Qwen3.6-27B-NVFP4": "qwen3.6-27b-nvfp4",
+    "z-lab/Qwen3.6-27B-DFlash": "qwen3.6-27b-dflash",
+    "Qwen/Qwen3-30B-A3B-FP8": "qwen3-30b-a3b-fp8",
+    "Qwen/Qwen3-14B-AWQ": "qwen3-14b-awq",
+}
+# Modes shipped to show a refusal: the checks that refuse them (the profile's comment says why and
+# points at `fit`'s layouts). Every other mode must fit with margin.
+REFUSED = {("trio-spark", "tp3"): {"TpVsHeads"}}
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An HF cache holding every shipped profile's target and draft at its pinned revision."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("hf") / "hub"
+    fixtures = ROOT / "tests" / "fixtures" / "models"
+    for path in PROFILES:
+        model = yaml.safe_load(path.read_text())["model"]
+        for ref in (model["target"], model.get("draft")):
+            if not ref:
+                continue
+            assert ref["id"] in MODEL_FIXTURES, f"{path.name}: no fixture of {ref['id']}'s shape"
+            rev = str(ref.get("revision") or "main")
+            is_hex = all(c in "0123456789abcdef" for c in rev)
+            commit = rev.ljust(40, "0") if is_hex else f"{len(rev):040x}"
+            repo = root / ("models--" + ref["id"].replace("/", "--"))
+            snap = repo / "snapshots" / commit
+            if not snap.is_dir():
+                shutil.copytree(fixtures / MODEL_FIXTURES[ref["id"]], snap)
+            if not is_hex:
+                (repo / "refs").mkdir(exist_ok=True)
+                (repo / "refs" / rev).write_text(commit)
+    return root.parent
+
+
+@pytest.mark.parametrize(("path", "mode"), CASES)
+def test_full_fit_with_memory_passes_with_margin(
+    home: Path, unreachable: dict[str, Path], hf_home: Path, path: Path, mode: str
+) -> None:
+    """`fit` with the models on disk: flags, rules and the memory planner, offline (the nodes do
+    not answer, so P is the profile's stated assumption). No error, and no memory warning (a launch
+    that serves fewer requests than it asks for, or fits with less than the headroom, is a warn)."""
+    res = run(home, "fit", mode, "--json", "-p", str(unreachable[path.stem]), hf_home=hf_home)
+    doc = one_json(res)
+    bad = [
+        f
+        for f in doc["findings"]
+        if f["severity"] == "error" or (f["severity"] == "warn" and f["check"] in ("MemoryFit", "VllmMemory"))
+    ]
+    refused = REFUSED.get((path.stem, mode))
+    if refused:
+        assert {f["check"] for f in bad} == refused, bad
+        assert any(o["works"] for o in doc["layouts"]), doc["layouts"]  # fit names what works
+        expect(res, ExitCode.CHECK_FAILED)
+        return
+    assert bad == [], bad
+    assert any(f["check"] in ("MemoryFit", "VllmMemory") and f["severity"] == "ok" for f in doc["findings"])
     expect(res, ExitCode.OK)
 
 

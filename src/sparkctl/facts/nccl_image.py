@@ -15,19 +15,26 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.facts.probe import ProbeError
+from sparkctl.facts.probe import Probe, ProbeError, checked
 
 if TYPE_CHECKING:
     from sparkctl.connectors.base import Connector
 
 MARK = "#sparkctl-nccl"
+NCCL_DIRS = "/usr/lib /usr/local/lib /usr/lib64 /opt"
+# The libraries found, then each real file's sha256 (its build identity: two builds of one version
+# differ here: TP=2 hung on two 2.28.9 builds, docs/preflight.md). The same lines run on the host.
+LIBS = f"""echo "{MARK} libs"
+find {NCCL_DIRS} -xdev \\( -name 'libnccl.so*' -o -name 'nvidia_nccl_cu*.dist-info' \\) 2>/dev/null
+echo "{MARK} builds"
+find {NCCL_DIRS} -xdev -type f -name 'libnccl.so*' -exec sha256sum {{}} + 2>/dev/null
+echo "{MARK} end"
+"""
 SCRIPT = f"""for f in /etc/nccl.conf "$HOME/.nccl.conf"; do
   [ -r "$f" ] && {{ echo "{MARK} conf $f"; cat "$f"; echo; }}
 done
-echo "{MARK} libs"
-find /usr/lib /usr/local/lib /usr/lib64 /opt -xdev \\( -name 'libnccl.so*' -o -name 'nvidia_nccl_cu*.dist-info' \\) 2>/dev/null
-echo "{MARK} end"
-"""
+{LIBS}"""
+HOST_ARGV = ("sh", "-c", LIBS)  # the host's own NCCL, read over SSH (no container)
 
 
 @dataclass
@@ -37,13 +44,36 @@ class ImageNcclFacts:
     libs: list[str] = field(default_factory=list)  # paths found
     system: dict[str, str] = field(default_factory=dict)  # libnccl.so.X.Y.Z path -> version
     pip: dict[str, str] = field(default_factory=dict)  # dist-info path -> version
+    builds: dict[str, str] = field(default_factory=dict)  # real libnccl file -> sha256 of its bytes
+
+    def version_of(self, path: str) -> str:
+        """The NCCL version a library file is: from its name, else the pip wheel beside it."""
+        if m := re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)$", path):
+            return m.group(1)
+        site = path.split("/nvidia/nccl/", 1)[0] if "/nvidia/nccl/" in path else None
+        pip = [v for d, v in self.pip.items() if site and d.startswith(site + "/")]
+        return pip[0] if len(pip) == 1 else "unknown version"
+
+    @property
+    def identities(self) -> dict[str, set[str]]:
+        """version -> the sha256 of every build of it found."""
+        out: dict[str, set[str]] = {}
+        for path, digest in self.builds.items():
+            out.setdefault(self.version_of(path), set()).add(digest)
+        return out
 
     @property
     def versions(self) -> set[str]:
         return set(self.system.values()) | set(self.pip.values())
 
     def to_json(self) -> dict:
-        return {"env": self.env, "conf": self.conf, "system": self.system, "pip": self.pip}
+        return {
+            "env": self.env,
+            "conf": self.conf,
+            "system": self.system,
+            "pip": self.pip,
+            "builds": self.builds,
+        }
 
 
 def parse_conf(text: str) -> dict[str, str]:
@@ -67,6 +97,8 @@ def parse_listing(text: str, env: dict[str, str] | None = None) -> ImageNcclFact
             section, lines = line[len(MARK) :].strip(), []
         elif section == "libs" and line.strip():
             _lib(out, line.strip())
+        elif section == "builds" and (m := re.match(r"^([0-9a-f]{64})\s+\*?(/.+)$", line.strip())):
+            out.builds[m.group(2)] = m.group(1)
         else:
             lines.append(line)
     return out
@@ -79,6 +111,11 @@ def _lib(out: ImageNcclFacts, path: str) -> None:
         out.pip[path] = m.group(1)
     elif m := re.match(r"libnccl\.so\.(\d+\.\d+\.\d+)$", name):
         out.system[path] = m.group(1)
+
+
+def host_nccl_probe() -> Probe:
+    """The host's NCCL libraries and their builds, read with the same lines as in the image."""
+    return Probe(HOST_ARGV, checked("reading the host's NCCL libraries", parse_listing))
 
 
 def env_of(attrs: dict) -> dict[str, str]:

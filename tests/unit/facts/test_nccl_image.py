@@ -43,3 +43,37 @@ def test_script_runs_in_a_posix_sh(tmp_path) -> None:
         timeout=120,
     )
     assert parse_listing(out.stdout).conf == {str(conf): {"NCCL_ALGO": "Tree"}}
+
+
+BUILDS = """#sparkctl-nccl libs
+/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2
+/usr/local/lib/python3.12/dist-packages/nvidia_nccl_cu13-2.28.9.dist-info
+/usr/lib/aarch64-linux-gnu/libnccl.so.2
+/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9
+#sparkctl-nccl builds
+{a}  /usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2
+{b}  /usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9
+#sparkctl-nccl end
+"""
+
+
+def test_builds_are_read_per_file_and_keyed_by_the_version_each_file_is() -> None:
+    got = parse_listing(BUILDS.format(a="a" * 64, b="b" * 64))
+    assert got.builds == {
+        "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2": "a" * 64,
+        "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9": "b" * 64,
+    }
+    # pip's libnccl.so.2 has no version in its name: the wheel beside it says 2.28.9
+    assert got.identities == {"2.28.9": {"a" * 64, "b" * 64}}
+    assert got.to_json()["builds"] == got.builds
+
+
+def test_the_host_probe_is_the_same_listing_as_an_argv() -> None:
+    from sparkctl.facts.nccl_image import HOST_ARGV, host_nccl_probe
+
+    probe = host_nccl_probe()
+    assert probe.argv == HOST_ARGV and HOST_ARGV[:2] == ("sh", "-c") and "sha256sum" in HOST_ARGV[2]
+    import subprocess
+
+    res = subprocess.run(list(HOST_ARGV), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.rstrip().endswith("#sparkctl-nccl end")

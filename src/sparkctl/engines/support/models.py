@@ -60,6 +60,27 @@ def model_search_paths(profile) -> list[Path]:  # Profile
     return list(dict.fromkeys(paths))
 
 
+def safetensors_bytes(directory: Path) -> int:
+    """Tensor bytes of a checkpoint from its safetensors headers (8-byte length + JSON, the largest
+    data offset of each shard): the file sizes would say 0 for header-only copies."""
+    import json
+    import struct
+
+    total = 0
+    for shard in sorted(directory.glob("*.safetensors")):
+        try:
+            with shard.open("rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, struct.error):
+            continue
+        ends = [
+            v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+        ]
+        total += max(ends, default=0)
+    return total
+
+
 def _as_path(directory: Path, _repo_id: str) -> Path:
     return directory
 

@@ -149,49 +149,51 @@ def memory_findings(
     reports: Mapping[str, GpuReport | None],
     model_bytes: int | None = None,
     config: dict | None = None,
+    draft: tuple[int | None, dict | None] = (None, None),
 ) -> list[Finding]:
-    """--gpu-memory-utilization against what each node has: see `memory_model`."""
+    """--gpu-memory-utilization against what each node has: see `memory_model` (draft: the
+    --speculative-config draft's weights and config.json, when on this machine)."""
     from sparkctl.engines.vllm.memory import memory_model
 
     out: list[Finding] = []
     for index, rank in enumerate(plan.ranks):
         fraction = F.mem_fraction(rank.argv) or F.DEFAULT_MEM_FRACTION
         node = profile.node(rank.node)
-        finding = memory_model(index, rank, node, fraction, reports.get(rank.node), model_bytes, config)
+        finding = memory_model(
+            index, rank, node, fraction, reports.get(rank.node), model_bytes, config, draft
+        )
         if finding is not None:
             out.append(finding)
     return out or [Finding(MEMORY, Severity.OK, "--gpu-memory-utilization fits every node")]
 
 
-def _model_facts(profile: Profile) -> tuple[int | None, dict | None]:
-    """Weights' size and config.json of the target, from this machine's HF cache (None: not here)."""
-    from pathlib import Path
+def _model_facts(profile: Profile, role: str = "target") -> tuple[int | None, dict | None]:
+    """Weights' size (safetensors headers) and config.json of the target (or the draft), found
+    where `fit` looks (the profile's HF caches, HF_HOME, ~/.cache/huggingface; None: not here)."""
+    from sparkctl.engines.support.models import lookup_models, safetensors_bytes
 
-    local = next((n for n in profile.nodes if n.is_local), None)
-    if local is None:
+    snap = getattr(lookup_models(profile), role)
+    if snap is None:
         return None, None
-    cache = Path(local.hf_cache or profile.model.hf_cache).expanduser()
-    repo = cache / "hub" / ("models--" + profile.model.target.id.replace("/", "--"))
-    snaps = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) if repo.is_dir() else []
-    if not snaps:
-        return None, None
-    snap = snaps[-1]
-    size = sum(p.stat().st_size for p in snap.glob("*.safetensors"))
     try:
         config = json.loads((snap / "config.json").read_text())
     except (OSError, ValueError):
         config = None
-    return size or None, config
+    return safetensors_bytes(snap) or None, config
 
 
 def launch_findings(
     plan: LaunchTarget, profile: Profile, pool: NodePool | None, reports: dict[str, GpuReport | None]
 ) -> list[Finding]:
+    from sparkctl.engines.vllm import speculative
+
     model_bytes, config = _model_facts(profile)
+    draft = _model_facts(profile, "draft") if profile.model.draft is not None else (None, None)
     return [
         *flag_findings(plan, profile, pool),
+        *speculative.findings(plan.ranks[0].argv),
         *arch_findings(plan, profile),
-        *memory_findings(plan, profile, reports, model_bytes, config),
+        *memory_findings(plan, profile, reports, model_bytes, config, draft),
     ]
 
 

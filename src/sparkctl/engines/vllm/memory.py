@@ -7,9 +7,11 @@ at least one `--max-model-len` sequence. Modelled here:
   1. GB10 (unified memory): U above the cap hard-rebooted a Spark while loading (recipe.md).
   2. U x total must be free now (the GPU report's free memory; on unified memory the host's
      MemAvailable): else vLLM exits at start.
-  3. Weights / (tp x pp) (safetensors bytes in the local HF cache) must fit U x total.
+  3. Weights / (tp x pp) (safetensors bytes in the local HF cache; with the --speculative-config
+     draft's own, except for MTP, which reuses the target's layers) must fit U x total.
   4. KV for one max-model-len sequence (2 x layers x KV heads per rank x head_dim x dtype bytes,
-     from config.json) must fit what the weights leave.
+     from config.json; plus a DFlash/DSpark draft's own layers at its kv_cache_dtype) must fit what
+     the weights leave.
 Not modelled: the activation peak and CUDA-graph memory (vLLM measures them at start; on small
 margins it still fails there), other processes' growth after preflight, MoE/quantization
 scales beyond what the safetensors files weigh, hybrid (Mamba/sliding) KV layouts, LoRA.
@@ -20,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkctl.engines.vllm import flags as F
+from sparkctl.engines.vllm import speculative
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
@@ -101,6 +104,7 @@ def memory_model(
     report: GpuReport | None,
     model_bytes: int | None,
     config: dict | None,
+    draft: tuple[int | None, dict | None] = (None, None),
 ) -> Finding | None:
     flag = f"--{F.MEM_FLAG} {fraction:g}"
     if node.gpu is not None and node.gpu.unified_memory and fraction > F.GB10_MAX_MEM_FRACTION:
@@ -124,7 +128,11 @@ def memory_model(
     if model_bytes is None:
         return None
     tp = _int_arg(rank.argv, "--tensor-parallel-size")
-    weights = model_bytes / max(1, tp * _int_arg(rank.argv, "--pipeline-parallel-size"))
+    spec = speculative.parse(rank.argv)
+    doc = spec if isinstance(spec, dict) else {}
+    draft_bytes, draft_config = draft
+    drafted = draft_bytes if doc.get("model") and not speculative.reuses_target(doc) else 0
+    weights = (model_bytes + (drafted or 0)) / max(1, tp * _int_arg(rank.argv, "--pipeline-parallel-size"))
     left = want - weights
     if left <= 0:
         return _error(
@@ -134,6 +142,10 @@ def memory_model(
             f"raise {F.MEM_FLAG}, or spread the model over more GPUs (tp)",
         )
     per_token = kv_bytes_per_token(config or {}, tp, rank.argv)
+    if per_token:  # a DFlash/DSpark draft's own KV, one slot per target token
+        per_token += speculative.draft_kv_bytes_per_token(
+            doc, draft_config, tp, _kv_bytes(rank.argv, config or {})
+        )
     seq = _max_model_len(rank.argv, config)
     if per_token and seq and per_token * seq > left:
         return _error(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkctl.facts.nccl_image import ImageNcclFacts, probe_image_nccl
+from sparkctl.facts.nccl_image import ImageNcclFacts, host_nccl_probe, probe_image_nccl
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task
 from sparkctl.preflight.checks.docker import docker_tasks
@@ -35,7 +35,9 @@ DANGEROUS = {
 
 class ImageNccl(Check):
     name = "ImageNccl"
-    summary = "no stray /etc/nccl.conf or NCCL_* in the image; one NCCL version in it and on every node"
+    summary = (
+        "no stray /etc/nccl.conf or NCCL_* in the image; one NCCL build in it, on its host and on every node"
+    )
     order = 93
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
@@ -46,7 +48,11 @@ class ImageNccl(Check):
         def read(conn, got):  # after "image" in the same chain (tasks run in the order named)
             return None if got.get("image") is None else probe_image_nccl(conn, ref)
 
-        return {**docker_tasks(ctx, image=True), "image_nccl": Task(read, after="docker")}
+        return {
+            **docker_tasks(ctx, image=True),
+            "image_nccl": Task(read, after="docker"),
+            "host_nccl": host_nccl_probe(),
+        }
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
@@ -59,7 +65,11 @@ class ImageNccl(Check):
                 out.append(Finding(self.name, SKIP, "skipped: the image is not on this node", node=node))
                 continue
             env = {k: str(v) for r in ctx.plan.ranks if r.node == node for k, v in r.env.items()}
-            out += judge_image(node, got, env, uses_nccl=ctx.plan.tp * ctx.plan.pp > 1)
+            uses = ctx.plan.tp * ctx.plan.pp > 1
+            out += judge_image(node, got, env, uses_nccl=uses)
+            host = f.get("host_nccl")  # not read (no sh, no find): nothing to compare, said by no one
+            if isinstance(host, ImageNcclFacts):
+                out += judge_host(node, host, got, uses_nccl=uses)
             seen[node] = got
         return out + judge_versions(seen)
 
@@ -115,11 +125,50 @@ def judge_image(
     return out
 
 
+def _short(digests: set[str]) -> str:
+    return "/".join(sorted(d[:12] for d in digests))
+
+
+HUNG = "TP=2 over two builds of one version has hung after about 20 minutes of load (vllm #41725, #42354)"
+
+
+def judge_host(
+    node: str, host: ImageNcclFacts, image: ImageNcclFacts, uses_nccl: bool = True
+) -> list[Finding]:
+    """The image's NCCL against the host's, by build (sha256 of the library), not by version."""
+    out: list[Finding] = []
+    mine, theirs = image.identities, host.identities
+    for version in sorted(set(mine) & set(theirs) - {"unknown version"}):
+        if mine[version] & theirs[version]:
+            continue
+        msg = (
+            f"NCCL {version} in the image (sha256 {_short(mine[version])}) and on the host "
+            f"(sha256 {_short(theirs[version])}) are different builds of one version: {HUNG}"
+        )
+        fix = (
+            "use one build: install the image's NCCL on the host (or build the image on the host's), "
+            "then run preflight again; the version string alone does not tell them apart"
+        )
+        sev = ERROR if uses_nccl else WARN
+        out.append(
+            Finding("ImageNccl", sev, msg, fix, node=node, data={"image": image.builds, "host": host.builds})
+        )
+    return out
+
+
 def judge_versions(seen: Mapping[str, ImageNcclFacts]) -> list[Finding]:
     per = {n: ",".join(sorted(g.versions)) for n, g in seen.items() if g.versions}
-    if len(set(per.values())) < 2:
+    if len(set(per.values())) >= 2:
+        where = ", ".join(f"{n} {v}" for n, v in per.items())
+        msg = f"the image's NCCL differs across nodes ({where}): ranks would run different NCCLs"
+        fix = "ship one image to every node (`sparkctl ship --image`) and pin image.id"
+        return [Finding("ImageNccl", ERROR, msg, fix, node=next(iter(per)), data={"versions": per})]
+    builds = {n: {v: _short(d) for v, d in g.identities.items()} for n, g in seen.items() if g.builds}
+    if len({tuple(sorted(b.items())) for b in builds.values()}) < 2:
         return []
-    where = ", ".join(f"{n} {v}" for n, v in per.items())
-    msg = f"the image's NCCL differs across nodes ({where}): ranks would run different NCCLs"
+    where = "; ".join(
+        f"{n}: " + ", ".join(f"{v} sha256 {d}" for v, d in sorted(b.items())) for n, b in builds.items()
+    )
+    msg = f"the image's NCCL is one version but different builds across nodes ({where}): {HUNG}"
     fix = "ship one image to every node (`sparkctl ship --image`) and pin image.id"
-    return [Finding("ImageNccl", ERROR, msg, fix, node=next(iter(per)), data={"versions": per})]
+    return [Finding("ImageNccl", ERROR, msg, fix, node=next(iter(builds)), data={"builds": builds})]

@@ -14,6 +14,7 @@ from sparkctl.engines.support.models import (
     hf_snapshot_dir,
     lookup_models,
     require_models,
+    safetensors_bytes,
 )
 from sparkctl.profile import load_profile_text
 
@@ -68,3 +69,17 @@ def test_a_missing_model_is_refused_with_where_it_looked(tmp_path: Path) -> None
     with pytest.raises(ModelNotFound) as exc:
         require_models(found, prof)
     assert str(tmp_path / "nowhere") in exc.value.message and "--allow-missing" in (exc.value.fix or "")
+
+
+def test_safetensors_bytes_reads_the_headers_not_the_file_sizes() -> None:
+    """The header-only fixtures weigh KB on disk; their headers say the checkpoint's real size."""
+    fixtures = Path(__file__).parents[3] / "fixtures" / "models"
+    awq = fixtures / "qwen3-14b-awq"
+    assert sum(p.stat().st_size for p in awq.glob("*.safetensors")) < 1 << 20
+    assert 9.9e9 < safetensors_bytes(awq) < 10.1e9  # Qwen3-14B-AWQ is ~10 GB on the hub
+    assert 30e9 < safetensors_bytes(fixtures / "qwen3-30b-a3b-fp8") < 32e9
+
+
+def test_safetensors_bytes_skips_a_broken_shard(tmp_path: Path) -> None:
+    (tmp_path / "bad.safetensors").write_bytes(b"\x05")
+    assert safetensors_bytes(tmp_path) == 0

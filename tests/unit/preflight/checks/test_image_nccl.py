@@ -54,3 +54,33 @@ def test_a_mode_without_nccl_only_warns() -> None:
     found = judge_image("spark1", parse_listing(FIX.read_text()), {}, uses_nccl=False)
     inline = next(f for f in found if "NCCL_IB_USE_INLINE" in f.message)
     assert inline.severity is Severity.WARN and "unused while every replica runs on one GPU" in inline.message
+
+
+def _nccl(digest: str, version: str = "2.28.9") -> object:
+    site = "/usr/local/lib/python3.12/dist-packages"
+    return parse_listing(
+        f"#sparkctl-nccl libs\n{site}/nvidia/nccl/lib/libnccl.so.2\n{site}/nvidia_nccl_cu13-{version}.dist-info\n"
+        f"#sparkctl-nccl builds\n{digest * 64}  {site}/nvidia/nccl/lib/libnccl.so.2\n#sparkctl-nccl end\n"
+    )
+
+
+def test_two_builds_of_one_version_in_the_image_and_on_the_host_are_told_apart() -> None:
+    from sparkctl.preflight.checks.image_nccl import judge_host
+
+    (f,) = judge_host("spark1", _nccl("b"), _nccl("a"))
+    assert f.severity is Severity.ERROR and "NCCL 2.28.9" in f.message and "different builds" in f.message
+    assert "aaaaaaaaaaaa" in f.message and "bbbbbbbbbbbb" in f.message and "#41725" in f.message
+    assert judge_host("spark1", _nccl("a"), _nccl("a")) == []  # the same build: nothing to say
+    assert judge_host("spark1", _nccl("b", "2.27.3"), _nccl("a")) == []  # other versions: not this check
+    (one_gpu,) = judge_host("spark1", _nccl("b"), _nccl("a"), uses_nccl=False)
+    assert one_gpu.severity is Severity.WARN
+
+
+def test_one_version_but_two_builds_across_nodes_is_an_error() -> None:
+    (f,) = judge_versions({"spark1": _nccl("a"), "spark2": _nccl("c")})
+    assert f.severity is Severity.ERROR and "one version but different builds across nodes" in f.message
+    assert (
+        "spark1: 2.28.9 sha256 aaaaaaaaaaaa" in f.message
+        and "spark2: 2.28.9 sha256 cccccccccccc" in f.message
+    )
+    assert judge_versions({"spark1": _nccl("a"), "spark2": _nccl("a")}) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparkctl.engines.sglang.launch import rules, rules_attention, rules_dflash
+from sparkctl.engines.sglang.launch import explain, rules, rules_attention, rules_dflash
 from sparkctl.engines.sglang.launch.fixes import MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
 from sparkctl.engines.sglang.launch.flags import FlagCheck, flag_findings
 from sparkctl.engines.sglang.launch.inputs import FlagValue, GpuFacts, LaunchSettings, with_flags
@@ -62,8 +62,9 @@ def rule_findings(argv: list[str], ctx: LaunchContext, values: bool = False) -> 
     out += rules.check_context(s, ctx.target, ctx.draft, ctx.env)
     out += rules.check_mem_fraction(s, ctx.gpus)
     out += rules.check_tp(s, ctx.gpus_per_node, ctx.group_nnodes, ctx.slots_per_node)
-    out += rules.check_heads(s, ctx.target) + (
-        rules.check_heads(s, ctx.draft, "draft") if s.is_dflash else []
+    held = _group_gpus(ctx) if ctx.gpus_per_node else None
+    out += rules.check_heads(s, ctx.target, max_tp=held) + (
+        rules.check_heads(s, ctx.draft, "draft", max_tp=held) if s.is_dflash else []
     )
     out += rules.check_sleep_on_idle(s)
     if ctx.gpus:
@@ -162,8 +163,15 @@ def check_launch(
         assert inp is not None
         fixes = memory_fixes(fixed_argv, inp, ctx.margin, _planner(ctx))
         if not fixes:
-            fixes = tradeoffs(fixed_argv, inp, ctx.margin, _planner(ctx), ctx.nnodes)
-    findings += memory_findings(plan, fixes, bool(rule_fix) and serves(fixed_plan, want), want, ctx.margin)
+            fixes = tradeoffs(fixed_argv, inp, ctx.margin, _planner(ctx), ctx.nnodes, _group_gpus(ctx))
+    settings = LaunchSettings.from_argv(argv)
+    drafted = settings.draft_tokens(ctx.draft.dflash_block_size if ctx.draft else None)
+    for f in fixes:
+        f.why = f"{f.why}; gives up: {explain.cost(f.changes, plan, settings, want, drafted)}"
+    why = explain.cause(plan, settings, want, drafted)
+    findings += memory_findings(
+        plan, fixes, bool(rule_fix) and serves(fixed_plan, want), want, ctx.margin, why
+    )
     fix = dict(rule_fix)
     if fixes and not fixes[0].tradeoff:
         fix.update(fixes[0].changes)
@@ -171,9 +179,17 @@ def check_launch(
 
 
 def memory_findings(
-    plan: MemoryPlan, fixes: list[MemoryFix], fixed_by_rules: bool, want: int, margin: Margin
+    plan: MemoryPlan,
+    fixes: list[MemoryFix],
+    fixed_by_rules: bool,
+    want: int,
+    margin: Margin,
+    cause: str | None = None,
 ) -> list[Finding]:
+    """The verdict; an error or a short load says in one sentence what broke the budget (`cause`)."""
+    because = f" Why: {cause}." if cause else ""
     data = {
+        "cause": cause,
         "ruleset": plan.ruleset,
         "kv_tokens": plan.kv_tokens,
         "max_running_requests": plan.max_running_requests,
@@ -183,16 +199,7 @@ def memory_findings(
         "headroom_mib": margin.headroom_mib,
         "fixes": [{"flags": f.changes, "why": f.why, "tradeoff": f.tradeoff} for f in fixes],
     }
-    real = [f for f in fixes if not f.tradeoff]
-    if real:
-        fix = "; or ".join(f"{f.flags} ({f.why})" for f in real)
-    elif fixed_by_rules:
-        fix = "it serves the load once the rule fixes above are applied"
-    else:
-        offers = "; or ".join(f"{f.flags} ({f.why})" for f in fixes)
-        fix = f"no flag change serves {want} running requests with {margin.headroom_mib} MiB headroom" + (
-            f"; trade-offs: {offers}" if offers else "; use GPUs with more memory or a smaller model"
-        )
+    fix = _fix_text(fixes, fixed_by_rules, want, margin)
     out: list[Finding] = []
     used = f"SGLang {plan.ruleset} rules, P = {plan.free_source}"
     if not plan.fits:
@@ -200,7 +207,7 @@ def memory_findings(
             Finding(
                 MEMORY_CHECK,
                 Severity.ERROR,
-                f"{used}: this launch would die with: {plan.error}",
+                f"{used}: this launch would die with: {plan.error}{because}",
                 fix=fix,
                 data=data,
             )
@@ -212,7 +219,7 @@ def memory_findings(
                 Severity.WARN,
                 (
                     f"starts, but serves only {plan.max_running_requests} running request(s), fewer than {want} "
-                    f"({plan.kv_tokens} KV tokens; {used})"
+                    f"({plan.kv_tokens} KV tokens; {used}).{because}"
                 ),
                 fix=fix,
                 data=data,
@@ -244,6 +251,24 @@ def memory_findings(
     for w in plan.warnings:
         out.append(Finding(MEMORY_CHECK, Severity.WARN, w))
     return out
+
+
+def _fix_text(fixes: list[MemoryFix], fixed_by_rules: bool, want: int, margin: Margin) -> str:
+    real = [f for f in fixes if not f.tradeoff]
+    if real:
+        return "; or ".join(f"{f.flags} ({f.why})" for f in real)
+    if fixed_by_rules:
+        return "it serves the load once the rule fixes above are applied"
+    offers = "; or ".join(f"{f.flags} ({f.why})" for f in fixes)
+    return f"no flag change serves {want} running requests with {margin.headroom_mib} MiB headroom" + (
+        f"; trade-offs: {offers}" if offers else "; use GPUs with more memory or a smaller model"
+    )
+
+
+def _group_gpus(ctx: LaunchContext) -> int:
+    """GPUs one replica group can use: those of its nodes (every box of the mode when one group)."""
+    per_node = sorted(ctx.gpus_per_node.values(), reverse=True) or [1]
+    return sum(per_node[: ctx.nnodes])
 
 
 def gpu_facts_for(

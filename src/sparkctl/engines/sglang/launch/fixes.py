@@ -103,7 +103,7 @@ def _combined(s: LaunchSettings, gpu: GpuFacts, try_: Callable, want: int) -> li
 
 
 def tradeoffs(
-    argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, nnodes: int
+    argv: list[str], inp: MemoryInputs, margin: Margin, plan_ok: Planner, nnodes: int, gpus: int | None = None
 ) -> list[MemoryFix]:
     """What can be served instead when no fix serves the requested load."""
     want = margin.required(inp.settings.max_running_requests)
@@ -138,16 +138,21 @@ def tradeoffs(
                         ch, plan, f"shorter context: {ctx_len} tokens fit one full request", tradeoff=True
                     )
                 )
-    out += _more_gpus(argv, inp, margin, want, nnodes)
+    out += _more_gpus(argv, inp, margin, want, nnodes, gpus)
     return out
 
 
-def _more_gpus(argv: list[str], inp: MemoryInputs, margin: Margin, want: int, nnodes: int) -> list[MemoryFix]:
-    """The smallest larger tp (same GPUs, heads permitting) that serves the load, else the largest tried."""
+def _more_gpus(
+    argv: list[str], inp: MemoryInputs, margin: Margin, want: int, nnodes: int, gpus: int | None
+) -> list[MemoryFix]:
+    """The smallest larger tp the boxes hold (`gpus`: what the group's nodes have; None: unknown)
+    and the heads allow that serves the load, else the largest tried."""
     from sparkctl.engines.sglang.launch.rules import check_heads
 
     best: MemoryFix | None = None
     for tp in (inp.settings.tp * k for k in (2, 4, 8)):
+        if (gpus is not None and tp > gpus) or tp % max(1, nnodes):
+            continue
         settings = LaunchSettings.from_argv(with_flags(argv, {"tp": str(tp)}))
         if check_heads(settings, inp.target):
             continue

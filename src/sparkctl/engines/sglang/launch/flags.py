@@ -27,104 +27,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.engines.sglang.launch.inputs import parse_version
+from sparkctl.engines.sglang.launch.parser_source import PARSER_CHECK_SOURCE, REGISTRY_FLAGS
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from sparkctl.engines.support.in_image import RunInImage
 
+__all__ = ["PARSER_CHECK_SOURCE", "REGISTRY_FLAGS", "FlagCheck", "flag_findings", "parse_check_output"]
 CHECK = "FlagsValid"
 INSTALL_HINT = (
     "pip install torch==2.13.0 triton==3.9.0 numpy orjson psutil pybase64 requests packaging pillow "
     'starlette msgspec pydantic pyzmq tqdm ipython aiohttp && pip install --no-deps "sglang==0.5.23"'
 )
-
-PARSER_CHECK_SOURCE = r"""
-import argparse, json, sys
-out = {"sglang_version": None, "errors": [], "deprecated": [], "valid_flags": [], "choices": {}}
-try:
-    import importlib.metadata as md
-    try:
-        out["sglang_version"] = md.version("sglang")
-    except Exception:
-        import sglang
-        out["sglang_version"] = getattr(sglang, "__version__", None)
-    from sglang.srt.server_args import ServerArgs
-
-    class _Stop(Exception):
-        pass
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise _Stop(message)
-
-    parser = Parser(prog="sglang serve", add_help=False)
-    ServerArgs.add_cli_args(parser)
-except Exception as exc:
-    out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
-    print(json.dumps(out))
-    sys.exit(0)
-
-argv = sys.argv[1:]
-by_flag = {}
-for action in parser._actions:
-    for opt in action.option_strings:
-        if opt.startswith("--"):
-            by_flag[opt] = action
-out["valid_flags"] = sorted(by_flag)
-for opt, action in by_flag.items():
-    if action.choices is not None:
-        out["choices"][opt] = sorted(str(c) for c in action.choices)
-    if "Deprecated" in type(action).__name__:
-        out.setdefault("deprecated_flags", []).append(opt)
-
-i = 0
-while i < len(argv):
-    word = argv[i]
-    i += 1
-    if not word.startswith("--"):
-        continue
-    flag, eq, inline = word.partition("=")
-    action = by_flag.get(flag)
-    if action is None:
-        prefixed = [f for f in by_flag if f.startswith(flag)]
-        if len(prefixed) == 1:  # argparse accepts unique abbreviations
-            action = by_flag[prefixed[0]]
-        else:
-            out["errors"].append({"kind": "unknown", "flag": flag})
-            continue
-    if "Deprecated" in type(action).__name__:
-        out["deprecated"].append(flag)
-    if action.nargs == 0:
-        continue
-    values = [inline] if eq else []
-    while not eq and i < len(argv) and not argv[i].startswith("--"):
-        values.append(argv[i])
-        i += 1
-        if action.nargs in (None, "?"):
-            break
-    if callable(action.type):
-        for v in values:
-            try:
-                action.type(v)
-            except Exception as exc:
-                out["errors"].append({"kind": "value", "flag": flag, "value": v, "error": str(exc)})
-    if action.choices is not None:
-        for v in values:
-            try:
-                conv = action.type(v) if callable(action.type) else v
-            except Exception:
-                conv = v
-            if conv not in action.choices:
-                out["errors"].append({"kind": "choice", "flag": flag, "value": v,
-                                      "allowed": sorted(str(c) for c in action.choices)})
-try:
-    parser.parse_known_args(argv)
-except _Stop as exc:
-    out["parser_error"] = str(exc)
-except Exception as exc:
-    out["parser_error"] = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps(out))
-"""
 
 
 @dataclass
@@ -275,10 +189,13 @@ def _flag_error(
         )
     if err["kind"] == "choice":
         allowed = err.get("allowed", [])
+        registry = (
+            f" (not in its {err['registry']}; argparse takes any string)" if err.get("registry") else ""
+        )
         return Finding(
             CHECK,
             Severity.ERROR,
-            f"{about}: {err['flag']} {err['value']!r} is not allowed",
+            f"{about}: {err['flag']} {err['value']!r} is not allowed{registry}",
             fix=f"one of: {', '.join(allowed)}",
             node=node,
             data={**data, "value": err["value"], "allowed": allowed},

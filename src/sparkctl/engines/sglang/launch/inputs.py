@@ -17,6 +17,7 @@ from typing import Any
 # used as the plan's default on GB10 (engines/sglang/flags.py), by the launch rules and by
 # preflight's UnifiedMemory.
 GB10_MAX_MEM_FRACTION = 0.90
+DSPARK_DEFAULT_GAMMA = 7  # srt/speculative/dspark_components/dspark_config.py: DEFAULT_DSPARK_GAMMA
 
 FlagValue = str | bool | list[str]
 LAUNCH_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang.launch")
@@ -197,6 +198,7 @@ _FROM_ARGV: dict[str, tuple[Callable[..., Any], tuple[str, ...], Any]] = {
     "num_draft_tokens": (_int, ("speculative-num-draft-tokens",), None),
     "dflash_block_size": (_int, ("speculative-dflash-block-size",), None),
     "draft_window_size": (_int, ("speculative-draft-window-size",), None),
+    "dspark_block_size": (_int, ("speculative-dspark-block-size",), None),
     "max_running_requests": (_int, ("max-running-requests",), None),
     "max_total_tokens": (_int, ("max-total-tokens",), None),
     "max_mamba_cache_size": (_int, ("max-mamba-cache-size",), None),
@@ -240,6 +242,7 @@ class LaunchSettings:
     num_draft_tokens: int | None
     dflash_block_size: int | None
     draft_window_size: int | None
+    dspark_block_size: int | None  # DSPARK's gamma: it verifies gamma + 1 tokens per step
     max_running_requests: int | None
     max_total_tokens: int | None
     max_mamba_cache_size: int | None
@@ -275,7 +278,14 @@ class LaunchSettings:
         draft token count; with neither flag set SGLang reads the draft's config (default 16)."""
         if not self.has_spec:
             return 0
+        if self.is_dspark:  # speculative_hook.py: _handle_dspark, gamma + 1 (gamma 7 by default)
+            gamma = self.dspark_block_size or (None if self.num_draft_tokens else draft_block_size)
+            return gamma + 1 if gamma else (self.num_draft_tokens or DSPARK_DEFAULT_GAMMA + 1)
         return self.dflash_block_size or self.num_draft_tokens or draft_block_size or 16
+
+    @property
+    def is_dspark(self) -> bool:
+        return (self.spec_algorithm or "").upper() == "DSPARK"
 
     @property
     def effective_max_running_requests(self) -> int | None:

@@ -234,7 +234,7 @@ def plan_memory(inp: MemoryInputs) -> MemoryPlan:
     plan.kv_cell_bytes, plan.kv_cell_draft_bytes = cell + draft_cell, draft_cell
     plan.terms.append(
         "KV bytes/token: target full-attention layers"
-        + (" + DFLASH draft layers" if draft_cell else "")
+        + (f" + {(s.spec_algorithm or 'DFLASH').upper()} draft layers" if draft_cell else "")
         + " (pool_configurator.py)"
     )
     page = s.page_size or 1

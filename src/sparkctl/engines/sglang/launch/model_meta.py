@@ -119,6 +119,35 @@ def rope_config(text: dict[str, Any]) -> dict[str, Any] | None:
     return rope if isinstance(rope, dict) else None
 
 
+ROPE_KEYS = ("rope_parameters", "rope_scaling")  # transformers >= 5 / < 5
+
+
+def rope_dicts(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rope configuration in every shape transformers has used: `rope_scaling` (< 5) or
+    `rope_parameters` (>= 5), at the top level or under `text_config`, and transformers 5's
+    per-layer-type form (`rope_parameters: {full_attention: {...}, sliding_attention: {...}}`)."""
+    out: list[dict[str, Any]] = []
+    for level in (config, config.get("text_config")):
+        if not isinstance(level, dict):
+            continue
+        for key in ROPE_KEYS:
+            rope = level.get(key)
+            if not isinstance(rope, dict):
+                continue
+            nested = [v for v in rope.values() if isinstance(v, dict)]
+            out += nested if nested and not any(k in rope for k in ("rope_type", "type")) else [rope]
+    return out
+
+
+def rope_type(rope: dict[str, Any]) -> str:
+    return str(rope.get("rope_type", rope.get("type", "")) or "").lower()
+
+
+def yarn_rope(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The first YaRN rope configuration of a config (or a --json-model-override-args document)."""
+    return next((r for r in rope_dicts(config) if rope_type(r) == "yarn"), None)
+
+
 def derived_context_length(text: dict[str, Any]) -> int:
     """srt/utils/hf_transformers/common.py:677 get_context_length: the first context key, times
     the rope scaling factor (1 with original_max_position_embeddings or llama3 rope)."""

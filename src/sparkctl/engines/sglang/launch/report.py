@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkctl.engines.sglang.launch.explain import count, gib
+
 MemoryPlan = Any  # memory.MemoryPlan
 GIB = 1 << 30
 
@@ -20,19 +22,19 @@ def rows(m: MemoryPlan) -> list[tuple[str, str]]:
         ("free before load", f"{m.free_before_load / GIB:.2f} GiB ({m.free_source})"),
         ("target weights", f"{m.target_weights_per_rank / GIB:.2f} GiB"),
         ("draft weights", f"{m.draft_weights_per_rank / GIB:.2f} GiB"),
-        ("free after load", f"{m.free_after_load / GIB:.2f} GiB"),
+        ("free after load", gib(m.free_after_load)),
         ("reserved (1 - fraction)", f"{m.static_slack / GIB:.2f} GiB"),
         ("multimodal reservation", f"{m.mm_reservation / GIB:.2f} GiB"),
-        ("left after load", f"{m.rest_after_load / GIB:.2f} GiB"),
+        ("left after load", gib(m.rest_after_load)),
     ]
     if m.mamba is not None:
         out += [
             ("mamba state / request", f"{m.mamba.per_req_bytes / (1 << 20):.1f} MiB ({m.mamba.strategy})"),
-            ("mamba slots", f"{m.mamba.slots} ({m.mamba.ratio} per request)"),
+            ("mamba slots", f"{count(m.mamba.slots)} ({m.mamba.ratio} per request)"),
             ("spec mamba scratch", f"{m.mamba.intermediate_bytes / GIB:.2f} GiB"),
         ]
     return out + [
-        ("KV budget", f"{m.kv_budget / GIB:.2f} GiB"),
+        ("KV budget", gib(m.kv_budget)),
         ("KV bytes / token", f"{m.kv_cell_bytes} (draft {m.kv_cell_draft_bytes})"),
         ("KV tokens", f"{m.kv_tokens:,}"),
         ("max running requests", str(m.max_running_requests)),

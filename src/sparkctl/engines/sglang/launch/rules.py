@@ -18,7 +18,7 @@ from sparkctl.engines.sglang.launch.inputs import (
     LaunchSettings,
     bad_value,
 )
-from sparkctl.engines.sglang.launch.model_meta import ModelFacts
+from sparkctl.engines.sglang.launch.model_meta import ModelFacts, yarn_rope
 from sparkctl.findings import Finding, Severity
 
 ERROR, WARN, OK = Severity.ERROR, Severity.WARN, Severity.OK
@@ -41,16 +41,25 @@ def check_context(
     out: list[Finding] = []
     ctx = s.context_length
     allow = env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "") not in ("", "0", "false", "False")
-    yarn = False
+    override: dict = {}
     if s.json_model_override_args:
         try:
             override = json.loads(s.json_model_override_args)
         except json.JSONDecodeError:
             override = {}
-        rope = override.get("rope_scaling") or (override.get("text_config") or {}).get("rope_scaling") or {}
-        yarn = isinstance(rope, dict) and str(rope.get("rope_type", rope.get("type", ""))).lower() == "yarn"
+    # every shape: rope_scaling / rope_parameters, top level / text_config, per layer type
+    in_override = yarn_rope(override) is not None if isinstance(override, dict) else False
+    in_model = (
+        target is not None
+        and target.rope_scaling is not None
+        and yarn_rope({"rope_parameters": target.rope_scaling}) is not None
+    )
+    yarn = in_override or in_model
     if s.is_dflash and (yarn or (ctx or 0) > DFLASH_MAX_CONTEXT):
-        why = "YaRN rope scaling" if yarn else f"--context-length {ctx} (> {DFLASH_MAX_CONTEXT})"
+        where = (
+            "--json-model-override-args" if in_override else f"{target.name if target else 'the'} config.json"
+        )
+        why = f"YaRN rope scaling ({where})" if yarn else f"--context-length {ctx} (> {DFLASH_MAX_CONTEXT})"
         out.append(
             _f(
                 "YarnWithDflash",
@@ -59,8 +68,16 @@ def check_context(
                     f"{why} with DFLASH: the context extension leaks into the draft model's config and the "
                     "server dies at boot (AttributeError ... max_position_embeddings)"
                 ),
-                f"--context-length {DFLASH_MAX_CONTEXT} and no YaRN override",
-                fix_flags={"context-length": str(DFLASH_MAX_CONTEXT), "json-model-override-args": None},
+                (
+                    f"serve a snapshot of {target.name} without YaRN in its config.json, or drop DFLASH"
+                    if in_model and not in_override
+                    else f"--context-length {DFLASH_MAX_CONTEXT} and no YaRN override"
+                ),
+                fix_flags=(
+                    {}
+                    if in_model and not in_override
+                    else {"context-length": str(DFLASH_MAX_CONTEXT), "json-model-override-args": None}
+                ),
             )
         )
     if ctx and target is not None and ctx > target.derived_context_len and not allow and not yarn:
@@ -184,7 +201,9 @@ def check_version(s: LaunchSettings, ruleset: str) -> list[Finding]:
     return out
 
 
-def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target") -> list[Finding]:
+def check_heads(
+    s: LaunchSettings, model: ModelFacts | None, role: str = "target", max_tp: int | None = None
+) -> list[Finding]:
     """Attention heads must split over tp (linear.py:1139 divide; qwen3_5.py:1293); KV heads must
     split too, or, when fewer than tp, tp must be a multiple of them (each head is replicated,
     linear.py:1140-1144, qwen3_5.py:1296-1299). Keyed on config.json; skipped with DP attention."""
@@ -196,7 +215,10 @@ def check_heads(s: LaunchSettings, model: ModelFacts | None, role: str = "target
     ok_tps = [
         t for t in range(1, 65) if (not heads or heads % t == 0) and (kv % t == 0 if kv >= t else t % kv == 0)
     ]
-    fix = f"a tp that divides the heads: one of {', '.join(map(str, ok_tps[:8]))}"
+    if max_tp is not None:  # only what the group's GPUs hold: no tp=24 on three one-GPU boxes
+        ok_tps = [t for t in ok_tps if t <= max_tp]
+    held = f" and the {max_tp} GPU(s) of the group hold" if max_tp is not None else ""
+    fix = f"a tp that divides the heads{held}: one of {', '.join(map(str, ok_tps[:8]))}"
     if heads and heads % tp:
         out.append(
             _f(

@@ -243,12 +243,19 @@ def _draft_backend(
     be = s.draft_attention_backend or target_decode
     flag = "--speculative-draft-attention-backend"
     if be not in DRAFT_ATTENTION_BACKENDS:
+        given = s.draft_attention_backend is not None  # argparse takes any string here
         return [
             _f(
                 CHECK,
-                WARN,
-                f"DFLASH draft backend {be!r} is not one of "
-                f"{', '.join(DRAFT_ATTENTION_BACKENDS)}: SGLang falls back to flashinfer",
+                ERROR if given else WARN,
+                (
+                    f"{flag} {be!r} is not in SGLang's DRAFT_ATTENTION_BACKEND_CHOICES "
+                    f"({', '.join(DRAFT_ATTENTION_BACKENDS)}); its parser accepts any string, then DFLASH "
+                    "runs flashinfer instead (other algorithms: 'Invalid attention backend')"
+                    if given
+                    else f"DFLASH draft backend {be!r} (the target's) is not one of "
+                    f"{', '.join(DRAFT_ATTENTION_BACKENDS)}: SGLang falls back to flashinfer"
+                ),
                 f"{flag} flashinfer",
                 fix_flags={flag[2:]: "flashinfer"},
             )

@@ -8,6 +8,7 @@ from sparkctl.engines.sglang.launch.memory_terms import resolved_strategy
 from sparkctl.engines.sglang.launch.model_meta import ModelFacts
 from sparkctl.engines.sglang.launch.rules import ERROR, WARN
 from sparkctl.engines.sglang.launch.rules import rule_finding as _f
+from sparkctl.engines.sglang.launch.rules_dspark import check_dspark
 from sparkctl.findings import Finding
 
 SOURCE = "srt/arg_groups/speculative_hook.py"
@@ -21,6 +22,8 @@ def check_dflash(
     if not s.is_dflash:
         return []
     d = s.draft_tokens(draft.dflash_block_size if draft else None)
+    if s.is_dspark:  # the DFLASH family: its own block-size and draft rules, the same mamba ones
+        return [*check_dspark(s, draft), *_mamba_track_interval(s, target, ruleset, d), *_stream_interval(s)]
     return [
         *_draft_path_and_pp(s),
         *_block_size(s),

@@ -4,6 +4,7 @@ are re-run through the same planner and leave room to serve."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -291,7 +292,10 @@ def test_a_load_no_fix_can_serve_gets_tradeoffs_not_a_fix() -> None:
     assert memory_plan(with_flags(argv, {"max-running-requests": str(n)}), ctx, headroom=True).fits
     for fix in result.memory_fixes:
         assert int(fix.changes.get("speculative-num-draft-tokens", 16)) >= MIN_DRAFT_TOKENS
-    assert any("more GPUs: tp=" in f.why for f in result.memory_fixes)
+    # two GPUs in the box: tp=4 is not offered; a box with eight gets it
+    assert not any("tp" in f.changes for f in result.memory_fixes)
+    eight = check_launch(argv, replace(ctx, gpus_per_node={"box": 8}))
+    assert any("more GPUs: tp=" in f.why for f in eight.memory_fixes)
 
 
 def test_draft_token_fixes_never_go_below_two() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from sparkctl.engines.sglang.launch import rules, rules_attention, rules_dflash
 from sparkctl.engines.sglang.launch.check import LaunchContext, accepted, check_launch, context_for
 from sparkctl.engines.sglang.launch.inputs import (
@@ -14,7 +16,7 @@ from sparkctl.engines.sglang.launch.inputs import (
     server_flags,
     with_flags,
 )
-from sparkctl.engines.sglang.launch.model_meta import load_model_facts
+from sparkctl.engines.sglang.launch.model_meta import facts_from_config, load_model_facts
 from sparkctl.findings import Severity
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
@@ -96,7 +98,11 @@ def test_draft_backend_defaults_to_target_and_falls_back() -> None:
     odd = rules_attention.check_attention(
         s_(*dflash, "--speculative-draft-attention-backend", "torch_native"), [H100], GPTQ, DRAFT
     )
-    assert any("falls back to flashinfer" in f.message for f in odd)
+    assert any(f.severity == Severity.ERROR and "runs flashinfer instead" in f.message for f in odd)
+    inherited = rules_attention.check_attention(
+        s_(*dflash, "--attention-backend", "torch_native"), [H100], GPTQ, DRAFT
+    )
+    assert any(f.severity == Severity.WARN and "falls back to flashinfer" in f.message for f in inherited)
 
 
 def test_dflash_constraints() -> None:
@@ -145,6 +151,66 @@ def test_yarn_and_long_context_with_dflash() -> None:
     assert checks(rules.check_context(s_("--context-length", "300000"), GPTQ, None, {})) == ["ContextLength"]
     allowed = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
     assert checks(rules.check_context(s_("--context-length", "300000"), GPTQ, None, allowed)) == []
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 262144, "rope_theta": 1e7}
+YARN_SHAPES = {
+    "rope_scaling, top level (transformers < 5)": {"rope_scaling": YARN},
+    "rope_scaling, old 'type' key": {"rope_scaling": {"type": "yarn", "factor": 4.0}},
+    "rope_scaling under text_config": {"text_config": {"rope_scaling": YARN}},
+    "rope_parameters, top level (transformers 5)": {"rope_parameters": YARN},
+    "rope_parameters under text_config (transformers 5, Qwen3.5)": {"text_config": {"rope_parameters": YARN}},
+    "rope_parameters per layer type under text_config": {
+        "text_config": {
+            "rope_parameters": {"full_attention": YARN, "sliding_attention": {"rope_type": "default"}}
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("shape", YARN_SHAPES, ids=list(YARN_SHAPES))
+def test_yarn_in_every_rope_shape_transformers_used_is_refused_with_dflash(shape: str) -> None:
+    import json
+
+    d = ("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
+    doc = YARN_SHAPES[shape]
+    out = rules.check_context(s_(*d, "--json-model-override-args", json.dumps(doc)), GPTQ, DRAFT, {})
+    assert checks(out) == ["YarnWithDflash"], shape
+    assert "--json-model-override-args" in out[0].message
+    # the same YaRN in the model's own config.json (no override) is refused too, without a flag fix
+    nested = "text_config" in doc  # Qwen3.5's nested config, else Llama's flat one
+    cfg = json.loads(
+        (MODELS / ("qwen3.6-27b-gptq-int4" if nested else "llama-3.1-8b") / "config.json").read_text()
+    )
+    level = cfg["text_config"] if nested else cfg
+    for key in ("rope_parameters", "rope_scaling"):
+        level.pop(key, None)
+    level.update(doc["text_config"] if nested else doc)
+    target = facts_from_config(cfg, name="yarn-model")
+    own = rules.check_context(s_(*d), target, DRAFT, {})
+    assert checks(own) == ["YarnWithDflash"] and "yarn-model config.json" in own[0].message, shape
+    assert not own[0].data.get("fix_flags")
+
+
+def test_a_default_rope_in_every_shape_is_not_yarn() -> None:
+    import json
+
+    d = ("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
+    plain = {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e7}}}
+    assert (
+        checks(rules.check_context(s_(*d, "--json-model-override-args", json.dumps(plain)), GPTQ, DRAFT, {}))
+        == []
+    )
+    assert checks(rules.check_context(s_(*d), GPTQ, DRAFT, {})) == []
+
+
+def test_a_draft_backend_outside_sglangs_registry_is_an_error_when_given() -> None:
+    d = ("--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d")
+    ctx = LaunchContext([RTX3090, RTX3090], {"box": 2}, GPTQ, DRAFT, sglang_version="0.5.23")
+    bad = check_launch([*BASE, *d, "--speculative-draft-attention-backend", "flashinfor"], ctx)
+    err = [f for f in bad.errors if f.check == "AttentionBackendArch"]
+    assert err and "DRAFT_ATTENTION_BACKEND_CHOICES" in err[0].message and "flashinfor" in err[0].message
+    assert bad.fix.get("speculative-draft-attention-backend") == "flashinfer"
 
 
 def test_tp_is_checked_per_replica_group_and_idle_gpus_per_box() -> None:
