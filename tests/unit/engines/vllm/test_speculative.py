@@ -14,7 +14,7 @@ from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from sparkctl.profile.schema import Profile
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 MODELS = ROOT / "tests" / "fixtures" / "models"
 GIB = 1 << 30
 PROFILE = ROOT / "profiles" / "vllm-solo-spark-dflash.yaml"
