@@ -61,6 +61,26 @@ def img(i: str, layers=("l1",)) -> ImageFacts:
     return ImageFacts("sglang-dflash:spark", i, 10 << 30, tuple(layers), "2026-01-01")
 
 
+def test_preflight_says_what_the_rank_runs_in_place_of_the_images_entrypoint() -> None:
+    from sparkctl.facts.docker import image_facts_from_inspect
+    from sparkctl.preflight.checks.image import override_note
+
+    shapes = {  # vllm/vllm-openai, nvcr.io/nvidia/vllm's script, lmsysorg/sglang's none
+        "openai": ({"Entrypoint": ["vllm", "serve"], "Cmd": None}, "ENTRYPOINT ['vllm', 'serve'] CMD []"),
+        "nvidia": (
+            {"Entrypoint": ["/opt/nvidia/nvidia_entrypoint.sh"], "Cmd": ["/bin/bash"]},
+            "ENTRYPOINT ['/opt/nvidia/nvidia_entrypoint.sh'] CMD ['/bin/bash']",
+        ),
+        "sglang": ({"Entrypoint": None, "Cmd": ["/bin/bash"]}, "(no ENTRYPOINT) CMD ['/bin/bash']"),
+    }
+    for config, said in shapes.values():
+        facts = image_facts_from_inspect("r", {"Id": "sha256:aa", "Config": config})
+        assert (
+            override_note(facts, ["vllm", "serve"])
+            == f"ranks run `vllm serve ...` in place of the image's {said}"
+        )
+
+
 def test_images_missing_and_different() -> None:
     found = check_images("ref", {"spark1": img("sha256:aa"), "spark2": None}, "spark1", None, "ref")
     missing = next(f for f in found if f.severity is E)

@@ -93,3 +93,11 @@ def test_an_unprivileged_node_user_cannot_hand_them_away_and_leaves_nothing() ->
     res = _place_as("1000:1000", as_nobody=True)
     assert res.returncode == SECRETS_NOT_GIVEN, (res.returncode, res.stderr)
     assert b"left:" not in res.stdout  # the container's directory is removed with its files
+
+
+def test_launch_params_run_exactly_the_argv_whatever_the_image() -> None:
+    from sparkctl.runtime.containers import launch_params
+
+    got = launch_params(["vllm", "serve", "org/m", "--port", "8000"])
+    assert got == {"entrypoint": ["vllm"], "command": ["serve", "org/m", "--port", "8000"]}
+    assert launch_params(["python3"]) == {"entrypoint": ["python3"], "command": []}
