@@ -118,6 +118,25 @@ def test_weights_missing_and_drift() -> None:
     assert found[-1].severity is E and "different commits" in found[-1].message
 
 
+def test_weights_are_judged_as_the_engine_opens_them_offline() -> None:
+    """Issue 46: a short prefix resolves for sparkctl but not for huggingface_hub offline; a node
+    without the refs/main another node has to the same commit fails a start by hand."""
+    c1 = "1" * 40
+    both = {"spark1": RepoListing(True, {"main": c1}, {c1: 5}), "spark2": RepoListing(True, {}, {c1: 5})}
+    found, commits = check_weights("target", "org/m", c1, both, {"spark1": "/hf", "spark2": "/hf"})
+    assert commits == {"spark1": c1, "spark2": c1}
+    warn = [f for f in found if f.severity is W]
+    assert [f.node for f in warn] == ["spark2"] and "no refs/main" in warn[0].message
+    assert "ship --weights --to spark2" in warn[0].fix and not [f for f in found if f.severity is E]
+    found, _ = check_weights("target", "org/m", "1111111", both, {"spark1": "/hf", "spark2": "/hf"})
+    short = [f for f in found if f.severity is E]
+    assert {f.node for f in short} == {"spark1", "spark2"} and "only a prefix" in short[0].message
+    assert f"the full commit {c1}" in short[0].fix
+    both["spark2"] = RepoListing(True, {"main": c1}, {c1: 5})
+    found, _ = check_weights("target", "org/m", "main", both, {"spark1": "/hf", "spark2": "/hf"})
+    assert sev(found) == [OK, OK]
+
+
 def test_disk_free() -> None:
     disk = DiskUsage("/var/lib/docker", "/", 100 << 20, 5 << 20)  # 5 GiB free
     (f,) = check_disk("spark2", {"image": (10 << 30, disk)})
