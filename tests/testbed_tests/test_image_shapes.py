@@ -18,7 +18,7 @@ pytestmark = pytest.mark.testbed
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_up_serves_from_every_entrypoint_shape(lab, tmp_path, shape) -> None:
+def test_up_serves_from_every_entrypoint_shape(lab, tmp_path, shape, record_property) -> None:
     tag = build_shape_image(lab.docker("spark1"), shape)
     seed_weights(lab, ["spark1"])
     path = write_lab_profile(lab, tmp_path / "p.yaml", image=tag, modes={"solo": dict(SOLO)})
@@ -33,7 +33,19 @@ def test_up_serves_from_every_entrypoint_shape(lab, tmp_path, shape) -> None:
 
         res = cli(state, path, "up", "--json")
         assert res.returncode == 0, res.stderr
-        assert json.loads(res.stdout)["health"]["ready"]
+        out = json.loads(res.stdout)
+        assert out["health"]["ready"]
+        # Where the seconds went, measured around the real steps (`up -v` prints the same).
+        steps = {s["step"]: s for s in out["timeline"]}
+        record_property(
+            "figure",
+            f"up from the {shape!r} image shape: {out['elapsed_s']:.2f}s; "
+            + "; ".join(f"{s['step']} {s['seconds']:.2f}s" for s in out["timeline"]),
+        )
+        assert {"secrets", "checks", "admission", "create+start", "load", "readiness"} <= set(steps)
+        assert steps["create+start"]["rank"] == 0 and steps["create+start"]["node"] == "spark1"
+        assert steps["load"]["start_s"] >= steps["create+start"]["start_s"] + steps["create+start"]["seconds"]
+        assert all(s["seconds"] <= out["elapsed_s"] for s in out["timeline"])
         c = lab.docker("spark1").containers.get(spec.container_name)
         assert [*c.attrs["Config"]["Entrypoint"], *c.attrs["Config"]["Cmd"]] == spec.argv
         # The engine saw exactly the plan's flags: no launcher twice, no image CMD appended.

@@ -49,6 +49,9 @@ RollingOpt = Annotated[
         "failed request (default when possible); --no-rolling stops all, then starts all.",
     ),
 ]
+VerboseOpt = Annotated[
+    bool, typer.Option("-v", "--verbose", help="After ready, print where the seconds went (each step).")
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -174,6 +177,7 @@ def run_up(
     supervise: bool = False,
     rolling: bool = True,
     guard: bool | None = None,
+    verbose: bool = False,
 ) -> None:
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.guard import with_guard
@@ -226,12 +230,18 @@ def run_up(
     if json_out:
         print_json({**result.to_json(), "supervisor": sup})
         return
-    _print_up(result, reporter.elapsed(), sup)
+    _print_up(result, reporter.elapsed(), sup, verbose)
 
 
-def _print_up(result, elapsed: float, sup: dict | None) -> None:  # UpResult
+def _print_up(result, elapsed: float, sup: dict | None, verbose: bool = False) -> None:  # UpResult
+    from sparkctl.lifecycle.timeline import timeline_lines
+
     out = console()
     plan = result.plan
+    if verbose and result.timeline:
+        out.print("timeline (seconds after `up` began, + how long the step took):")
+        for line in timeline_lines(result.timeline):
+            out.print(line, markup=False)
     ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
     if result.action == "rolled":
         print_rolled(out, result, elapsed)
@@ -266,6 +276,7 @@ def up_cmd(
     guard: GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure.
@@ -284,6 +295,7 @@ def up_cmd(
         supervise=supervise,
         rolling=rolling,
         guard=guard,
+        verbose=verbose,
     )
 
 

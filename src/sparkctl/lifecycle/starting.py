@@ -7,6 +7,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, orphans, state
+from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
@@ -27,14 +28,22 @@ def prepare_nodes(profile: Profile, pool: NodePool, plan: Plan) -> None:
     fan_out(list(by_node), prep).values_or_raise()
 
 
-def start_specs(profile: Profile, pool: NodePool, specs: list[RankSpec], started: list[RankSpec]) -> None:
+def start_specs(
+    profile: Profile,
+    pool: NodePool,
+    specs: list[RankSpec],
+    started: list[RankSpec],
+    tl: Timeline | None = None,
+) -> None:
     by_rank = {s.rank: s for s in specs}
+    tl = tl or Timeline()
 
     def start_one(rank: int) -> None:
         spec = by_rank[rank]
         conn = pool.get(spec.node)
         started.append(spec)  # before creating it: rollback must also see a half-started container
-        info = containers.start_rank(conn, spec)
+        with tl.step("create+start", node=spec.node, rank=containers.rank_of(spec)):
+            info = containers.start_rank(conn, spec)
         masks = secret_values(spec.secret_refs(), conn)
         patterns = get_engine(profile.engine.kind).log_secret_patterns
         log_path = logs.rank_log_path(profile, spec)
