@@ -244,7 +244,13 @@ def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, st
         assert findings.get(check) == severity, (check, checks.get(check))
     assert set(findings) == {*MUST_PASS, *EXPECTED_NOT_OK, *UNPINNED}, findings  # no check unaccounted
 
+    t_down = time.monotonic()
     down = cli(state, profile_path, "down", timeout=300)
+    report(
+        request,
+        f"vLLM solo: `down` of the serving rank {time.monotonic() - t_down:.1f}s "
+        f"(engine.stop_grace {prof.engine.stop_grace}s)",
+    )
     assert down.returncode == 0, down.stderr
     assert not any(cluster_containers(vllm_lab, prof.cluster).values())
 
