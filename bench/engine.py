@@ -107,13 +107,23 @@ def docker_run_by_hand(lab: Lab, plan) -> float:  # Plan
 
 
 def sparkctl_up(state: str, path: Path, plan, mode: str) -> float:  # Plan
+    """`up MODE --json` to the first token; prints where up's seconds went (its timeline) and how
+    long `down` of the serving group took."""
     t0 = time.monotonic()
-    _, proc = cli(state, path, "up", mode)
+    _, proc = cli(state, path, "up", mode, "--json")
     must(proc, f"up {mode}")
     first_token(plan.endpoint.api_base, t0 + DEADLINE_S)
     took = time.monotonic() - t0
-    must(cli(state, path, "down")[1], "down")
+    steps = json.loads(proc.stdout).get("timeline", [])
+    print(f"  {mode} up timeline: " + "; ".join(f"{timeline_step(s)} {s['seconds']:.1f}s" for s in steps))
+    down_s, down = cli(state, path, "down")
+    must(down, "down")
+    print(f"  {mode} down: {down_s:.1f}s (engine.stop_grace {load_profile_file(path).engine.stop_grace}s)")
     return took
+
+
+def timeline_step(step: dict) -> str:
+    return step["step"] if step.get("rank") is None else f"{step['step']} r{step['rank']}"
 
 
 def client_stream(api_base: str, max_tokens: int) -> tuple[float, float]:

@@ -337,3 +337,26 @@ def build_image_with_files(client: docker.DockerClient, base: str, tag: str, fil
         ctx.seek(0)
         image, _ = client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True)
     return image.id
+
+
+# The entrypoint shapes of the images users pull, over the stand-in engine (issue 46): the launcher
+# as ENTRYPOINT (vllm/vllm-openai's `vllm serve`), a script that execs its arguments
+# (nvcr.io/nvidia/*'s nvidia_entrypoint.sh, after its banner), none (lmsysorg/sglang: CMD only).
+ENTRY_SCRIPT = b'#!/bin/sh\necho "== stand-in NVIDIA container banner =="\nexec "$@"\n'
+SHAPES = {
+    "launcher": 'ENTRYPOINT ["python3", "-m", "sglang.launch_server"]\nCMD []\n',
+    "script": 'COPY entry.sh /opt/entry.sh\nENTRYPOINT ["/opt/entry.sh"]\nCMD ["/bin/sh"]\n',
+    "none": 'CMD ["/bin/sh"]\n',
+}
+
+
+def build_shape_image(client: docker.DockerClient, shape: str, base: str = ENGINE_TAG) -> str:
+    """The stand-in engine with one of SHAPES' entrypoints, tagged sparkctl-test/shape-<shape>."""
+    tag = f"sparkctl-test/shape-{shape}:latest"
+    with tempfile.TemporaryFile(dir=CACHE_DIR) as ctx:
+        with tarfile.open(fileobj=ctx, mode="w") as tar:
+            _add_file(tar, "entry.sh", ENTRY_SCRIPT, 0o755)
+            _add_file(tar, "Dockerfile", f"FROM {base}\n{SHAPES[shape]}".encode())
+        ctx.seek(0)
+        client.images.build(fileobj=ctx, custom_context=True, tag=tag, rm=True, forcerm=True)
+    return tag

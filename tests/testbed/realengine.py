@@ -42,6 +42,7 @@ def write_vllm_profile(
     *,
     modes: dict[str, Any] | None = None,
     engine: dict[str, Any] | None = None,
+    image: str = VLLM_TAG,
     **top: Any,
 ) -> Path:
     eng: dict[str, Any] = {
@@ -65,4 +66,27 @@ def write_vllm_profile(
         "solo": {"nodes": ["spark1"], "tp": 1, "default": True},
         "tp2": {"nodes": ["spark1", "spark2"], "tp": 2},
     }
-    return write_lab_profile(lab, path, image=VLLM_TAG, modes=modes, engine=eng, model=model, **top)
+    return write_lab_profile(lab, path, image=image, modes=modes, engine=eng, model=model, **top)
+
+
+# vllm/vllm-openai's shape (issue 46): `vllm serve` as ENTRYPOINT, no CMD, over the CPU build.
+OPENAI_SHAPE_TAG = "sparkctl-test/vllm-openai-shape:0.32.0"
+
+
+def build_openai_shape(lab: Lab, node: str = "spark1") -> str:
+    """The CPU image with vllm/vllm-openai's ENTRYPOINT on `node`: a config-only change over the
+    base, so `sparkctl ship --image` moves next to nothing to the other nodes."""
+    import io
+    import tarfile
+
+    text = f'FROM {VLLM_TAG}\nENTRYPOINT ["vllm", "serve"]\nCMD []\n'.encode()
+    ctx = io.BytesIO()
+    with tarfile.open(fileobj=ctx, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+    ctx.seek(0)
+    lab.docker(node).images.build(
+        fileobj=ctx, custom_context=True, tag=OPENAI_SHAPE_TAG, rm=True, forcerm=True
+    )
+    return OPENAI_SHAPE_TAG

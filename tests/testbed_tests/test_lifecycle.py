@@ -68,7 +68,7 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
     for spec in plan.ranks:
         c = lab.docker(spec.node).containers.get(spec.container_name)
         assert c.status == "running"
-        assert c.attrs["Config"]["Cmd"] == spec.argv
+        assert [*c.attrs["Config"]["Entrypoint"], *c.attrs["Config"]["Cmd"]] == spec.argv
         assert {k: v for k, v in c.labels.items() if k.startswith("sparkctl.")} == spec.labels
         rec = standin_record(lab, spec.node, spec.container_name)
         assert (

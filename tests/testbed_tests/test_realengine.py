@@ -20,8 +20,9 @@ import pytest
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
 from tests.testbed.lab import NODE_MOUNT
-from tests.testbed.realengine import SERVED, install_real_engine, write_vllm_profile
+from tests.testbed.realengine import SERVED, build_openai_shape, install_real_engine, write_vllm_profile
 from tests.testbed_tests.conftest import cli, cluster_containers, report
+from tests.unit.engines.test_vllm_docs_example import docs_example
 
 pytestmark = [pytest.mark.testbed, pytest.mark.realengine]
 
@@ -78,7 +79,16 @@ def profile_path(vllm_lab, tmp_path_factory) -> Path:
     for node in vllm_lab.nodes:
         vllm_lab.exec(node.name, ["chmod", "-R", "a+rX", f"{NODE_MOUNT}/hf"])
     container = {"gpus": False, "shm_size": "1g", "user": NON_ROOT}
-    return write_vllm_profile(vllm_lab, path, engine={"api_key": {"env": KEY_ENV}, "container": container})
+    # The image most vLLM users pull has `vllm serve` as its ENTRYPOINT (issue 46), and the profile
+    # is docs/engines.md's first vLLM profile for what it sets (kind, the key from env, no
+    # engine.command), over the lab's nodes and the CPU build's settings.
+    doc = docs_example()["engine"]
+    assert "command" not in doc and doc["kind"] == "vllm" and set(doc["api_key"]) == {"env"}
+    engine = {"kind": doc["kind"], "api_key": {"env": KEY_ENV}, "container": container}
+    written = write_vllm_profile(vllm_lab, path, engine=engine, image=build_openai_shape(vllm_lab))
+    ship = cli(tmp_path_factory.mktemp("ship-state"), written, "ship", "tp2", "--image", timeout=600)
+    assert ship.returncode == 0, ship.stdout + ship.stderr
+    return written
 
 
 @pytest.fixture
@@ -234,7 +244,13 @@ def test_solo_serves_chat_top_status_logs_verify_down(vllm_lab, profile_path, st
         assert findings.get(check) == severity, (check, checks.get(check))
     assert set(findings) == {*MUST_PASS, *EXPECTED_NOT_OK, *UNPINNED}, findings  # no check unaccounted
 
+    t_down = time.monotonic()
     down = cli(state, profile_path, "down", timeout=300)
+    report(
+        request,
+        f"vLLM solo: `down` of the serving rank {time.monotonic() - t_down:.1f}s "
+        f"(engine.stop_grace {prof.engine.stop_grace}s)",
+    )
     assert down.returncode == 0, down.stderr
     assert not any(cluster_containers(vllm_lab, prof.cluster).values())
 
@@ -246,8 +262,18 @@ def test_tp2_across_namespaces_then_a_rank_killed_while_idle(vllm_lab, profile_p
     assert "--headless" in r1.argv and "--host" not in r1.argv
     assert r1.env["VLLM_HOST_IP"] == str(prof.node(r1.node).fabric.ip)
     t0 = time.monotonic()
-    _up(state, profile_path, "tp2")
+    out = _up(state, profile_path, "tp2")
     report(request, f"vLLM tp2 (2 namespaces): `up` to ready {time.monotonic() - t0:.0f}s")
+    report(
+        request,
+        "vLLM tp2 timeline: "
+        + "; ".join(
+            f"{s['step']}{'' if s['rank'] is None else ' r' + str(s['rank'])} {s['seconds']:.1f}s"
+            for s in out["timeline"]
+        ),
+    )
+    c1 = vllm_lab.docker(r1.node).containers.get(r1.container_name).attrs["Config"]
+    assert c1["Entrypoint"] == ["vllm"] and [*c1["Entrypoint"], *c1["Cmd"]] == r1.argv  # not the image's
     answer = chat(plan.endpoint.api_base)
     assert answer["usage"]["completion_tokens"] > 0
     # Real rendezvous over the lab fabric: rank 1 holds TCP connections to rank 0's fabric address.

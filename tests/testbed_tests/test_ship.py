@@ -295,3 +295,27 @@ def test_cli_ship_json(lab: Lab, tmp_path: Path) -> None:
     }
     second = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=300).stdout)
     assert second["bytes_sent"] == 0
+
+
+def test_a_pinned_commit_ships_so_the_peer_resolves_the_id_offline_like_the_source(lab: Lab) -> None:
+    """Issue 46: the profile pins the commit; after `ship` the peer's cache opens `<id>` (refs/main)
+    offline with huggingface_hub's own resolver, to the same snapshot as the source's."""
+    from huggingface_hub import snapshot_download
+
+    target = "ship-pin/target"
+    commit = make_fake_snapshot(
+        _hf(lab, "spark1"), target, {"config.json": 200, "model.safetensors": 1 << 20}
+    )
+    model = lab_profile(lab)["model"] | {"target": {"id": target, "revision": commit}, "draft": None}
+    profile = Profile.model_validate(lab_profile(lab, model=model))
+
+    report, _ = _ship(profile)
+    assert report.ok, report
+    found = {
+        node: snapshot_download(target, cache_dir=_hf(lab, node) / "hub", local_files_only=True)
+        for node in ("spark1", "spark2")
+    }
+    assert Path(found["spark2"]).relative_to(_hf(lab, "spark2")) == Path(found["spark1"]).relative_to(
+        _hf(lab, "spark1")
+    )
+    assert Path(found["spark2"]).name == commit and (Path(found["spark2"]) / "config.json").is_file()

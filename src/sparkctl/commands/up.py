@@ -51,6 +51,9 @@ RollingOpt = Annotated[
         "failed request (default when possible); --no-rolling stops all, then starts all.",
     ),
 ]
+VerboseOpt = Annotated[
+    bool, typer.Option("-v", "--verbose", help="After ready, print where the seconds went (each step).")
+]
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -179,6 +182,7 @@ class UpRequest:
     supervise: bool = False
     rolling: bool = True
     guard: bool | None = None  # --guard / --no-guard; None: the profile's
+    verbose: bool = False  # -v: the timeline after ready
 
 
 def run_up(req: UpRequest) -> None:
@@ -234,12 +238,18 @@ def run_up(req: UpRequest) -> None:
     if json_out:
         print_json({**result.to_json(), "supervisor": sup})
         return
-    _print_up(result, reporter.elapsed(), sup)
+    _print_up(result, reporter.elapsed(), sup, req.verbose)
 
 
-def _print_up(result, elapsed: float, sup: dict | None) -> None:  # UpResult
+def _print_up(result, elapsed: float, sup: dict | None, verbose: bool = False) -> None:  # UpResult
+    from sparkctl.lifecycle.timeline import timeline_lines
+
     out = console()
     plan = result.plan
+    if verbose and result.timeline:
+        out.print("timeline (seconds after `up` began, + how long the step took):")
+        for line in timeline_lines(result.timeline):
+            out.print(line, markup=False)
     ranks = ", ".join(f"rank {s.rank}@{s.node}" for s in plan.ranks)
     if result.action == "rolled":
         print_rolled(out, result, elapsed)
@@ -274,6 +284,7 @@ def up_cmd(
     guard: GuardOpt = None,
     profile: ProfileOpt = None,
     json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Start MODE exactly as `sparkctl plan MODE` shows: stop other modes, start ranks >= 1 then
     rank 0, wait for /v1/models and /health while watching every rank; roll back on failure.
@@ -293,6 +304,7 @@ def up_cmd(
             supervise=supervise,
             rolling=rolling,
             guard=guard,
+            verbose=verbose,
         )
     )
 

@@ -192,6 +192,22 @@ def render_args(args: dict[str, ArgValue]) -> list[str]:
     return out
 
 
+def launcher(profile: Profile, default: tuple[str, ...]) -> list[str]:
+    """The program and words a rank's argv starts with: `engine.command`, else the engine's own.
+    The container runs the argv whole in place of the image's ENTRYPOINT/CMD, so it must name a
+    program: the older workaround that passed flags to the image's entrypoint no longer applies."""
+    command = list(profile.engine.command or default)
+    if command[0].startswith("-"):
+        from sparkctl.errors import ProfileError
+
+        raise ProfileError(
+            f"engine.command: {command!r} starts with a flag; it is the whole launcher now, run in "
+            "place of the image's ENTRYPOINT",
+            fix=f"leave engine.command unset (the engine's {' '.join(default)}), or start it with the program",
+        )
+    return command
+
+
 def fabric_host_env(host_ip_env: str | None, node: Node, layout: RankLayout) -> dict[str, str]:
     """The address a rank of a multi-node group advertises to its peers: its fabric IP."""
     if host_ip_env and layout.nnodes > 1 and node.fabric is not None:

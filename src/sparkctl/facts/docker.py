@@ -34,6 +34,8 @@ class ImageFacts:
     layers: tuple[str, ...] = ()
     created: str = ""
     repo_digests: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] = ()  # the image's own ENTRYPOINT and CMD (a rank replaces both)
+    cmd: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def image_facts_from_inspect(ref: str, attrs: dict) -> ImageFacts:
         layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
         created=str(attrs.get("Created", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
+        entrypoint=tuple((attrs.get("Config") or {}).get("Entrypoint") or ()),
+        cmd=tuple((attrs.get("Config") or {}).get("Cmd") or ()),
     )
 
 

@@ -162,13 +162,13 @@ def _start(conn: Connector, r: FabricRank, argv: list[str], env: dict[str, str],
     devices/caps/ulimits), but running the worker on one GPU and mounting nothing."""
     import docker
 
-    from sparkctl.runtime.containers import create_params, node_rdma_devices
+    from sparkctl.runtime.containers import create_params, launch_params, node_rdma_devices
 
     client = conn.docker()
     _remove_stale(client, r.container_name)
     params = create_params(r.spec, env, node_rdma_devices(conn, r.spec))  # the same rdma preset as `up`
     params.update(
-        command=argv,
+        **launch_params(argv),
         name=r.container_name,
         labels={**r.spec.labels, "sparkctl.mode": "fabric-test", "sparkctl.rank": str(r.rank)},
         mounts=[],

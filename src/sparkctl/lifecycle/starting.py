@@ -9,6 +9,7 @@ from sparkctl.connectors.pool import NodePool
 from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, orphans, state
+from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.planning.build import Plan, RankSpec
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
@@ -35,16 +36,19 @@ def start_specs(
     specs: list[RankSpec],
     started: list[RankSpec],
     sealed: Mapping[str, Sealed] | None = None,
+    tl: Timeline | None = None,
 ) -> None:
     """Start `specs` (their secrets from `sealed`, read by `up` once per rank; else read here)."""
     by_rank = {s.rank: s for s in specs}
+    tl = tl or Timeline()
 
     def start_one(rank: int) -> None:
         spec = by_rank[rank]
         conn = pool.get(spec.node)
         started.append(spec)  # before creating it: rollback must also see a half-started container
         secrets = (sealed or {}).get(spec.container_name) or seal(spec, conn)
-        info = containers.start_rank(conn, spec, secrets.tar)
+        with tl.step("create+start", node=spec.node, rank=containers.rank_of(spec)):
+            info = containers.start_rank(conn, spec, secrets.tar)
         masks = list(secrets.masks)
         patterns = get_engine(profile.engine.kind).log_secret_patterns
         log_path = logs.rank_log_path(profile, spec)

@@ -17,6 +17,7 @@ from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, memgate, orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
+from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
 from sparkctl.profile.schema import Profile
@@ -48,6 +49,7 @@ class UpResult:
     elapsed: float = 0.0
     ready_at: float | None = None  # time.monotonic() the endpoint first answered ready
     settled: list[str] = field(default_factory=list)  # leftovers of lost nodes removed now
+    timeline: list[dict] = field(default_factory=list)  # Timeline.to_json(): where the seconds went
 
     def to_json(self) -> dict:
         ep = self.plan.endpoint
@@ -61,6 +63,7 @@ class UpResult:
             "removed": [c.to_json() for c in self.removed],
             "elapsed_s": round(self.elapsed, 3),
             "settled": self.settled,
+            "timeline": self.timeline,
             "ranks": [
                 {"rank": r.rank, "replica": r.group, "node": r.node, "container": r.container_name}
                 for r in self.plan.ranks
@@ -162,6 +165,7 @@ def start_group(
     budget: float,
     rep: Reporter,
     sealed: Mapping[str, Sealed] | None = None,
+    tl: Timeline | None = None,
 ) -> WaitResult:
     """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
     0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
@@ -170,19 +174,23 @@ def start_group(
     A replica's sub-plan (`plan.replica(i)`: no router) starts that group alone."""
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
+    tl = tl or Timeline()
     try:
-        memgate.gate(profile, pool, plan, rep.phase)  # settle, admit, guard (unified memory)
-        prepare_nodes(profile, pool, plan)
+        with tl.step("admission"):
+            memgate.gate(profile, pool, plan, rep.phase)  # settle, admit, guard (unified memory)
+        with tl.step("prepare nodes"):
+            prepare_nodes(profile, pool, plan)
         peers = [s for s in plan.ranks if s.node_rank > 0]
         heads = [s for s in plan.ranks if s.node_rank == 0]
         if peers:
             rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in peers))
-            start_specs(profile, pool, peers, started, sealed)
+            start_specs(profile, pool, peers, started, sealed, tl)
         rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
-        start_specs(profile, pool, heads, started, sealed)
+        start_specs(profile, pool, heads, started, sealed, tl)
         eps = endpoints(plan)
         what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
         rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")
+        waited = time.monotonic()
         result = wait_ready(
             pool,
             plan,
@@ -191,10 +199,12 @@ def start_group(
             on_update=rep.update,
             log_hint=lambda s: _log_hint(profile, s),
         )
+        _loads(tl, plan, waited, result)
         if plan.router is not None:
-            routers.bring_up(
-                pool, plan, deadline, rep.phase, lambda s: start_specs(profile, pool, [s], started)
-            )
+            with tl.step("router"):
+                routers.bring_up(
+                    pool, plan, deadline, rep.phase, lambda s: start_specs(profile, pool, [s], started)
+                )
     except BaseException as exc:
         record_attempt(plan, "failed")
         rep.phase("rolling back the containers this run started")
@@ -210,6 +220,17 @@ def start_group(
         raise
     record_attempt(plan, "ready")
     return result
+
+
+def _loads(tl: Timeline, plan: Plan, waited: float, result: WaitResult) -> None:
+    """Readiness (the wait, to the first ready probe) and each rank's load: from its container's
+    start to that ready answer (a group serves once all its ranks have loaded)."""
+    ready = result.ready_at or time.monotonic()
+    tl.add("readiness", waited, ready)
+    for s in plan.ranks:
+        started = tl.ended("create+start", s.rank)
+        if started is not None:
+            tl.add("load", started, ready, node=s.node, rank=s.rank)
 
 
 def as_node_loss(exc: BaseException, left: list) -> BaseException:

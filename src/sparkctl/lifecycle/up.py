@@ -28,6 +28,7 @@ from sparkctl.lifecycle.steps import (
     start_group,
 )
 from sparkctl.lifecycle.supervisor import process as supervisor
+from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.planning.build import Plan, build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime.secret_files import seal
@@ -97,18 +98,23 @@ def _up_locked(
     rolling: bool = True,
 ) -> UpResult:
     t0 = time.monotonic()
+    tl = Timeline(origin=t0)
     budget = timeout if timeout is not None else profile.engine.ready_timeout
     deadline = t0 + budget  # one deadline for the whole `up`, preflight and starting included
-    plan = resolve_plan(profile, plan, pool)
-    # Each rank's secrets read once: a missing one (unset HF_TOKEN) stops us before anything is stopped.
-    sealed = {s.container_name: seal(s, pool.get(s.node)) for s in plan.ranks}
+    with tl.step("node facts"):
+        plan = resolve_plan(profile, plan, pool)
+    with tl.step(
+        "secrets"
+    ):  # each rank's read once: a missing one (unset HF_TOKEN) stops us before anything is stopped
+        sealed = {s.container_name: seal(s, pool.get(s.node)) for s in plan.ranks}
     settled, still_lost = orphans.settle_pending(pool, plan.cluster)  # a node still lost keeps its record
     for line in settled:
         rep.phase(line)
     for node in still_lost:
         rep.phase(f"{node} still unreachable: what a lost `up` left there is still recorded for cleanup")
-    observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
-    rec = reconcile(plan, observed)
+    with tl.step("observe"):
+        observed = observe(pool, plan.cluster, involved_nodes(plan, profile))
+        rec = reconcile(plan, observed)
     listed = observed  # still what runs, unless serving() below starts a router
     if rec.up_to_date:
         listed = None
@@ -120,7 +126,10 @@ def _up_locked(
             action = "router" if router_started else "noop"  # only the router was (re)started
             if not router_started:
                 rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
-            return UpResult(plan, action, health, rec.leftovers, time.monotonic() - t0, settled=settled)
+            elapsed = time.monotonic() - t0
+            return UpResult(
+                plan, action, health, rec.leftovers, elapsed, settled=settled, timeline=tl.to_json()
+            )
         rep.phase(
             f"mode {plan.mode} runs config {plan.config_hash} but is not healthy ({health.detail}): restarting"
         )
@@ -132,7 +141,8 @@ def _up_locked(
     if not skip_preflight:
         # Our own containers that are about to be removed hold the port and look stray: expected.
         ignore = {"StrayContainers", "PortFree"} if rec.remove else set()
-        rep.phase(run_fast_preflight(profile, plan, pool, ignore))
+        with tl.step("checks"):
+            rep.phase(run_fast_preflight(profile, plan, pool, ignore))
     if rolling and rec.remove:
         from sparkctl.lifecycle.rolling import roll_if_possible
 
@@ -140,8 +150,10 @@ def _up_locked(
             return rolled
     if rec.remove:
         rep.phase("stopping " + ", ".join(f"{c.name} on {c.node}" for c in rec.remove))
-        remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
-    result = start_group(profile, pool, plan, deadline, budget, rep, sealed)
+        with tl.step("stop old"):
+            remove_all(pool, rec.remove, grace=profile.engine.stop_grace)
+    result = start_group(profile, pool, plan, deadline, budget, rep, sealed, tl)
+    elapsed = time.monotonic() - t0
     return UpResult(
-        plan, "started", result.endpoint, rec.remove, time.monotonic() - t0, result.ready_at, settled
+        plan, "started", result.endpoint, rec.remove, elapsed, result.ready_at, settled, tl.to_json()
     )

@@ -9,6 +9,7 @@ each replica's head endpoint is ready (the router comes after: lifecycle/router.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,7 +161,8 @@ def wait_ready(
     (time.monotonic())."""
     start = time.monotonic()
     views = {s.rank: RankView(s.rank, s.node, s.container_name) for s in plan.ranks}
-    probers = [Prober(ep).start() for ep in endpoints(plan)]
+    woken = threading.Event()  # a prober that turns ready ends the poll's sleep at once
+    probers = [Prober(ep, on_ready=woken).start() for ep in endpoints(plan)]
     next_lines = start
     try:
         while True:
@@ -183,7 +185,8 @@ def wait_ready(
                 on_update(WaitProgress(now - start, max(0.0, deadline - now), list(views.values()), health))
             if now >= deadline:
                 raise _timed_out(pool, plan, probers, budget or now - start, log_hint)
-            time.sleep(poll)
+            woken.wait(poll)
+            woken.clear()
     finally:
         for p in probers:
             p.stop()

@@ -257,13 +257,30 @@ def walk_snapshot(repo, snap):
             yield os.path.relpath(path, snap), path, real, blob
 
 
+def refs_to(repo, commit):
+    """The refs (branches, tags: refs/<name>) that name `commit`: what a start naming only `<id>` resolves."""
+    found = []
+    top = os.path.join(repo, "refs")
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path) as fh:
+                    if fh.read().strip() == commit and not name.endswith(PART):
+                        found.append(os.path.relpath(path, top))
+            except OSError:
+                continue
+    return sorted(found)
+
+
 def op_manifest(repo, revision, mode=""):
-    out = {"commit": None, "files": {}, "broken": [], "outside": [], "marker": None}
+    out = {"commit": None, "files": {}, "broken": [], "outside": [], "marker": None, "refs": []}
     commit = resolve_commit(repo, revision)
     snap = os.path.join(repo, "snapshots", commit or "")
     if not commit or not os.path.isdir(snap):
         return out
     out["commit"] = commit
+    out["refs"] = refs_to(repo, commit)
     out["marker"] = _read_marker(repo, commit)
     cache = HashCache(repo, deep=mode == "deep")
     for rel, path, real, blob in walk_snapshot(repo, snap):
@@ -295,7 +312,8 @@ def op_probe(repo, req, deep=False):
         hashes[dest] = list(cache.sha256(dest, path)) if ok else None
     cache.save()
     marker = _read_marker(repo, req["commit"]) if req.get("commit") else None
-    return {"hashes": hashes, "free": free_bytes(repo), "marker": marker}
+    refs = refs_to(repo, req["commit"]) if req.get("commit") else []
+    return {"hashes": hashes, "free": free_bytes(repo), "marker": marker, "refs": refs}
 
 
 def frame(doc):

@@ -273,8 +273,10 @@ def op_finish(repo, req):
         _drop_bad(repo, commit, files, [rel for rel in bad if rel in files])
         return {"ok": False, "mismatch": bad, "extra": extra, "digest": None}
     digest = manifest_digest(want)
-    if revision != commit:
-        write_file(repo, "refs/" + revision, commit, FINAL_MODE)
+    # The source's refs to this commit too (refs/main of a pinned commit): the cache then resolves
+    # `<id>` offline as the source's does. Each written whole (part file, rename), before the marker.
+    for ref in sorted(set(plan.get("refs", [])) | ({revision} if revision != commit else set())):
+        write_file(repo, "refs/" + check_revision(ref), commit, FINAL_MODE)
     # The very last write: the snapshot is now complete.
     write_file(repo, os.path.relpath(marker_path(repo, commit), repo), digest + "\n", FINAL_MODE)
     return {"ok": True, "mismatch": [], "extra": extra, "digest": digest}

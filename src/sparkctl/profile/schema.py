@@ -209,7 +209,7 @@ class Engine(Strict):
     command: list[str] | None = Field(
         None,
         min_length=1,
-        description="Container command (default: the engine's launcher).",
+        description="The rank's launcher, run in place of the image's ENTRYPOINT/CMD (default: the engine's).",
     )
     host: str | None = Field(
         None,

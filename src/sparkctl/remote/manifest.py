@@ -46,6 +46,7 @@ class Manifest:
     broken: list[str] = field(default_factory=list)  # snapshot links whose blob is missing
     marker: str | None = None  # digest recorded when sparkctl finished shipping this snapshot
     outside: list[list[str]] = field(default_factory=list)  # [rel, where] links leading out of the cache
+    refs: tuple[str, ...] = ()  # refs/<name> naming `commit` (branches, tags): shipped with it
 
     @property
     def present(self) -> bool:
@@ -109,6 +110,7 @@ def parse_manifest(node: str, model_id: str, revision: str, repo: str, doc: dict
         broken=list(doc.get("broken", [])),
         outside=[list(x) for x in doc.get("outside", [])],
         marker=doc.get("marker"),
+        refs=tuple(doc.get("refs") or ()),
     )
 
 

@@ -143,7 +143,8 @@ def create_params(
 ) -> dict[str, Any]:
     """Keyword arguments of `containers.create` for a rank (env given already revealed).
 
-    The image's entrypoint is kept, like `docker run IMAGE ARGV...` in the reference recipe.
+    The argv replaces the image's ENTRYPOINT and CMD (`launch_params`): the plan's argv runs
+    whatever the image's shape (the launcher as ENTRYPOINT, an entrypoint script, none).
     `rdma_devices`: the device nodes the rdma preset found on the node (`node_rdma_devices`).
     `init`: Docker's init is PID 1 and forwards signals, so an engine that installs no SIGTERM
     handler still stops on SIGTERM (a PID 1 ignores it).
@@ -154,7 +155,7 @@ def create_params(
     devices = [f"{d}:{d}:rwm" for d in rdma_devices or []] + list(opts.devices)
     params: dict[str, Any] = {
         "image": spec.image,
-        "command": list(spec.argv),
+        **launch_params(spec.argv),
         "name": spec.container_name,
         "environment": dict(env),
         "labels": dict(spec.labels),
@@ -181,6 +182,11 @@ def create_params(
     elif opts.gpus:
         params["device_requests"] = [DeviceRequest(device_ids=opts.gpus.split(","), capabilities=[["gpu"]])]
     return params
+
+
+def launch_params(argv: list[str]) -> dict[str, list[str]]:
+    """`entrypoint` + `command` that run exactly `argv` (a set entrypoint drops the image's CMD)."""
+    return {"entrypoint": list(argv[:1]), "command": list(argv[1:])}
 
 
 def revealed_env(spec: RankSpec) -> dict[str, str]:

@@ -5,7 +5,8 @@ each receiver first removing the old completion marker, each whole file written
 under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
 in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
 renames it, makes the snapshot links, checks every file against the source's sha256, removes part
-files left by an interrupted run, writes refs/<branch> and the completion marker last. A rerun after any interruption resends only what is
+files left by an interrupted run, writes the source's refs/<branch> to the commit and the completion
+marker last. A rerun after any interruption resends only what is
 not there intact.
 """
 
@@ -64,7 +65,13 @@ def identical(source: Manifest, peer_doc: dict | None) -> bool:
         return False
     files = {rel: (f.sha256, f.size, f.blob) for rel, f in source.files.items()}
     theirs = {rel: tuple(v) for rel, v in peer_doc.get("files", {}).items()}
-    return files == theirs and not peer_doc.get("broken") and peer_doc.get("marker") == source.digest
+    same_refs = set(source.refs) <= set(peer_doc.get("refs") or ())
+    return (
+        files == theirs
+        and not peer_doc.get("broken")
+        and peer_doc.get("marker") == source.digest
+        and same_refs
+    )
 
 
 def ship_weights(
@@ -143,7 +150,8 @@ def _settle_need(
     diff = need.diff = diff_files(source, probe["hashes"])  # again: the source may have hashed more
     need.result.files_kept = diff.have
     key = f"{node}:{source.model_id}"
-    if not diff.send and source.hashed and probe.get("marker") == source.digest:
+    refs = set(source.refs) <= set(probe.get("refs") or ())  # else `finish` adds them ("repaired")
+    if not diff.send and source.hashed and probe.get("marker") == source.digest and refs:
         need.result.digest = source.digest
         progress.start(key, f"{node} {source.model_id}", 0)
         progress.finish(key, _skip_note(need.result.check))

@@ -66,6 +66,7 @@ def plan_doc(source: Manifest) -> dict:
     return {
         "commit": source.commit,
         "revision": source.revision,
+        "refs": list(source.refs),
         "files": {rel: [f.sha256, f.size, f.blob] for rel, f in source.files.items()},
     }
 

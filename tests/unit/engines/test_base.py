@@ -86,6 +86,24 @@ def test_the_engine_default_command_is_the_engines(profile) -> None:
     assert ENGINE_NAMES == ENGINE_KINDS  # the profile's pure name list is the registry's
 
 
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_the_argv_is_the_whole_launcher_and_a_flag_first_command_is_refused(profile, kind) -> None:
+    from sparkctl.errors import ExitCode, ProfileError
+
+    engine = profile.engine.model_copy(update={"kind": kind})
+    prof = profile.model_copy(update={"engine": engine})
+    default = list(get_engine(kind).default_command)
+    assert build_plan(prof, "solo").ranks[0].argv[: len(default)] == default
+    own = prof.model_copy(update={"engine": engine.model_copy(update={"command": ["/opt/run", "x"]})})
+    assert build_plan(own, "solo").ranks[0].argv[:2] == ["/opt/run", "x"]
+    # The old workaround for an image whose ENTRYPOINT is the launcher: flags only. The argv now
+    # replaces the ENTRYPOINT, so it would run `--model` as the program.
+    flags = prof.model_copy(update={"engine": engine.model_copy(update={"command": ["--model"]})})
+    with pytest.raises(ProfileError, match=r"engine\.command: \['--model'\] starts with a flag") as err:
+        build_plan(flags, "solo")
+    assert err.value.exit_code == ExitCode.USAGE and "leave engine.command unset" in (err.value.fix or "")
+
+
 def test_gb10_cap_is_one_number(profile) -> None:
     from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION as launch_cap
 

@@ -302,6 +302,8 @@ def test_single_node_modes_run_the_argv_unwrapped() -> None:
     lws = docs[0]
     c = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
     assert c["command"][:3] == ["python3", "-m", "sglang.launch_server"]
+    # `command` replaces the image's ENTRYPOINT and, without `args`, its CMD too: as `up` runs it
+    assert "args" not in c
     # bound to loopback as in the plan: the kubelet probes it there (host network)
     assert c["readinessProbe"]["httpGet"] == {"host": "127.0.0.1", "path": "/health", "port": 8888}
     assert c["startupProbe"]["httpGet"]["path"] == "/v1/models"  # no API key: the plan's first probe

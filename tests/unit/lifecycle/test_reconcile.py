@@ -105,7 +105,9 @@ def test_create_params_carry_the_plan_unchanged(dual, monkeypatch):
     spec = plan.rank(1)
     env = {k: str(v) for k, v in spec.env.items()}
     params = create_params(spec, env, ["/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"])
-    assert params["command"] == spec.argv and params["name"] == spec.container_name
+    # The whole argv replaces the image's ENTRYPOINT and CMD: what runs never depends on the image.
+    assert [*params["entrypoint"], *params["command"]] == spec.argv and params["entrypoint"] == spec.argv[:1]
+    assert params["name"] == spec.container_name
     assert params["environment"] == env and params["labels"] == spec.labels
     # Least privilege: the rdma preset's devices, IPC_LOCK and memlock, a private IPC namespace with
     # its /dev/shm size, and never --privileged.

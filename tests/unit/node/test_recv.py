@@ -371,3 +371,33 @@ def test_a_refused_docker_save_is_reported_as_the_sources_failure() -> None:
     with pytest.raises(ShipError) as err:
         _check(res, src, Peer(LocalConnector("spark2"), {}, []), retryable=False)
     assert "docker save x:1 failed on the source" in err.value.message and err.value.node == "spark1"
+
+
+def test_a_pinned_commit_ships_with_the_sources_refs_to_it(nodes: tuple[Path, Path]) -> None:
+    """Issue 46: the profile pins the commit, the source's cache also has refs/main (and a tag) to
+    it; the peer gets them, so `<id>` resolves offline there as on the source. A peer shipped
+    before without them is repaired (no bytes sent), not skipped."""
+    src, dst = nodes
+    repo1 = Path(repo_dir(str(src), MODEL))
+    commit = (repo1 / "refs" / "main").read_text()
+    (repo1 / "refs" / "v1").write_text(commit)
+    (repo1 / "refs" / "old").write_text("f" * 40)  # names another commit: not this snapshot's
+    conn1, conn2 = LocalConnector("n1"), LocalConnector("n2")
+    pinned = ModelRef(id=MODEL, revision=commit)
+    source = snapshot_manifest(conn1, str(src), pinned)
+    assert source.refs == ("main", "v1")
+
+    def ship() -> str:
+        out = ship_weights(
+            source, conn1, [WeightsPeer(conn2, str(dst), [])], ByteCounter(), transfers=Transfers()
+        )
+        assert not isinstance(out["n2"], Exception), out["n2"]
+        return out["n2"].action
+
+    assert ship() == "shipped"
+    repo2 = Path(repo_dir(str(dst), MODEL))
+    assert sorted(p.name for p in (repo2 / "refs").iterdir()) == ["main", "v1"]
+    assert (repo2 / "refs" / "main").read_text() == commit
+    (repo2 / "refs" / "main").unlink()  # as a ship before issue 46 left it
+    assert ship() == "repaired" and (repo2 / "refs" / "main").read_text() == commit
+    assert ship() == "skipped"

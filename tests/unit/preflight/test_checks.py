@@ -61,6 +61,26 @@ def img(i: str, layers=("l1",)) -> ImageFacts:
     return ImageFacts("sglang-dflash:spark", i, 10 << 30, tuple(layers), "2026-01-01")
 
 
+def test_preflight_says_what_the_rank_runs_in_place_of_the_images_entrypoint() -> None:
+    from sparkctl.facts.docker import image_facts_from_inspect
+    from sparkctl.preflight.checks.image import override_note
+
+    shapes = {  # vllm/vllm-openai, nvcr.io/nvidia/vllm's script, lmsysorg/sglang's none
+        "openai": ({"Entrypoint": ["vllm", "serve"], "Cmd": None}, "ENTRYPOINT ['vllm', 'serve'] CMD []"),
+        "nvidia": (
+            {"Entrypoint": ["/opt/nvidia/nvidia_entrypoint.sh"], "Cmd": ["/bin/bash"]},
+            "ENTRYPOINT ['/opt/nvidia/nvidia_entrypoint.sh'] CMD ['/bin/bash']",
+        ),
+        "sglang": ({"Entrypoint": None, "Cmd": ["/bin/bash"]}, "(no ENTRYPOINT) CMD ['/bin/bash']"),
+    }
+    for config, said in shapes.values():
+        facts = image_facts_from_inspect("r", {"Id": "sha256:aa", "Config": config})
+        assert (
+            override_note(facts, ["vllm", "serve"])
+            == f"ranks run `vllm serve ...` in place of the image's {said}"
+        )
+
+
 def test_images_missing_and_different() -> None:
     found = check_images("ref", {"spark1": img("sha256:aa"), "spark2": None}, "spark1", None, "ref")
     missing = next(f for f in found if f.severity is E)
@@ -96,6 +116,25 @@ def test_weights_missing_and_drift() -> None:
     listings["spark2"] = RepoListing(True, {"main": c2}, {c2: 5})
     found, _ = check_weights("target", "org/m", "main", listings, {"spark1": "/hf", "spark2": "/hf"})
     assert found[-1].severity is E and "different commits" in found[-1].message
+
+
+def test_weights_are_judged_as_the_engine_opens_them_offline() -> None:
+    """Issue 46: a short prefix resolves for sparkctl but not for huggingface_hub offline; a node
+    without the refs/main another node has to the same commit fails a start by hand."""
+    c1 = "1" * 40
+    both = {"spark1": RepoListing(True, {"main": c1}, {c1: 5}), "spark2": RepoListing(True, {}, {c1: 5})}
+    found, commits = check_weights("target", "org/m", c1, both, {"spark1": "/hf", "spark2": "/hf"})
+    assert commits == {"spark1": c1, "spark2": c1}
+    warn = [f for f in found if f.severity is W]
+    assert [f.node for f in warn] == ["spark2"] and "no refs/main" in warn[0].message
+    assert "ship --weights --to spark2" in warn[0].fix and not [f for f in found if f.severity is E]
+    found, _ = check_weights("target", "org/m", "1111111", both, {"spark1": "/hf", "spark2": "/hf"})
+    short = [f for f in found if f.severity is E]
+    assert {f.node for f in short} == {"spark1", "spark2"} and "only a prefix" in short[0].message
+    assert f"the full commit {c1}" in short[0].fix
+    both["spark2"] = RepoListing(True, {"main": c1}, {c1: 5})
+    found, _ = check_weights("target", "org/m", "main", both, {"spark1": "/hf", "spark2": "/hf"})
+    assert sev(found) == [OK, OK]
 
 
 def test_disk_free() -> None:

@@ -40,3 +40,11 @@ def test_a_running_container_has_no_exit_code_and_a_missing_time_is_none() -> No
     info = info_from_attrs("spark1", {"State": {"Status": "running", "ExitCode": 0}})
     assert info.exit_code is None and info.name == "" and info.labels == {}
     assert parse_docker_time(None) is None
+
+
+def test_launch_params_run_exactly_the_argv_whatever_the_image() -> None:
+    from sparkctl.runtime.containers import launch_params
+
+    got = launch_params(["vllm", "serve", "org/m", "--port", "8000"])
+    assert got == {"entrypoint": ["vllm"], "command": ["serve", "org/m", "--port", "8000"]}
+    assert launch_params(["python3"]) == {"entrypoint": ["python3"], "command": []}

@@ -74,3 +74,22 @@ def test_a_replica_mode_probes_its_router_without_the_name_check(monkeypatch) ->
     plan = build_plan(load_profile_file(ROOT / "profiles" / "vllm-dual-spark.yaml"), "dp2")
     assert plan.endpoint.readiness == ROUTER_READINESS and not ROUTER_READINESS.names_served
     assert all(g.endpoint.readiness.names_served for g in plan.groups)
+
+
+def test_the_prober_repeats_a_refused_connect_fast_and_wakes_its_waiter_when_ready(server) -> None:
+    from sparkctl.runtime.readiness import EndpointHealth, Prober
+
+    where, answers = server
+    vllm = get_engine("vllm").readiness
+    woken = threading.Event()
+    prober = Prober(_endpoint(where, vllm), on_ready=woken)
+    refused = EndpointHealth(detail="/v1/models: [Errno 111] Connection refused")
+    answering = EndpointHealth(detail="/v1/models: HTTP 503")
+    loading = EndpointHealth(True, ["tiny"], False, "/health: HTTP 503 (warming up)")
+    assert prober.pause(refused) == prober.closed_interval < prober.interval
+    assert prober.pause(answering) == prober.pause(loading) == prober.interval  # no access-log flood
+    answers["/v1/models"] = (200, {"data": [{"id": "tiny"}]})
+    answers["/health"] = (200, "")
+    prober.start()
+    assert woken.wait(30) and prober.ready_at is not None and prober.state.ready
+    prober.stop()

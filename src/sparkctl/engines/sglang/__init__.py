@@ -12,6 +12,7 @@ from sparkctl.engines.base import (
     RankLayout,
     Readiness,
     fabric_host_env,
+    launcher,
     render_args,
 )
 from sparkctl.engines.sglang import flags as F
@@ -115,7 +116,7 @@ class SGLang:
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
         # Keys go in SGLang's --config file (auth_flags): never on a process list.
         argv = (
-            list(profile.engine.command or self.default_command)
+            launcher(profile, self.default_command)
             + self.model_flags(profile)
             + render_args(args)
             + auth_flags(profile)

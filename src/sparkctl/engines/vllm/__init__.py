@@ -16,6 +16,7 @@ from sparkctl.engines.base import (
     RankLayout,
     Readiness,
     fabric_host_env,
+    launcher,
     render_args,
 )
 from sparkctl.engines.vllm import flags as F
@@ -98,7 +99,7 @@ class VLlm:
 
     def rank_argv(self, profile: Profile, args: dict[str, ArgValue], layout: RankLayout) -> list[str]:
         model = profile.model.target
-        argv = [*(profile.engine.command or self.default_command), model.id]
+        argv = [*launcher(profile, self.default_command), model.id]
         if model.revision:
             argv += ["--revision", model.revision]
         argv += ["--served-model-name", served_model_name(profile), *render_args(args)]

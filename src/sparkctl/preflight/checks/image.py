@@ -4,6 +4,7 @@ RouterImage: the router's image on the router's node."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sparkctl.facts.docker import ImageFacts, probe_image
@@ -37,7 +38,33 @@ class _Images(Check):
             if "docker" not in f.errors and "image" not in f.errors
         }
         found = check_images(ref, images, ctx.rank0, ctx.profile.image.id, source)
+        run = _launcher(ctx)
+        found = [_overrides(x, images.get(x.node), run) if x.severity == OK else x for x in found]
         return out + [x for x in found if x.check == self.name]
+
+
+def _launcher(ctx: Ctx) -> list[str]:
+    from sparkctl.engines import get_engine
+
+    size = len(ctx.profile.engine.command or get_engine(ctx.profile.engine.kind).default_command)
+    return ctx.plan.ranks[0].argv[:size]
+
+
+def _overrides(found: Finding, img: ImageFacts | None, launcher: list[str]) -> Finding:
+    """An ImagePresent OK line says what sparkctl runs in place of the image's ENTRYPOINT/CMD."""
+    if found.check != "ImagePresent" or img is None:
+        return found
+    return replace(
+        found,
+        message=f"{found.message}; {override_note(img, launcher)}",
+        data={**(found.data or {}), "entrypoint": list(img.entrypoint), "cmd": list(img.cmd)},
+    )
+
+
+def override_note(img: ImageFacts, launcher: list[str]) -> str:
+    """What a rank's container runs, against what the image would run by itself."""
+    own = f"ENTRYPOINT {list(img.entrypoint)}" if img.entrypoint else "(no ENTRYPOINT)"
+    return f"ranks run `{' '.join(launcher)} ...` in place of the image's {own} CMD {list(img.cmd)}"
 
 
 def _image_unknown(ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:

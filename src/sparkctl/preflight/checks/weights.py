@@ -13,7 +13,7 @@ from sparkctl.facts.disk import du_probe
 from sparkctl.facts.hfcache import RepoListing, repo_probe, resolve_revision
 from sparkctl.facts.probe import Probe
 from sparkctl.findings import Finding
-from sparkctl.preflight.base import ERROR, OK, Check, Ctx, NodeFacts, Task, probe_failure
+from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, Task, probe_failure
 
 
 def repo_probes(ctx: Ctx, node: str) -> dict[str, Probe]:
@@ -171,6 +171,7 @@ def check_weights(
                     data={"role": role, "commit": commit},
                 )
             )
+    out += offline_findings(role, repo_id, rev, listings, commits)
     if len(set(commits.values())) > 1:
         seen = ", ".join(f"{n}={c[:12]}" for n, c in sorted(commits.items()))
         out.append(
@@ -245,4 +246,40 @@ def check_weights_content(
                 data={"differ": differ},
             )
         )
+    return out
+
+
+def offline_findings(
+    role: str, repo_id: str, rev: str, listings: Mapping[str, RepoListing], commits: Mapping[str, str]
+) -> list[Finding]:
+    """The cache as the engine opens it offline (huggingface_hub with HF_HUB_OFFLINE: a full commit's
+    snapshot, or refs/<rev>; never a short prefix), and the refs to the commit other nodes have (a
+    start by hand names the model without a revision: refs/main)."""
+    out: list[Finding] = []
+    for node, commit in commits.items():
+        listing = listings[node]
+        if rev != commit and listing.refs.get(rev) != commit:
+            out.append(
+                Finding(
+                    "Weights",
+                    ERROR,
+                    f"{role} {repo_id}@{rev}: only a prefix of {commit[:12]} matches; offline the engine "
+                    f"opens a full commit or refs/{rev}, not a prefix",
+                    f"set the revision to the full commit {commit}",
+                    node=node,
+                )
+            )
+        elsewhere = {r for n, x in listings.items() if n != node for r, c in x.refs.items() if c == commit}
+        missing = sorted(r for r in elsewhere if listing.refs.get(r) != commit)
+        if missing:
+            out.append(
+                Finding(
+                    "Weights",
+                    WARN,
+                    f"{role} {repo_id}: no refs/{', refs/'.join(missing)} to {commit[:12]} here (another node "
+                    f"has it): a start by hand of `{repo_id}` without that revision fails offline",
+                    f"`sparkctl ship --weights --to {node}` (adds the source's refs)",
+                    node=node,
+                )
+            )
     return out

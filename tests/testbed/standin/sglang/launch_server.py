@@ -538,6 +538,9 @@ def hold_shm(rank: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and not argv[0].startswith("-"):  # SGLang's parser takes flags only, as vLLM's takes MODEL
+        sys.stderr.write(f"sglang.launch_server: error: unrecognized arguments: {argv[0]}\n")
+        return 2  # e.g. the launcher twice: an image ENTRYPOINT that is the launcher, plus the argv
     args, unknown = parse(argv)
     State.args = args
     rank = args.node_rank
