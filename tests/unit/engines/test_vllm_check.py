@@ -115,4 +115,6 @@ def test_flags_run_with_the_default_command_when_the_profile_names_none(
     plan = build_plan(prof)
     [finding] = flag_findings(plan, prof, Pool())  # type: ignore[arg-type]
     assert finding.check == FLAGS and finding.severity is Severity.OK
-    assert seen[0][3] == plan.ranks[0].argv[2] != "serve", seen  # python3 -c PARSER MODEL ...: `vllm serve` stripped
+    assert seen[0][3] == plan.ranks[0].argv[2] != "serve", (
+        seen
+    )  # python3 -c PARSER MODEL ...: `vllm serve` stripped
