@@ -36,22 +36,95 @@ def _yaml_fix(problem: str) -> str:
     return "fix the YAML at that line: indent with spaces, quote values containing ': ' or ' #'"
 
 
-def _line_index(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
-    """Map every key path to its 1-based line (keys point at the key, items at the item)."""
-    out = {} if out is None else out
-    out.setdefault(loc, node.start_mark.line + 1)
+MAX_ALIASED_NODES = 10_000  # what aliases may add to a document; a profile's anchors add dozens
+
+
+class AliasBomb(Exception):
+    """Aliases that expand past the bound (nested aliases: each level multiplies) or into themselves."""
+
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if loc + (key,) in out and key != "<<":
-                raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
-            out[loc + (key,)] = key_node.start_mark.line + 1
-            _line_index(value_node, loc + (key,), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[loc + (i,)] = item.start_mark.line + 1
-            _line_index(item, loc + (i,), out)
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand past MAX_ALIASED_NODES or refer to a node
+    that contains them, before anything (the constructor, pydantic) expands them. The composed
+    graph shares aliased nodes, so this walk is linear in the file: each node's expanded size is
+    computed once, iteratively (no recursion for a deep document to exhaust)."""
+    size: dict[int, int] = {}
+    unique = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            if size[key] - unique > MAX_ALIASED_NODES:
+                raise AliasBomb(
+                    node.start_mark.line + 1,
+                    f"aliases expand this document past {MAX_ALIASED_NODES} values (nested aliases)",
+                )
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise AliasBomb(node.start_mark.line + 1, "an alias refers to a value that contains it")
+        open_.add(key)
+        unique += 1
+        stack.append((node, True))
+        for child in reversed(_children(node)):
+            if id(child) in open_:
+                raise AliasBomb(child.start_mark.line + 1, "an alias refers to a value that contains it")
+            stack.append((child, False))
+
+
+def _line_index(root: yaml.Node) -> dict[Loc, int]:
+    """Map every key path to its 1-based line (keys point at the key, items at the item). An
+    aliased node is indexed where it is defined only: following aliases costs their expansion."""
+    out: dict[Loc, int] = {}
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        out.setdefault(loc, node.start_mark.line + 1)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.tag)
+                if loc + (key,) in out and key != "<<":
+                    raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
+                out[loc + (key,)] = key_node.start_mark.line + 1
+                stack.append((value_node, loc + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out[loc + (i,)] = item.start_mark.line + 1
+                stack.append((item, loc + (i,)))
     return out
+
+
+def decode_yaml(data: bytes, source: str, error: type[SparkctlError]) -> str:
+    """The file's text, or one error naming the line of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{source}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); YAML files are UTF-8",
+            fix=f"save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 {source}`) or delete that byte",
+        ) from None
 
 
 def _nearest_line(lines: dict[Loc, int], loc: Loc) -> int | None:
@@ -147,23 +220,33 @@ def load_yaml_model(
 ) -> M:
     """Parse YAML text and validate it as `model`; errors name source:line: key.path and a fix."""
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)  # its reader refuses control characters at once
+        try:
+            root = loader.get_single_node()  # composed: aliases shared, nothing expanded yet
+            if root is not None:
+                _check_aliases(root)  # before the constructor or pydantic expands them
+                lines = _line_index(root)
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise error(f"{source}{line}: invalid YAML: {problem}", fix=_yaml_fix(problem)) from None
-    if root is None or not isinstance(data, dict):
-        raise error(f"{source}: {what} must be a YAML mapping", fix="start the file with `key: value` lines")
-    try:
-        lines = _line_index(root)
+    except AliasBomb as bomb:
+        raise error(
+            f"{source}:{bomb.line}: {bomb.why}",
+            fix="write the values out, or use a few anchors (&name) and aliases (*name) that do not nest",
+        ) from None
     except DuplicateKey as dup:
         raise error(
             f"{source}:{dup.second}: {_format_loc(dup.loc)}: given twice (lines {dup.first} and {dup.second}); "
             "YAML would silently keep the last one",
             fix=f"keep one of them: delete line {dup.first} or line {dup.second}",
         ) from None
+    if root is None or not isinstance(data, dict):
+        raise error(f"{source}: {what} must be a YAML mapping", fix="start the file with `key: value` lines")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
