@@ -183,22 +183,79 @@ def _parse_loc(text: str) -> Loc:
     return tuple(parts)
 
 
+_ARMS = {"list", "dict", "str", "int", "float", "bool", "none"}  # a union's arm names in pydantic's loc
+# Words users write for a key that has another name here (applied only where the target exists).
+SYNONYMS = {"host": "address", "hostname": "address", "ip_address": "address", "addr": "address"}
+
+
+def _homes(model: type[BaseModel], at: Loc = (), depth: int = 0) -> dict[str, list[Loc]]:
+    """Every key of the model tree and where it lives (list items as [], mappings as <name>)."""
+    out: dict[str, list[Loc]] = {}
+    for name, field in model.model_fields.items():
+        out.setdefault(name, []).append(at)
+        tp = _unwrap(field.annotation)
+        step: Loc = (name,)
+        while get_origin(tp) in (list, dict):
+            step += ("[]",) if get_origin(tp) is list else ("<name>",)
+            tp = _unwrap(get_args(tp)[-1])
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and depth < 6:
+            for key, locs in _homes(tp, at + step, depth + 1).items():
+                out.setdefault(key, []).extend(locs)
+    return out
+
+
+def _home_text(at: Loc) -> str:
+    return ".".join(str(p) for p in at).replace(".[]", "[]").replace(".<name>", ".<name>") or "the top level"
+
+
+def _unknown_key_fix(root: type[BaseModel], loc: Loc) -> str | None:
+    """did-you-mean: a synonym or a near key of this model; else the place the key belongs."""
+    model = _model_at(root, loc[:-1])
+    if model is None:
+        return None
+    key, valid = str(loc[-1]), list(model.model_fields)
+    if SYNONYMS.get(key) in valid:
+        return f"did you mean '{SYNONYMS[key]}'? (the key is '{SYNONYMS[key]}' here)"
+    elsewhere = [
+        at
+        for at in _homes(root).get(key, [])
+        if at != tuple("[]" if isinstance(p, int) else p for p in loc[:-1])
+    ]
+    if elsewhere:
+        return f"'{key}' belongs under {_home_text(elsewhere[0])}: move it there"
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f"did you mean '{near[0]}'?" if near else f"valid keys here: {', '.join(valid)}"
+
+
+def _value_fix(root: type[BaseModel], loc: Loc, docs: str) -> str:
+    """What a valid value looks like: the key's description and default from the schema."""
+    model = _model_at(root, loc[:-1]) if loc else None
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    if field is None or not field.description:
+        return f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)"
+    default = field.get_default(call_default_factory=True)
+    example = f"; default {default!r}" if default not in (None, {}, []) else ""
+    return f"{_format_loc(loc)}: {field.description.rstrip('.')}{example} ({docs})"
+
+
+def _missing_key_fix(root: type[BaseModel], loc: Loc) -> str:
+    model = _model_at(root, loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    what = f" ({field.description})" if field is not None and field.description else ""
+    parent = _format_loc(loc[:-1]) if loc[:-1] else "the top level"
+    return f"add `{loc[-1]}:` under {parent}{what}"
+
+
 def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str | None]:
     """(key path, message, fix) for one pydantic error."""
     loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # Errors from unions/literals carry the branch name in loc (e.g. 'literal['auto']'); drop it.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"list", "dict"})))
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in _ARMS)))
     kind = err["type"]
     if kind == "extra_forbidden":
-        model = _model_at(root, loc[:-1])
-        fix = None
-        if model is not None:
-            valid = list(model.model_fields)
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            fix = f"did you mean '{near[0]}'?" if near else f"valid keys here: {', '.join(valid)}"
-        return loc, f"unknown key '{loc[-1]}'", fix
+        return loc, f"unknown key '{loc[-1]}'", _unknown_key_fix(root, loc)
     if kind == "missing":
-        return loc, f"missing required key '{loc[-1]}'", None
+        return loc, f"missing required key '{loc[-1]}'", _missing_key_fix(root, loc)
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "value_error":
         # Cross-reference checks name their own key path: "modes.tp2.nodes: unknown node ...".
@@ -251,14 +308,26 @@ def load_yaml_model(
         return model.model_validate(data)
     except ValidationError as exc:
         errors, generic = [], []
+        by_loc: dict[Loc, list[tuple[str, str | None]]] = {}
         for err in exc.errors():
             loc, msg, fix = _describe(model, err)
+            by_loc.setdefault(loc, []).append((msg, fix))
+        for loc, found in by_loc.items():
+            if len(found) > 1:  # a union's arms each refused it: one error naming every form
+                forms = "; ".join(dict.fromkeys(m.removeprefix("Input should be ") for m, _ in found))
+                found = [
+                    (
+                        f"none of the forms this key takes fits ({forms})",
+                        f"give {_format_loc(loc)} one of them",
+                    )
+                ]
+            msg, fix = found[0]
             line = _nearest_line(lines, loc)
             text = f"{source}:{line}: {_format_loc(loc)}: {msg}" if line else f"{source}: {msg}"
-            if fix:  # a precise fix (did you mean ...) first: a typo is often also a missing key
+            if fix and msg.startswith(
+                "unknown key"
+            ):  # did you mean first: a typo is often also a missing key
                 errors.append(error(text, fix=fix))
             else:
-                generic.append(
-                    error(text, fix=f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)")
-                )
+                generic.append(error(text, fix=fix or _value_fix(model, loc, docs)))
         raise several(errors + generic) from None

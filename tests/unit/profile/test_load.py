@@ -95,3 +95,36 @@ def test_fuzz_profile_check_is_one_line_and_exit_2_or_ok(tmp_path: Path, data: b
         first = res.output.lstrip().splitlines()[0]
         assert first.startswith("error"), res.output
         assert "fix:" in res.output, res.output
+
+
+def _error(mutate) -> ProfileError:  # noqa: ANN001
+    import yaml
+
+    data = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
+    mutate(data)
+    with pytest.raises(ProfileError) as exc:
+        load_profile_text(yaml.safe_dump(data, sort_keys=False), "p.yaml")
+    return exc.value
+
+
+def test_did_you_mean_knows_synonyms_and_where_a_key_belongs() -> None:
+    """`host:` on a node suggested 'port'; `hcas:` on a node suggested 'hf_cache'."""
+    err = _error(lambda d: d["nodes"][1].__setitem__("host", d["nodes"][1].pop("address")))
+    assert "nodes[1].host: unknown key" in err.message and "'address'" in (err.fix or ""), err
+    err = _error(lambda d: d["nodes"][1].__setitem__("hcas", ["rocep1s0f1"]))
+    assert "belongs under nodes[].fabric" in (err.fix or ""), err.fix
+
+
+def test_a_missing_key_says_what_to_add() -> None:
+    err = _error(lambda d: d.pop("cluster"))
+    assert (err.fix or "").startswith("add `cluster:` under the top level (Cluster name"), err.fix
+
+
+def test_a_dict_args_value_is_one_error_not_one_per_union_arm() -> None:
+    err = _error(lambda d: d["engine"]["args"].__setitem__("foo", {"a": 1}))
+    assert not err.also and "engine.args.foo: none of the forms" in err.message, (err, err.also)
+
+
+def test_a_refused_value_says_what_a_valid_one_looks_like() -> None:
+    err = _error(lambda d: d["fabric"].__setitem__("mtu", "big"))
+    assert "MTU required on every fabric netdev" in (err.fix or "") and "9000" in (err.fix or ""), err.fix
