@@ -128,3 +128,20 @@ def test_a_dict_args_value_is_one_error_not_one_per_union_arm() -> None:
 def test_a_refused_value_says_what_a_valid_one_looks_like() -> None:
     err = _error(lambda d: d["fabric"].__setitem__("mtu", "big"))
     assert "MTU required on every fabric netdev" in (err.fix or "") and "9000" in (err.fix or ""), err.fix
+
+
+def test_a_spark_without_gpu_is_warned_about() -> None:
+    """A GB10 profile without nodes[].gpu silently got no memory cap, admission, settle or guard."""
+    import yaml
+
+    from sparkctl.planning.build import build_plan
+
+    data = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
+    assert not any(
+        "gpu: section" in w for w in build_plan(load_profile_text(yaml.safe_dump(data)), "tp2").warnings
+    )
+    for node in data["nodes"]:
+        del node["gpu"]
+    plan = build_plan(load_profile_text(yaml.safe_dump(data)), "tp2")
+    said = [w for w in plan.warnings if "looks like a DGX Spark but has no gpu: section" in w]
+    assert [w.split()[0] for w in said] == ["nodes.spark1", "nodes.spark2"], plan.warnings
