@@ -4,6 +4,8 @@ sparkctl renders (HF_HUB_OFFLINE, HOME, the caches...) in engine/mode env."""
 
 from __future__ import annotations
 
+import bisect
+
 from sparkctl.engines import get_engine
 from sparkctl.errors import ProfileError
 from sparkctl.profile.schema import Mode, Profile
@@ -24,30 +26,43 @@ def check_managed(profile: Profile, mode_name: str) -> None:
             fix="remove engine.admin_api_key (engine.api_key guards every route)",
         )
     managed, known = engine.managed_flags, engine.cli_flags
+    known_sorted, managed_sorted = (
+        sorted(known),
+        sorted(managed),
+    )  # prefix lookups by bisection: linear in args
     for where, args in (
         ("engine.args", profile.engine.args),
         (f"modes.{mode_name}.args", profile.modes[mode_name].args),
     ):
         for flag in args:
-            target = flag if flag in managed else _argparse_target(flag, known)
+            target = flag if flag in managed else _argparse_target(flag, known, known_sorted)
             if target in managed:
                 read_as = "" if target == flag else f" (the engine reads it as --{target})"
                 raise ProfileError(
                     f"{where}.{flag}: '{flag}'{read_as} is set by sparkctl from {managed[target]}; set it there",
                     fix=f"remove '{flag}' from {where} and set {managed[target]}",
                 )
-            if flag not in known and any(m.startswith(flag) for m in managed):
+            if flag not in known and _prefixed(managed_sorted, flag, 1):
                 raise ProfileError(
                     f"{where}.{flag}: '{flag}' abbreviates a flag sparkctl sets",
                     fix=f"write the engine's full flag name in {where}",
                 )
 
 
-def _argparse_target(flag: str, known: frozenset[str]) -> str:
+def _prefixed(ordered: list[str], flag: str, most: int) -> list[str]:
+    """Up to `most` names of the sorted list that start with `flag` (bisection, not a scan)."""
+    out, i = [], bisect.bisect_left(ordered, flag)
+    while i < len(ordered) and len(out) < most and ordered[i].startswith(flag):
+        out.append(ordered[i])
+        i += 1
+    return out
+
+
+def _argparse_target(flag: str, known: frozenset[str], ordered: list[str]) -> str:
     """The flag argparse reads `--flag` as: itself, or the one known flag it is a prefix of."""
     if not known or flag in known:
         return flag
-    hits = [k for k in known if k.startswith(flag)]
+    hits = _prefixed(ordered, flag, 2)
     return hits[0] if len(hits) == 1 else flag
 
 
