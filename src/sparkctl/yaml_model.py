@@ -36,22 +36,95 @@ def _yaml_fix(problem: str) -> str:
     return "fix the YAML at that line: indent with spaces, quote values containing ': ' or ' #'"
 
 
-def _line_index(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
-    """Map every key path to its 1-based line (keys point at the key, items at the item)."""
-    out = {} if out is None else out
-    out.setdefault(loc, node.start_mark.line + 1)
+MAX_ALIASED_NODES = 10_000  # what aliases may add to a document; a profile's anchors add dozens
+
+
+class AliasBomb(Exception):
+    """Aliases that expand past the bound (nested aliases: each level multiplies) or into themselves."""
+
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if loc + (key,) in out and key != "<<":
-                raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
-            out[loc + (key,)] = key_node.start_mark.line + 1
-            _line_index(value_node, loc + (key,), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[loc + (i,)] = item.start_mark.line + 1
-            _line_index(item, loc + (i,), out)
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand past MAX_ALIASED_NODES or refer to a node
+    that contains them, before anything (the constructor, pydantic) expands them. The composed
+    graph shares aliased nodes, so this walk is linear in the file: each node's expanded size is
+    computed once, iteratively (no recursion for a deep document to exhaust)."""
+    size: dict[int, int] = {}
+    unique = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            if size[key] - unique > MAX_ALIASED_NODES:
+                raise AliasBomb(
+                    node.start_mark.line + 1,
+                    f"aliases expand this document past {MAX_ALIASED_NODES} values (nested aliases)",
+                )
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise AliasBomb(node.start_mark.line + 1, "an alias refers to a value that contains it")
+        open_.add(key)
+        unique += 1
+        stack.append((node, True))
+        for child in reversed(_children(node)):
+            if id(child) in open_:
+                raise AliasBomb(child.start_mark.line + 1, "an alias refers to a value that contains it")
+            stack.append((child, False))
+
+
+def _line_index(root: yaml.Node) -> dict[Loc, int]:
+    """Map every key path to its 1-based line (keys point at the key, items at the item). An
+    aliased node is indexed where it is defined only: following aliases costs their expansion."""
+    out: dict[Loc, int] = {}
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        out.setdefault(loc, node.start_mark.line + 1)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.tag)
+                if loc + (key,) in out and key != "<<":
+                    raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
+                out[loc + (key,)] = key_node.start_mark.line + 1
+                stack.append((value_node, loc + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                out[loc + (i,)] = item.start_mark.line + 1
+                stack.append((item, loc + (i,)))
     return out
+
+
+def decode_yaml(data: bytes, source: str, error: type[SparkctlError]) -> str:
+    """The file's text, or one error naming the line of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{source}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); YAML files are UTF-8",
+            fix=f"save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 {source}`) or delete that byte",
+        ) from None
 
 
 def _nearest_line(lines: dict[Loc, int], loc: Loc) -> int | None:
@@ -110,22 +183,80 @@ def _parse_loc(text: str) -> Loc:
     return tuple(parts)
 
 
+_ARMS = {"list", "dict", "str", "int", "float", "bool", "none"}  # a union's arm names in pydantic's loc
+# Words users write for a key that has another name here (applied only where the target exists).
+SYNONYMS = {"host": "address", "hostname": "address", "ip_address": "address", "addr": "address"}
+
+
+def _homes(model: type[BaseModel], at: Loc = (), depth: int = 0) -> dict[str, list[Loc]]:
+    """Every key of the model tree and where it lives (list items as [], mappings as <name>)."""
+    out: dict[str, list[Loc]] = {}
+    for name, field in model.model_fields.items():
+        out.setdefault(name, []).append(at)
+        tp = _unwrap(field.annotation)
+        step: Loc = (name,)
+        while get_origin(tp) in (list, dict):
+            step += ("[]",) if get_origin(tp) is list else ("<name>",)
+            tp = _unwrap(get_args(tp)[-1])
+        if isinstance(tp, type) and issubclass(tp, BaseModel) and depth < 6:
+            for key, locs in _homes(tp, at + step, depth + 1).items():
+                out.setdefault(key, []).extend(locs)
+    return out
+
+
+def _home_text(at: Loc) -> str:
+    return ".".join(str(p) for p in at).replace(".[]", "[]").replace(".<name>", ".<name>") or "the top level"
+
+
+def _unknown_key_fix(root: type[BaseModel], loc: Loc) -> str | None:
+    """did-you-mean: a synonym or a near key of this model; else the place the key belongs."""
+    model = _model_at(root, loc[:-1])
+    if model is None:
+        return None
+    key, valid = str(loc[-1]), list(model.model_fields)
+    if SYNONYMS.get(key) in valid:
+        return f"did you mean '{SYNONYMS[key]}'? (the key is '{SYNONYMS[key]}' here)"
+    elsewhere = [
+        at
+        for at in _homes(root).get(key, [])
+        if at != tuple("[]" if isinstance(p, int) else p for p in loc[:-1])
+    ]
+    if elsewhere:
+        return f"'{key}' belongs under {_home_text(elsewhere[0])}: move it there"
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f"did you mean '{near[0]}'?" if near else f"valid keys here: {', '.join(valid)}"
+
+
+def _value_fix(root: type[BaseModel], loc: Loc, docs: str) -> str:
+    """What a valid value looks like: the key's description and default from the schema."""
+    model = _model_at(root, loc[:-1]) if loc else None
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    if field is None or not field.description:
+        return f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)"
+    default = field.get_default(call_default_factory=True)
+    example = f"; default {default!r}" if default not in (None, {}, []) else ""
+    return f"{_format_loc(loc)}: {field.description.rstrip('.')}{example} ({docs})"
+
+
+def _missing_key_fix(root: type[BaseModel], loc: Loc) -> str:
+    model = _model_at(root, loc[:-1])
+    field = model.model_fields.get(str(loc[-1])) if model is not None else None
+    what = f" ({field.description})" if field is not None and field.description else ""
+    parent = _format_loc(loc[:-1]) if loc[:-1] else "the top level"
+    return f"add `{loc[-1]}:` under {parent}{what}"
+
+
 def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str | None]:
     """(key path, message, fix) for one pydantic error."""
     loc: Loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # Errors from unions/literals carry the branch name in loc (e.g. 'literal['auto']'); drop it.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"list", "dict"})))
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in _ARMS)))
     kind = err["type"]
-    if kind == "extra_forbidden":
-        model = _model_at(root, loc[:-1])
-        fix = None
-        if model is not None:
-            valid = list(model.model_fields)
-            near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            fix = f"did you mean '{near[0]}'?" if near else f"valid keys here: {', '.join(valid)}"
-        return loc, f"unknown key '{loc[-1]}'", fix
+    if kind == "extra_forbidden":  # the last part is the user's key, whatever it holds ('0[')
+        loc = (*tuple(p for p in loc if p != err["loc"][-1]), err["loc"][-1])
+        return loc, f"unknown key '{loc[-1]}'", _unknown_key_fix(root, loc)
     if kind == "missing":
-        return loc, f"missing required key '{loc[-1]}'", None
+        return loc, f"missing required key '{loc[-1]}'", _missing_key_fix(root, loc)
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "value_error":
         # Cross-reference checks name their own key path: "modes.tp2.nodes: unknown node ...".
@@ -147,35 +278,61 @@ def load_yaml_model(
 ) -> M:
     """Parse YAML text and validate it as `model`; errors name source:line: key.path and a fix."""
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        # libyaml's parser when PyYAML has it (the pure-Python one costs ~75 us a scalar), the
+        # same safe constructor either way; both refuse control characters at once
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            root = loader.get_single_node()  # composed: aliases shared, nothing expanded yet
+            if root is not None:
+                _check_aliases(root)  # before the constructor or pydantic expands them
+                lines = _line_index(root)
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"{source}{line}: invalid YAML: {problem}", fix=_yaml_fix(problem)) from None
-    if root is None or not isinstance(data, dict):
-        raise error(f"{source}: {what} must be a YAML mapping", fix="start the file with `key: value` lines")
-    try:
-        lines = _line_index(root)
+        at = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        hint = problem + (" (a tab)" if "\t" in at[: mark.column + 1] else "") if mark else problem
+        raise error(f"{source}{line}: invalid YAML: {problem}", fix=_yaml_fix(hint)) from None
+    except AliasBomb as bomb:
+        raise error(
+            f"{source}:{bomb.line}: {bomb.why}",
+            fix="write the values out, or use a few anchors (&name) and aliases (*name) that do not nest",
+        ) from None
     except DuplicateKey as dup:
         raise error(
             f"{source}:{dup.second}: {_format_loc(dup.loc)}: given twice (lines {dup.first} and {dup.second}); "
             "YAML would silently keep the last one",
             fix=f"keep one of them: delete line {dup.first} or line {dup.second}",
         ) from None
+    if root is None or not isinstance(data, dict):
+        raise error(f"{source}: {what} must be a YAML mapping", fix="start the file with `key: value` lines")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors, generic = [], []
+        by_loc: dict[Loc, list[tuple[str, str | None]]] = {}
         for err in exc.errors():
             loc, msg, fix = _describe(model, err)
+            by_loc.setdefault(loc, []).append((msg, fix))
+        for loc, found in by_loc.items():
+            if len(found) > 1:  # a union's arms each refused it: one error naming every form
+                forms = "; ".join(dict.fromkeys(m.removeprefix("Input should be ") for m, _ in found))
+                found = [
+                    (
+                        f"none of the forms this key takes fits ({forms})",
+                        f"give {_format_loc(loc)} one of them",
+                    )
+                ]
+            msg, fix = found[0]
             line = _nearest_line(lines, loc)
             text = f"{source}:{line}: {_format_loc(loc)}: {msg}" if line else f"{source}: {msg}"
-            if fix:  # a precise fix (did you mean ...) first: a typo is often also a missing key
+            if fix and msg.startswith(
+                "unknown key"
+            ):  # did you mean first: a typo is often also a missing key
                 errors.append(error(text, fix=fix))
             else:
-                generic.append(
-                    error(text, fix=f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)")
-                )
+                generic.append(error(text, fix=fix or _value_fix(model, loc, docs)))
         raise several(errors + generic) from None

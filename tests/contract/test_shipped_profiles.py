@@ -50,8 +50,10 @@ def _closed_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("home")
+def home(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Path:
+    home = tmp_path_factory.mktemp("home")
+    (home / "cache").symlink_to(shared_cache)  # the parser's answers, shared with the other suite
+    return home
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -194,7 +195,7 @@ def test_concurrent_up_refuses_and_ctrl_c_rolls_back(lab, setup):
         second = cli(state, path, "up", "solo", "--skip-preflight")
         assert second.returncode == 4, second.stdout + second.stderr
         err = " ".join(second.stderr.split())
-        assert f"pid {first.pid}" in err and "sparkctl up solo" in err
+        assert f"pid {first.pid}" in err and re.search(r"sparkctl (-p \S+ )?up solo", err)
     finally:
         first.send_signal(signal.SIGINT)
         out, _ = first.communicate(timeout=60)

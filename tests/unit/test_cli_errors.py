@@ -211,7 +211,7 @@ def test_logs_without_files_fails_and_json_lists_lines(tmp_path: Path) -> None:
     env = {"XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "200"}
     res = CliRunner().invoke(app, ["logs", "solo", "-p", str(prof)], env=env)
     assert res.exit_code == ExitCode.RUNTIME, res.output
-    assert "no log files for mode solo" in res.output and "sparkctl up solo" in res.output
+    assert "no log files for mode solo" in res.output and f"sparkctl -p {prof} up solo" in res.output
 
     from sparkctl.lifecycle.logs import rank_log_path
     from sparkctl.planning.build import build_plan
@@ -281,3 +281,12 @@ def test_mode_is_positional_everywhere() -> None:
     ):
         args = [p for p in group.commands[name].params if p.param_type_name == "argument"]  # type: ignore[attr-defined]
         assert args and args[0].name in ("mode", "mode_arg"), name
+
+
+def test_a_next_step_in_a_fix_repeats_the_users_profile(tmp_path: Path) -> None:
+    """`fix: ... run `sparkctl down` again` dropped the -p the user gave (issue 42)."""
+    prof = ROOT / "profiles" / "two-gpu-box.yaml"
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/none.sock", "COLUMNS": "250", "HOME": str(tmp_path)}
+    res = CliRunner().invoke(app, ["-p", str(prof), "down", "--dry-run"], env=env)
+    assert res.exit_code == 5, res.output
+    assert f"`sparkctl -p {prof} down` again" in res.output, res.output

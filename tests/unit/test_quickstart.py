@@ -75,3 +75,15 @@ def test_profile_commands_run(argv: list[str]) -> None:
     prof = str(ROOT / "profiles" / "dual-spark.yaml")
     res = CliRunner().invoke(app, [prof if a == "PROFILE" else a for a in argv], env={"COLUMNS": "100"})
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("doc", ["docs/quickstart.md", "README.md"])
+def test_the_first_profiles_copied_as_printed_pass_profile_check(tmp_path: Path, doc: str) -> None:
+    """The two annotated profiles that open the quickstart and the README, byte for byte."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / doc).read_text(), re.S)[:2]
+    assert len(blocks) == 2 and "address: local" in blocks[0] and "gpus: 2" in blocks[1], blocks
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"p{i}.yaml"
+        path.write_text(block)
+        res = CliRunner().invoke(app, ["profile", "check", "-p", str(path)], env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and res.output.startswith("ok profile"), res.output

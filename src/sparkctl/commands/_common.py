@@ -118,7 +118,7 @@ def handle_errors(fn: F) -> F:
                 # Wrapped by word with a hanging indent; a `command` is never split across lines.
                 print_wrapped(err, f"[bold red]error[/] {escape(where)}", 6 + len(where), one.message, 6)
                 if one.fix:
-                    print_wrapped(err, "  [yellow]fix:[/] ", 7, one.fix, 7)
+                    print_wrapped(err, "  [yellow]fix:[/] ", 7, with_profile(one.fix), 7)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if kwargs.get("json_out"):
@@ -156,11 +156,27 @@ def group_profile(profile: ProfileOpt = None) -> None:
         root_profile = profile
 
 
+# The -p the user gave this run (None: $SPARKCTL_PROFILE or ./sparkctl.yaml, found again anyway).
+given_profile: Path | None = None
+
+
 def load_profile(path: Path | None):
     """Find and validate the profile (whole file, before any connection)."""
     from sparkctl.profile import find_profile, load_profile_file
 
-    return load_profile_file(find_profile(path or root_profile))
+    global given_profile
+    given_profile = path or root_profile
+    return load_profile_file(find_profile(given_profile))
+
+
+def with_profile(text: str) -> str:
+    """A next step (`sparkctl up tp2`) as the user must type it: with the -p they gave."""
+    if given_profile is None:
+        return text
+    import re
+    import shlex
+
+    return re.sub(r"`sparkctl (?!-p )(?=[a-z])", f"`sparkctl -p {shlex.quote(str(given_profile))} ", text)
 
 
 def print_json(data: Any) -> None:

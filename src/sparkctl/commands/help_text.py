@@ -19,7 +19,7 @@ HELP: dict[str, tuple[str, str]] = {
     "up": ("Start MODE, watch every rank, roll back on failure", "sparkctl up tp2"),
     "down": ("Stop and remove this cluster's containers", "sparkctl down --dry-run"),
     "switch": ("Switch to MODE (rolling with replicas)", "sparkctl switch solo"),
-    "upgrade": ("Restart the running mode onto the current profile", "sparkctl upgrade --dry-run"),
+    "upgrade": ("Restart the running mode onto the current profile", "sparkctl upgrade --no-rolling"),
     "status": ("What runs where, and whether it serves", "sparkctl status --json"),
     "logs": ("Rank and router logs, merged in time order", "sparkctl logs tp2 -f --rank 1"),
     "supervise": ("Restart what exits, with backoff and a limit", "sparkctl supervise tp2 --detach"),
@@ -44,7 +44,7 @@ HELP: dict[str, tuple[str, str]] = {
     "build": ("Build RECIPE's image from its pinned base", "sparkctl image build RECIPE --node spark1"),
     "verify-image": ("Verify RECIPE's image", "sparkctl image verify RECIPE --node spark1"),
     "export": ("Export the plan to another scheduler (Kubernetes)", "sparkctl export k8s tp2"),
-    "k8s": ("The plan as Kubernetes manifests", "sparkctl export k8s tp2 > sparkctl-tp2.yaml"),
+    "k8s": ("The plan as Kubernetes manifests", "sparkctl export k8s tp2 -o k8s/"),
 }
 
 

@@ -89,9 +89,10 @@ def probe_docker(conn: Connector) -> DockerFacts:
     except ProbeError:
         raise
     except Exception as exc:  # noqa: BLE001 - ConnectError or docker errors: no usable engine
-        raise ProbeError(
+        raise ProbeError(  # the connector's own fix names the cause (stopped: `systemctl start docker`)
             f"Docker engine not reachable: {getattr(exc, 'message', None) or exc}",
-            "install Docker, add the SSH user to the docker group, and check `docker info` on the node",
+            getattr(exc, "fix", None)
+            or "install Docker, add the SSH user to the docker group, and check `docker info` on the node",
         ) from None
 
 

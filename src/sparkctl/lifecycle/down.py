@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from sparkctl.connectors.pool import NodePool
-from sparkctl.errors import ConnectError, SparkctlError, several
+from sparkctl.errors import ConnectError, DockerDownError, SparkctlError, several
 from sparkctl.lifecycle import guard as guards
 from sparkctl.lifecycle import orphans
 from sparkctl.lifecycle.lock import ClusterLock
@@ -80,11 +80,12 @@ def of_mode(c: ContainerInfo, mode: str, profile: Profile) -> bool:
 
 def _unreachable(failed: dict[str, BaseException], removed: int, verb: str) -> SparkctlError:
     """One error per node that could not be checked (each with its reason and fix); exit 5 when
-    any of them is a lost connection."""
+    any of them is a lost connection or a Docker engine that is not running (README's table)."""
     errors: list[SparkctlError] = []
     for node, exc in failed.items():
         msg = exc.message if isinstance(exc, SparkctlError) else str(exc)
-        cls = ConnectError if orphans.is_connection_loss(exc) else SparkctlError
+        down = isinstance(exc, DockerDownError)
+        cls = ConnectError if down or orphans.is_connection_loss(exc) else SparkctlError
         errors.append(
             cls(
                 f"could not check for containers: {msg}; what runs there is unknown",

@@ -64,6 +64,14 @@ def on_node(pool: NodePool, node: str, fn: Callable[[Connector], T]) -> T:
 
 def lost(node: str, rank: int | None, exc: BaseException, doing: str) -> ConnectError:
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    if isinstance(exc, ConnectError) and not isinstance(exc, DockerDownError):
+        # the connector's own error: the dial failed, so there was no connection to lose
+        return ConnectError(
+            f"cannot reach node {node} while {doing}: {detail}",
+            node=node,
+            rank=rank,
+            fix=exc.fix or f"check that {node} is up and its sshd answers (`ssh {node} true`)",
+        )
     return ConnectError(
         f"lost the connection to node {node} while {doing}: {detail}",
         node=node,

@@ -17,6 +17,7 @@ from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
+from sparkctl.planning.managed import check_env_overrides, check_managed
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
 from sparkctl.planning.router import READINESS as ROUTER_READINESS
 from sparkctl.profile.derived import node_path, node_user, served_model_name
@@ -131,45 +132,6 @@ def recipe_tag(recipe: str) -> str:
     return f"sparkctl/{recipe}:latest"
 
 
-def _check_managed(profile: Profile, mode_name: str) -> None:
-    """Flags the engine renders from the profile itself may not be set in engine.args/mode args,
-    also not abbreviated: argparse (allow_abbrev) reads `--trust-remote` as `--trust-remote-code`,
-    so a key is resolved against the engine's own flag list first. A key the engine does not take
-    (an engine without an admin key) may not be set either."""
-    engine = get_engine(profile.engine.kind)
-    if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
-        raise ProfileError(
-            f"engine.admin_api_key: engine '{engine.name}' has no admin key",
-            fix="remove engine.admin_api_key (engine.api_key guards every route)",
-        )
-    managed, known = engine.managed_flags, engine.cli_flags
-    for where, args in (
-        ("engine.args", profile.engine.args),
-        (f"modes.{mode_name}.args", profile.modes[mode_name].args),
-    ):
-        for flag in args:
-            target = flag if flag in managed else _argparse_target(flag, known)
-            if target in managed:
-                read_as = "" if target == flag else f" (the engine reads it as --{target})"
-                raise ProfileError(
-                    f"{where}.{flag}: '{flag}'{read_as} is set by sparkctl from {managed[target]}; set it there",
-                    fix=f"remove '{flag}' from {where} and set {managed[target]}",
-                )
-            if flag not in known and any(m.startswith(flag) for m in managed):
-                raise ProfileError(
-                    f"{where}.{flag}: '{flag}' abbreviates a flag sparkctl sets",
-                    fix=f"write the engine's full flag name in {where}",
-                )
-
-
-def _argparse_target(flag: str, known: frozenset[str]) -> str:
-    """The flag argparse reads `--flag` as: itself, or the one known flag it is a prefix of."""
-    if not known or flag in known:
-        return flag
-    hits = [k for k in known if k.startswith(flag)]
-    return hits[0] if len(hits) == 1 else flag
-
-
 def _check_mode(profile: Profile, mode_name: str) -> None:
     if mode_name not in profile.modes:
         import difflib
@@ -201,6 +163,7 @@ def _rank_env_mounts(
         env |= _fabric_env(profile, node, facts, unresolved, rank_env, layout.nnodes)
     if profile.engine.offline:
         env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
+    check_env_overrides(profile, mode, env)
     env |= profile.engine.env
     env |= mode.env
     secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.key_file)
@@ -331,7 +294,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
 
     mode_name = mode_name or profile.default_mode()
     _check_mode(profile, mode_name)
-    _check_managed(profile, mode_name)
+    check_managed(profile, mode_name)
     mode = profile.modes[mode_name]
     lay = mode_layout(profile, mode)
     out = _Build()

@@ -301,8 +301,16 @@ def broad_rdma_dir(profile: Profile) -> str | None:
 
 def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
     """What `plan` (and preflight, as findings) says about the security of this launch."""
+    from sparkctl.profile.memory import gb10_without_gpu
+
     eng = profile.engine
     out: list[str] = []
+    for node in gb10_without_gpu(profile, mode.nodes):
+        out.append(
+            f"nodes.{node} looks like a DGX Spark but has no gpu: section: no 0.90 memory-fraction cap, "
+            "no admission, settle or guard; add gpu: {name: NVIDIA GB10, memory_gib: 128, "
+            'compute_capability: "12.1", unified_memory: true}'
+        )
     if eng.container.privileged:
         out.append(
             "engine.container.privileged: true gives the containers every device and capability; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import posixpath
+import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,17 @@ def node_user(node: Node, profile: Profile) -> str:
 
 
 def node_home(node: Node, profile: Profile) -> str:
-    """Home of the node's login user: the real one here, /root or /home/<user> on a peer."""
-    if node.is_local:
-        return str(Path.home())
+    """Home of the node's login user: /root or /home/<user> on a peer; on this machine the user's
+    real home (the runner's only when the profile names no user or names the runner: `export k8s`
+    and the plan must not change with who runs them)."""
     user = node_user(node, profile)
+    if node.is_local:
+        if user == getpass.getuser():
+            return str(Path.home())
+        try:
+            return pwd.getpwnam(user).pw_dir  # a local account: its home, no network
+        except KeyError:
+            pass
     return "/root" if user == "root" else f"/home/{user}"
 
 

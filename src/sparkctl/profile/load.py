@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sparkctl.errors import ProfileError
 from sparkctl.profile.schema import Profile
-from sparkctl.yaml_model import load_yaml_model
+from sparkctl.yaml_model import decode_yaml, load_yaml_model
 
 DEFAULT_NAME = "sparkctl.yaml"
 
@@ -42,7 +42,7 @@ def load_profile_text(text: str, source: str = "<profile>") -> Profile:
 
 def load_profile_file(path: Path) -> Profile:
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
-    return load_profile_text(text, str(path))
+    return load_profile_text(decode_yaml(data, str(path), ProfileError), str(path))

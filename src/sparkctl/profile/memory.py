@@ -91,3 +91,27 @@ def unified_nodes(profile: Profile, nodes: list[str]) -> list[str]:
     if isinstance(unified, bool):
         return unique if unified else []
     return [n for n in unique if (gpu := profile.node(n).gpu) is not None and gpu.unified_memory]
+
+
+# What a DGX Spark's node looks like in a profile written without `gpu:` (its ConnectX-7 netdevs,
+# its RoCE HCAs, its name): enough to warn, never to switch the memory safety on by itself.
+_SPARK_HINTS = ("spark", "gb10", "enp1s0f", "enP2p1s0f", "rocep1s0f", "roceP2p1s0f")
+
+
+def gb10_without_gpu(profile: Profile, nodes: list[str]) -> list[str]:
+    """The nodes that look like a GB10 but say no `gpu:`: they get no memory-fraction cap and, with
+    memory.unified auto, no admission, settle or guard (docs/memory.md)."""
+    if profile.memory.unified is not False and profile.memory.unified is not True:
+        out = []
+        for name in dict.fromkeys(nodes):
+            node = profile.node(name)
+            words = [node.name, node.address]
+            if node.fabric is not None:
+                words += [
+                    *node.fabric.netdevs,
+                    *(node.fabric.hcas if isinstance(node.fabric.hcas, list) else []),
+                ]
+            if node.gpu is None and any(h.lower() in w.lower() for w in words for h in _SPARK_HINTS):
+                out.append(name)
+        return out
+    return []

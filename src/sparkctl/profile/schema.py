@@ -7,7 +7,6 @@ refused when the plan is built (planning/build.py), so the profile imports no en
 
 from __future__ import annotations
 
-import re
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
@@ -17,12 +16,10 @@ from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, FRONT_HELP, INTE
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
+from sparkctl.profile.values import ArgValue, check_args, check_env, check_log_dir, one_line
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
-ArgValue = str | int | float | bool | None | list[str | int | float]
-
-SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IGNORECASE)
 
 
 class GpuSpec(Strict):
@@ -177,33 +174,6 @@ class Secret(Strict):
         return self
 
 
-def _check_args(args: dict[str, ArgValue]) -> dict[str, ArgValue]:
-    """Flag names without dashes; flags the engine manages are refused when the plan is built. A
-    value starting with '-' (a list item included) would be read as another flag: refused here."""
-    clean: dict[str, ArgValue] = {}
-    for key, value in args.items():
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and v.startswith("-") and not _NUMBER_RE.fullmatch(v) for v in values):
-            raise ValueError(
-                f"{key}: a value starting with '-' would be read as another flag; set that flag itself"
-            )
-        clean[key.lstrip("-").replace("_", "-")] = value
-    return clean
-
-
-_NUMBER_RE = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
-
-
-def _check_env(env: dict[str, str]) -> dict[str, str]:
-    for key in env:
-        if SECRET_NAME_RE.search(key):
-            raise ValueError(
-                f"{key}: '{key}' looks like a secret; declare it under engine.secrets "
-                f"(env: or file:) so it is never stored or printed"
-            )
-    return env
-
-
 class Engine(Strict):
     kind: Literal[ENGINE_KINDS] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
     command: list[str] | None = Field(
@@ -255,12 +225,22 @@ class Engine(Strict):
     @field_validator("args")
     @classmethod
     def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        return _check_args(v)
+        return check_args(v)
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
+
+    @field_validator("log_dir")
+    @classmethod
+    def _log_dir(cls, v: str) -> str:
+        return check_log_dir(v)
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return v if v is None else one_line("served_model_name", v)
 
     @model_validator(mode="after")
     def _admin_needs_api_key(self) -> Engine:
@@ -293,12 +273,12 @@ class Mode(Strict):
     @field_validator("args")
     @classmethod
     def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        return _check_args(v)
+        return check_args(v)
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
 
     @property
     def nodes_per_replica(self) -> int:
@@ -327,6 +307,15 @@ class Profile(Strict):
             where = f"nodes[{names.index(dupes[0], names.index(dupes[0]) + 1)}].name"
             raise ValueError(f"{where}: duplicate node name(s): {', '.join(dupes)}")
         by_name = {n.name: n for n in self.nodes}
+        ips: dict[str, str] = {}
+        for i, n in enumerate(self.nodes):
+            ip = str(n.fabric.ip) if n.fabric else None
+            if ip in ips:
+                raise ValueError(
+                    f"nodes[{i}].fabric.ip: {ip} is also {ips[ip]}'s; each node has its own fabric address"
+                )
+            if ip:
+                ips[ip] = n.name
         defaults = [m for m, mode in self.modes.items() if mode.default]
         if len(defaults) > 1:
             raise ValueError(

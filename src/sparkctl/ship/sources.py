@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.errors import DockerDownError, SparkctlError, several
+from sparkctl.errors import ConnectError, DockerDownError, SparkctlError, several
 from sparkctl.facts.hfcache import repo_dir
 from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.profile.derived import hf_cache_for
@@ -97,8 +97,9 @@ def image_source(states: dict[str, NodeState], order: list[str], ref: str, want_
         if n in states
     )
     docker_down = [states[n].docker_error for n in order if n in states and states[n].docker_error]
-    if docker_down:  # not "absent": Docker did not answer there, so nobody knows
-        raise several(docker_down)
+    lost = [_unreachable(n, states[n].error) for n in order if n in states and states[n].error is not None]
+    if docker_down or lost:  # not "absent": a node or its Docker did not answer, so nobody knows (exit 5)
+        raise several([*lost, *docker_down])
     pinned = f" with the pinned ID {want_id[:19]}" if want_id else ""
     raise SourceMissingError(
         f"image {ref}{pinned} is on no node (looked on: {looked})",
@@ -128,6 +129,14 @@ def model_source(profile: Profile, states: dict[str, NodeState], order: list[str
         node=None,
         fix=f"download it on one node first (`huggingface-cli download {ref.id}"
         f"{' --revision ' + ref.revision if ref.revision else ''}`), then rerun `sparkctl ship`",
+    )
+
+
+def _unreachable(node: str, err: BaseException) -> SparkctlError:
+    if isinstance(err, ConnectError):
+        return err if err.node else ConnectError(err.message, node=node, fix=err.fix)
+    return ConnectError(
+        f"cannot ask for the image: {err}", node=node, fix="make the node reachable, then rerun"
     )
 
 

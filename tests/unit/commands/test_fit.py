@@ -126,7 +126,7 @@ def test_fit_without_the_model_exits_1_naming_the_searched_paths(tmp_path: Path)
     text = " ".join(res.output.split())
     assert "model not on this machine, nothing was checked" in text
     assert "Qwen/Qwen3.6-27B-GPTQ-Int4" in text and str(tmp_path / "hf") in text
-    assert "sparkctl ship --weights" in text and "--allow-missing" in text
+    assert f"sparkctl -p {path} ship --weights" in text and "--allow-missing" in text
 
 
 def test_fit_allow_missing_checks_rules_and_does_not_ask_for_a_gpu_that_is_set(tmp_path: Path) -> None:

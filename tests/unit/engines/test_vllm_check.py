@@ -86,3 +86,35 @@ def test_arch_rules_old_gpu_and_fp8_kv_before_ada() -> None:
 def test_the_parser_gets_the_serve_args_without_the_secret_config() -> None:
     argv = ["vllm", "serve", "m", "--config", "/run/secrets/k.yaml", "--port", "1"]
     assert serve_args(argv, ["vllm", "serve"]) == ["m", "--port", "1"]
+
+
+def test_flags_run_with_the_default_command_when_the_profile_names_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shipped vLLM profile has no engine.command: the check strips `vllm serve` (was a TypeError)."""
+    from sparkctl.engines.support import in_image
+    from sparkctl.engines.vllm.check import FLAGS, flag_findings
+
+    prof = box()
+    assert prof.engine.command is None
+    seen: list[list[str]] = []
+
+    def runner(*_a: object, **_k: object):
+        def run(argv: list[str]) -> tuple[int, str, str]:
+            seen.append(argv)
+            return 0, "vllm-flags-ok", ""
+
+        return run
+
+    monkeypatch.setattr(in_image, "image_runner", runner)
+
+    class Pool:
+        def get(self, _node: str) -> object:
+            return object()
+
+    plan = build_plan(prof)
+    [finding] = flag_findings(plan, prof, Pool())  # type: ignore[arg-type]
+    assert finding.check == FLAGS and finding.severity is Severity.OK
+    assert seen[0][3] == plan.ranks[0].argv[2] != "serve", (
+        seen
+    )  # python3 -c PARSER MODEL ...: `vllm serve` stripped

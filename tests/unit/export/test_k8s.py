@@ -225,13 +225,25 @@ def test_secrets_are_files_of_one_secret_never_values(monkeypatch: pytest.Monkey
     assert "/run/secrets/sparkctl-sglang.yaml" in leader["containers"][0]["command"]  # SGLang --config
 
 
-def test_a_template_refuses_per_node_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(
-        "HOME", "/root"
-    )  # spark1 (local) keeps its cache under /root, spark2 under /home/spark
+def test_a_template_refuses_per_node_paths() -> None:
+    """spark1 keeps its HF cache under /data, spark2 under /home/spark: one template cannot."""
+    from sparkctl.profile.schema import Profile
+
+    data = load_profile_file(ROOT / "profiles/quad-spark.yaml").model_dump(mode="json", exclude_none=True)
+    data["nodes"][0]["hf_cache"] = "/data/huggingface"
     with pytest.raises(UsageError, match="a pod template takes one hostPath") as exc:
-        export_k8s(load_profile_file(ROOT / "profiles/quad-spark.yaml"), "tp2x2", "llm")
+        export_k8s(Profile.model_validate(data), "tp2x2", "llm")
     assert "same path" in (exc.value.fix or "")
+
+
+def test_the_export_does_not_depend_on_the_runners_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profile says `user: spark`: rank 0's `~` is spark's home, whoever runs the export."""
+    monkeypatch.setenv("HOME", "/root")
+    out = export_k8s(load_profile_file(ROOT / "profiles/quad-spark.yaml"), "tp2x2", "llm")
+    [lws] = [o for o in out.objects["tp2x2.yaml"] if o["kind"] == "LeaderWorkerSet"]
+    volumes = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]
+    paths = [v["hostPath"]["path"] for v in volumes if "hostPath" in v]
+    assert "/home/spark/.cache/huggingface/hub" in paths and "/home/spark/.triton" in paths, paths
 
 
 def test_replicas_sharing_a_node_get_a_leaderworkerset_each_and_the_plans_router() -> None:

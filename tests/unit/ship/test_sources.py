@@ -29,3 +29,19 @@ def test_docker_not_running_is_an_exit_5_error_not_an_absent_image(monkeypatch: 
     assert err.value.exit_code == ExitCode.CONNECT and err.value.node == "spark1"
     assert "Docker is not answering" in err.value.message and "absent" not in err.value.message
     assert "systemctl start docker" in (err.value.fix or "")
+
+
+def test_unreachable_nodes_are_exit_5_naming_each_not_an_image_on_no_node() -> None:
+    """ship --dry-run with every node unreachable exited 3 saying the image "is on no node"."""
+    from sparkctl.errors import ConnectError, SparkctlError
+    from sparkctl.ship.sources import NodeState
+
+    states = {
+        "spark1": NodeState("spark1", error=ConnectError("SSH connection refused", node="spark1")),
+        "spark2": NodeState("spark2", error=OSError("timed out")),
+    }
+    with pytest.raises(SparkctlError) as err:
+        image_source(states, ["spark1", "spark2"], "sglang-dflash:spark", None)
+    errors = [err.value, *err.value.also]
+    assert err.value.exit_code == ExitCode.CONNECT and "no node" not in err.value.message
+    assert [e.node for e in errors] == ["spark1", "spark2"], errors

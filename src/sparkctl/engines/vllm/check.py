@@ -83,7 +83,7 @@ def flag_findings(plan: LaunchTarget, profile: Profile, pool: NodePool | None) -
     run = image_runner(
         pool.get(rank0.node), rank0.image, node=rank0.node, what="vLLM's parser", timeout_s=PARSER_TIMEOUT_S
     )
-    args = serve_args(rank0.argv, list(profile.engine.command))
+    args = serve_args(rank0.argv, list(profile.engine.command or F.DEFAULT_COMMAND))
     try:
         code, out, err = run(["python3", "-c", PARSER, *args])
     except InImageError as exc:

@@ -16,6 +16,7 @@ CHECK_NAMES: frozenset[str] = frozenset(
         "DflashDraftWindow",
         "DflashPipeline",
         "MambaTrackInterval",
+        "MemFraction",
         "MemFractionGB10",
         "SleepOnIdle",
         "StreamInterval",

@@ -98,6 +98,16 @@ def check_context(
 
 
 def check_mem_fraction(s: LaunchSettings, gpus: list[GpuFacts]) -> list[Finding]:
+    frac = s.mem_fraction_static
+    if frac is not None and not 0 < frac < 1:  # SGLang's parser takes any float; 1.5 fails at load
+        return [
+            _f(
+                "MemFraction",
+                ERROR,
+                f"--mem-fraction-static {frac}: a fraction of each GPU's memory, between 0 and 1",
+                "--mem-fraction-static 0.8 (engine.args.mem-fraction-static: 0.8; `sparkctl fit` sizes it)",
+            )
+        ]
     if any(g.is_gb10 for g in gpus) and (s.mem_fraction_static or 0) > GB10_MAX_MEM_FRACTION:
         return [
             _f(

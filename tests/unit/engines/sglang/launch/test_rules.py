@@ -332,3 +332,10 @@ def test_mem_fraction_fix_is_smallest_that_fits() -> None:
     gb10_ctx = replace(ctx, gpus=[GB10])
     gb10 = check_launch([*BASE, "--mem-fraction-static", "0.1", "--sleep-on-idle"], gb10_ctx)
     assert all(float(f.changes.get("mem-fraction-static", 0)) <= 0.90 for f in gb10.memory_fixes)
+
+
+def test_a_mem_fraction_outside_0_1_is_an_error_on_any_gpu() -> None:
+    """`mem-fraction-static: 1.5` passed even plan --check (SGLang's parser takes any float)."""
+    for value in ("1.5", "0", "-0.2"):
+        assert checks(rules.check_mem_fraction(s_("--mem-fraction-static", value), [H100])) == ["MemFraction"]
+    assert rules.check_mem_fraction(s_("--mem-fraction-static", "0.8"), [H100]) == []

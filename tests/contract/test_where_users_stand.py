@@ -1,0 +1,110 @@
+"""The shipped profiles run as users run them: from rank 0 and from a third machine (issue 42).
+
+test_shipped_profiles.py readdresses every node at an unreachable loopback port. That never runs
+the path a user on the recommended machine takes: the profile as shipped (`address: local` for
+rank 0's node, the peers by name), a local Docker that is not there, a home that is not
+/home/spark. Nor a third machine: every node by name, none local.
+
+Every profile x mode x command runs in-process (typer's CliRunner: the engines' parsers are
+imported once, not once per call). DNS fails loudly: `socket.getaddrinfo` refuses every name
+(numeric addresses pass), and an offline command (`plan`, `export k8s`) must not have asked for one.
+Exit codes are README's table: `plan`, `plan --check`, `fit`, `export k8s` 0, preflight 1 (unreachable nodes are its
+SshReachable errors), the commands that touch nodes 5.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sparkctl.cli import app
+from sparkctl.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
+WHERE = ("rank0", "third")
+CASES = [
+    pytest.param(p, m, w, id=f"{w}-{p.stem}-{m}")
+    for p in PROFILES
+    for m in yaml.safe_load(p.read_text())["modes"]
+    for w in WHERE
+]
+REAL_GETADDRINFO = socket.getaddrinfo
+
+
+@pytest.fixture
+def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every host name looked up; each lookup fails (no DNS here, and none may be needed)."""
+    asked: list[str] = []
+
+    def getaddrinfo(host, port, *args, **kwargs):  # noqa: ANN001, ANN202
+        try:
+            return REAL_GETADDRINFO(host, port, *args, flags=socket.AI_NUMERICHOST)
+        except (socket.gaierror, TypeError):
+            asked.append(str(host))
+            raise socket.gaierror(socket.EAI_NONAME, f"DNS refused in this test: {host}") from None
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield asked
+
+
+def _profile(tmp: Path, path: Path, where: str) -> Path:
+    """The shipped file as is (rank 0), or every node by name (a third machine)."""
+    data = yaml.safe_load(path.read_text())
+    if where == "third":
+        for node in data["nodes"]:
+            if node["address"] == "local":
+                node["address"] = f"{node['name']}.local"
+    data["ssh"] = {**data.get("ssh", {}), "connect_timeout": 2, "known_hosts": str(tmp / "known_hosts")}
+    out = tmp / path.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def _env(tmp: Path, cache: Path) -> dict[str, str]:
+    return {
+        "HOME": str(tmp / "home"),  # not the profile user's home: nothing may depend on it
+        "XDG_STATE_HOME": str(tmp / "state"),
+        "XDG_CACHE_HOME": str(cache),  # the parser's answers only: see conftest.py
+        "DOCKER_HOST": f"unix://{tmp}/no-docker.sock",  # rank 0's local Docker is not there
+        "COLUMNS": "80",
+        "SPARKCTL_API_KEY": "contract-test-key",
+        "HF_TOKEN": "contract-test-token",
+        "SPARKCTL_PROFILE": "",
+        "SPARKCTL_DEBUG": "",
+    }
+
+
+def _commands(mode: str, out: Path) -> list[tuple[list[str], int, bool]]:
+    """(argv, README's exit code, offline: touches no node, so looks up no name)."""
+    return [
+        (["plan", mode], ExitCode.OK, True),
+        (["plan", mode, "--check"], ExitCode.OK, False),
+        (["fit", mode, "--allow-missing"], ExitCode.OK, False),
+        (["preflight", mode], ExitCode.CHECK_FAILED, False),
+        (["status", mode], ExitCode.CONNECT, False),
+        (["down", mode, "--dry-run"], ExitCode.CONNECT, False),
+        (["export", "k8s", mode, "-o", str(out)], ExitCode.OK, True),
+    ]
+
+
+@pytest.mark.parametrize(("path", "mode", "where"), CASES)
+def test_every_command_from_where_users_stand(
+    tmp_path: Path, shared_cache: Path, names: list[str], path: Path, mode: str, where: str
+) -> None:
+    (tmp_path / "home").mkdir()
+    prof = _profile(tmp_path, path, where)
+    for args, code, offline in _commands(mode, tmp_path / "k8s"):
+        names.clear()
+        res = CliRunner().invoke(app, [*args, "-p", str(prof)], env=_env(tmp_path, shared_cache))
+        said = res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, res.exception)
+        assert "Traceback" not in said, (args, said)
+        assert res.exit_code == code, (args, res.exit_code, said[-3000:])
+        if offline:
+            assert names == [], (args, "looked up", names)

@@ -1,0 +1,147 @@
+"""profile/load.py + yaml_model.py on hostile input: one error line with its fix, exit 2, no
+traceback, no hang, bounded size (issue 42)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from sparkctl.cli import app
+from sparkctl.errors import ExitCode, ProfileError, SparkctlError
+from sparkctl.profile import load_profile_file, load_profile_text
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = (ROOT / "profiles" / "two-gpu-box.yaml").read_bytes()
+
+
+def laughs(levels: int) -> str:
+    """Nested aliases: each level holds nine aliases of the one below (9**levels values)."""
+    out = ['a0: &a0 ["lol"]']
+    for i in range(1, levels + 1):
+        out.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(out) + f"\ncluster: *a{levels}\n"
+
+
+def refused(text: str | bytes, tmp_path: Path) -> ProfileError:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    with pytest.raises(ProfileError) as exc:
+        load_profile_file(path)
+    assert exc.value.exit_code == ExitCode.USAGE and exc.value.fix
+    assert "\n" not in exc.value.message, exc.value.message
+    return exc.value
+
+
+def test_nested_aliases_are_refused_before_anything_expands_them(tmp_path: Path) -> None:
+    """8 levels: 43 million values. Today the line index alone follows 9**8 aliases (hangs)."""
+    err = refused(laughs(8), tmp_path)
+    assert "aliases expand" in err.message and ":5:" in err.message, err.message
+
+
+def test_a_self_referencing_alias_is_refused(tmp_path: Path) -> None:
+    """Was a RecursionError traceback."""
+    err = refused("cluster: &a [x, *a]\nnodes: []\nmodes: {}\n", tmp_path)
+    assert "contains it" in err.message and ":1:" in err.message, err.message
+    err = refused("engine: &e\n  args:\n    x: *e\ncluster: c\n", tmp_path)
+    assert "contains it" in err.message, err.message
+
+
+def test_a_few_plain_aliases_still_load() -> None:
+    text = SHIPPED.decode().replace("engine:", "x-shared: &shared {}\nengine:", 1)
+    with pytest.raises(SparkctlError, match="x-shared"):  # unknown key, not an alias refusal
+        load_profile_text(text)
+
+
+def test_a_byte_that_is_not_utf8_names_its_line(tmp_path: Path) -> None:
+    """One Latin-1 byte in a comment was a UnicodeDecodeError traceback."""
+    err = refused(b"# caf\xe9\n" + SHIPPED, tmp_path)
+    assert ":1: not UTF-8" in err.message and "0xe9" in err.message, err.message
+    assert "iconv" in (err.fix or "")
+
+
+def mutated() -> st.SearchStrategy[bytes]:
+    """The shipped profile with bytes replaced, inserted or cut; or YAML-ish noise."""
+    cut = st.tuples(st.integers(0, len(SHIPPED)), st.integers(0, 64), st.binary(max_size=24))
+    edits = st.lists(cut, min_size=1, max_size=4)
+    noise = st.text(alphabet=st.sampled_from(list("&*[]{}:,-!|>'\"#% \n\tab01~")), max_size=200)
+    return st.one_of(
+        edits.map(lambda es: _apply(SHIPPED, es)),
+        noise.map(str.encode),
+        st.binary(max_size=200),
+    )
+
+
+def _apply(data: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    for at, length, new in edits:
+        data = data[:at] + new + data[at + length :]
+    return data
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=mutated())
+def test_fuzz_profile_check_is_one_line_and_exit_2_or_ok(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(data)
+    res = CliRunner().invoke(app, ["profile", "check", "-p", str(path)], env={"COLUMNS": "80"})
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    assert res.exit_code in (ExitCode.OK, ExitCode.USAGE), (res.exit_code, res.output)
+    assert len(res.output) < 20_000  # bounded: no echo of an expanded document
+    if res.exit_code == ExitCode.USAGE:
+        first = res.output.lstrip().splitlines()[0]
+        assert first.startswith("error"), res.output
+        assert "fix:" in res.output, res.output
+
+
+def _error(mutate) -> ProfileError:  # noqa: ANN001
+    import yaml
+
+    data = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
+    mutate(data)
+    with pytest.raises(ProfileError) as exc:
+        load_profile_text(yaml.safe_dump(data, sort_keys=False), "p.yaml")
+    return exc.value
+
+
+def test_did_you_mean_knows_synonyms_and_where_a_key_belongs() -> None:
+    """`host:` on a node suggested 'port'; `hcas:` on a node suggested 'hf_cache'."""
+    err = _error(lambda d: d["nodes"][1].__setitem__("host", d["nodes"][1].pop("address")))
+    assert "nodes[1].host: unknown key" in err.message and "'address'" in (err.fix or ""), err
+    err = _error(lambda d: d["nodes"][1].__setitem__("hcas", ["rocep1s0f1"]))
+    assert "belongs under nodes[].fabric" in (err.fix or ""), err.fix
+
+
+def test_a_missing_key_says_what_to_add() -> None:
+    err = _error(lambda d: d.pop("cluster"))
+    assert (err.fix or "").startswith("add `cluster:` under the top level (Cluster name"), err.fix
+
+
+def test_a_dict_args_value_is_one_error_not_one_per_union_arm() -> None:
+    err = _error(lambda d: d["engine"]["args"].__setitem__("foo", {"a": 1}))
+    assert not err.also and "engine.args.foo: none of the forms" in err.message, (err, err.also)
+
+
+def test_a_refused_value_says_what_a_valid_one_looks_like() -> None:
+    err = _error(lambda d: d["fabric"].__setitem__("mtu", "big"))
+    assert "MTU required on every fabric netdev" in (err.fix or "") and "9000" in (err.fix or ""), err.fix
+
+
+def test_a_spark_without_gpu_is_warned_about() -> None:
+    """A GB10 profile without nodes[].gpu silently got no memory cap, admission, settle or guard."""
+    import yaml
+
+    from sparkctl.planning.build import build_plan
+
+    data = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
+    assert not any(
+        "gpu: section" in w for w in build_plan(load_profile_text(yaml.safe_dump(data)), "tp2").warnings
+    )
+    for node in data["nodes"]:
+        del node["gpu"]
+    plan = build_plan(load_profile_text(yaml.safe_dump(data)), "tp2")
+    said = [w for w in plan.warnings if "looks like a DGX Spark but has no gpu: section" in w]
+    assert [w.split()[0] for w in said] == ["nodes.spark1", "nodes.spark2"], plan.warnings
