@@ -50,7 +50,9 @@ def test_install_status_remove_on_lab_nodes(lab, setup, tmp_path):
 
     dry = cli(state, path, "persist", "install", *args, *env_file, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "supervise tp2 --wait -p" in dry.stdout and "Restart=always" in dry.stdout and "dry run" in dry.stdout
+    assert (
+        "supervise tp2 --wait -p" in dry.stdout and "Restart=always" in dry.stdout and "dry run" in dry.stdout
+    )
     assert left(lab, cluster) == []
 
     first = cli(state, path, "persist", "install", *args, *env_file)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
-from sparkctl.errors import ProfileError, UsageError
+from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.managed import check_env_overrides, check_managed
