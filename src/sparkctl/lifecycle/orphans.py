@@ -62,10 +62,14 @@ def on_node(pool: NodePool, node: str, fn: Callable[[Connector], T]) -> T:
         return fn(pool.get(node))
 
 
-def lost(node: str, rank: int | None, exc: BaseException, doing: str) -> ConnectError:
+def lost(
+    node: str, rank: int | None, exc: BaseException, doing: str, had_connection: bool = False
+) -> ConnectError:
+    """The error for a node gone while `doing`; `had_connection`: this run already talked to it
+    (a rank started or watched there), so a failed redial is still a lost connection."""
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    if isinstance(exc, ConnectError) and not isinstance(exc, DockerDownError):
-        # the connector's own error: the dial failed, so there was no connection to lose
+    if isinstance(exc, ConnectError) and not isinstance(exc, DockerDownError) and not had_connection:
+        # the connector's own error on first contact: the dial failed, there was no connection to lose
         return ConnectError(
             f"cannot reach node {node} while {doing}: {detail}",
             node=node,

@@ -62,7 +62,7 @@ def start_specs(
     for o in results.failed:
         if orphans.is_connection_loss(o.error):  # type: ignore[arg-type]
             what = "the router" if o.rank is None else f"rank {o.rank}"
-            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}")  # type: ignore[arg-type]
+            raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}", True)  # type: ignore[arg-type]
     results.values_or_raise()
 
 

@@ -241,7 +241,7 @@ def as_node_loss(exc: BaseException, left: list) -> BaseException:
     if not left or not isinstance(exc, Exception) or isinstance(exc, ConnectError):
         return exc
     first = left[0]
-    return orphans.lost(first.node, first.rank, exc, "starting the ranks")
+    return orphans.lost(first.node, first.rank, exc, "starting the ranks", True)
 
 
 def serving(

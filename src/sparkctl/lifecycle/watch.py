@@ -211,7 +211,7 @@ def _look(
     results = fan_out(ranks, look, where=lambda r: (plan.rank(r).node, r))
     for o in results.failed:
         if is_connection_loss(o.error):  # type: ignore[arg-type]
-            raise lost(o.node or "?", o.rank, o.error, f"watching rank {o.rank} start")  # type: ignore[arg-type]
+            raise lost(o.node or "?", o.rank, o.error, f"watching rank {o.rank} start", True)  # type: ignore[arg-type]
     infos: dict[int, ContainerInfo | None] = {}
     for rank, (info, line) in results.values_or_raise().items():
         infos[rank] = info
