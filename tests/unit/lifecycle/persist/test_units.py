@@ -139,32 +139,19 @@ def test_the_guard_units_command_runs_the_guard_as_systemd_would(tmp_path):
     text = guard_unit("unittest-guard", "root", sys.executable, str(program), str(config), guard.digest())
     line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
-    res = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def start() -> subprocess.CompletedProcess:  # what systemd does at boot
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+    res = start()
     assert res.returncode == 0, res.stderr
     # a program file changed on the node (not the bytes sparkctl wrote) never runs
     program.write_text(guard.program() + "print('rewritten')\n")
-    res = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
+    res = start()
     assert res.returncode == 1 and "does not match its digest" in res.stderr, res.stderr
     program.write_text(guard.program())
-    res = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
+    res = start()
     assert res.returncode == 0, res.stderr
     assert "guarding unittest-guard" in res.stdout and "exiting: no container of the cluster" in res.stdout
     assert json.loads((tmp_path / ".local/state/sparkctl/guard/unittest-guard.json").read_text())  # its state
