@@ -3,6 +3,7 @@ a reboot with no login (the controller's supervisor, each guarded node's memory 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,18 @@ SparkctlOpt = Annotated[
 UnitDirOpt = Annotated[
     str, typer.Option("--unit-dir", hidden=True, help="Unit directory on the nodes (tests).")
 ]
+
+
+@contextlib.contextmanager
+def _session(profile, mode, controller=None, env_file=None, python=None, unit_dir="", guard=None):
+    """What every verb starts from: (profile, open pool, Target, the mode's nodes)."""
+    from sparkctl.connectors import NodePool
+    from sparkctl.lifecycle.guard import with_guard
+
+    prof = with_guard(load_profile(profile), guard)
+    with NodePool(prof) as pool:
+        target, nodes = _target(prof, pool, mode, controller, env_file, python, unit_dir, profile)
+        yield prof, pool, target, nodes
 
 
 def _target(prof, pool, mode, controller, env_file, python, unit_dir, profile):  # -> (Target, nodes)
@@ -75,13 +88,14 @@ def install_cmd(
 ) -> None:
     """Show, then write and enable, the units: `sparkctl supervise MODE` on the controller, the
     memory guard on each guarded node. Idempotent; they start at the next boot."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.persist.install import install
 
-    prof = with_guard(load_profile(profile), guard)
-    with NodePool(prof) as pool:
-        target, nodes = _target(prof, pool, mode, controller, env_file, python, unit_dir, profile)
+    with _session(profile, mode, controller, env_file, python, unit_dir, guard) as (
+        prof,
+        pool,
+        target,
+        nodes,
+    ):
         report = install(prof, pool, target, nodes, dry_run=True)
         _show(report)
         if dry_run:
@@ -107,13 +121,14 @@ def status_cmd(
 ) -> None:
     """Per node and unit: missing, current or stale (differs from what install writes), enabled,
     and active where systemd runs. Exit 1 when any is not current and enabled."""
-    from sparkctl.connectors import NodePool
-    from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.persist.install import status
 
-    prof = with_guard(load_profile(profile), guard)
-    with NodePool(prof) as pool:
-        target, nodes = _target(prof, pool, mode, controller, env_file, python, unit_dir, profile)
+    with _session(profile, mode, controller, env_file, python, unit_dir, guard) as (
+        prof,
+        pool,
+        target,
+        nodes,
+    ):
         report = status(prof, pool, target, nodes)
     _actions(report)
     if any(not state.startswith("current") or "not enabled" in state for _, _, state in report.actions):
@@ -129,12 +144,9 @@ def remove_cmd(
     profile: ProfileOpt = None,
 ) -> None:
     """Stop, disable and delete every unit and file install wrote for this cluster."""
-    from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.persist.install import remove
 
-    prof = load_profile(profile)
-    with NodePool(prof) as pool:
-        target, _ = _target(prof, pool, mode, controller, None, None, unit_dir, profile)
+    with _session(profile, mode, controller, unit_dir=unit_dir) as (prof, pool, target, _):
         report = remove(prof, pool, target, [n.name for n in prof.nodes], dry_run=dry_run)
     if dry_run:
         for f in report.files:
