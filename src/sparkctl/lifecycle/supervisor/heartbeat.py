@@ -81,6 +81,7 @@ class Heartbeat:
         management path is the watch's business). The partition cause, or None."""
         self.next_at = now + EVERY_S
         self.answered = set()
+        probed: set[Link] = set()  # a link is silent only by a probe that ran, never by no news
         for link in self.links:
             got = answers.get(link.node, {}).get(link.address)
             if got == "ok":
@@ -88,8 +89,13 @@ class Heartbeat:
                 self.last_ok[link] = now
                 self.why.pop(link, None)
             elif got is not None:
+                probed.add(link)
                 self.why[link] = got
-        silent = [(now - self.last_ok[k], k) for k in self.links if now - self.last_ok[k] >= SILENT_S]
+        silent = [
+            (now - self.last_ok[k], k)
+            for k in self.links
+            if k in probed and now - self.last_ok[k] >= SILENT_S
+        ]
         if not silent:
             return None
         quiet, link = max(silent, key=lambda s: s[0])

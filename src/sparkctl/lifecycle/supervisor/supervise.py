@@ -21,6 +21,7 @@ from sparkctl.lifecycle.rolling_rules import replica_containers
 from sparkctl.lifecycle.steps import QuietReporter, remove_all, resolve_plan, start_group
 from sparkctl.lifecycle.supervisor import heartbeat, startup
 from sparkctl.lifecycle.supervisor.canary import Canary, api_key
+from sparkctl.lifecycle.supervisor.checker import Checks
 from sparkctl.lifecycle.supervisor.deathwatch import DeathWatch
 from sparkctl.lifecycle.supervisor.process import POLL_S, Policy, StopFlag, hold
 from sparkctl.lifecycle.watch import first_dead
@@ -34,10 +35,11 @@ GUARD_EVERY = 60.0  # seconds between checks that the memory guard still runs on
 
 
 def _hold_for_link(
-    pool: NodePool, plan: Plan, beat: heartbeat.Heartbeat, cause: dict, flag: StopFlag
+    pool: NodePool, plan: Plan, links: list[heartbeat.Link], cause: dict, flag: StopFlag
 ) -> bool:
     """A partition: the group's ranks removed at once (every request to it would hang; the memory
-    they hold is freed), then held until every fabric link answers again. False when stopped."""
+    they hold is freed), then held until every fabric link answers again (a heartbeat of its own:
+    the checker's is paused). False when stopped."""
     t0 = time.monotonic()
     try:
         observed, _ = containers.list_nodes(pool, plan.cluster, plan.nodes)
@@ -46,6 +48,7 @@ def _hold_for_link(
     except SparkctlError as exc:  # the restart removes what is left
         done = {"detail": f"removing the group: {exc.message}"}
     state.record_event(plan.cluster, "partition_hold", **cause, **done)
+    beat = heartbeat.Heartbeat(links, time.monotonic())
     while not flag.wait(heartbeat.EVERY_S):
         beat.check(pool, time.monotonic)
         if beat.healthy():
@@ -193,9 +196,11 @@ def _supervise(
     state.record_event(
         cluster, "supervising", mode=mode, policy=policy.__dict__, fabric_links=len(beat.links)
     )  # after the death watch started: a test may kill a rank from here on
+    checks = Checks(pool, probe, beat, flag.wake, cluster).start()
     try:
-        return _loop(profile, pool, plan, policy, flag, probe, beat, deaths)
+        return _loop(profile, pool, plan, policy, flag, checks, beat.links, deaths)
     finally:
+        checks.stop()
         deaths.stop()
 
 
@@ -205,10 +210,12 @@ def _loop(
     plan: Plan,
     policy: Policy,
     flag: StopFlag,
-    probe: Canary,
-    beat: heartbeat.Heartbeat,
+    checks: Checks,
+    links: list[heartbeat.Link],
     deaths: DeathWatch,
 ) -> int:
+    """Woken by a container's death (deathwatch.py) and by a check's cause: the heartbeat and the
+    canary run on threads of their own (checker.py), so no check waits on another."""
     cluster, mode = plan.cluster, plan.mode
     next_guard = time.monotonic() + GUARD_EVERY
     restarts: list[float] = []
@@ -223,23 +230,23 @@ def _loop(
         for node in set(lost) - unreachable:
             state.record_event(cluster, "node_unreachable", node=node, detail=lost[node].message)
         unreachable = set(lost)
+        checks.node_lost(bool(lost))
         cause = _cause(plan, infos, deaths) if not lost else None
         if cause is not None:
             cause = _guard_cause(profile, pool, plan, cause, infos)
         if time.monotonic() >= next_guard:
             _ensure_guard(profile, pool, plan)
             next_guard = time.monotonic() + GUARD_EVERY
-        if cause is None and not lost and beat.due(time.monotonic()):
-            cause = beat.check(pool, time.monotonic)
-            if cause is not None:
-                state.record_event(cluster, "partition", **{k: v for k, v in cause.items() if k != "cause"})
-        if cause is None and not lost:
-            cause = probe.check()
+        posted = checks.take()
+        if cause is None and posted.get("heartbeat") is not None:
+            cause = posted["heartbeat"]
+            state.record_event(cluster, "partition", **{k: v for k, v in cause.items() if k != "cause"})
         if cause is None:
-            # A container's death wakes it at once (deathwatch.py); the heartbeat keeps its pace.
-            until_beat = beat.next_at - time.monotonic() if beat.links else FALLBACK_POLL_S
-            flag.nap(max(0.05, min(FALLBACK_POLL_S, until_beat)))
+            cause = posted.get("canary")
+        if cause is None:
+            flag.nap(FALLBACK_POLL_S)  # woken at once by a death or a check's cause
             continue
+        checks.pause()  # the group is acted on: what the checks would see meanwhile is the restart
         now = time.time()
         restarts = [t for t in restarts if now - t < policy.window]
         if len(restarts) >= policy.max_restarts:
@@ -262,13 +269,12 @@ def _loop(
         )
         if flag.wait(delay):
             break
-        if cause.get("link") and not _hold_for_link(pool, plan, beat, cause, flag):
+        if cause.get("link") and not _hold_for_link(pool, plan, links, cause, flag):
             break
         restarts.append(time.time())
         if not _restart(profile, pool, plan, cause, flag):
             restarts.pop()  # deferred (another sparkctl holds the lock): not an attempt
-        probe.reset()
-        beat.reset(time.monotonic())
+        checks.resume()  # reset: the canary's count and the links' clocks start with the new group
     state.record_event(cluster, "supervisor_stopped", mode=mode)
     return 0
 

@@ -63,3 +63,12 @@ def test_the_probe_counts_any_answer_as_alive_and_silence_as_not() -> None:
         got = _probe(up, refused, "255.255.255.255:9")  # no route (the testbed test cuts a real link)
     assert got[up] == "ok" and got[refused] == "ok"
     assert got["255.255.255.255:9"] != "ok"
+
+
+def test_a_link_whose_probe_could_not_run_is_no_news_however_long() -> None:
+    a, b = Link("n1", "n2", "10.0.0.2:29500"), Link("n2", "n1", "10.0.0.1:29500")
+    beat = Heartbeat([a, b], now=0.0)
+    only_n2 = {"n2": {b.address: "ok"}}  # n1's SSH session failed: its link was not probed
+    assert beat.feed(only_n2, 2 * SILENT_S) is None and not beat.healthy()
+    cause = beat.feed({"n1": {a.address: "no route"}, "n2": {b.address: "ok"}}, 2 * SILENT_S + 1)
+    assert cause is not None and cause["node"] == "n1" and "(no route)" in cause["cause"]
