@@ -45,8 +45,6 @@ class Checker:
         self._gen = 0  # bumped by pause and resume: a result of an older generation is dropped
         self._active, self._stopped = True, False
         self._cause: dict | None = None
-        self.rounds = 0  # checks finished (tests wait on it; `busy` says one is in flight)
-        self.busy = False
         self._error = ""
         self._thread = threading.Thread(target=self._run, name=f"check-{name}", daemon=True)
 
@@ -103,13 +101,11 @@ class Checker:
                 continue
             cause = self._round()
             with self._lock:
-                self.rounds += 1
                 if cause is not None and gen == self._gen and self._active:
                     self._cause, self._active = cause, False  # one cause at a time: the loop acts
                     self.wake.set()
 
     def _round(self) -> dict | None:
-        self.busy = True
         try:
             return self._check()
         except Exception as exc:  # noqa: BLE001 - a broken check must not end the watching: say so
@@ -119,8 +115,6 @@ class Checker:
                 state.record_event(self.cluster, "check_failed", check=self.name, detail=why[:300])
             self._poke.wait(AFTER_ERROR_S)
             return None
-        finally:
-            self.busy = False
 
 
 class Checks:
