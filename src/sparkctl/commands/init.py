@@ -224,7 +224,7 @@ def _from_command(req, output: Path | None, force: bool, probe: bool) -> None:  
     if not result.unknown_nodes and _fit(result, probe and not result.placeholders, err):
         failed = True
     if result.placeholders:
-        err.print("[bold]next:[/] fill in " + escape(", ".join(result.placeholders)))
+        err.print("[bold]next:[/] check or fill in " + escape(", ".join(result.placeholders)))
         err.print(escape(f"then: sparkctl profile check{where} && sparkctl fit{where} {result.mode}"))
     if failed:
         raise typer.Exit(ExitCode.CHECK_FAILED)

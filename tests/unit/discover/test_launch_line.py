@@ -52,7 +52,15 @@ def test_refused_lines(text: str, message: str) -> None:
 
 
 def test_quotes_stay_one_word_and_nothing_is_expanded() -> None:
-    assert split_line("x --a 'b c' --d \"$HOME\" --e `id`") == ["x", "--a", "b c", "--d", "$HOME", "--e", "`id`"]
+    assert split_line("x --a 'b c' --d \"$HOME\" --e `id`") == [
+        "x",
+        "--a",
+        "b c",
+        "--d",
+        "$HOME",
+        "--e",
+        "`id`",
+    ]
 
 
 def test_items_grammar() -> None:

@@ -128,6 +128,7 @@ def test_quoted_values_equals_form_lists_and_negative_numbers() -> None:
 def test_bad_layout_value_and_config_file_are_named() -> None:
     frag, findings = parse("python -m sglang.launch_server --model-path a/b --tp two --config c.yaml")
     assert "tp" not in frag["layout"]
-    assert ["--tp 'two' is not a number: dropped", "--config c.yaml"] == [
-        f.message.split(": the")[0] for f in findings
+    assert [f.message.split(": the")[0] for f in findings] == [
+        "--tp 'two' is not a number: dropped",
+        "--config c.yaml",
     ]

@@ -75,7 +75,9 @@ def test_multi_node_rank1_headless_line() -> None:
 
 
 def test_speculative_config_draft_becomes_the_profile_draft() -> None:
-    spec = json.dumps({"method": "dflash", "model": "z-lab/D", "revision": "abc", "num_speculative_tokens": 8})
+    spec = json.dumps(
+        {"method": "dflash", "model": "z-lab/D", "revision": "abc", "num_speculative_tokens": 8}
+    )
     frag, findings = parse(f"vllm serve a/b --speculative-config '{spec}'")
     assert findings == []
     assert frag["draft"] == {"id": "z-lab/D", "revision": "abc"}
