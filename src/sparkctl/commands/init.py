@@ -109,6 +109,15 @@ def init_cmd(
     if from_command is not None:
         from sparkctl.discover.from_command import FromCommandRequest
 
+        given = [f for f, v in (("--model", model), ("--draft", draft), ("--hf-cache", hf_cache),
+                                ("--fabric", fabric), ("--ssh-setup", ssh_setup)) if v]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"--from-command takes the model, its cache and the layout from the line; {given[0]} is init's "
+                "discovery's",
+                fix=f"drop {given[0]}, or put it in the line (e.g. --model-path ORG/NAME)",
+            )
+
         spec, count = _gpu_spec(gpu) if gpu else _local_gpu() if probe else (None, None)
         req = FromCommandRequest(from_command, targets, image, cluster, spec, count)
         _from_command(req, output, force, probe)

@@ -211,6 +211,7 @@ def test_from_command_names_unknown_flags_and_never_overwrites(tmp_path: Path) -
         (["--from-command", "vllm serve a/b | tee log"], "'|' joins several commands"),
         (["--from-command", "./serve.sh --port 1"], "is not an engine's launch command"),
         (["--from-command", "vllm serve a/b", "--gpu", "RTX,lots"], "not NAME,GIB,CC[,unified]"),
+        (["--from-command", "vllm serve a/b", "--model", "x/y"], "--model is init's discovery's"),
     ],
 )
 def test_from_command_usage_errors(args: list[str], message: str) -> None:
