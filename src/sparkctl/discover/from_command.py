@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 CHECK = "FromCommand"
+SOURCE = "<from-command>"  # the loader's name for the profile text (not a file)
 IMAGE_PLACEHOLDER = "your-serving-image:tag"
 MODEL_PLACEHOLDER = "your-org/your-model"
 _HF_DIR = re.compile(
@@ -294,12 +295,16 @@ def from_command(req: FromCommandRequest) -> FromCommand:
     name = next(iter(data["modes"]))
     for _ in range(len(data["engine"].get("env", {})) + 1):
         text = render(data, notes, holes)
-        profile = load_profile_text(text, "<from-command>")
         try:
+            profile = load_profile_text(text, SOURCE)
             build_plan(profile, name)
         except ProfileError as exc:
-            if not _drop_env(data, exc, notes):
-                raise
-            continue
+            if _drop_env(data, exc, notes):
+                continue
+            why = exc.message.removeprefix(SOURCE + ":").lstrip("0123456789: ")
+            raise UsageError(
+                f"--from-command: the line's profile is refused: {why}",
+                fix=exc.fix or "correct that flag in the line (docs/profile.md says what each key takes)",
+            ) from None
         return FromCommand(text, profile, name, notes, holes)
     raise AssertionError("unreachable: every engine.env key was dropped")

@@ -144,3 +144,17 @@ def test_not_a_launch_line() -> None:
     assert "python3 -m sglang.launch_server" in (exc.value.fix or "") and "vllm serve" in (
         exc.value.fix or ""
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("vllm serve a/b --nnodes 2", "modes.solo.tp: [nodes-divide-tp-pp]"),
+        ("vllm serve a/b --port 99999", "engine.port: Input should be less than or equal to 65535"),
+    ],
+)
+def test_a_line_whose_profile_is_refused_names_the_key_not_a_line_of_yaml(line: str, message: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        from_command(FromCommandRequest(line, LOCAL))
+    assert exc.value.message.startswith("--from-command: the line's profile is refused: " + message)
+    assert "<from-command>" not in exc.value.message and exc.value.fix

@@ -76,7 +76,7 @@ def resolve(flag: str) -> tuple[str | None, str | None]:
     if not flag.startswith("--"):
         return SHORT.get(flag.lstrip("-")), None
     name = flag[2:].replace("_", "-")
-    if name in CLI_FLAGS:
+    if name in CLI_FLAGS or name in OWNED:  # `--tp`: sparkctl's guard takes it as the TP size too
         return name, None
     prefixed = sorted(f for f in CLI_FLAGS if f.startswith(name))
     if len(prefixed) == 1:

@@ -56,6 +56,7 @@ def test_short_aliases_underscores_and_model_flag() -> None:
     )
     assert findings == []
     assert frag["layout"] == {"tp": 2, "pp": 2}
+    assert parse("vllm serve a/b --tp 4")[0]["layout"] == {"tp": 4}
     assert frag["args"] == {"quantization": "awq", "max-num-seqs": 8}
 
 
