@@ -49,6 +49,9 @@ OWNED: dict[str, str] = {
     "admin-api-key": "admin_api_key",
     "config": "config",
 }
+# What the engine does when the line says nothing, kept so clients keep working: its port, and
+# the model argument as the served name (sparkctl's own defaults differ: 30000, the id's last part).
+DEFAULT_PORT = 30000  # SGLang 0.5.23's --port default (srt/server_args.py)
 _INTS = {"port", "tp", "pp", "nnodes", "node_rank"}
 
 
@@ -167,6 +170,9 @@ def _fragment(fields: dict[str, object], args: dict[str, ArgValue]) -> dict:
     def ref(key: str, rev: str) -> dict | None:
         return {"id": fields[key], "revision": fields.get(rev)} if key in fields else None
 
+    fields.setdefault("port", DEFAULT_PORT)
+    if "model" in fields:
+        fields.setdefault("served_model_name", fields["model"])
     engine = {k: fields[k] for k in ("served_model_name", "host", "port", "trust_remote_code") if k in fields}
     layout = {
         k: fields[k]

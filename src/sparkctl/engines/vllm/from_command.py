@@ -59,6 +59,9 @@ OWNED: dict[str, str] = {
     "api-key": "api_key",
     "config": "config",
 }
+# What the engine does when the line says nothing, kept so clients keep working: its port, and
+# the model argument as the served name (sparkctl's own defaults differ: 30000, the id's last part).
+DEFAULT_PORT = 8000  # vLLM 0.32's --port default (vllm/entrypoints/openai/cli_args.py)
 _INTS = {"port", "tp", "pp", "nnodes", "node_rank", "dist_init_port"}
 
 
@@ -201,6 +204,9 @@ def _fragment(fields: dict[str, object], args: dict[str, ArgValue]) -> dict:
     def ref(key: str, rev: str) -> dict | None:
         return {"id": fields[key], "revision": fields.get(rev)} if key in fields else None
 
+    fields.setdefault("port", DEFAULT_PORT)
+    if "model" in fields:
+        fields.setdefault("served_model_name", fields["model"])
     engine = {k: fields[k] for k in ("served_model_name", "host", "port", "trust_remote_code") if k in fields}
     layout = {
         k: fields[k]

@@ -97,7 +97,7 @@ def test_unknown_flag_is_dropped_with_the_nearest_as_fix_and_prefixes_resolve() 
     )
     assert "mem-fraction-statik" not in frag["args"] and "mem-fraction-static" not in frag["args"]
     assert frag["args"] == {"context-length": 4096}  # a unique prefix, as argparse takes it
-    assert frag["engine"] == {"trust_remote_code": True}
+    assert frag["engine"] == {"trust_remote_code": True, "port": 30000, "served_model_name": "a/b"}
     [f] = findings
     assert f.severity == "error" and "no flag --mem-fraction-statik" in f.message
     assert f.fix == "use --mem-fraction-static"

@@ -42,7 +42,8 @@ def test_two_gpu_box_line() -> None:
     )
     assert findings == []
     assert frag["kind"] == "vllm" and frag["model"] == {"id": "Qwen/Qwen3-14B-AWQ", "revision": "main"}
-    assert frag["layout"] == {"tp": 2} and frag["engine"] == {"port": 8000}
+    assert frag["layout"] == {"tp": 2}
+    assert frag["engine"] == {"port": 8000, "served_model_name": "Qwen/Qwen3-14B-AWQ"}
     assert frag["args"] == {
         "gpu-memory-utilization": 0.85,
         "max-model-len": 32768,
@@ -91,7 +92,7 @@ def test_speculative_config_draft_becomes_the_profile_draft() -> None:
 def test_unknown_flag_owned_flags_and_the_key() -> None:
     frag, findings = parse("vllm serve a/b --gpu-memory-utilisation 0.9 --api-key sk-x --trust-remote-code")
     assert frag["args"] == {} and frag["api_keys"] == ["api_key"]
-    assert frag["engine"] == {"trust_remote_code": True} and "sk-x" not in repr(frag)
+    assert frag["engine"]["trust_remote_code"] is True and "sk-x" not in repr(frag)
     unknown = next(f for f in findings if f.severity == "error")
     assert "no flag --gpu-memory-utilisation" in unknown.message
     assert unknown.fix == "use --gpu-memory-utilization"
@@ -99,3 +100,11 @@ def test_unknown_flag_owned_flags_and_the_key() -> None:
 
 def test_every_managed_flag_is_a_field_never_an_arg() -> None:
     assert set(F.MANAGED_FLAGS) <= set(OWNED)
+
+
+def test_what_vllm_does_by_default_is_kept_its_port_and_the_model_as_the_name() -> None:
+    assert parse("vllm serve Org/M")[0]["engine"] == {"port": 8000, "served_model_name": "Org/M"}
+    assert parse("vllm serve Org/M --port 9 --served-model-name m")[0]["engine"] == {
+        "port": 9,
+        "served_model_name": "m",
+    }
