@@ -29,6 +29,7 @@ MODEL_PLACEHOLDER = "your-org/your-model"
 _HF_DIR = re.compile(
     r"(?P<cache>.*?)/(hub/)?models--(?P<org>[^/]+?)--(?P<name>[^/]+)(/snapshots/(?P<rev>[^/]+))?/?$"
 )
+_MODEL_ARG = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # ORG/NAME, as `vllm serve`'s entrypoint takes it
 _VERSION_TAG = re.compile(r":v?(\d+\.\d+(\.\d+)?)")
 # env a launch line sets that is a profile key (or sparkctl's own), not engine.env
 _FABRIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -70,7 +71,8 @@ def read_engine(line: LaunchLine) -> tuple[dict, list[Finding]]:
             return reader.read(items(line.words[n:]))
     image = line.container.image.lower() if line.container else ""
     by_image = [n for n in ENGINE_NAMES if any(m in image for m in get_engine(n).image_markers)]
-    if by_image and (not line.words or line.words[0].startswith("-")):
+    first_word = line.words[0] if line.words else "-"
+    if by_image and (first_word.startswith("-") or _MODEL_ARG.fullmatch(first_word)):  # the entrypoint's args
         return command_reader(by_image[0]).read(items(line.words))
     known = " or ".join(f"`{' '.join(get_engine(n).default_command)} ...`" for n in ENGINE_NAMES)
     first = " ".join(line.words[:3]) or (line.container.image if line.container else "")

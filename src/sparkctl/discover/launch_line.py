@@ -121,6 +121,9 @@ def parse_line(text: str) -> LaunchLine:
         if tuple(words[i : i + len(launch)]) == launch:
             container, i = _container(words, i + len(launch))
             break
+    if len(words) == i + 3 and words[i].rsplit("/", 1)[-1] in ("sh", "bash") and words[i + 1] == "-c":
+        inner = parse_line(words[i + 2])  # `IMAGE bash -c "python -m ..."`: the command it runs
+        return LaunchLine(inner.words, container, {**(container.env if container else {}), **inner.env})
     env = dict(container.env) if container else {}
     while i < len(words) and (words[i] == "env" or _ENV_WORD.fullmatch(words[i])):
         key, eq, value = words[i].partition("=")

@@ -158,3 +158,10 @@ def test_a_line_whose_profile_is_refused_names_the_key_not_a_line_of_yaml(line: 
         from_command(FromCommandRequest(line, LOCAL))
     assert exc.value.message.startswith("--from-command: the line's profile is refused: " + message)
     assert "<from-command>" not in exc.value.message and exc.value.fix
+
+
+def test_image_entrypoint_takes_a_positional_model_but_not_a_program() -> None:
+    res = from_command(FromCommandRequest("docker run vllm/vllm-openai:v0.32.0 Org/M -tp 2", LOCAL))
+    assert res.profile.engine.kind == "vllm" and res.profile.model.target.id == "Org/M" and res.mode == "tp2"
+    with pytest.raises(UsageError, match="'bash' is not an engine's launch command"):
+        from_command(FromCommandRequest("docker run vllm/vllm-openai:v0.32.0 bash", LOCAL))

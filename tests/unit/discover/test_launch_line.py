@@ -74,3 +74,13 @@ def test_items_grammar() -> None:
         ("--d", ["-1", "2"]),
         ("-tp", ["2"]),
     ]
+
+
+def test_a_shell_c_wrapper_is_opened_and_its_line_read_the_same_way() -> None:
+    line = parse_line(
+        "docker run -e A=1 lmsysorg/sglang:v0.5.23 bash -c 'B=2 python3 -m sglang.launch_server --model-path \"a/b\"'"
+    )
+    assert line.container is not None and line.env == {"A": "1", "B": "2"}
+    assert line.words == ["python3", "-m", "sglang.launch_server", "--model-path", "a/b"]
+    with pytest.raises(UsageError, match="'&&' joins several commands"):
+        parse_line("docker run x/y:1 sh -c 'pip install z && vllm serve a/b'")
