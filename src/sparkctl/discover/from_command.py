@@ -29,7 +29,7 @@ MODEL_PLACEHOLDER = "your-org/your-model"
 _HF_DIR = re.compile(
     r"(?P<cache>.*?)/(hub/)?models--(?P<org>[^/]+?)--(?P<name>[^/]+)(/snapshots/(?P<rev>[^/]+))?/?$"
 )
-_MODEL_ARG = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # ORG/NAME, as `vllm serve`'s entrypoint takes it
+_MODEL_ARG = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # ORG/NAME: a model as an entrypoint's first word
 _VERSION_TAG = re.compile(r":v?(\d+\.\d+(\.\d+)?)")
 # env a launch line sets that is a profile key (or sparkctl's own), not engine.env
 _FABRIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
