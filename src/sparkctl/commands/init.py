@@ -189,7 +189,10 @@ def _local_gpu() -> tuple[dict | None, int | None]:
     conn = LocalConnector("local")
     try:
         report = gpus_probe().run(conn)
-    except SparkctlError:
+    except (
+        SparkctlError,
+        ValueError,
+    ):  # a failing or unreadable nvidia-smi: no GPU facts, as init's discovery
         return None, None
     if report is None or not report.gpus or not report.gpus[0].compute_cap:
         return None, None

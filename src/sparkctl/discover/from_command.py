@@ -237,6 +237,10 @@ def build(
     engine["recipe_defaults"] = False  # the line as it is: no flag of sparkctl's recipe added
     engine["args"] = frag["args"]
     nodes = _nodes(req, layout, fabric, holes)
+    need = max(n["gpus"] for n in nodes)
+    if req.local_gpus is not None and req.local_gpus < need:
+        notes.append(Finding(CHECK, Severity.WARN, f"this machine has {req.local_gpus} GPU(s); the line's "
+                             f"layout needs {need} per node", fix="run it where the GPUs are, or lower --tp"))  # fmt: skip
     name = mode_name(layout)
     mode: dict = {"nodes": [n["name"] for n in nodes], "tp": int(layout.get("tp", 1)), "default": True}
     if int(layout.get("pp", 1)) > 1:

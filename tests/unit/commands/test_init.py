@@ -217,3 +217,41 @@ def test_from_command_names_unknown_flags_and_never_overwrites(tmp_path: Path) -
 def test_from_command_usage_errors(args: list[str], message: str) -> None:
     res = CliRunner().invoke(app, ["init", "--no-probe", *args], env=NO_PARSER)
     assert res.exit_code == 2 and message in " ".join(res.output.split()), res.output
+
+
+def test_from_command_reads_this_machines_gpu_with_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real probe through a real shell, against an `nvidia-smi` replaying a GB10's capture."""
+    import os
+    import stat
+
+    fx = MODELS.parent / "gpu" / "gb10"
+    query = tmp_path / "query.csv"  # the probe's 9 fields, as a GB10 answers them
+    query.write_text("0, NVIDIA GB10, GPU-1, 0000000F:01:00.0, [N/A], [N/A], [N/A], 580.95.05, 12.1\n")
+    for where, answer in (("good", query), ("bad", fx / "query-gpu.csv")):  # bad: another query's fields
+        (tmp_path / where).mkdir()
+        fake = tmp_path / where / "nvidia-smi"
+        fake.write_text(
+            f'#!/bin/sh\nif [ "$1" = "-q" ]; then cat {fx}/nvidia-smi.txt; else cat {answer}; fi\n'
+        )
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    path = os.environ["PATH"]
+    line = "vllm serve Org/M --tensor-parallel-size 2"
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bad'}{os.pathsep}{path}")
+    # no --image: a placeholder, so `fit` stays offline (no local Docker asked in a unit test)
+    bad = CliRunner().invoke(app, ["init", "--from-command", line], env=NO_PARSER)
+    assert bad.exit_code == 0 and "gpu:" not in bad.stdout, (
+        bad.output
+    )  # unreadable: no GPU facts, no traceback
+    monkeypatch.setenv("PATH", f"{tmp_path / 'good'}{os.pathsep}{path}")
+    argv = ["init", "--from-command", line, "--image", "v/v:1", "--no-probe", "-o", str(tmp_path / "n.yaml")]
+    CliRunner().invoke(app, argv, env=NO_PARSER)
+    assert load_profile_file(tmp_path / "n.yaml").nodes[0].gpu is None  # --no-probe asks nothing
+    out = tmp_path / "p.yaml"
+    res = CliRunner().invoke(app, ["init", "--from-command", line, "-o", str(out)], env=NO_PARSER)
+    node = load_profile_file(out).nodes[0]
+    assert node.gpu is not None and node.gpu.name == "NVIDIA GB10" and node.gpu.unified_memory
+    assert node.gpu.compute_capability == "12.1" and node.gpu.memory_gib > 0
+    text = " ".join(res.stderr.split())
+    assert "this machine has 1 GPU(s); the line's layout needs 2 per node" in text
