@@ -54,7 +54,7 @@ def split_line(text: str) -> list[str]:
     (a pipe, `&&`, a redirect) refused: one command, which no shell runs."""
     joined = re.sub(r"\\\r?\n", " ", text)
     try:
-        words = shlex.split(joined, comments=False, posix=True)
+        words = shlex.split(joined, comments=True, posix=True)  # `# ...` ends a line, as in a shell script
     except ValueError as exc:  # an unclosed quote
         raise UsageError(f"--from-command: cannot split the line: {exc}", fix=FIX) from None
     ops = [w for w in words if w in _SHELL_OPS]
@@ -115,7 +115,9 @@ def _container(words: list[str], start: int) -> tuple[Container, int]:
 def parse_line(text: str) -> LaunchLine:
     """The line's parts; the engine's words are what follows the image (or the whole line)."""
     words = split_line(text)
-    i = 1 if words[0] == "sudo" else 0
+    i = 0
+    while i < len(words) - 1 and words[i] in ("sudo", "exec"):
+        i += 1
     container = None
     for launch in _DOCKER_LAUNCH:
         if tuple(words[i : i + len(launch)]) == launch:

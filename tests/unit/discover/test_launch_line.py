@@ -84,3 +84,9 @@ def test_a_shell_c_wrapper_is_opened_and_its_line_read_the_same_way() -> None:
     assert line.words == ["python3", "-m", "sglang.launch_server", "--model-path", "a/b"]
     with pytest.raises(UsageError, match="'&&' joins several commands"):
         parse_line("docker run x/y:1 sh -c 'pip install z && vllm serve a/b'")
+
+
+def test_a_script_pasted_whole_comments_and_exec() -> None:
+    script = "#!/bin/bash\n# rank 0\nexec vllm serve a/b \\\n  --port 8000  # the API\n"
+    assert parse_line(script).words == ["vllm", "serve", "a/b", "--port", "8000"]
+    assert split_line("x --chat-template '#not a comment'") == ["x", "--chat-template", "#not a comment"]
