@@ -292,11 +292,11 @@ def from_command(req: FromCommandRequest) -> FromCommand:
 
     line = parse_line(req.line)
     frag, notes = read_engine(line)
-    if line.container:
-        for opt in line.container.ignored:
-            notes.append(
-                Finding(CHECK, Severity.WARN, f"docker {opt}: sparkctl sets the container up itself")
-            )
+    if line.container and line.container.ignored:
+        opts = ", ".join(line.container.ignored)
+        notes.append(
+            Finding(CHECK, Severity.WARN, f"docker {opts}: not taken, sparkctl sets up the container")
+        )
     data, holes = build(req, line, frag, notes)
     name = next(iter(data["modes"]))
     for _ in range(len(data["engine"].get("env", {})) + 1):
