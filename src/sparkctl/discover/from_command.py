@@ -146,7 +146,7 @@ def _nodes(req: FromCommandRequest, layout: dict, fabric: dict, holes: list[str]
         for i, t in enumerate(slots)
     ]
     names = node_names(hosts)
-    per_node = max(1, int(layout.get("tp", 1)) * int(layout.get("pp", 1)) // max(1, len(slots)))
+    per_node = max(1, int(layout.get("tp", 1)) * int(layout.get("pp", 1)) // max(1, nnodes))
     out: list[dict] = []
     for i, (target, name) in enumerate(zip(slots, names, strict=True)):
         node: dict = {"name": name, "address": target[0] if target else f"{name}.invalid"}
@@ -160,7 +160,7 @@ def _nodes(req: FromCommandRequest, layout: dict, fabric: dict, holes: list[str]
         node["gpus"] = max(per_node, req.local_gpus or 0) if local else per_node
         if req.gpu:
             node["gpu"] = dict(req.gpu)
-        if len(slots) > 1:
+        if nnodes > 1:
             node["fabric"] = _node_fabric(i, layout, fabric, holes)
         out.append(node)
     return out
@@ -242,12 +242,15 @@ def build(
         notes.append(Finding(CHECK, Severity.WARN, f"this machine has {req.local_gpus} GPU(s); the line's "
                              f"layout needs {need} per node", fix="run it where the GPUs are, or lower --tp"))  # fmt: skip
     name = mode_name(layout)
-    mode: dict = {"nodes": [n["name"] for n in nodes], "tp": int(layout.get("tp", 1)), "default": True}
+    spans = [
+        n["name"] for n in nodes[: int(layout.get("nnodes", 1))]
+    ]  # the line's ranks; other --peer nodes idle
+    mode: dict = {"nodes": spans, "tp": int(layout.get("tp", 1)), "default": True}
     if int(layout.get("pp", 1)) > 1:
         mode["pp"] = int(layout["pp"])
     cluster = req.cluster or default_cluster([sanitize(str(target["id"]).rsplit("/", 1)[-1])])
     out: dict = {"cluster": cluster}
-    if len(nodes) > 1:
+    if len(spans) > 1:
         out["fabric"] = {k: fabric[k] for k in ("transport",) if k in fabric}
         if "dist_init_port" in layout:
             out["fabric"]["dist_init_port"] = int(layout["dist_init_port"])

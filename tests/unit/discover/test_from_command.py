@@ -165,3 +165,10 @@ def test_image_entrypoint_takes_a_positional_model_but_not_a_program() -> None:
     assert res.profile.engine.kind == "vllm" and res.profile.model.target.id == "Org/M" and res.mode == "tp2"
     with pytest.raises(UsageError, match="'bash' is not an engine's launch command"):
         from_command(FromCommandRequest("docker run vllm/vllm-openai:v0.32.0 bash", LOCAL))
+
+
+def test_a_one_node_line_with_a_peer_keeps_its_layout_on_this_machine() -> None:
+    res = from_command(FromCommandRequest("vllm serve Org/M -tp 2", [*LOCAL, ("box2", None, None)]))
+    p = res.profile
+    assert [n.address for n in p.nodes] == ["local", "box2"] and p.modes["tp2"].nodes == [p.nodes[0].name]
+    assert p.nodes[0].gpus == 2 and p.nodes[0].fabric is None
