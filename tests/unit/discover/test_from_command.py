@@ -172,3 +172,30 @@ def test_a_one_node_line_with_a_peer_keeps_its_layout_on_this_machine() -> None:
     p = res.profile
     assert [n.address for n in p.nodes] == ["local", "box2"] and p.modes["tp2"].nodes == [p.nodes[0].name]
     assert p.nodes[0].gpus == 2 and p.nodes[0].fabric is None
+
+
+def test_any_line_is_a_profile_or_one_sparkctl_error_never_a_traceback() -> None:
+    """Seeded random lines from a corpus of the words that meet in launch lines (flags sparkctl
+    owns with bad values, docker options, shell-ish words, JSON)."""
+    import random
+
+    from sparkctl.errors import SparkctlError
+
+    corpus = shlex.split(
+        "vllm serve python -m sglang.launch_server docker run -e A=1 -v /a:/b --tp 2 --nnodes 3 "
+        "--node-rank 5 --dist-init-addr 1.2.3.4:5 host:x --model-path a/b --model /x/y -tp --port 0 "
+        "--host '' --speculative-config {} '{\"model\":1}' --master-addr ::1 --headless x/y:1 bash -c "
+        "--pp-size 4 = --= - -- --api-key HF_TOKEN=x --served-model-name a b -q awq --config nan -1e5 "
+        "sudo exec env 'a b'"
+    )
+    rng = random.Random(42)
+    for _ in range(300):
+        words = [rng.choice(corpus) for _ in range(rng.randint(1, 14))]
+        launcher = rng.choice([[], ["vllm", "serve"], ["python", "-m", "sglang.launch_server"]])
+        line = shlex.join([*launcher, *words])
+        try:
+            res = from_command(FromCommandRequest(line, LOCAL))
+        except SparkctlError as exc:
+            assert exc.message and "\n" not in exc.message, line
+        else:
+            assert res.profile.modes[res.mode].default, line
