@@ -5,7 +5,7 @@ from __future__ import annotations
 from sparkctl.commands._common import console
 
 
-def render_layouts(plan, layouts) -> None:  # Plan, [LayoutOption] (lazy imports)
+def render_layouts(plan, layouts, out=None) -> None:  # Plan, [LayoutOption], Console (lazy imports)
     """The layouts the same boxes can run instead (launch/layouts.py), the working ones first."""
     from rich.markup import escape
     from rich.table import Table
@@ -30,11 +30,12 @@ def render_layouts(plan, layouts) -> None:  # Plan, [LayoutOption] (lazy imports
             reps.append(f"idle: {', '.join(o.idle)}")
         works = "[green]yes[/]" if o.works else "[red]no[/]"
         t.add_row(o.name, works, "\n".join(reps), escape(o.shape))
-    console().print(t)
+    out = out or console()
+    out.print(t)
     for o in (o for o in layouts if o.works):
         entry = ", ".join(
             f"{k}: [{', '.join(v)}]" if isinstance(v, list) else f"{k}: {v}"
             for k, v in (o.mode or {}).items()
         )
         line = f"modes: {{{o.name}: {{{entry}}}}}" if entry else "needs unequal replicas (not one mode yet)"
-        console().print(f"[bold]{o.name}[/]: {escape(line)}")
+        out.print(f"[bold]{o.name}[/]: {escape(line)}")

@@ -105,11 +105,11 @@ def fit_cmd(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
+def render(plan, result, out=None) -> None:  # Plan, LaunchCheck, Console (lazy imports)
     from rich.markup import escape
     from rich.table import Table
 
-    out = console()
+    out = out or console()
     m = result.memory
     if m is not None:
         t = Table(title=f"{plan.mode}: {m.heading()}", title_justify="left")
@@ -121,7 +121,7 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
         for note in m.notes:
             out.print(f"[dim]note: {escape(note)}[/]")
         out.print(f"[dim]{escape(m.terms_line())}[/]")
-    render_findings(result.findings)
+    render_findings(result.findings, out=out)
     if result.fix:
         flags = " ".join(
             f"--{k}" + ("" if v is True else f" {v}") for k, v in result.fix.items() if v is not None
@@ -132,7 +132,7 @@ def render(plan, result) -> None:  # Plan, LaunchCheck (lazy imports)
     if result.layouts:
         from sparkctl.commands._layouts import render_layouts
 
-        render_layouts(plan, result.layouts)
+        render_layouts(plan, result.layouts, out)
 
 
 def register(app: typer.Typer) -> None:
