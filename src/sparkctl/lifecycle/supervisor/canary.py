@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 import urllib.request
+from collections.abc import Callable
 
 from sparkctl.cluster_http import OPENER as _OPENER
 from sparkctl.connectors.pool import NodePool
@@ -44,6 +45,7 @@ class Canary:
     def __init__(self, plan: Plan, key: str | None, policy: Policy) -> None:
         self.plan, self.key, self.policy = plan, key, policy
         self.ttft: list[float] = []  # the last canaries' durations (1 token: the time to first token)
+        self.live: Callable[[], bool] = lambda: True  # false: the round is stale, record nothing (Checks)
         self.reset()
 
     def reset(self) -> None:
@@ -59,7 +61,7 @@ class Canary:
             self.ttft = [*self.ttft[-19:], time.monotonic() - t0]
         self.next_at = time.monotonic() + self.policy.canary_every
         self.fails = self.fails + 1 if why else 0
-        if why:
+        if why and self.live():
             state.record_event(
                 self.plan.cluster, "canary_failed", count=self.fails, detail=why, deadline_s=deadline
             )

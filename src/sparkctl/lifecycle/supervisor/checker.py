@@ -45,6 +45,7 @@ class Checker:
         self._gen = 0  # bumped by pause and resume: a result of an older generation is dropped
         self._active, self._stopped = True, False
         self._cause: dict | None = None
+        self._round_gen = 0  # the generation of the round in flight
         self._error = ""
         self._thread = threading.Thread(target=self._run, name=f"check-{name}", daemon=True)
 
@@ -81,6 +82,12 @@ class Checker:
             self._stopped = True
             self._poke.set()
 
+    def current(self) -> bool:
+        """Whether the round in flight still counts (no pause, resume or stop since it began): a
+        check asks before it records what it found."""
+        with self._lock:
+            return not self._stopped and self._active and self._round_gen == self._gen
+
     def _run(self) -> None:
         done_gen = 0  # the generation the check was last reset for (a new one starts reset)
         while True:
@@ -99,6 +106,7 @@ class Checker:
             if wait > 0:
                 self._poke.wait(wait)
                 continue
+            self._round_gen = gen
             cause = self._round()
             with self._lock:
                 if cause is not None and gen == self._gen and self._active:
@@ -138,6 +146,7 @@ class Checks:
             self.by_name["canary"] = Checker(
                 "canary", probe.check, lambda: probe.next_at - time.monotonic(), probe.reset, wake, cluster
             )
+            probe.live = self.by_name["canary"].current  # a round that outlived a pause or stop says nothing
         self.lost = False  # paused while a node is unreachable
 
     def start(self) -> Checks:

@@ -168,8 +168,7 @@ class _Run:
         def decided(*args, **kw) -> bool:  # noqa: ANN002, ANN003 - the hold (a partition) or the restart
             self.canary_busy_at_decision = self.canary_in.is_set() and not self.canary_release.is_set()
             self.flag.event.set()  # end the loop here
-            self.decided.set()
-            self.canary_release.set()
+            self.decided.set()  # the canary stays hung until finish(), after the checks stop
             return False
 
         monkeypatch.setattr(canaries, "canary", hanging_canary)
@@ -197,11 +196,11 @@ class _Run:
         self.thread = threading.Thread(target=loop, daemon=True)
 
     def finish(self) -> list[dict]:
-        self.canary_release.set()  # whatever happened: nothing may hang
         self.flag.event.set()
         self.flag.wake.set()
         self.thread.join(HANG)
-        self.checks.stop()
+        self.checks.stop()  # then the hung canary returns: a stopped round records nothing
+        self.canary_release.set()  # whatever happened: nothing may hang
         return state.events(self.plan.cluster)
 
 
