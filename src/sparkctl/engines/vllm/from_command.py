@@ -16,13 +16,14 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.command_words import arg_value
+from sparkctl.engines.command_words import finding as _finding
 from sparkctl.engines.vllm.cli_flags import CLI_FLAGS
-from sparkctl.findings import Finding, Severity
+from sparkctl.findings import Finding
 
 if TYPE_CHECKING:
     from sparkctl.profile.schema import ArgValue
 
-CHECK = "FromCommand"
 KIND = "vllm"
 _PYTHON = re.compile(r"(.*/)?python(\d+(\.\d+)?)?")
 _API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -86,25 +87,6 @@ def resolve(flag: str) -> tuple[str | None, str | None]:
         return prefixed[0], None
     near = difflib.get_close_matches(name, sorted(CLI_FLAGS), n=1, cutoff=0.6)
     return None, near[0] if near else None
-
-
-def arg_value(values: list[str]) -> ArgValue:
-    """The words after a flag: none = a bare flag, one = a number where it reads back as the same
-    text, several = a list."""
-
-    def one(text: str) -> str | int | float:
-        for kind in (int, float):
-            try:
-                number = kind(text)
-            except ValueError:
-                continue
-            if str(number) == text:
-                return number
-        return text
-
-    if not values:
-        return True
-    return one(values[0]) if len(values) == 1 else [one(v) for v in values]
 
 
 def read(items: list[tuple[str, list[str]]]) -> tuple[dict, list[Finding]]:
@@ -224,7 +206,3 @@ def _fragment(fields: dict[str, object], args: dict[str, ArgValue]) -> dict:
         "layout": layout,
         "args": args,
     }
-
-
-def _finding(message: str, fix: str | None, *, warn: bool = False) -> Finding:
-    return Finding(CHECK, Severity.WARN if warn else Severity.ERROR, message, fix=fix)
