@@ -69,6 +69,7 @@ def _root(
     `-p` works before or after the subcommand; the subcommand's own `-p` wins.
     """
     _common.root_profile = profile
+    _common.loaded_profile = None
 
 
 for _name in COMMAND_MODULES:

@@ -115,6 +115,28 @@ def _line_index(root: yaml.Node) -> dict[Loc, int]:
     return out
 
 
+# A refusal found after loading names its key path first: "engine.args.port: 'port' is set by ..."
+KEY_PATH = re.compile(r"([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+|\[\d+\])*): ")
+
+
+def key_line(text: str, message: str) -> int | None:
+    """The 1-based line of the key path a message starts with, in YAML text that already loaded
+    (the line index follows no alias: linear in the file), or None when no key of it is named."""
+    head = KEY_PATH.match(message)
+    if head is None:
+        return None
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            root = loader.get_single_node()
+        finally:
+            loader.dispose()
+        lines = _line_index(root) if root is not None else {}
+    except (yaml.YAMLError, DuplicateKey):
+        return None
+    return lines.get(_parse_loc(head.group(1)))
+
+
 def decode_yaml(data: bytes, source: str, error: type[SparkctlError]) -> str:
     """The file's text, or one error naming the line of the first byte that is not UTF-8."""
     try:

@@ -106,6 +106,10 @@ def handle_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort):
             raise  # the command chose its exit (and printed its own output)
         except SparkctlError as exc:
+            if loaded_profile is not None:  # a refusal of the plan names the key's file:line
+                from sparkctl.profile.load import place_in_profile
+
+                place_in_profile(exc, loaded_profile)
             if kwargs.get("json_out"):
                 print_json(error_json(exc, exc.exit_code))
             if os.environ.get("SPARKCTL_DEBUG"):
@@ -158,15 +162,20 @@ def group_profile(profile: ProfileOpt = None) -> None:
 
 # The -p the user gave this run (None: $SPARKCTL_PROFILE or ./sparkctl.yaml, found again anyway).
 given_profile: Path | None = None
+# The profile file this run loaded (the root callback clears it): errors are placed in it.
+loaded_profile: Path | None = None
 
 
 def load_profile(path: Path | None):
     """Find and validate the profile (whole file, before any connection)."""
     from sparkctl.profile import find_profile, load_profile_file
 
-    global given_profile
+    global given_profile, loaded_profile
     given_profile = path or root_profile
-    return load_profile_file(find_profile(given_profile))
+    found = find_profile(given_profile)
+    profile = load_profile_file(found)
+    loaded_profile = found
+    return profile
 
 
 def with_profile(text: str) -> str:

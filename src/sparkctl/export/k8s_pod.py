@@ -13,7 +13,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from sparkctl.errors import UsageError
+from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning.build import CONTAINER_HF_HOME
 from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.planning.model import RankSpec
@@ -129,8 +129,8 @@ def security_context(options: RunOptions, parts: PodParts) -> dict:
     # As `up` runs the rank: every capability dropped but what it needs, no privilege escalation.
     ctx: dict = {"privileged": False, "allowPrivilegeEscalation": False}
     if options.privileged:
-        raise UsageError(
-            "engine.container.privileged is true: the export renders no privileged container",
+        raise ProfileError(
+            "engine.container.privileged: true, and the export renders no privileged container",
             fix="use the rdma preset (devices, IPC_LOCK) instead of privileged: true",
         )
     caps: dict = {"drop": list(options.cap_drop)} if options.cap_drop else {}

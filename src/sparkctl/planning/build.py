@@ -173,8 +173,9 @@ def _rank_env_mounts(
     triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
     hf_home, triton_dir = str(env["HF_HOME"]), str(env["TRITON_CACHE_DIR"])
     mounts = [Mount(hf_hub, f"{hf_home}/hub"), Mount(triton, triton_dir), *secret_mounts]
+    index = next(i for i, n in enumerate(profile.nodes) if n.name == node.name)
     sec.no_host_code_in(
-        mounts, node, node_path("~/.cache/sparkctl", node, profile), node_path("~", node, profile)
+        mounts, node, node_path("~/.cache/sparkctl", node, profile), node_path("~", node, profile), index
     )
     return env, mounts, secret_files
 

@@ -350,23 +350,26 @@ def is_pinned(revision: str | None) -> bool:
     )
 
 
-def no_host_code_in(mounts: list[Mount], node: Node, own: str, home: str) -> None:
+def no_host_code_in(mounts: list[Mount], node: Node, own: str, home: str, index: int) -> None:
     """The container writes its read-write mounts as root: none may hold ~/.cache/sparkctl, where
     the node keeps code the host runs (the compiled node program) and the weights' hash cache, nor
     be the node user's home or a dot-directory of it (~/.local holds the guard's lock and the
-    user's Python packages; ~/.config, ~/.ssh ...)."""
+    user's Python packages; ~/.config, ~/.ssh ...). A refusal names the key that set the mount
+    (nodes[index].triton_cache where the node overrides model.triton_cache)."""
     for m in mounts:
         if not m.read_only and (own == m.source or own.startswith(m.source.rstrip("/") + "/")):
             where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
             raise ProfileError(
-                f"{where} {m.source} on node {node.name} would let the serving container write {own}",
+                f"{_cache_key(node, where, index)}: {m.source} on node {node.name} would let the serving "
+                f"container write {own}",
                 fix=f"point {where} at a directory that does not contain ~/.cache/sparkctl "
                 "(e.g. ~/.cache/huggingface, ~/.triton)",
             )
         if not m.read_only and _home_dot_dir(m.source, home):
             where = "triton_cache" if m.target.endswith("triton") else "hf_cache"
             raise ProfileError(
-                f"{where} {m.source} on node {node.name} would let the serving container write the "
+                f"{_cache_key(node, where, index)}: {m.source} on node {node.name} would let the serving "
+                "container write the "
                 f"node user's home or a dot-directory of it ({home}/.local, .config, .ssh...: code and "
                 "settings the host runs, the memory guard's lock)",
                 fix=f"point {where} at a cache directory (e.g. ~/.cache/huggingface, ~/.triton) or "
@@ -377,6 +380,10 @@ def no_host_code_in(mounts: list[Mount], node: Node, own: str, home: str) -> Non
 # The dot-directories of the home a container may write: caches, where the host keeps no code
 # (~/.cache/sparkctl, which holds some, is refused above).
 _CACHE_DOT_DIRS = (".cache", ".triton")
+
+
+def _cache_key(node: Node, where: str, index: int) -> str:
+    return f"nodes[{index}].{where}" if getattr(node, where) is not None else f"model.{where}"
 
 
 def _home_dot_dir(source: str, home: str) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import Readiness
-from sparkctl.errors import UsageError
+from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.model import LABEL_PREFIX
 from sparkctl.secrets import SecretFile
@@ -69,8 +69,8 @@ def _command(profile: Profile) -> list[str]:
     if profile.engine.api_key is None:
         return cmd
     if len(cmd) != 3 or cmd[1] != "-m":
-        raise UsageError(
-            "router.command must be `<python> -m <module>` when engine.api_key is set",
+        raise ProfileError(
+            "router.command: must be `<python> -m <module>` when engine.api_key is set",
             fix="sparkctl hands the key to the router in-process (never on its command line); "
             "use the default python3 -m sglang_router.launch_router",
         )

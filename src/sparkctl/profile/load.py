@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkctl.errors import ProfileError
+from sparkctl.errors import ProfileError, SparkctlError
 from sparkctl.profile.schema import Profile
-from sparkctl.yaml_model import decode_yaml, load_yaml_model
+from sparkctl.yaml_model import decode_yaml, key_line, load_yaml_model
 
 DEFAULT_NAME = "sparkctl.yaml"
 
@@ -46,3 +46,18 @@ def load_profile_file(path: Path) -> Profile:
     except OSError as exc:
         raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
     return load_profile_text(decode_yaml(data, str(path), ProfileError), str(path))
+
+
+def place_in_profile(error: SparkctlError, path: Path) -> None:
+    """A refusal found after the profile loaded (the plan: a managed flag in engine.args, env that
+    replaces sparkctl's) that starts with a key path of `path` gets that file and line in front,
+    as the loader's own errors have them. The others (and every error of `also`) are left as they are."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    for one in [error, *error.also]:
+        if isinstance(one, ProfileError) and not one.message.startswith(f"{path}:"):
+            line = key_line(text, one.message)
+            if line is not None:
+                one.message = f"{path}:{line}: {one.message}"

@@ -145,3 +145,61 @@ def test_a_spark_without_gpu_is_warned_about() -> None:
     plan = build_plan(load_profile_text(yaml.safe_dump(data)), "tp2")
     said = [w for w in plan.warnings if "looks like a DGX Spark but has no gpu: section" in w]
     assert [w.split()[0] for w in said] == ["nodes.spark1", "nodes.spark2"], plan.warnings
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+BOX = SHIPPED.decode()
+# (what the file says, the command, the key path the refusal names, the line it is on): refusals
+# of the plan, found after the profile loaded
+PLAN_REFUSALS = [
+    (_edit(BOX, "  container:\n", '  env:\n    HF_HUB_OFFLINE: "0"\n  container:\n'), ["plan"],
+     "engine.env.HF_HUB_OFFLINE", '    HF_HUB_OFFLINE: "0"'),
+    (_edit(BOX, "    attention-backend: flashinfer\n", "    attention-backend: flashinfer\n    port: 1\n"),
+     ["plan"], "engine.args.port", "    port: 1"),
+    (_edit(BOX, "      disable-radix-cache: true\n", "      disable-radix-cache: true\n      host: 0.0.0.0\n"),
+     ["plan", "solo"], "modes.solo.args.host", "      host: 0.0.0.0"),
+    (_edit(BOX, "  draft: {id: z-lab/Qwen3.6-27B-DFlash, revision: main}\n",
+           "  draft: {id: z-lab/Qwen3.6-27B-DFlash, revision: main}\n  triton_cache: ~/.local\n"),
+     ["plan"], "model.triton_cache", "  triton_cache: ~/.local"),
+    (_edit(BOX, "    shm_size: 16g", "    shm_size: 16g\n    privileged: true"), ["export", "k8s", "tp2", "-o"],
+     "engine.container.privileged", "    privileged: true"),
+    (_edit(_edit(BOX, "modes:\n", "router:\n  command: [a, b]\nmodes:\n"), "host: 127.0.0.1",
+           "host: 0.0.0.0\n  api_key: {env: SPARKCTL_API_KEY}"), ["plan", "dp2"], "router.command",
+     "  command: [a, b]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "argv", "key", "at"), PLAN_REFUSALS, ids=[c[2] for c in PLAN_REFUSALS])
+def test_a_refusal_of_the_plan_names_the_file_and_line_of_its_key(
+    tmp_path: Path, text: str, argv: list[str], key: str, at: str
+) -> None:
+    """They named the key path only ("error engine.env.HF_HUB_OFFLINE: ..."): the loader's own
+    errors have file:line, these were found after it and had none."""
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith(at))
+    argv = [*argv, str(tmp_path / "k8s")] if argv[-1] == "-o" else argv
+    env = {"COLUMNS": "400", "SPARKCTL_API_KEY": "k", "SPARKCTL_PROFILE": ""}
+    res = CliRunner().invoke(app, ["-p", str(path), *argv], env=env)
+    assert res.exit_code == ExitCode.USAGE, res.output
+    said = res.output.splitlines()
+    assert said[0].startswith(f"error {path}:{line}: {key}: "), res.output
+    assert said[1].startswith("  fix: "), res.output
+
+
+def test_place_in_profile_leaves_errors_that_name_no_key_of_the_file(tmp_path: Path) -> None:
+    from sparkctl.profile.load import place_in_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_bytes(SHIPPED)
+    errors = [ProfileError("unknown mode 'x'"), ProfileError("engine.nope: no such key"),
+              ProfileError("engine.port: taken")]  # fmt: skip
+    place_in_profile(errors[0], path)
+    place_in_profile(errors[1], path)
+    place_in_profile(errors[2], path)
+    assert [e.message for e in errors] == ["unknown mode 'x'", "engine.nope: no such key",
+                                           f"{path}:20: engine.port: taken"]  # fmt: skip
