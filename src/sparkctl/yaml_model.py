@@ -17,124 +17,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sparkctl.errors import SparkctlError, several
+from sparkctl.yaml_compose import DuplicateKey, Loc, Refused, check_aliases, line_index, parse_loc
 
-Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
 
 
-class DuplicateKey(Exception):
-    """A key given twice in one mapping (YAML loaders keep the last one silently)."""
-
-    def __init__(self, loc: Loc, first: int, second: int) -> None:
-        super().__init__(loc)
-        self.loc, self.first, self.second = loc, first, second
-
-
 def _yaml_fix(problem: str) -> str:
-    if "\t" in problem or "\\t" in problem or "tab" in problem:
+    if "\t" in problem or "\\t" in problem or re.search(r"\btabs?\b", problem):
         return "indent with spaces, never tabs"
     return "fix the YAML at that line: indent with spaces, quote values containing ': ' or ' #'"
-
-
-MAX_ALIASED_NODES = 10_000  # what aliases may add to a document; a profile's anchors add dozens
-
-
-class AliasBomb(Exception):
-    """Aliases that expand past the bound (nested aliases: each level multiplies) or into themselves."""
-
-    def __init__(self, line: int, why: str) -> None:
-        super().__init__(why)
-        self.line, self.why = line, why
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def _check_aliases(root: yaml.Node) -> None:
-    """Refuse a composed document whose aliases expand past MAX_ALIASED_NODES or refer to a node
-    that contains them, before anything (the constructor, pydantic) expands them. The composed
-    graph shares aliased nodes, so this walk is linear in the file: each node's expanded size is
-    computed once, iteratively (no recursion for a deep document to exhaust)."""
-    size: dict[int, int] = {}
-    unique = 0
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    open_: set[int] = set()
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            open_.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in _children(node))
-            if size[key] - unique > MAX_ALIASED_NODES:
-                raise AliasBomb(
-                    node.start_mark.line + 1,
-                    f"aliases expand this document past {MAX_ALIASED_NODES} values (nested aliases)",
-                )
-            continue
-        if key in size:
-            continue
-        if key in open_:
-            raise AliasBomb(node.start_mark.line + 1, "an alias refers to a value that contains it")
-        open_.add(key)
-        unique += 1
-        stack.append((node, True))
-        for child in reversed(_children(node)):
-            if id(child) in open_:
-                raise AliasBomb(child.start_mark.line + 1, "an alias refers to a value that contains it")
-            stack.append((child, False))
-
-
-def _line_index(root: yaml.Node) -> dict[Loc, int]:
-    """Map every key path to its 1-based line (keys point at the key, items at the item). An
-    aliased node is indexed where it is defined only: following aliases costs their expansion."""
-    out: dict[Loc, int] = {}
-    seen: set[int] = set()
-    stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
-    while stack:
-        node, loc = stack.pop()
-        out.setdefault(loc, node.start_mark.line + 1)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.tag)
-                if loc + (key,) in out and key != "<<":
-                    raise DuplicateKey(loc + (key,), out[loc + (key,)], key_node.start_mark.line + 1)
-                out[loc + (key,)] = key_node.start_mark.line + 1
-                stack.append((value_node, loc + (key,)))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                out[loc + (i,)] = item.start_mark.line + 1
-                stack.append((item, loc + (i,)))
-    return out
-
-
-# A refusal found after loading names its key path first: "engine.args.port: 'port' is set by ..."
-KEY_PATH = re.compile(r"([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+|\[\d+\])*): ")
-
-
-def key_line(text: str, message: str) -> int | None:
-    """The 1-based line of the key path a message starts with, in YAML text that already loaded
-    (the line index follows no alias: linear in the file), or None when no key of it is named."""
-    head = KEY_PATH.match(message)
-    if head is None:
-        return None
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
-        try:
-            root = loader.get_single_node()
-        finally:
-            loader.dispose()
-        lines = _line_index(root) if root is not None else {}
-    except (yaml.YAMLError, DuplicateKey):
-        return None
-    return lines.get(_parse_loc(head.group(1)))
 
 
 def decode_yaml(data: bytes, source: str, error: type[SparkctlError]) -> str:
@@ -147,6 +38,10 @@ def decode_yaml(data: bytes, source: str, error: type[SparkctlError]) -> str:
             f"{source}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); YAML files are UTF-8",
             fix=f"save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 {source}`) or delete that byte",
         ) from None
+
+
+def _char(character: object) -> str:
+    return f"#x{character:04x}" if isinstance(character, int) else repr(character)
 
 
 def _nearest_line(lines: dict[Loc, int], loc: Loc) -> int | None:
@@ -193,16 +88,6 @@ def _format_loc(loc: Loc) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
-
-
-def _parse_loc(text: str) -> Loc:
-    parts: list[str | int] = []
-    for piece in re.split(r"\.", text):
-        name, *idx = re.split(r"\[(\d+)\]", piece)
-        if name:
-            parts.append(name)
-        parts.extend(int(i) for i in idx if i)
-    return tuple(parts)
 
 
 _ARMS = {"list", "dict", "str", "int", "float", "bool", "none"}  # a union's arm names in pydantic's loc
@@ -255,7 +140,7 @@ def _value_fix(root: type[BaseModel], loc: Loc, docs: str) -> str:
     field = model.model_fields.get(str(loc[-1])) if model is not None else None
     if field is None or not field.description:
         return f"correct {_format_loc(loc) or 'it'} ({docs} describes every key)"
-    default = field.get_default(call_default_factory=True)
+    default = None if field.is_required() else field.get_default(call_default_factory=True)
     example = f"; default {default!r}" if default not in (None, {}, []) else ""
     return f"{_format_loc(loc)}: {field.description.rstrip('.')}{example} ({docs})"
 
@@ -284,7 +169,8 @@ def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str
         # Cross-reference checks name their own key path: "modes.tp2.nodes: unknown node ...".
         head, sep, rest = msg.partition(": ")
         if sep and re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+", head):
-            loc = loc + _parse_loc(head)
+            named = parse_loc(head)  # a field's own validator names the field itself: not twice
+            loc = loc if loc[-len(named) :] == named else loc + named
             msg = rest
     if (
         "input" in err
@@ -306,23 +192,27 @@ def load_yaml_model(
         try:
             root = loader.get_single_node()  # composed: aliases shared, nothing expanded yet
             if root is not None:
-                _check_aliases(root)  # before the constructor or pydantic expands them
-                lines = _line_index(root)
+                check_aliases(root)  # before the constructor or pydantic expands them
+                lines = line_index(root)
             data = loader.construct_document(root) if root is not None else None
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character: its line, not a position
+            line = f":{text.count(chr(10), 0, exc.position) + 1}"
+            raise error(
+                f"{source}{line}: invalid YAML: a control character ({_char(exc.character)}), which YAML text "
+                "may not hold",
+                fix="delete it (most editors do not show it; `cat -A FILE` does)",
+            ) from None
         problem = getattr(exc, "problem", None) or str(exc)
         at = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
         hint = problem + (" (a tab)" if "\t" in at[: mark.column + 1] else "") if mark else problem
         raise error(f"{source}{line}: invalid YAML: {problem}", fix=_yaml_fix(hint)) from None
-    except AliasBomb as bomb:
-        raise error(
-            f"{source}:{bomb.line}: {bomb.why}",
-            fix="write the values out, or use a few anchors (&name) and aliases (*name) that do not nest",
-        ) from None
+    except Refused as bad:
+        raise error(f"{source}:{bad.line}: {bad.why}", fix=bad.fix) from None
     except DuplicateKey as dup:
         raise error(
             f"{source}:{dup.second}: {_format_loc(dup.loc)}: given twice (lines {dup.first} and {dup.second}); "

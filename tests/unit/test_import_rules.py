@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sparkctl"
 # Bottom to top. A unit is a package or top-level module under sparkctl; it may import its own
 # floor's units and the floors below, never a floor above.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "findings", "fanout", "units", "yaml_model", "cluster_http")),
+    ("base", ("errors", "findings", "fanout", "units", "yaml_compose", "yaml_model", "cluster_http")),
     ("profile", ("profile",)),
     (
         "reach: connectors, facts, node program, secrets",

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 ENGINE_KINDS: tuple[str, ...] = ("sglang", "vllm")
 DEFAULT_ENGINE = "sglang"
 
-Port = Annotated[int, Field(ge=1, le=65535)]
+# strict: YAML gives ints as ints, and `port: true` (lax: 1) or `tp: 2.0` is a slip, not a number
+Port = Annotated[int, Field(ge=1, le=65535, strict=True)]
 # engine.front / engine.internal_port (node/front.py, docs/security.md)
 FRONT_HELP = (
     "A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the routes that "

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from sparkctl.errors import ProfileError, SparkctlError
 from sparkctl.profile.schema import Profile
-from sparkctl.yaml_model import decode_yaml, key_line, load_yaml_model
+from sparkctl.yaml_compose import key_line
+from sparkctl.yaml_model import decode_yaml, load_yaml_model
 
 DEFAULT_NAME = "sparkctl.yaml"
 
@@ -15,6 +16,11 @@ DEFAULT_NAME = "sparkctl.yaml"
 def find_profile(explicit: Path | None) -> Path:
     """--profile/-p (or $SPARKCTL_PROFILE, filled in by the CLI), else ./sparkctl.yaml."""
     if explicit is not None:
+        if explicit.is_dir():
+            raise ProfileError(
+                f"{explicit} is a directory, not a profile file",
+                fix=f"give the YAML file in it: -p {explicit / DEFAULT_NAME} (or one of profiles/*.yaml)",
+            )
         if not explicit.is_file():
             raise ProfileError(
                 f"profile not found: {explicit}",

@@ -58,7 +58,7 @@ class Node(Strict):
     key: str | None = Field(
         None, description="SSH private key (default: ~/.ssh/config, agent, default keys)."
     )
-    gpus: int = Field(1, ge=0, description="GPUs on this node; a mode's tp must fit in them.")
+    gpus: int = Field(1, ge=0, strict=True, description="GPUs on this node; a mode's tp must fit in them.")
     gpu: GpuSpec | None = Field(
         None, description="GPU facts for planning offline (preflight probes the truth)."
     )
@@ -258,11 +258,12 @@ class Mode(Strict):
         min_length=1,
         description="Node names, cut in order into replica groups; a group's first is its rank 0.",
     )
-    tp: int = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes.")
-    pp: int = Field(1, ge=1, description="Pipeline parallel size of one replica.")
+    tp: int = Field(1, ge=1, strict=True, description="Tensor parallel size of one replica, over its nodes.")
+    pp: int = Field(1, ge=1, strict=True, description="Pipeline parallel size of one replica.")
     replicas: int = Field(
         1,
         ge=1,
+        strict=True,
         description="Independent copies of the model behind the router (data parallel): "
         "nodes split into this many groups, or several per node on its GPUs.",
     )

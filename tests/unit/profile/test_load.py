@@ -203,3 +203,68 @@ def test_place_in_profile_leaves_errors_that_name_no_key_of_the_file(tmp_path: P
     place_in_profile(errors[2], path)
     assert [e.message for e in errors] == ["unknown mode 'x'", "engine.nope: no such key",
                                            f"{path}:20: engine.port: taken"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ("port: 30000", "port: 1" + "0" * 5000, "a number of 5001 digits"),  # was a ValueError traceback
+        ("gpus: 2", "gpus: 1" + "0" * 30, "a number of 31 digits"),  # was accepted as a GPU count
+        ("mem-fraction-static: 0.92", "mem-fraction-static: .nan", ".nan is not a finite number"),
+        ("mem-fraction-static: 0.92", "mem-fraction-static: .inf", ".inf is not a finite number"),
+        ("mem-fraction-static: 0.92", "mem-fraction-static: 1.0e+999", "1.0e+999 is not a finite number"),
+    ],
+    ids=["5001-digits", "31-digits", "nan", "inf", "1e999"],
+)
+def test_numbers_that_fit_no_key_are_refused_at_their_line(
+    tmp_path: Path, old: str, new: str, said: str
+) -> None:
+    """.nan passed `plan --check` (the launch check reads it as no value) and reached the engine."""
+    text = _edit(BOX, old, new)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if new[:20] in ln)
+    err = refused(text, tmp_path)
+    assert err.message.startswith(f"{tmp_path / 'p.yaml'}:{line}: {said}"), err.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [("port: 30000", "port: true", "engine.port"), ("tp: 2", "tp: 2.0", "modes.tp2.tp"),
+     ("gpus: 2", "gpus: yes", "nodes[0].gpus")],
+)  # fmt: skip
+def test_a_bool_or_a_float_is_not_a_port_or_a_count(tmp_path: Path, old: str, new: str, key: str) -> None:
+    """`port: true` was port 1, `tp: 2.0` tp 2: pydantic's lax ints."""
+    err = refused(_edit(BOX, old, new), tmp_path)
+    assert f": {key}: Input should be a valid integer" in err.message, err.message
+
+
+def test_a_control_character_names_its_line_and_not_tabs(tmp_path: Path) -> None:
+    """A NUL had no line and the fix `indent with spaces, never tabs` ('unacceptable' holds 'tab')."""
+    err = refused(_edit(BOX, "cluster: twogpu", "cluster: two\x00gpu"), tmp_path)
+    assert err.message.startswith(f"{tmp_path / 'p.yaml'}:7: invalid YAML: a control character (#x0000)")
+    assert "tabs" not in (err.fix or "") and "cat -A" in (err.fix or ""), err.fix
+
+
+def test_a_field_validator_names_its_key_once_and_the_fix_describes_it(tmp_path: Path) -> None:
+    """It said `engine.served_model_name.served_model_name` and `correct ... describes every key`."""
+    err = refused(_edit(BOX, "served_model_name: qwen3.6-27b", 'served_model_name: "q\\nx"'), tmp_path)
+    assert ":21: engine.served_model_name: a line break" in err.message, err.message
+    assert (err.fix or "").startswith("engine.served_model_name: Name clients use"), err.fix
+
+
+def test_no_fix_shows_pydantic_s_undefined_default(tmp_path: Path) -> None:
+    """A required key's fix said `default PydanticUndefined`."""
+    err = refused(_edit(BOX, "cluster: twogpu", "cluster: 2024-01-01"), tmp_path)
+    assert "Undefined" not in (err.fix or "") and "Cluster name" in (err.fix or ""), err.fix
+
+
+@pytest.mark.parametrize("what", ["directory", "missing"])
+def test_a_directory_or_a_missing_file_is_one_line_and_exit_2(tmp_path: Path, what: str) -> None:
+    path = tmp_path / "given"
+    if what == "directory":
+        path.mkdir()
+    res = CliRunner().invoke(app, ["profile", "check", "-p", str(path)], env={"COLUMNS": "300"})
+    assert res.exit_code == ExitCode.USAGE and res.exception is None or isinstance(res.exception, SystemExit)
+    first, fix = res.output.splitlines()
+    assert first == (f"error {path} is a directory, not a profile file" if what == "directory"
+                     else f"error profile not found: {path}"), res.output  # fmt: skip
+    assert fix.startswith("  fix: "), res.output
