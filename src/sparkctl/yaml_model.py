@@ -164,6 +164,9 @@ def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str
         return loc, f"unknown key '{loc[-1]}'", _unknown_key_fix(root, loc)
     if kind == "missing":
         return loc, f"missing required key '{loc[-1]}'", _missing_key_fix(root, loc)
+    if loc and (kind == "invalid_key" or err["loc"][-1] == "[key]"):  # `2:` or `null:` as a key
+        key = str(loc[-1])
+        return (*loc[:-1], key), f"key {key} is not a name", f"write a name there, or quote it ('{key}':)"
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "value_error":
         # Cross-reference checks name their own key path: "modes.tp2.nodes: unknown node ...".
@@ -177,7 +180,8 @@ def _describe(root: type[BaseModel], err: dict[str, Any]) -> tuple[Loc, str, str
         and kind not in ("value_error", "assertion_error")
         and not isinstance(err["input"], dict | list)
     ):
-        msg += f" (got {err['input']!r})"
+        got = repr(err["input"])  # a value of 200,000 characters is not echoed whole
+        msg += f" (got {got if len(got) <= 80 else got[:60] + f'... ({len(got)} characters)'})"
     return loc, msg, None
 
 

@@ -268,3 +268,20 @@ def test_a_directory_or_a_missing_file_is_one_line_and_exit_2(tmp_path: Path, wh
     assert first == (f"error {path} is a directory, not a profile file" if what == "directory"
                      else f"error profile not found: {path}"), res.output  # fmt: skip
     assert fix.startswith("  fix: "), res.output
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [("  solo:\n", "  2:\n", ":40: modes.2: key 2 is not a name"),
+     ("cluster: twogpu", "cluster: twogpu\n1: 2", ":8: 1: key 1 is not a name")],
+)  # fmt: skip
+def test_a_key_yaml_reads_as_a_number_says_so(tmp_path: Path, old: str, new: str, said: str) -> None:
+    """It said `Input should be a valid string` with the fix `correct modes[2]`."""
+    err = refused(_edit(BOX, old, new), tmp_path)
+    assert said in err.message and "quote it" in (err.fix or ""), (err.message, err.fix)
+
+
+def test_a_refused_value_is_not_echoed_whole(tmp_path: Path) -> None:
+    """A 200,000-character cluster name came back whole in the error line."""
+    err = refused(_edit(BOX, "cluster: twogpu", "cluster: " + "a" * 200_000), tmp_path)
+    assert len(err.message) < 300 and "(200002 characters)" in err.message, err.message[:300]
