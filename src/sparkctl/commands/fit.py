@@ -80,29 +80,31 @@ def fit_cmd(
     )
     result = get_engine(prof.engine.kind).launch_check(plan, prof, request)
     if json_out:
-        print_json(
-            {
-                "mode": plan.mode,
-                "memory": result.memory.to_json() if result.memory else None,
-                "findings": [f.to_json() for f in result.findings],
-                "fixes": [
-                    {
-                        "flags": f.changes,
-                        "why": f.why,
-                        "tradeoff": f.tradeoff,
-                        "kv_tokens": f.plan.kv_tokens,
-                        "max_running_requests": f.plan.max_running_requests,
-                    }
-                    for f in result.memory_fixes
-                ],
-                "fix": result.fix,
-                "layouts": [o.to_json() for o in result.layouts],
-            }
-        )
+        print_json(fit_json(plan, result))
     else:
         render(plan, result)
     if any(f.severity == Severity.ERROR for f in result.findings):
         raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+def fit_json(plan, result) -> dict:  # Plan, LaunchCheck: `fit --json`'s object (init --from-command's too)
+    return {
+        "mode": plan.mode,
+        "memory": result.memory.to_json() if result.memory else None,
+        "findings": [f.to_json() for f in result.findings],
+        "fixes": [
+            {
+                "flags": f.changes,
+                "why": f.why,
+                "tradeoff": f.tradeoff,
+                "kv_tokens": f.plan.kv_tokens,
+                "max_running_requests": f.plan.max_running_requests,
+            }
+            for f in result.memory_fixes
+        ],
+        "fix": result.fix,
+        "layouts": [o.to_json() for o in result.layouts],
+    }
 
 
 def render(plan, result, out=None) -> None:  # Plan, LaunchCheck, Console (lazy imports)

@@ -97,6 +97,13 @@ def init_cmd(
             help="With --from-command: ask this machine's nvidia-smi and let `fit` reach the nodes."
         ),
     ] = True,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="With --from-command: one JSON object on stdout (the profile, the notes, fit's verdict).",
+        ),
+    ] = False,
     connect_timeout: Annotated[float, typer.Option(hidden=True)] = 10.0,
     sysfs_root: Annotated[str, typer.Option(hidden=True, help="sysfs root on every node (tests).")] = "/sys",
 ) -> None:
@@ -118,10 +125,14 @@ def init_cmd(
                 fix=f"drop {given[0]}, or put it in the line (e.g. --model-path ORG/NAME)",
             )
 
-        spec, count = _gpu_spec(gpu) if gpu else _local_gpu() if probe else (None, None)
+        from sparkctl.commands import _from_command as fc
+
+        spec, count = fc.gpu_spec(gpu) if gpu else fc.local_gpu() if probe else (None, None)
         req = FromCommandRequest(from_command, targets, image, cluster, spec, count)
-        _from_command(req, output, force, probe)
+        fc.write_and_fit(req, output, force, probe, json_out)
         return
+    if json_out:
+        raise UsageError("--json goes with --from-command", fix="drop --json, or give --from-command LINE")
     output = output or Path("sparkctl.yaml")
     if ssh_setup:
         from sparkctl.discover.sshsetup import setup_peers
@@ -163,103 +174,6 @@ def init_cmd(
             "(and --draft ORG/NAME or none)",
         ) from None
     _write(output, text, force, non_interactive)
-
-
-def _gpu_spec(text: str) -> tuple[dict, None]:
-    from sparkctl.errors import UsageError
-
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "unified"):
-            raise ValueError
-        spec = {"name": parts[0], "memory_gib": float(parts[1]), "compute_capability": parts[2]}
-    except ValueError:
-        raise UsageError(
-            f"--gpu {text!r}: not NAME,GIB,CC[,unified]", fix="e.g. --gpu 'NVIDIA GeForce RTX 3090,24,8.6'"
-        ) from None
-    return spec | ({"unified_memory": True} if len(parts) == 4 else {}), None
-
-
-def _local_gpu() -> tuple[dict | None, int | None]:
-    """This machine's GPUs (nvidia-smi through the local connector), as init's discovery reads them."""
-    from sparkctl.connectors.local import LocalConnector
-    from sparkctl.errors import SparkctlError
-    from sparkctl.facts.gpu import gpus_probe, meminfo_probe
-
-    conn = LocalConnector("local")
-    try:
-        report = gpus_probe().run(conn)
-    except (
-        SparkctlError,
-        ValueError,
-    ):  # a failing or unreadable nvidia-smi: no GPU facts, as init's discovery
-        return None, None
-    if report is None or not report.gpus or not report.gpus[0].compute_cap:
-        return None, None
-    g = report.gpus[0]
-    mib = g.memory_total_mib or 0
-    if report.unified_memory:
-        try:
-            mib = meminfo_probe().run(conn).get("MemTotal", 0) / 1024
-        except SparkctlError:
-            mib = 0
-    spec = {"name": g.name, "memory_gib": round(mib / 1024, 1), "compute_capability": g.compute_cap}
-    spec |= {"unified_memory": True} if report.unified_memory else {}
-    return (spec if mib > 0 else None), len(report.gpus)
-
-
-def _from_command(req, output: Path | None, force: bool, probe: bool) -> None:  # FromCommandRequest
-    """Write the profile (stdout, or -o without overwriting), name what was not taken, then `fit`
-    it where every node is known, else the next steps."""
-    from rich.markup import escape
-
-    from sparkctl.commands._findings import render_findings
-    from sparkctl.discover.from_command import from_command
-    from sparkctl.errors import ExitCode, UsageError
-    from sparkctl.findings import Severity
-
-    result = from_command(req)
-    err = console(stderr=True)
-    if output is None:
-        typer.echo(result.text, nl=False)
-    elif output.exists() and not force and output.read_text() != result.text:
-        raise UsageError(
-            f"{output} exists; not overwritten", fix="rerun with --force to overwrite, or -o OTHER.yaml"
-        )
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(result.text)
-        err.print(f"[green]wrote {escape(str(output))}[/] (mode {escape(result.mode)})")
-    render_findings(result.findings, out=err)
-    where = f" -p {output}" if output else " -p FILE"
-    failed = any(f.severity == Severity.ERROR for f in result.findings)
-    if not result.unknown_nodes and _fit(result, probe and not result.placeholders, err):
-        failed = True
-    if result.placeholders:
-        err.print("[bold]next:[/] check or fill in " + escape(", ".join(result.placeholders)))
-        err.print(escape(f"then: sparkctl profile check{where} && sparkctl fit{where} {result.mode}"))
-    if failed:
-        raise typer.Exit(ExitCode.CHECK_FAILED)
-
-
-def _fit(result, probe: bool, err) -> bool:  # FromCommand, Console: True when fit finds an error
-    from sparkctl.commands.fit import render
-    from sparkctl.engines import get_engine
-    from sparkctl.engines.support.launch_check import LaunchRequest
-    from sparkctl.findings import Severity
-    from sparkctl.planning.build import build_plan
-
-    plan = build_plan(result.profile, result.mode)
-    request = LaunchRequest(
-        reach=probe,
-        require_models=False,
-        progress=lambda msg: err.print(f"[dim]{msg}...[/]"),
-        build=build_plan,
-    )
-    err.print(f"[bold]fit {result.mode}:[/]")
-    check = get_engine(result.profile.engine.kind).launch_check(plan, result.profile, request)
-    render(plan, check, err)
-    return any(f.severity == Severity.ERROR for f in check.findings)
 
 
 class _CliUi:
