@@ -6,9 +6,10 @@ rank 0's node, the peers by name), a local Docker that is not there, a home that
 /home/spark. Nor a third machine: every node by name, none local.
 
 Every profile x mode x command runs in-process (typer's CliRunner: the engines' parsers are
-imported once, not once per call). DNS fails loudly: `socket.getaddrinfo` refuses every name
-(numeric addresses pass), and an offline command (`plan`, `export k8s`) must not have asked for one.
-Exit codes are README's table: `plan`, `plan --check`, `fit`, `export k8s` 0, preflight 1 (unreachable nodes are its
+imported once, not once per call), with the network blocked. DNS fails loudly:
+`socket.getaddrinfo` refuses every name (numeric addresses pass), a TCP/UDP connect is refused,
+and an offline command (`profile check`, `plan`, `export k8s`) must have asked for neither.
+Exit codes are README's table: `profile check`, `plan`, `plan --check`, `fit`, `export k8s` 0, preflight 1 (unreachable nodes are its
 SshReachable errors), the commands that touch nodes 5.
 """
 
@@ -35,12 +36,31 @@ CASES = [
     for w in WHERE
 ]
 REAL_GETADDRINFO = socket.getaddrinfo
+REAL_CONNECT = socket.socket.connect
 
 
 @pytest.fixture
 def names(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every host name looked up; each lookup fails (no DNS here, and none may be needed)."""
+    """Every host name looked up and every network address connected to; each lookup fails (no
+    DNS here, and none may be needed) and the network is blocked: a TCP/UDP connect is refused
+    (a local Docker's unix socket is not the network)."""
     asked: list[str] = []
+
+    def connect(sock: socket.socket, address, *args, **kwargs):  # noqa: ANN001, ANN202
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            asked.append(f"connect {address}")
+            raise OSError(101, f"network blocked in this test: {address}")
+        return REAL_CONNECT(sock, address, *args, **kwargs)
+
+    def connect_ex(sock: socket.socket, address, *args, **kwargs):  # noqa: ANN001, ANN202
+        try:
+            connect(sock, address, *args, **kwargs)
+        except OSError as exc:
+            return exc.errno or 101
+        return 0
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
 
     def getaddrinfo(host, port, *args, **kwargs):  # noqa: ANN001, ANN202
         try:
@@ -83,6 +103,7 @@ def _env(tmp: Path, cache: Path) -> dict[str, str]:
 def _commands(mode: str, out: Path) -> list[tuple[list[str], int, bool]]:
     """(argv, README's exit code, offline: touches no node, so looks up no name)."""
     return [
+        (["profile", "check"], ExitCode.OK, True),
         (["plan", mode], ExitCode.OK, True),
         (["plan", mode, "--check"], ExitCode.OK, False),
         (["fit", mode, "--allow-missing"], ExitCode.OK, False),
