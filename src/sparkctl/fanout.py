@@ -10,12 +10,16 @@ for), so one node's failure never hides another's. The caller picks the policy:
 Ctrl-C: workers run on daemon threads and the caller waits in short slices, so a
 KeyboardInterrupt reaches the caller at once; the shared `CancelToken` is set so that long
 operations (transfers, polls) stop at their next check, and nobody waits for a blocked worker.
+
+A wait longer than SLOW_AFTER_S says what it waits on through `notice` (the CLI prints it on
+stderr), then every SLOW_EVERY_S: a node that accepts TCP but never answers SSH was silence.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -26,6 +30,10 @@ K = TypeVar("K")
 T = TypeVar("T")
 
 Where = Callable[[object], "tuple[str | None, int | None]"]
+
+# Where a slow fan-out says what it still waits for (the CLI sets a stderr line; None: silent).
+notice: Callable[[str], None] | None = None
+SLOW_AFTER_S, SLOW_EVERY_S = 2.0, 5.0
 
 
 class Cancelled(SparkctlError):
@@ -179,14 +187,29 @@ def fan_out(
         # daemon: a worker blocked in I/O must never keep Ctrl-C (or the interpreter) waiting
         threading.Thread(target=worker, daemon=True, name="sparkctl-fanout").start()
     got: dict[K, Outcome[K, T]] = {}
+    # Only the main thread's fan-out speaks: a worker's own fan-out is part of its wait, and a
+    # background loop (the supervisor's checks) has its own reporting.
+    outer = threading.current_thread() is threading.main_thread()
+    start = time.monotonic()
+    say_at = start + SLOW_AFTER_S
     try:
         while len(got) < len(keys):
             try:
                 outcome = done.get(timeout=0.1)
             except queue.Empty:
+                if outer and notice is not None and time.monotonic() >= say_at:
+                    notice(_waiting([k for k in keys if k not in got], len(keys), time.monotonic() - start))
+                    say_at = time.monotonic() + SLOW_EVERY_S
                 continue
             got[outcome.key] = outcome
     except BaseException:
         token.cancel()
         raise
     return Results(got[k] for k in keys)
+
+
+def _waiting(pending: list, total: int, elapsed: float) -> str:
+    """`still waiting for spark2 (5 s)`: the nodes by name; other keys (ranks, groups) counted."""
+    nodes = [k for k in pending if isinstance(k, str)]
+    what = ", ".join(nodes) if len(nodes) == len(pending) else f"{len(pending)} of {total} answers"
+    return f"still waiting for {what} ({elapsed:.0f} s)"

@@ -93,3 +93,40 @@ def test_a_key_given_twice_runs_once_and_never_waits_for_a_second_answer() -> No
     assert list(res) == ["box", "b"]
     assert res.values_or_raise() == {"box": "BOX", "b": "B"}
     assert sorted(calls) == ["b", "box"]
+
+
+def test_a_slow_fan_out_says_what_it_still_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that accepts TCP and never answers SSH made status/preflight/logs silent for 20 s."""
+    import threading
+
+    from sparkctl import fanout
+
+    said: list[str] = []
+    monkeypatch.setattr(fanout, "notice", said.append)
+    monkeypatch.setattr(fanout, "SLOW_AFTER_S", 0.2)
+    monkeypatch.setattr(fanout, "SLOW_EVERY_S", 0.3)
+    release = threading.Event()
+
+    def work(node: str) -> str:
+        if node == "spark2":
+            fan_out(["inner"], lambda _k: release.wait(5.0))  # a worker's own fan-out: not said again
+        return node
+
+    threading.Timer(1.0, release.set).start()
+    assert fan_out(["spark1", "spark2"], work).values_or_raise() == {"spark1": "spark1", "spark2": "spark2"}
+    assert said and all(s.startswith("still waiting for spark2 (") for s in said), said
+    assert len(said) >= 2, said  # at 0.2 s, then every 0.3 s until 1 s
+
+
+def test_a_fast_fan_out_says_nothing_and_other_keys_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from sparkctl import fanout
+
+    said: list[str] = []
+    monkeypatch.setattr(fanout, "notice", said.append)
+    fan_out(["a", "b"], lambda k: k)
+    assert said == []
+    monkeypatch.setattr(fanout, "SLOW_AFTER_S", 0.2)
+    fan_out([0, 1], lambda i: time.sleep(0.5 * i))
+    assert said and said[0].startswith("still waiting for 1 of 2 answers ("), said

@@ -93,14 +93,23 @@ def print_wrapped(
         out.print((prefix_markup if i == 0 else " " * indent) + body, soft_wrap=True)
 
 
+def progress_line(text: str) -> None:
+    """A dim line on stderr while a command waits (stdout keeps its output, or its JSON, alone)."""
+    from rich.markup import escape
+
+    console(stderr=True).print(f"[dim]{escape(text)}...[/]", soft_wrap=True)
+
+
 def handle_errors(fn: F) -> F:
     """Expected errors print one red line (+ fix) and exit with their code; bugs raise.
     With `--json`, a failure also prints `error_json` on stdout (and nothing else there)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sparkctl import fanout
         from sparkctl.errors import ExitCode, SparkctlError
 
+        before, fanout.notice = fanout.notice, progress_line  # a wait over 2 s says what it waits for
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
@@ -145,6 +154,8 @@ def handle_errors(fn: F) -> F:
             if kwargs.get("json_out"):  # a bug: still one object on stdout; the traceback follows
                 print_json(error_json(SparkctlError(f"internal error: {type(exc).__name__}: {exc}"), 1))
             raise
+        finally:
+            fanout.notice = before
 
     return wrapper  # type: ignore[return-value]
 

@@ -54,6 +54,9 @@ def top_cmd(
 
                 raise typer.Exit(ExitCode.CONNECT)
             return
+        from sparkctl import fanout
+
+        fanout.notice = None  # the live screen (or each line) says what every node answered
         try:
             if json_out:  # JSON Lines: one object per refresh, for dashboards
                 _json_lines(collector, interval)
