@@ -58,7 +58,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "connectors/docker_ssh.py",
         "connectors/hostkeys.py",
         "connectors/local.py",
-        "connectors/pool.py",
         "connectors/ssh.py",
         "discover/facts.py",
         "discover/render.py",

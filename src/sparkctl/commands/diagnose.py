@@ -35,7 +35,7 @@ def diagnose_cmd(
     prof = load_profile(profile)
     err = console(stderr=True)
     out = output or Path(f"sparkctl-diagnose-{prof.cluster}-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
-    with NodePool(prof) as pool:
+    with NodePool(prof, once=True) as pool:  # a failed node is not asked twice
         try:
             mode = resolve_mode(prof, mode, pool=pool, fallback=("running", "last", "default"))
         except Exception as exc:  # noqa: BLE001 - no mode: the node facts are still worth a bundle

@@ -26,7 +26,7 @@ def down_cmd(
     from sparkctl.lifecycle.down import down
 
     prof = load_profile(profile)
-    with NodePool(prof) as pool:
+    with NodePool(prof, once=True) as pool:  # a failed node is not asked twice
         result = down(prof, pool, dry_run=dry_run, mode=mode)
     if json_out:
         print_json({**result.to_json(), "dry_run": dry_run})

@@ -58,7 +58,7 @@ def logs_cmd(
     prof = load_profile(profile)
     since_at = parse_since(since) if since else None
     out = console()
-    with NodePool(prof) as pool:
+    with NodePool(prof, once=not follow) as pool:  # following retries a failed node
         if mode is None:
             mode = resolve_mode(prof, pool=pool, fallback=("running", "last", "default"))
         plan = build_plan(prof, mode)

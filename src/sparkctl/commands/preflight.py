@@ -65,7 +65,7 @@ def preflight_cmd(
         validate_names(set(only), "--only")
     prof = load_profile(profile)
     plan = build_plan(prof, mode)
-    with NodePool(prof, accept_new_host_keys=accept_new_host_keys) as pool:
+    with NodePool(prof, accept_new_host_keys=accept_new_host_keys, once=True) as pool:
         report = run_preflight(
             prof,
             plan,

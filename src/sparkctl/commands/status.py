@@ -36,7 +36,7 @@ def status_cmd(
     from sparkctl.lifecycle.status import status
 
     prof = load_profile(profile)
-    with NodePool(prof) as pool:
+    with NodePool(prof, once=True) as pool:  # a failed node is not asked twice
         st = status(prof, pool, mode)
     if json_out:
         print_json(st.to_json())

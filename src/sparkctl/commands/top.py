@@ -44,7 +44,7 @@ def top_cmd(
         from sparkctl.planning.build import build_plan
 
         build_plan(prof, mode)  # an unknown mode is a usage error now, not a degraded screen
-    with NodePool(prof) as pool:
+    with NodePool(prof, once=once) as pool:  # --once: a failed node is not asked twice
         collector = Collector(prof, pool, mode)
         if once:
             snap = take_once(collector, interval)

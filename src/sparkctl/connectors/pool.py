@@ -8,11 +8,13 @@ all-must-succeed, `.ok`/`.errors` to collect).
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from sparkctl.connectors.base import Connector
+from sparkctl.errors import SparkctlError
 from sparkctl.fanout import CancelToken, Results, fan_out
 from sparkctl.profile.schema import Node, Profile
 
@@ -50,17 +52,25 @@ def connector_to(name: str, address: str, *, local: bool = False, **ssh: Any) ->
 
 
 class NodePool:
-    """Lazily connected connectors for a profile's nodes; closes them all on exit."""
+    """Lazily connected connectors for a profile's nodes; closes them all on exit.
 
-    def __init__(self, profile: Profile, *, accept_new_host_keys: bool = False) -> None:
+    `once`: a one-shot command's pool (status, logs, down, preflight...): a node whose connect
+    failed fails again at once with the same error, never asked a second time (a node that takes
+    its connect timeout to fail cost it twice). Long-lived pools (supervise) keep retrying."""
+
+    def __init__(self, profile: Profile, *, accept_new_host_keys: bool = False, once: bool = False) -> None:
         self.profile = profile
         self.accept_new_host_keys = accept_new_host_keys
+        self.once = once
         self._connectors: dict[str, Connector] = {}
+        self._failed: dict[str, SparkctlError] = {}
         self._lock = threading.Lock()
 
     def get(self, node: str) -> Connector:
         """The node's connector, connected (raises ConnectError naming the node)."""
         with self._lock:
+            if node in self._failed:
+                raise copy.copy(self._failed[node])  # a copy: callers add to an error's message
             conn = self._connectors.get(node)
             if conn is None:
                 conn = connector_for(
@@ -69,7 +79,13 @@ class NodePool:
                 self._connectors[node] = conn
         connect = getattr(conn, "connect", None)
         if connect is not None:
-            connect()
+            try:
+                connect()
+            except SparkctlError as exc:
+                if self.once:
+                    with self._lock:
+                        self._failed.setdefault(node, copy.copy(exc))
+                raise
         return conn
 
     def map(

@@ -1,0 +1,61 @@
+"""connectors/pool.py: NodePool's connectors, and a one-shot command's pool that never asks a
+failed node twice (issue 42: status/logs/top --once waited a second connect timeout on it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkctl.connectors import pool as pool_mod
+from sparkctl.connectors.pool import NodePool
+from sparkctl.errors import ConnectError
+from sparkctl.profile import load_profile_file
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Refusing:
+    """A connector whose node never lets it in; counts the attempts."""
+
+    attempts = 0
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    def connect(self) -> None:
+        Refusing.attempts += 1
+        raise ConnectError(f"cannot reach {self.node}: timed out", fix="check the address", node=self.node)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def refusing(monkeypatch: pytest.MonkeyPatch) -> type[Refusing]:
+    Refusing.attempts = 0
+    monkeypatch.setattr(pool_mod, "connector_for", lambda _p, node, **_k: Refusing(node.name))
+    return Refusing
+
+
+def test_a_one_shot_pool_asks_a_failed_node_once_and_repeats_its_error(refusing: type[Refusing]) -> None:
+    prof = load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+    with NodePool(prof, once=True) as pool:
+        errors = []
+        for _ in range(3):
+            with pytest.raises(ConnectError) as err:
+                pool.get("spark2")
+            errors.append(err.value)
+            err.value.message += " (also failed: spark1)"  # what values_or_raise does to its error
+    assert refusing.attempts == 1
+    assert [e.message for e in errors] == ["cannot reach spark2: timed out (also failed: spark1)"] * 3
+    assert all(e.fix == "check the address" and e.node == "spark2" for e in errors)
+
+
+def test_a_long_lived_pool_keeps_retrying(refusing: type[Refusing]) -> None:
+    prof = load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+    with NodePool(prof) as pool:
+        for _ in range(2):
+            with pytest.raises(ConnectError):
+                pool.get("spark2")
+    assert refusing.attempts == 2  # supervise's pool: a node that comes back is found again
