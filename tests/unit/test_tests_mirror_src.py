@@ -45,7 +45,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "commands/logs.py",
         "commands/plan.py",
         "commands/preflight.py",
-        "commands/profile.py",
         "commands/ship.py",
         "commands/supervise.py",
         "commands/switch.py",

@@ -12,6 +12,7 @@ from sparkctl.commands._common import (
     handle_errors,
     load_profile,
     print_json,
+    print_wrapped,
 )
 
 profile_app = typer.Typer(
@@ -27,6 +28,8 @@ def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     from sparkctl.planning.build import build_plan
 
     plans = {name: build_plan(prof, name) for name in prof.modes}
+    # what `plan` warns about (a GB10 without gpu:, an unpinned revision), once for all modes
+    warnings = list(dict.fromkeys(w for p in plans.values() for w in p.warnings))
     if json_out:
         print_json(
             {
@@ -44,6 +47,7 @@ def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
                     }
                     for m, p in plans.items()
                 },
+                "warnings": warnings,
             }
         )
         return
@@ -52,6 +56,8 @@ def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
         f"[green]ok[/] profile for cluster [bold]{prof.cluster}[/]: "
         f"{len(prof.nodes)} node(s), modes: " + ", ".join(f"{m} ({p.shape})" for m, p in plans.items())
     )
+    for w in warnings:
+        print_wrapped(out, "[yellow]warning:[/] ", 9, w, 9)
 
 
 def register(app: typer.Typer) -> None:
