@@ -136,22 +136,27 @@ def line_index(root: yaml.Node) -> dict[Loc, int]:
 KEY_PATH = re.compile(r"([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+|\[\d+\])*): ")
 
 
-def key_line(text: str, message: str) -> int | None:
-    """The 1-based line of the key path a message starts with, in YAML text that already loaded
-    (the line index follows no alias: linear in the file), or None when no key of it is named."""
-    head = KEY_PATH.match(message)
-    if head is None:
-        return None
+def key_lines(text: str) -> dict[Loc, int]:
+    """The line of every key path of YAML text that already loaded (the index follows no alias:
+    linear in the file); empty when it does not compose."""
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
         try:
             root = loader.get_single_node()
         finally:
             loader.dispose()
-        lines = line_index(root) if root is not None else {}
+        return line_index(root) if root is not None else {}
     except (yaml.YAMLError, DuplicateKey, Refused):
+        return {}
+
+
+def key_line(text: str, message: str, lines: dict[Loc, int] | None = None) -> int | None:
+    """The 1-based line of the key path a message starts with (`lines`: key_lines(text), when
+    already read), or None when no key of the file is named."""
+    head = KEY_PATH.match(message)
+    if head is None:
         return None
-    return lines.get(parse_loc(head.group(1)))
+    return (key_lines(text) if lines is None else lines).get(parse_loc(head.group(1)))
 
 
 def parse_loc(text: str) -> Loc:

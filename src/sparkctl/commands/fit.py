@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
+from sparkctl.commands import _common
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
-from sparkctl.commands._findings import render_findings
+from sparkctl.commands._findings import place_flags, render_findings
 
 ModeArg = Annotated[
     str | None, typer.Argument(metavar="MODE", help="Mode to check (default: the profile's default mode).")
@@ -79,6 +80,7 @@ def fit_cmd(
         build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
     result = get_engine(prof.engine.kind).launch_check(plan, prof, request)
+    result.findings[:] = place_flags(result.findings, _common.loaded_profile, plan.mode)
     if json_out:
         print_json(fit_json(plan, result))
     else:

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from sparkctl.commands import _common
 from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._findings import place_flags
 
 if TYPE_CHECKING:
     from sparkctl.secrets import SecretFile
@@ -45,7 +47,7 @@ def plan_cmd(
     prof = load_profile(profile)
     result = build_plan(prof, mode)
     checked = launch_check(prof, result, parser_timeout, quiet=json_out) if check else None
-    findings = checked.findings if checked else []
+    findings = place_flags(checked.findings, _common.loaded_profile, result.mode) if checked else []
     layouts = checked.layouts if checked else []
     if json_out:
         extra = {"check": [f.to_json() for f in findings], "layouts": [o.to_json() for o in layouts]}

@@ -163,3 +163,29 @@ def test_an_engine_launch_does_not_model_runs_its_own_check_not_sglangs() -> Non
     names = {f["check"] for f in doc["findings"]}
     assert names and names <= CHECK_NAMES, names
     assert not [f for f in doc["findings"] if f["severity"] == "error"], doc["findings"]
+
+
+@pytest.mark.parametrize("where", ["engine.args", "modes.tp2.args"])
+def test_a_refused_flag_names_the_file_line_and_key_that_set_it(tmp_path: Path, where: str) -> None:
+    """`--mem-fraction-static 1.5: ...` named the flag only, its fix engine.args even when a mode's
+    args set it (issue 42: refusals of the plan name the profile's file, line and key)."""
+    env = {"COLUMNS": "200", "SPARKCTL_SGLANG_PYTHON": "/nonexistent/py"}
+    path = profile(tmp_path)
+    text = path.read_text()
+    if where == "engine.args":
+        text = text.replace("mem-fraction-static: 0.92", "mem_fraction_static: 1.5")
+    else:
+        text = text.replace("default: true}", "default: true, args: {mem-fraction-static: 1.5}}")
+    path.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ": 1.5" in ln)
+    key = f"{where}.{'mem_fraction_static' if where == 'engine.args' else 'mem-fraction-static'}"
+    res = fit(path, "--allow-missing", env=env)
+    assert res.exit_code == 1, res.output
+    said = {f["check"]: f["message"] for f in findings(res) if f["severity"] == "error"}
+    assert said["MemFraction"].startswith(f"{path}:{line}: {key}: --mem-fraction-static 1.5"), said
+    res = CliRunner().invoke(
+        app, ["plan", "-p", str(path), "--check", "--json", "--parser-timeout", "5"], env=env
+    )
+    assert res.exit_code == 1, res.output
+    check = {f["check"]: f["message"] for f in json.loads(res.stdout)["check"] if f["severity"] == "error"}
+    assert check["MemFraction"] == said["MemFraction"], check
