@@ -46,11 +46,23 @@ def load_profile_text(text: str, source: str = "<profile>") -> Profile:
     )
 
 
+MAX_PROFILE_BYTES = 16 << 20  # a profile is a few KB; 60,000 args are 1.5 MB
+
+
 def load_profile_file(path: Path) -> Profile:
     try:
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise ProfileError(
+                f"{path}: {size >> 20} MB is not a profile (sparkctl reads at most {MAX_PROFILE_BYTES >> 20} MB)",
+                fix="give the profile's YAML file (a few KB; profiles/*.yaml are examples)",
+            )
         data = path.read_bytes()
     except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+        raise ProfileError(
+            f"cannot read profile {path}: {exc.strerror}",
+            fix=f"check that it is a file you may read (`ls -l {path}`)",
+        ) from None
     return load_profile_text(decode_yaml(data, str(path), ProfileError), str(path))
 
 

@@ -285,3 +285,31 @@ def test_a_refused_value_is_not_echoed_whole(tmp_path: Path) -> None:
     """A 200,000-character cluster name came back whole in the error line."""
     err = refused(_edit(BOX, "cluster: twogpu", "cluster: " + "a" * 200_000), tmp_path)
     assert len(err.message) < 300 and "(200002 characters)" in err.message, err.message[:300]
+
+
+def test_a_file_too_large_to_be_a_profile_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A 2 GB file given by mistake was read whole and parsed (minutes, gigabytes)."""
+    path = tmp_path / "p.yaml"
+    with path.open("wb") as fh:
+        fh.truncate(17 << 20)  # sparse: 17 MB of nothing
+    err = refused_at(path)
+    assert err.message == f"{path}: 17 MB is not a profile (sparkctl reads at most 16 MB)", err.message
+
+
+def test_an_unreadable_profile_has_a_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(SHIPPED)
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    err = refused_at(path)
+    assert err.message == f"cannot read profile {path}: Permission denied" and "ls -l" in (err.fix or "")
+
+
+def refused_at(path: Path) -> ProfileError:
+    with pytest.raises(ProfileError) as exc:
+        load_profile_file(path)
+    assert exc.value.exit_code == ExitCode.USAGE and exc.value.fix
+    return exc.value
