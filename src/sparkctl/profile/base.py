@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 ENGINE_KINDS: tuple[str, ...] = ("sglang", "vllm")
 DEFAULT_ENGINE = "sglang"
 
-# strict: YAML gives ints as ints, and `port: true` (lax: 1) or `tp: 2.0` is a slip, not a number
-Port = Annotated[int, Field(ge=1, le=65535, strict=True)]
+
+def _not_a_bool(value: object) -> object:
+    """pydantic reads `port: true` (and YAML 1.1's yes/on) as 1: a slip, never a number."""
+    if isinstance(value, bool):
+        raise ValueError("a yes/no value (YAML reads true, yes, on and their opposites so), not a number")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_a_bool)]  # an int that is not a bool in disguise
+Port = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=1, le=65535)]
 # engine.front / engine.internal_port (node/front.py, docs/security.md)
 FRONT_HELP = (
     "A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the routes that "

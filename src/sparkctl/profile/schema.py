@@ -12,7 +12,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, FRONT_HELP, INTERNAL_PORT_HELP, Port, Strict
+from sparkctl.profile.base import (
+    DEFAULT_ENGINE,
+    ENGINE_KINDS,
+    FRONT_HELP,
+    INTERNAL_PORT_HELP,
+    Count,
+    Port,
+    Strict,
+)
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
@@ -58,7 +66,7 @@ class Node(Strict):
     key: str | None = Field(
         None, description="SSH private key (default: ~/.ssh/config, agent, default keys)."
     )
-    gpus: int = Field(1, ge=0, strict=True, description="GPUs on this node; a mode's tp must fit in them.")
+    gpus: Count = Field(1, ge=0, description="GPUs on this node; a mode's tp must fit in them.")
     gpu: GpuSpec | None = Field(
         None, description="GPU facts for planning offline (preflight probes the truth)."
     )
@@ -258,12 +266,11 @@ class Mode(Strict):
         min_length=1,
         description="Node names, cut in order into replica groups; a group's first is its rank 0.",
     )
-    tp: int = Field(1, ge=1, strict=True, description="Tensor parallel size of one replica, over its nodes.")
-    pp: int = Field(1, ge=1, strict=True, description="Pipeline parallel size of one replica.")
-    replicas: int = Field(
+    tp: Count = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes.")
+    pp: Count = Field(1, ge=1, description="Pipeline parallel size of one replica.")
+    replicas: Count = Field(
         1,
         ge=1,
-        strict=True,
         description="Independent copies of the model behind the router (data parallel): "
         "nodes split into this many groups, or several per node on its GPUs.",
     )

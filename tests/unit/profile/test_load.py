@@ -228,13 +228,18 @@ def test_numbers_that_fit_no_key_are_refused_at_their_line(
 
 @pytest.mark.parametrize(
     ("old", "new", "key"),
-    [("port: 30000", "port: true", "engine.port"), ("tp: 2", "tp: 2.0", "modes.tp2.tp"),
+    [("port: 30000", "port: true", "engine.port"), ("tp: 2", "tp: on", "modes.tp2.tp"),
      ("gpus: 2", "gpus: yes", "nodes[0].gpus")],
 )  # fmt: skip
-def test_a_bool_or_a_float_is_not_a_port_or_a_count(tmp_path: Path, old: str, new: str, key: str) -> None:
-    """`port: true` was port 1, `tp: 2.0` tp 2: pydantic's lax ints."""
+def test_a_bool_is_not_a_port_or_a_count(tmp_path: Path, old: str, new: str, key: str) -> None:
+    """`port: true` was port 1, `gpus: yes` one GPU: pydantic's lax ints take a bool."""
     err = refused(_edit(BOX, old, new), tmp_path)
-    assert f": {key}: Input should be a valid integer" in err.message, err.message
+    assert f": {key}: a yes/no value (YAML reads true, yes, on" in err.message, err.message
+
+
+def test_a_quoted_number_is_still_a_port_or_a_count() -> None:
+    prof = load_profile_text(_edit(_edit(BOX, "port: 30000", 'port: "30001"'), "gpus: 2", "gpus: '2'"))
+    assert prof.engine.port == 30001 and prof.nodes[0].gpus == 2
 
 
 def test_a_control_character_names_its_line_and_not_tabs(tmp_path: Path) -> None:
