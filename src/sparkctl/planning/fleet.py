@@ -174,7 +174,8 @@ def parse_selection(profile: Profile, text: str | None) -> dict[str, str]:
     return chosen
 
 
-def _service_plan(profile: Profile, name: str, mode: str, facts: PlanFacts | None) -> ServicePlan:
+def service_plan(profile: Profile, name: str, mode: str, facts: PlanFacts | None = None) -> ServicePlan:
+    """One service's plan in `mode` (its containers named after it in a fleet) and its shares."""
     from dataclasses import replace
 
     view = service_profile(profile, name)
@@ -267,7 +268,7 @@ def build_fleet(
 ) -> FleetPlan:
     """Every service's plan in its mode and the memory per node (no judgement: `check_fleet`)."""
     chosen = selection if isinstance(selection, dict) else parse_selection(profile, selection)
-    services = [_service_plan(profile, name, mode, facts) for name, mode in chosen.items()]
+    services = [service_plan(profile, name, mode, facts) for name, mode in chosen.items()]
     return FleetPlan(profile.cluster, bool(profile.models), services, _node_budgets(profile, services))
 
 
