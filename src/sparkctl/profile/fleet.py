@@ -54,20 +54,15 @@ class Service(Strict):
 
 def fill_primary(data: object) -> object:
     """Before validation: a fleet's top level takes its first service's image, model, engine and
-    modes (refused there: they belong to each service)."""
-    if not isinstance(data, dict) or "models" not in data:
+    modes. Given there, they must be that service's (a dumped fleet loads again); else refused:
+    they belong to each service. `models: {}` is no fleet."""
+    if not isinstance(data, dict) or not data.get("models"):
         return data
     models = data["models"]
-    if not isinstance(models, dict) or not models:
-        raise ValueError("models: name at least one service (name: {image, model, engine, modes})")
-    for key in SERVICE_KEYS:
-        if key in data:
-            raise ValueError(
-                f"{key}: with `models:` each service has its own {key}; move it under models.<name>.{key}"
-            )
-    first = next(iter(models.values()))
+    if not isinstance(models, dict):
+        return data  # pydantic names the type
     try:
-        svc = Service.model_validate(first)
+        svc = Service.model_validate(next(iter(models.values())))
     except ValidationError:  # reported at models.<name>; the top level gets a stand-in meanwhile
         return {
             **data,
@@ -75,7 +70,24 @@ def fill_primary(data: object) -> object:
             "model": {"target": {"id": "invalid/invalid"}},
             "modes": {"invalid": {"nodes": ["invalid"]}},
         }
-    return {**data, "image": svc.image, "model": svc.model, "engine": svc.engine, "modes": svc.modes}
+    parts = {"image": svc.image, "model": svc.model, "engine": svc.engine, "modes": svc.modes}
+    for key in SERVICE_KEYS:
+        if key in data and not _same(key, data[key], parts[key]):
+            raise ValueError(
+                f"{key}: with `models:` each service has its own {key}; move it under models.<name>.{key}"
+            )
+    return {**data, **parts}
+
+
+def _same(key: str, given: object, first: object) -> bool:
+    """A top-level part of a fleet equals its first service's (what a dump of the fleet holds)."""
+    try:
+        if key == "modes":
+            return isinstance(given, dict) and {k: Mode.model_validate(v) for k, v in given.items()} == first
+        kind = {"image": Image, "model": Model, "engine": Engine}[key]
+        return kind.model_validate(given) == first
+    except ValidationError:
+        return False
 
 
 def service_names(profile: Profile) -> list[str]:

@@ -92,7 +92,7 @@ def test_the_same_port_on_different_nodes_is_fine() -> None:
     assert assign_ports(prof)["two"].port == 31000
 
 
-@pytest.mark.parametrize("key", ["image: {ref: 'x:1'}", "modes: {solo: {nodes: [a]}}"])
+@pytest.mark.parametrize("key", ["image: {ref: 'x:1'}", "modes: {tp: {nodes: [a]}}"])
 def test_a_fleet_keeps_service_parts_out_of_its_top_level(key: str) -> None:
     err = error_for(fleet(svc("one")) + key + "\n")
     name = key.split(":")[0]
@@ -100,9 +100,17 @@ def test_a_fleet_keeps_service_parts_out_of_its_top_level(key: str) -> None:
     assert f"models.<name>.{name}" in err.message
 
 
-def test_an_empty_fleet_is_refused() -> None:
+def test_an_empty_models_is_no_fleet() -> None:
     err = error_for(HEAD + "models: {}\n")
-    assert "name at least one service" in err.message
+    assert "missing required key 'image'" in err.message  # a single-model profile then
+
+
+def test_a_dumped_fleet_loads_again_with_its_top_level_parts() -> None:
+    from sparkctl.profile.schema import Profile
+
+    prof = load_profile_file(SPARKS)
+    again = Profile.model_validate(prof.model_dump(mode="json", exclude_unset=True))
+    assert again == prof and assign_ports(again) == assign_ports(prof)
 
 
 def test_a_service_mode_error_names_the_service_key_path() -> None:
