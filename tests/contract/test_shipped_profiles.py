@@ -35,11 +35,23 @@ HANG_GUARD_S = 300  # the local SGLang parser imports torch: slow on a loaded CI
 REACH_CHECKS = {"SshReachable"}  # the only errors an unreachable node may cause in preflight
 
 
+def _fleet(path: Path) -> dict | None:
+    """A fleet profile's services (`models:`), else None."""
+    return yaml.safe_load(path.read_text()).get("models")
+
+
 def _modes(path: Path) -> list[str]:
+    """Every mode; of a fleet, every SERVICE:MODE (the other services in their default modes)."""
+    models = _fleet(path)
+    if models:
+        return [f"{name}:{mode}" for name, svc in models.items() for mode in svc["modes"]]
     return list(yaml.safe_load(path.read_text())["modes"])
 
 
+SINGLE = [p for p in PROFILES if not _fleet(p)]
+FLEETS = [p for p in PROFILES if _fleet(p)]
 CASES = [pytest.param(p, m, id=f"{p.stem}-{m}") for p in PROFILES for m in _modes(p)]
+SINGLE_CASES = [pytest.param(p, m, id=f"{p.stem}-{m}") for p in SINGLE for m in _modes(p)]
 
 
 def _closed_port() -> int:
@@ -133,6 +145,12 @@ def test_plan_and_plan_json(home: Path, path: Path, mode: str) -> None:
     res = run(home, "plan", mode, "--json", "-p", str(path))
     expect(res, ExitCode.OK)
     doc = one_json(res)
+    if _fleet(path):  # every service, its ranks, its budget per node and the sum per node
+        service, _, chosen = mode.partition(":")
+        assert {s["name"]: s["mode"] for s in doc["services"]}[service] == chosen, doc
+        assert all(s["plan"]["ranks"] and s["budget_gib"] for s in doc["services"]), doc
+        assert doc["nodes"] and all(n["fits"] and n["capacity_gib"] for n in doc["nodes"]), doc["nodes"]
+        return
     assert doc["mode"] == mode and doc["ranks"], doc
 
 
@@ -164,6 +182,7 @@ MODEL_FIXTURES = {
     "z-lab/Qwen3.6-27B-DFlash": "qwen3.6-27b-dflash",
     "Qwen/Qwen3-30B-A3B-FP8": "qwen3-30b-a3b-fp8",
     "Qwen/Qwen3-14B-AWQ": "qwen3-14b-awq",
+    "Qwen/Qwen2.5-Coder-7B-Instruct-AWQ": "qwen2.5-coder-7b-awq",
 }
 # Modes shipped to show a refusal: the checks that refuse them (the profile's comment says why and
 # points at `fit`'s layouts). Every other mode must fit with margin.
@@ -173,27 +192,33 @@ REFUSED = {("trio-spark", "tp3"): {"TpVsHeads"}}
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An HF cache holding every shipped profile's target and draft at its pinned revision."""
-    import shutil
-
     root = tmp_path_factory.mktemp("hf") / "hub"
     fixtures = ROOT / "tests" / "fixtures" / "models"
     for path in PROFILES:
-        model = yaml.safe_load(path.read_text())["model"]
-        for ref in (model["target"], model.get("draft")):
-            if not ref:
-                continue
-            assert ref["id"] in MODEL_FIXTURES, f"{path.name}: no fixture of {ref['id']}'s shape"
-            rev = str(ref.get("revision") or "main")
-            is_hex = all(c in "0123456789abcdef" for c in rev)
-            commit = rev.ljust(40, "0") if is_hex else f"{len(rev):040x}"
-            repo = root / ("models--" + ref["id"].replace("/", "--"))
-            snap = repo / "snapshots" / commit
-            if not snap.is_dir():
-                shutil.copytree(fixtures / MODEL_FIXTURES[ref["id"]], snap)
-            if not is_hex:
-                (repo / "refs").mkdir(exist_ok=True)
-                (repo / "refs" / rev).write_text(commit)
+        data = yaml.safe_load(path.read_text())
+        for model in [s["model"] for s in (data.get("models") or {"": data}).values()]:
+            _cache_model(root, fixtures, path, model)
     return root.parent
+
+
+def _cache_model(root: Path, fixtures: Path, path: Path, model: dict) -> None:
+    """One profile's (or fleet service's) target and draft, as header-only copies in the cache."""
+    import shutil
+
+    for ref in (model["target"], model.get("draft")):
+        if not ref:
+            continue
+        assert ref["id"] in MODEL_FIXTURES, f"{path.name}: no fixture of {ref['id']}'s shape"
+        rev = str(ref.get("revision") or "main")
+        is_hex = all(c in "0123456789abcdef" for c in rev)
+        commit = rev.ljust(40, "0") if is_hex else f"{len(rev):040x}"
+        repo = root / ("models--" + ref["id"].replace("/", "--"))
+        snap = repo / "snapshots" / commit
+        if not snap.is_dir():
+            shutil.copytree(fixtures / MODEL_FIXTURES[ref["id"]], snap)
+        if not is_hex:
+            (repo / "refs").mkdir(exist_ok=True)
+            (repo / "refs" / rev).write_text(commit)
 
 
 @pytest.mark.parametrize(("path", "mode"), CASES)
@@ -221,7 +246,7 @@ def test_full_fit_with_memory_passes_with_margin(
     expect(res, ExitCode.OK)
 
 
-@pytest.mark.parametrize(("path", "mode"), CASES)
+@pytest.mark.parametrize(("path", "mode"), SINGLE_CASES)
 def test_preflight_json_against_unreachable_nodes(
     home: Path, unreachable: dict[str, Path], path: Path, mode: str
 ) -> None:
@@ -251,7 +276,7 @@ def _exit_5_naming(res: subprocess.CompletedProcess, nodes: set[str]) -> None:
     assert not missing, (res.args[3:], missing, text)
 
 
-@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+@pytest.mark.parametrize("path", SINGLE, ids=[p.stem for p in SINGLE])
 def test_state_commands_exit_5_naming_every_node(
     home: Path, unreachable: dict[str, Path], path: Path
 ) -> None:
@@ -268,7 +293,7 @@ def test_state_commands_exit_5_naming_every_node(
     expect(run(home, "top", "--once", "-p", prof), ExitCode.CONNECT)
 
 
-@pytest.mark.parametrize(("path", "mode"), CASES)
+@pytest.mark.parametrize(("path", "mode"), SINGLE_CASES)
 def test_state_commands_of_a_mode_exit_5_naming_its_nodes(
     home: Path, unreachable: dict[str, Path], path: Path, mode: str
 ) -> None:
@@ -280,3 +305,82 @@ def test_state_commands_of_a_mode_exit_5_naming_its_nodes(
         res = run(home, *args, "-p", prof)
         expect(res, ExitCode.CONNECT)
         one_json(res)
+
+
+# What serves, ships or watches a cluster runs one model per profile today (docs/fleet.md): given a
+# fleet it says "not yet", exit 2, before it reaches any node. One JSON document where --json is given.
+NOT_YET = [
+    ["up", "--dry-run"],
+    ["up"],
+    ["down", "--dry-run"],
+    ["switch", "chat:solo"],
+    ["status"],
+    ["status", "--json"],
+    ["logs", "--json"],
+    ["top", "--once"],
+    ["preflight", "--json"],
+    ["ship", "--dry-run"],
+    ["verify"],
+    ["bench"],
+    ["supervise"],
+    ["export", "k8s", "-o", "k8s-out"],
+    ["persist", "install"],
+    ["diagnose"],
+]
+
+
+@pytest.mark.parametrize("path", FLEETS, ids=[p.stem for p in FLEETS])
+def test_a_fleet_is_not_yet_served_every_serving_command_says_so(
+    home: Path, unreachable: dict[str, Path], path: Path
+) -> None:
+    prof = str(unreachable[path.stem])
+    for args in NOT_YET:
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.USAGE)
+        if "--json" in args:
+            doc = one_json(res)
+            assert "not yet" in doc["error"]["message"], doc
+            continue
+        text = " ".join(res.stderr.split())
+        assert (
+            f"not yet: `sparkctl {' '.join(args[:2] if args[0] in ('export', 'persist') else args[:1])}` runs one model"
+            in text
+        ), (args, text)
+        assert "fix: `sparkctl -p" in text and "docs/fleet.md" in text, text
+
+
+@pytest.mark.parametrize("path", FLEETS, ids=[p.stem for p in FLEETS])
+def test_a_fleet_over_a_node_is_refused_and_its_fix_is_accepted(home: Path, path: Path) -> None:
+    """Every flag of a shipped fleet doubled (and every service on GPU 0 where modes name GPUs):
+    refused at `plan` with the per-node sums and a fix; the fix written into the profile, `plan`
+    and `plan --check` accept it."""
+    import re
+
+    data = yaml.safe_load(path.read_text())
+    for svc in data["models"].values():
+        for mode in svc["modes"].values():
+            if "gpu_ids" in mode:
+                mode["gpu_ids"] = [0]
+        args = svc["engine"]["args"]
+        for flag in ("mem-fraction-static", "gpu-memory-utilization"):
+            if flag in args:
+                args[flag] = min(0.9, args[flag] * 2)
+    over = home / f"over-{path.name}"
+    over.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = run(home, "plan", "-p", str(over))
+    expect(res, ExitCode.USAGE)
+    text = " ".join(res.stderr.split())
+    assert "the services' memory does not fit" in text and "GiB" in text, text
+    edits = re.findall(r"(models\.[\w.-]+\.args\.[\w-]+): ([\d.]+)", text)
+    assert edits, text
+    for key, value in edits:
+        _, name, *where, flag = key.split(".")
+        at = data["models"][name]
+        for k in where:
+            at = at[k]
+        at[flag] = float(value)
+    over.write_text(yaml.safe_dump(data, sort_keys=False))
+    expect(run(home, "plan", "-p", str(over)), ExitCode.OK)
+    res = run(home, "plan", "--check", "-p", str(over))
+    assert error_lines(res) == [], res.stdout + res.stderr
+    expect(res, ExitCode.OK)

@@ -43,7 +43,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "commands/fabric.py",
         "commands/image.py",
         "commands/logs.py",
-        "commands/plan.py",
         "commands/preflight.py",
         "commands/ship.py",
         "commands/supervise.py",

@@ -110,6 +110,9 @@ def handle_errors(fn: F) -> F:
         from sparkctl.errors import ExitCode, SparkctlError
 
         before, fanout.notice = fanout.notice, progress_line  # a wait over 2 s says what it waits for
+        global running_command
+        group, name = fn.__module__.rpartition(".")[2], fn.__name__.removesuffix("_cmd").replace("_", "-")
+        running_command = name if name.split("-")[0] == group else f"{group} {name}"
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
@@ -160,6 +163,8 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+running_command = "this command"  # `handle_errors` records the command it runs: "up", "persist install"
+
 # `sparkctl -p X CMD`: the root callback records X here (None when not given) for every run.
 root_profile: Path | None = None
 
@@ -177,16 +182,32 @@ given_profile: Path | None = None
 loaded_profile: Path | None = None
 
 
-def load_profile(path: Path | None):
-    """Find and validate the profile (whole file, before any connection)."""
+def load_profile(path: Path | None, fleet: bool = False):
+    """Find and validate the profile (whole file, before any connection). A fleet (`models:`) is
+    refused unless the command plans fleets (`fleet`): `up` and the rest run one model today."""
     from sparkctl.profile import find_profile, load_profile_file
 
     global given_profile, loaded_profile
     given_profile = path or root_profile
     found = find_profile(given_profile)
-    profile = load_profile_file(found)
+    prof = load_profile_file(found)
     loaded_profile = found
-    return profile
+    if prof.models and not fleet:
+        raise fleet_not_yet(prof)
+    return prof
+
+
+def fleet_not_yet(prof):  # -> UsageError
+    """The one "not yet" of a command that runs one model, given a fleet (docs/fleet.md)."""
+    from sparkctl.errors import UsageError
+
+    return UsageError(
+        f"not yet: `sparkctl {running_command}` runs one model per profile, and this profile is a fleet of "
+        f"{len(prof.models)} service(s) ({', '.join(prof.models)}); serving a fleet is not built yet",
+        fix="`sparkctl plan` (and plan --check), fit SERVICE and profile check take a fleet; to "
+        "serve one service now, give it a profile of its own with its image, model, engine and "
+        "modes at the top level (docs/fleet.md)",
+    )
 
 
 def with_profile(text: str) -> str:

@@ -12,7 +12,11 @@ from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_error
 from sparkctl.commands._findings import place_flags, render_findings
 
 ModeArg = Annotated[
-    str | None, typer.Argument(metavar="MODE", help="Mode to check (default: the profile's default mode).")
+    str | None,
+    typer.Argument(
+        metavar="MODE",
+        help="Mode to check (default: the profile's default mode); a fleet: SERVICE[:MODE].",
+    ),
 ]
 DirOpt = Annotated[
     Path | None, typer.Option(help="Model directory with config.json + *.safetensors (headers).")
@@ -65,8 +69,11 @@ def fit_cmd(
     from sparkctl.findings import Severity
     from sparkctl.planning.build import build_plan
 
-    prof = load_profile(profile)
-    plan = build_plan(prof, mode)
+    prof = load_profile(profile, fleet=True)
+    if prof.models:
+        prof, plan = _fleet_service(prof, mode)
+    else:
+        plan = build_plan(prof, mode)
     err = console(stderr=True)
     request = LaunchRequest(
         reach=probe,
@@ -107,6 +114,26 @@ def fit_json(plan, result) -> dict:  # Plan, LaunchCheck: `fit --json`'s object 
         "fix": result.fix,
         "layouts": [o.to_json() for o in result.layouts],
     }
+
+
+def _fleet_service(prof, text: str | None):  # (Profile, Plan): the service as its own profile
+    """`fit SERVICE[:MODE]` of a fleet: that service's plan in its mode (default: its default)."""
+    from sparkctl.errors import UsageError
+    from sparkctl.planning.fleet import service_plan
+    from sparkctl.profile.fleet import service_profile
+
+    name, _, mode = (text or "").partition(":")
+    if not name:
+        raise UsageError(
+            "fit of a fleet checks one service: name it",
+            fix=f"`sparkctl fit SERVICE` or `sparkctl fit SERVICE:MODE` (services: {', '.join(prof.models)})",
+        )
+    view = service_profile(prof, name)
+    if mode and mode not in view.modes:
+        raise UsageError(
+            f"unknown mode '{mode}' of service '{name}'", fix=f"its modes: {', '.join(view.modes)}"
+        )
+    return view, service_plan(prof, name, mode or view.default_mode()).plan
 
 
 def render(plan, result, out=None) -> None:  # Plan, LaunchCheck, Console (lazy imports)

@@ -14,7 +14,12 @@ if TYPE_CHECKING:
     from sparkctl.secrets import SecretFile
 
 ModeArg = Annotated[
-    str | None, typer.Argument(metavar="MODE", help="Mode to plan (default: the profile's default mode).")
+    str | None,
+    typer.Argument(
+        metavar="MODE",
+        help="Mode to plan (default: the profile's default mode); a fleet: SERVICE:MODE[,SERVICE:MODE], "
+        "the other services in their default modes.",
+    ),
 ]
 
 
@@ -41,10 +46,14 @@ def plan_cmd(
     json_out: JsonOpt = False,
     parser_timeout: ParserTimeoutOpt = 30.0,
 ) -> None:
-    """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts."""
+    """Show the plan: per rank the node, container, image, argv, env (secrets masked), mounts; of a
+    fleet, every service's, with its memory budget per node and the sum per node."""
     from sparkctl.planning.build import build_plan
 
-    prof = load_profile(profile)
+    prof = load_profile(profile, fleet=True)
+    if prof.models:
+        plan_fleet_cmd(prof, mode, check, json_out, parser_timeout)
+        return
     result = build_plan(prof, mode)
     checked = launch_check(prof, result, parser_timeout, quiet=json_out) if check else None
     findings = place_flags(checked.findings, _common.loaded_profile, result.mode) if checked else []
@@ -63,6 +72,62 @@ def plan_cmd(
                 render_layouts(result, layouts)
     if any(f.severity == "error" for f in findings):
         raise typer.Exit(1)
+
+
+def plan_fleet_cmd(prof, selection: str | None, check: bool, json_out: bool, parser_timeout: float) -> None:
+    """`plan` of a fleet: refused (exit 2) when the budgets do not fit; --check runs each service's
+    launch check on its own plan (exit 1 on errors)."""
+    from sparkctl.planning.fleet import plan_fleet
+    from sparkctl.profile.fleet import service_profile
+
+    fleet = plan_fleet(prof, selection)
+    checked = {
+        s.name: launch_check(service_profile(prof, s.name), s.plan, parser_timeout, quiet=json_out)
+        for s in (fleet.services if check else [])
+    }
+    if json_out:
+        doc = fleet.to_json()
+        if check:
+            doc["check"] = {name: [f.to_json() for f in c.findings] for name, c in checked.items()}
+        print_json(doc)
+    else:
+        from sparkctl.commands._findings import render_findings
+
+        out = console()
+        for s in fleet.services:
+            out.print(f"[bold magenta]service {s.name}[/] mode {s.mode}: {s.plan.shape}")
+            render_plan(s.plan)
+            if s.name in checked:
+                render_findings(checked[s.name].findings)
+        render_budgets(fleet)
+    if any(f.severity == "error" for c in checked.values() for f in c.findings):
+        raise typer.Exit(1)
+
+
+def render_budgets(fleet, out=None) -> None:  # sparkctl.planning.fleet.FleetPlan (lazy imports)
+    """Every service's memory budget on each node it runs on, and the sum per node."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    out = out or console()
+    table = Table(title="memory per node (GiB)", title_justify="left")
+    for col in ("node", "service", "mode", "budget", "from"):
+        table.add_column(col, justify="right" if col == "budget" else "left")
+    modes = {s.name: s.mode for s in fleet.services}
+    for n in fleet.nodes:
+        for sh in n.shares:
+            mode = modes.get(sh.service, "")
+            table.add_row(n.node, sh.service, mode, f"{sh.gib:.1f}", escape(sh.basis))
+        verdict = "[green]fits[/]" if n.fits else "[red]does not fit[/]"
+        cap = "?" if n.capacity_gib is None else f"{n.capacity_gib:.1f}"
+        table.add_row(
+            n.node,
+            "[bold]sum[/]",
+            "",
+            f"[bold]{n.used_gib:.1f}[/]",
+            f"of {cap} ({escape(n.basis)}): {verdict}",
+        )
+    out.print(table)
 
 
 def launch_check(prof, plan, parser_timeout: float = 30.0, quiet: bool = False):  # LaunchCheck

@@ -12,12 +12,11 @@ carries the numbers and a computed fix (docs/memory.md).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkctl.engines.support.launch_check import Serving
-from sparkctl.units import human_bytes
+from sparkctl.units import human_bytes, parse_size  # noqa: F401 - parse_size: memgate imports it from here
 
 GIB = 1 << 30
 DROP_CACHES = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
@@ -86,16 +85,6 @@ class Verdict:
             "fixes",
         )
         return {k: getattr(self, k) for k in keys} | {"left": self.left}
-
-
-def parse_size(text: str | None) -> int:
-    """Docker's shm_size ("64m", "16g", "1024") in bytes; 0 for none."""
-    if not text:
-        return 0
-    m = re.fullmatch(r"(\d+)([bkmg]?)", text.strip().lower())
-    if not m:
-        return 0
-    return int(m.group(1)) * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
 
 
 def max_fraction(budget: int, seen: int, shm: int, reserve: int, ranks: int) -> float:

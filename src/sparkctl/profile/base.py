@@ -24,6 +24,8 @@ def _not_a_bool(value: object) -> object:
 
 Count = Annotated[int, BeforeValidator(_not_a_bool)]  # an int that is not a bool in disguise
 Port = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=1, le=65535)]
+NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"  # node, mode, service and cluster names
+Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
 # engine.front / engine.internal_port (node/front.py, docs/security.md)
 FRONT_HELP = (
     "A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the routes that "

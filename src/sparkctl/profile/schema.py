@@ -12,22 +12,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sparkctl.profile.base import (
-    DEFAULT_ENGINE,
-    ENGINE_KINDS,
-    FRONT_HELP,
-    INTERNAL_PORT_HELP,
-    Count,
-    Port,
-    Strict,
-)
+from sparkctl.profile.base import NAME_RE, Count, Name, Port, Strict
+from sparkctl.profile.fleet import Service, check_fleet, fill_primary
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
-from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
-from sparkctl.profile.values import ArgValue, check_args, check_env, check_log_dir, one_line
+from sparkctl.profile.security import NodeDir, ssh_word
+from sparkctl.profile.serving import Engine, Image, Mode, Model, ModelRef, Secret
+from sparkctl.profile.values import ArgValue
 
-NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
-Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
+# Re-exported: the serving parts (profile/serving.py) are imported from here too.
+__all__ = ["NAME_RE", "ArgValue", "Engine", "Image", "Mode", "Model", "ModelRef", "Name", "Secret", "Service"]
 
 
 class GpuSpec(Strict):
@@ -133,167 +127,6 @@ class Fabric(Strict):
     )
 
 
-class Image(Strict):
-    ref: ImageRef | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
-    id: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
-    recipe: str | None = Field(None, description="Name of an images/<recipe>/ to build instead of a ref.")
-
-    @model_validator(mode="after")
-    def _ref_or_recipe(self) -> Image:
-        if bool(self.ref) == bool(self.recipe):
-            raise ValueError("set exactly one of image.ref or image.recipe")
-        return self
-
-
-class ModelRef(Strict):
-    id: ModelId = Field(description="Hugging Face repo id, e.g. org/name.")
-    revision: Revision | None = Field(
-        None, description="Commit or branch; pin it so every node serves the same bytes."
-    )
-    local_dir: str | None = Field(
-        None,
-        description="config.json + safetensors here, for `fit` planning when the HF cache lacks the model.",
-    )
-
-
-class Model(Strict):
-    target: ModelRef = Field(description="The served model.")
-    draft: ModelRef | None = Field(
-        None, description="DFlash draft model; enables --speculative-algorithm DFLASH."
-    )
-    hf_cache: NodeDir = Field(
-        "~/.cache/huggingface", description="HF cache on every node, mounted as HF_HOME."
-    )
-    triton_cache: NodeDir = Field(
-        "~/.triton", description="Triton kernel cache: keeps warm-up across restarts."
-    )
-
-
-class Secret(Strict):
-    """A secret's source. The value is read at execution time and never stored or printed."""
-
-    env: str | None = Field(None, description="Read from this variable of the shell running sparkctl.")
-    file: str | None = Field(None, description="A 0400 file present on every node; mounted read-only.")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Secret:
-        if bool(self.env) == bool(self.file):
-            raise ValueError("set exactly one of env or file")
-        return self
-
-
-class Engine(Strict):
-    kind: Literal[ENGINE_KINDS] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
-    command: list[str] | None = Field(
-        None,
-        min_length=1,
-        description="The rank's launcher, run in place of the image's ENTRYPOINT/CMD (default: the engine's).",
-    )
-    host: str | None = Field(
-        None,
-        description="--host of the API server (default: each node's IP, its name resolved on that node by `up`; "
-        "127.0.0.1 for a local node). Without api_key, anything but loopback needs expose: public.",
-    )
-    expose: Literal["private", "public"] = Field(
-        "private", description="public: an API without a key on a non-loopback address is intended."
-    )
-    api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (passed in a file).")
-    admin_api_key: Secret | None = Field(
-        None, description="Key for the engine's admin routes (SGLang's; else they take api_key, or no key)."
-    )
-    trust_remote_code: bool = Field(
-        False, description="Let the model repo run its own Python (--trust-remote-code); pin the revision."
-    )
-    offline: bool = Field(
-        True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
-    )
-    port: Port = Field(30000, description="--port of the API server (rank 0).")
-    front: bool = Field(True, description=FRONT_HELP)
-    internal_port: Port | None = Field(None, description=INTERNAL_PORT_HELP)
-    served_model_name: str | None = Field(
-        None, description="Name clients use (default: last part of the model id)."
-    )
-    recipe_defaults: bool = Field(True, description="Add the reference recipe's serving defaults.")
-    args: dict[str, ArgValue] = Field(
-        default_factory=dict,
-        description="The engine's flags without dashes: true = bare flag, false/null = omit, list = values.",
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra container env (no secrets here).")
-    secrets: dict[str, Secret] = Field(
-        default_factory=dict, description="Secret env such as HF_TOKEN, by source."
-    )
-    container: ContainerOptions = Field(default_factory=ContainerOptions, description="docker run options.")
-    sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
-    ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
-    log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
-    stop_grace: int = Field(
-        5, ge=0, le=300, description="Seconds between SIGTERM and SIGKILL when `down`/`switch` stop a rank."
-    )
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        return check_args(v)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_env(v)
-
-    @field_validator("log_dir")
-    @classmethod
-    def _log_dir(cls, v: str) -> str:
-        return check_log_dir(v)
-
-    @field_validator("served_model_name")
-    @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        return v if v is None else one_line("served_model_name", v)
-
-    @model_validator(mode="after")
-    def _admin_needs_api_key(self) -> Engine:
-        # Only an admin key: normal routes stay open, the settings route (which answers it) among them.
-        if self.admin_api_key is not None and self.api_key is None:
-            raise ValueError(
-                "admin_api_key: set api_key too (with only an admin key the API is open and "
-                "/server_info hands that admin key to anyone)"
-            )
-        return self
-
-
-class Mode(Strict):
-    nodes: list[str] = Field(
-        min_length=1,
-        description="Node names, cut in order into replica groups; a group's first is its rank 0.",
-    )
-    tp: Count = Field(1, ge=1, description="Tensor parallel size of one replica, over its nodes.")
-    pp: Count = Field(1, ge=1, description="Pipeline parallel size of one replica.")
-    replicas: Count = Field(
-        1,
-        ge=1,
-        description="Independent copies of the model behind the router (data parallel): "
-        "nodes split into this many groups, or several per node on its GPUs.",
-    )
-    args: dict[str, ArgValue] = Field(default_factory=dict, description="Flags merged over engine.args.")
-    env: dict[str, str] = Field(default_factory=dict, description="Env merged over engine.env.")
-    default: bool = Field(False, description="The mode used when a command names none.")
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        return check_args(v)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return check_env(v)
-
-    @property
-    def nodes_per_replica(self) -> int:
-        """Nodes one replica spans (1 when replicas share or split single nodes)."""
-        return max(1, len(self.nodes) // self.replicas)
-
-
 class Profile(Strict):
     version: Literal[1] = Field(1, description="Profile format version.")
     cluster: Name = Field(description="Cluster name: container names, labels and the lock are keyed by it.")
@@ -306,6 +139,16 @@ class Profile(Strict):
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
     memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")
+    # A fleet (`models:`) holds its services' parts; its top level then carries the first service's.
+    models: dict[Name, Service] = Field(
+        default_factory=dict,
+        description="A fleet: named services, each its own image, model, engine and modes (docs/fleet.md).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fleet_top(cls, data: object) -> object:
+        return fill_primary(data)
 
     @model_validator(mode="after")
     def _cross_refs(self) -> Profile:
@@ -314,7 +157,6 @@ class Profile(Strict):
         if dupes:
             where = f"nodes[{names.index(dupes[0], names.index(dupes[0]) + 1)}].name"
             raise ValueError(f"{where}: duplicate node name(s): {', '.join(dupes)}")
-        by_name = {n.name: n for n in self.nodes}
         ips: dict[str, str] = {}
         for i, n in enumerate(self.nodes):
             ip = str(n.fabric.ip) if n.fabric else None
@@ -324,23 +166,10 @@ class Profile(Strict):
                 )
             if ip:
                 ips[ip] = n.name
-        defaults = [m for m, mode in self.modes.items() if mode.default]
-        if len(defaults) > 1:
-            raise ValueError(
-                f"modes.{defaults[1]}.default: more than one default mode: {', '.join(defaults)}"
-            )
-        for mode_name, mode in self.modes.items():
-            where = f"modes.{mode_name}"
-            for i, node in enumerate(mode.nodes):
-                if node not in by_name:
-                    import difflib
-
-                    near = difflib.get_close_matches(node, names, n=1)
-                    hint = f" (did you mean '{near[0]}'?)" if near else f" (nodes: {', '.join(names)})"
-                    raise ValueError(f"{where}.nodes[{i}]: unknown node '{node}'{hint}")
-            _check_layout(self, mode_name, mode, by_name)
-        if self.router.node is not None and self.router.node not in by_name:
-            raise ValueError(f"router.node: unknown node '{self.router.node}' (nodes: {', '.join(names)})")
+        if self.models:
+            check_fleet(self, _check_modes)  # each service's modes as below, then ports across them
+        else:
+            _check_modes(self, "")
         return self
 
     def node(self, name: str) -> Node:
@@ -353,6 +182,29 @@ class Profile(Strict):
         return next(iter(self.modes))
 
 
+def _check_modes(profile: Profile, prefix: str) -> None:
+    """A profile's (or a fleet service's: `prefix` models.<name>.) modes and router node."""
+    names = [n.name for n in profile.nodes]
+    by_name = {n.name: n for n in profile.nodes}
+    defaults = [m for m, mode in profile.modes.items() if mode.default]
+    if len(defaults) > 1:
+        raise ValueError(
+            f"{prefix}modes.{defaults[1]}.default: more than one default mode: {', '.join(defaults)}"
+        )
+    for mode_name, mode in profile.modes.items():
+        for i, node in enumerate(mode.nodes):
+            if node not in by_name:
+                import difflib
+
+                near = difflib.get_close_matches(node, names, n=1)
+                hint = f" (did you mean '{near[0]}'?)" if near else f" (nodes: {', '.join(names)})"
+                raise ValueError(f"{prefix}modes.{mode_name}.nodes[{i}]: unknown node '{node}'{hint}")
+        _check_layout(profile, f"{prefix}modes.{mode_name}", mode, by_name)
+    if profile.router.node is not None and profile.router.node not in by_name:
+        where = f"{prefix}router.node"
+        raise ValueError(f"{where}: unknown node '{profile.router.node}' (nodes: {', '.join(names)})")
+
+
 # The mode key each topology rule is about, so an error points at its line in the YAML.
 _RULE_KEYS = {
     "gpus-per-node": "tp",
@@ -361,15 +213,15 @@ _RULE_KEYS = {
     "replicas-divide-nodes": "replicas",
     "replicas-positive": "replicas",
     "node-once": "nodes",
+    "gpu-ids": "gpu_ids",
 }
 
 
-def _check_layout(profile: Profile, mode_name: str, mode: Mode, by_name: dict[str, Node]) -> None:
+def _check_layout(profile: Profile, where: str, mode: Mode, by_name: dict[str, Node]) -> None:
     """The topology rules (sparkctl.profile.topology), each error naming its rule; then the fabric that
-    every group spanning several nodes needs."""
+    every group spanning several nodes needs. `where`: the mode's key path."""
     from sparkctl.profile.topology import TopologyError, mode_layout
 
-    where = f"modes.{mode_name}"
     try:
         lay = mode_layout(profile, mode)
     except TopologyError as exc:

@@ -106,6 +106,21 @@ def _split(nodes: Sequence[str], replicas: int) -> list[list[str]]:
     return [[nodes[i // per_node]] for i in range(replicas)]
 
 
+def _only_gpus(nodes: Sequence[str], gpus: Mapping[str, int], gpu_ids: Sequence[int]) -> dict[str, int]:
+    """The GPU count each node offers when a mode names its GPUs (`gpu_ids`), each checked."""
+    if len(set(gpu_ids)) != len(gpu_ids):
+        raise TopologyError("gpu-ids", f"gpu_ids {list(gpu_ids)} names a GPU twice", fix="list each GPU once")
+    for node in nodes:
+        have = gpus.get(node, 0)
+        if any(i >= have for i in gpu_ids):
+            raise TopologyError(
+                "gpu-ids",
+                f"node '{node}' has {have} GPU(s) (ids 0-{have - 1}) but gpu_ids names {max(gpu_ids)}",
+                fix=f"name GPUs below {have}, or fix nodes[{node}].gpus",
+            )
+    return {node: len(gpu_ids) for node in nodes}
+
+
 def layout(
     nodes: Sequence[str],
     gpus: Mapping[str, int],
@@ -115,12 +130,16 @@ def layout(
     replicas: int = 1,
     port: int = 30000,
     dist_init_port: int = 50051,
+    gpu_ids: Sequence[int] | None = None,
 ) -> Layout:
-    """The groups of a mode, or TopologyError naming the rule the layout breaks."""
+    """The groups of a mode, or TopologyError naming the rule the layout breaks. `gpu_ids`: the
+    GPUs of each node the mode may use, in order (default: all of them, from GPU 0)."""
     if tp < 1 or pp < 1:
         raise TopologyError("sizes-positive", f"tp={tp} and pp={pp} must be at least 1")
     if len(set(nodes)) != len(nodes):
         raise TopologyError("node-once", "a node is listed twice", fix="list each node once")
+    if gpu_ids is not None:
+        gpus = _only_gpus(nodes, gpus, gpu_ids)
     members = _split(nodes, replicas)
     world = tp * pp
     used_gpus: dict[str, int] = {}
@@ -146,7 +165,10 @@ def layout(
                     fix="lower tp or replicas, or add nodes",
                 )
             used_gpus[node] = first + per_node
-            slots.append(Slot(index, node_rank, node, tuple(range(first, first + per_node))))
+            ids = range(first, first + per_node)
+            slots.append(
+                Slot(index, node_rank, node, tuple(gpu_ids[i] for i in ids) if gpu_ids else tuple(ids))
+            )
         k = on_node.get(group_nodes[0], 0)
         on_node[group_nodes[0]] = k + 1
         groups.append(
@@ -175,10 +197,12 @@ def internal_offset(engine_port: int, internal_port: int | None) -> int:
     return -FRONT_OFFSET if engine_port - FRONT_OFFSET >= 1024 else FRONT_OFFSET
 
 
-def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | None = None) -> None:
+def _check_ports(
+    lay: Layout, router: tuple[str, int, int] | None, front: int | None = None
+) -> dict[str, dict[int, str]]:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
     (`router`: its node, API port and metrics port), the engines' and the router's own behind
-    their fronts (`front`: their offset from the API port)."""
+    their fronts (`front`: their offset from the API port). Returns node -> port -> what binds it."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -215,6 +239,7 @@ def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | 
         if g.nnodes > 1:
             for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
                 take(g.head.node, p, f"replica {g.index}'s rendezvous port")
+    return used
 
 
 def worker_port_base(engine_port: int, replicas: int) -> int:
@@ -224,6 +249,16 @@ def worker_port_base(engine_port: int, replicas: int) -> int:
 
 def mode_layout(profile: Profile, mode: Mode) -> Layout:
     """The layout of a profile's mode, with its ports checked (the router's included)."""
+    return _mode_layout_ports(profile, mode)[0]
+
+
+def mode_ports(profile: Profile, mode: Mode) -> dict[str, dict[int, str]]:
+    """node -> port -> what binds it, of every rank (and the router) of a mode: what a fleet's
+    services must not share (profile/fleet.py)."""
+    return _mode_layout_ports(profile, mode)[1]
+
+
+def _mode_layout_ports(profile: Profile, mode: Mode) -> tuple[Layout, dict[str, dict[int, str]]]:
     lay = layout(
         mode.nodes,
         {n.name: n.gpus for n in profile.nodes},
@@ -232,11 +267,12 @@ def mode_layout(profile: Profile, mode: Mode) -> Layout:
         replicas=mode.replicas,
         port=worker_port_base(profile.engine.port, mode.replicas),
         dist_init_port=profile.fabric.dist_init_port,
+        gpu_ids=mode.gpu_ids,
     )
     router = None
     if lay.replicas > 1:
         node = profile.router.node or lay.groups[0].head.node
         router = (node, profile.engine.port, profile.router.metrics_port)
     eng = profile.engine
-    _check_ports(lay, router, internal_offset(eng.port, eng.internal_port) if eng.front else None)
-    return lay
+    used = _check_ports(lay, router, internal_offset(eng.port, eng.internal_port) if eng.front else None)
+    return lay, used
