@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # so groups that share a node keep their rendezvous ports this far apart.
 DIST_PORT_STRIDE = 10
 DIST_PORT_SPAN = 7  # dist_init_port .. +6
+GATE_PORT_OFFSET = DIST_PORT_SPAN  # a gated group's launch gate: dist_init_port + 7 (inside the stride)
 
 
 class TopologyError(ValueError):
@@ -67,6 +68,11 @@ class Group:
     @property
     def nnodes(self) -> int:
         return len(self.slots)
+
+    @property
+    def gate_port(self) -> int:
+        """Where a gated start's control server listens on the head (memory.gated_start)."""
+        return self.dist_init_port + GATE_PORT_OFFSET
 
 
 @dataclass(frozen=True)
@@ -175,10 +181,12 @@ def internal_offset(engine_port: int, internal_port: int | None) -> int:
     return -FRONT_OFFSET if engine_port - FRONT_OFFSET >= 1024 else FRONT_OFFSET
 
 
-def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | None = None) -> None:
+def _check_ports(
+    lay: Layout, router: tuple[str, int, int] | None, front: int | None = None, gated: bool = False
+) -> None:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
     (`router`: its node, API port and metrics port), the engines' and the router's own behind
-    their fronts (`front`: their offset from the API port)."""
+    their fronts (`front`: their offset from the API port), a gated group's launch gate."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -215,6 +223,8 @@ def _check_ports(lay: Layout, router: tuple[str, int, int] | None, front: int | 
         if g.nnodes > 1:
             for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
                 take(g.head.node, p, f"replica {g.index}'s rendezvous port")
+            if gated:
+                take(g.head.node, g.gate_port, f"replica {g.index}'s launch gate")
 
 
 def worker_port_base(engine_port: int, replicas: int) -> int:
@@ -238,5 +248,6 @@ def mode_layout(profile: Profile, mode: Mode) -> Layout:
         node = profile.router.node or lay.groups[0].head.node
         router = (node, profile.engine.port, profile.router.metrics_port)
     eng = profile.engine
-    _check_ports(lay, router, internal_offset(eng.port, eng.internal_port) if eng.front else None)
+    front = internal_offset(eng.port, eng.internal_port) if eng.front else None
+    _check_ports(lay, router, front, gated=profile.memory.gated_start)
     return lay
