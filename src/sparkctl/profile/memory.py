@@ -86,7 +86,8 @@ class Memory(Strict):
         False,
         description="Start each multi-node group gated where its engine release has a launch gate "
         "(SGLang >= 0.5.23: --gated-launch-port on fabric.dist_init_port + 7): every rank rendezvouses, "
-        "admission runs on every node of the group, then the gate opens (docs/memory.md).",
+        "admission runs on every node of the group, then the gate opens. Leave it off until `up` opens "
+        "the gate (docs/memory.md: where it stands).",
     )
 
 
