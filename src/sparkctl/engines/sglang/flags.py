@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import LaunchGate
-from sparkctl.engines.sglang.launch.inputs import (
-    GB10_MAX_MEM_FRACTION,  # noqa: F401 - the one cap, kept with the launch rules
-    parse_version,
-)
+from sparkctl.engines.sglang.launch.gate import GATE, launch_gate  # noqa: F401 - the gate, kept with the launch rules
+from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
 
 if TYPE_CHECKING:
     from sparkctl.profile.schema import ArgValue
@@ -49,26 +46,6 @@ RECIPE_DEFAULT_ARGS: dict[str, ArgValue] = {
     "sleep-on-idle": True,  # idle scheduler busy-spins ~97 % of a core without it
 }
 DFLASH = "DFLASH"
-# SGLang 0.5.23 (srt/distributed/gated_launch.py, called from bootstrap.py before the memory it
-# sizes its pools from is read): every rank blocks after init_distributed_environment; the first
-# rank of the world serves /health and POST /gate/activate on --host:<port> (no key) and broadcasts
-# "activated" to the others each second. Not read in older releases: they start ungated.
-GATE = LaunchGate(
-    flag="--gated-launch-port",
-    health_path="/health",
-    activate_path="/gate/activate",
-    waiting_marker="Gated launch waiting for activation.",
-    activated_marker="Gated launch activated.",
-    release="0.5.23",
-)
-
-
-def launch_gate(version: str | None) -> LaunchGate | None:
-    """The gate in this SGLang release: 0.5.23 and later (the release whose source was read)."""
-    v = parse_version(version)
-    return GATE if v is not None and v >= (0, 5, 23) else None
-
-
 HOST_IP_ENV = "SGLANG_HOST_IP"  # else SGLang may advertise its LAN/Wi-Fi address and hang at init
 # SGLang logs every server setting at INFO on start (`server_args=ServerArgs(... api_key='K',
 # admin_api_key='A' ...)`, srt/entrypoints/engine.py): the values after these names are masked in
