@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.engines.vllm import flags as F
 from sparkctl.engines.vllm import speculative
+from sparkctl.engines.vllm.memory_fixes import Budget, kv_fixes, weights_fixes
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
@@ -134,12 +135,23 @@ def memory_model(
     drafted = draft_bytes if doc.get("model") and not speculative.reuses_target(doc) else 0
     weights = (model_bytes + (drafted or 0)) / max(1, tp * _int_arg(rank.argv, "--pipeline-parallel-size"))
     left = want - weights
+    unified = bool(node.gpu and node.gpu.unified_memory)
+    budget = Budget(total, free, fraction, weights, unified)
     if left <= 0:
+        text = (config or {}).get("text_config", config or {})
+        one_node = _int_arg(rank.argv, "--nnodes") <= 1
         return _error(
             index,
             rank,
             f"{flag} gives {want / GIB:.1f} GiB per GPU; its share of the weights alone is {weights / GIB:.1f} GiB",
-            f"raise {F.MEM_FLAG}, or spread the model over more GPUs (tp)",
+            weights_fixes(
+                budget,
+                tp,
+                node.gpus if one_node else tp,
+                node.name,
+                text.get("num_attention_heads"),
+                text.get("num_key_value_heads"),
+            ),
         )
     per_token = kv_bytes_per_token(config or {}, tp, rank.argv)
     if per_token:  # a DFlash/DSpark draft's own KV, one slot per target token
@@ -151,8 +163,9 @@ def memory_model(
         return _error(
             index,
             rank,
-            f"one {seq}-token sequence needs {per_token * seq / GIB:.2f} GiB of KV cache; "
-            f"{flag} leaves {left / GIB:.2f} GiB after the weights (before activations)",
-            f"lower engine.args max-model-len, use kv-cache-dtype fp8 (sm89+), or raise {F.MEM_FLAG}",
+            f"--max-model-len {seq}: one sequence needs {per_token * seq / GIB:.2f} GiB of KV cache, "
+            f"more than the {left / GIB:.2f} GiB {flag} leaves after the weights ({weights / GIB:.2f} GiB "
+            "per GPU; before activations)",
+            kv_fixes(budget, per_token, seq, _kv_bytes(rank.argv, config or {}) == 1),
         )
     return None
