@@ -81,7 +81,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "engines/vllm/check.py",
         "engines/vllm/cli_flags.py",
         "engines/vllm/flags.py",
-        "engines/vllm/memory.py",
         "errors.py",
         "export/k8s_pod.py",
         "export/k8s_router.py",

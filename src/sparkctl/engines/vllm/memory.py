@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.support.launch_check import DEFAULT_HEADROOM_MIB
 from sparkctl.engines.vllm import flags as F
 from sparkctl.engines.vllm import speculative
 from sparkctl.engines.vllm.memory_fixes import Budget, kv_fixes, weights_fixes
@@ -168,4 +169,28 @@ def memory_model(
             "per GPU; before activations)",
             kv_fixes(budget, per_token, seq, _kv_bytes(rank.argv, config or {}) == 1),
         )
-    return None
+    return _thin(index, rank, flag, budget, left - (per_token or 0) * (seq or 0))
+
+
+def _thin(index: int, rank: LaunchRank, flag: str, b: Budget, spare: float) -> Finding | None:
+    """A launch that fits with less than the headroom to spare (a warn: fit's margin): free memory
+    another process's growth takes before the start, or KV beyond one sequence for activations."""
+    headroom = DEFAULT_HEADROOM_MIB * (1 << 20)
+    want = b.fraction * b.total
+    if b.free is not None and b.free - want < headroom:
+        what = f"{flag} asks {want / GIB:.2f} GiB with {b.free / GIB:.2f} GiB free"
+        lower = int((b.free - headroom) / b.total * 100) / 100
+        fix = f"--{F.MEM_FLAG} {lower:.2f} (1 GiB stays free for other processes), or free the GPU"
+    elif spare < headroom:
+        what = f"{flag} leaves {spare / GIB:.2f} GiB after the weights and one --max-model-len sequence's KV"
+        fix = f"lower --max-model-len or raise {F.MEM_FLAG} (activations and CUDA graphs come out of it)"
+    else:
+        return None
+    return Finding(
+        MEMORY,
+        Severity.WARN,
+        f"{what}: under the {DEFAULT_HEADROOM_MIB} MiB headroom fit keeps",
+        fix=fix,
+        node=rank.node,
+        rank=index,
+    )
