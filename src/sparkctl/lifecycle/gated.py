@@ -26,7 +26,7 @@ from sparkctl.connectors.base import Connector
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import memgate
-from sparkctl.planning.model import GateSpec, Plan
+from sparkctl.planning.model import GateSpec, Plan, RankSpec
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
 
@@ -68,17 +68,45 @@ def gate_call(conn: Connector, url: str, method: str) -> int | None:
     return parse_call(conn.run(call_argv(url, method), timeout=CALL_TIMEOUT_S).stdout)
 
 
+# A rank that exited while its group waits ("rank 1 on spark2 exited (code 1)"), else None.
+Dead = Callable[[], "str | None"]
+
+
+def exited_rank(pool: NodePool, ranks: list[RankSpec]) -> Dead:
+    """`dead` for `open_gates`: the first of `ranks` whose container is gone or no longer runs."""
+    from sparkctl.runtime import containers
+
+    def first() -> str | None:
+        for spec in ranks:
+            info = containers.inspect(pool.get(spec.node), spec.container_name)
+            if info is None or info.status not in ("created", "running", "restarting"):
+                how = "is gone" if info is None else f"exited (code {info.exit_code})"
+                return f"rank {spec.node_rank} on {spec.node} ({spec.container_name}) {how}"
+        return None
+
+    return first
+
+
 def wait_at_gate(
     pool: NodePool,
     gate: GateSpec,
     deadline: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    dead: Dead | None = None,
 ) -> float:
-    """Seconds until rank 0's gate answered (every rank rendezvoused); GateError at the deadline."""
+    """Seconds until rank 0's gate answered (every rank rendezvoused); GateError at the deadline,
+    or at once when `dead` names a rank that exited (the others would wait for it until then)."""
     conn, t0 = pool.get(gate.node), clock()
     url = gate.url + gate.protocol.health_path
     while gate_call(conn, url, "GET") != 200:
+        gone = dead() if dead else None
+        if gone:
+            raise GateError(
+                f"{gone} before the group reached the launch gate (nothing has allocated GPU memory)",
+                node=gate.node,
+                fix="`sparkctl logs`: that rank's log says why it exited",
+            )
         if clock() >= deadline:
             raise GateError(
                 f"rank 0's launch gate ({url}) did not answer within {clock() - t0:.0f}s: not every rank "
@@ -101,13 +129,14 @@ def open_gates(
     admit: Callable[..., object] = memgate.admit,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    dead: Dead | None = None,
 ) -> None:
     """Wait, admit, open: each gated group of `plan` in turn (see the module's docstring)."""
     for pos, group in enumerate(plan.groups):
         gate = group.gate
         if gate is None:
             continue
-        waited = wait_at_gate(pool, gate, deadline, clock, sleep)
+        waited = wait_at_gate(pool, gate, deadline, clock, sleep, dead)
         nodes = unified_nodes(profile, gate.nodes) if profile.memory.admission else []
         say(
             f"replica {group.index}: every rank waits at the launch gate ({waited:.0f}s)"

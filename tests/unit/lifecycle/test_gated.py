@@ -138,6 +138,44 @@ def test_a_rank_that_never_joins_is_a_gate_error_at_the_deadline() -> None:
     assert not engine.allocated
 
 
+def test_a_rank_that_exits_while_the_group_waits_ends_the_wait_at_once() -> None:
+    engine, polls = StandIn(joins=10**6), []
+
+    def dead() -> str | None:
+        polls.append(1)
+        return "rank 1 on spark2 exited (code 1)" if len(polls) >= 3 else None
+
+    clock = Clock()
+    plan = build_plan(gated_profile(), "tp2")
+    with pytest.raises(GateError) as err:
+        open_gates(
+            gated_profile(), Pool(engine), plan, 600.0, print, clock=clock, sleep=clock.sleep, dead=dead
+        )
+    assert "rank 1 on spark2 exited (code 1) before the group reached the launch gate" in err.value.message
+    assert clock.t == 2.0 and not engine.allocated  # not the 600 s deadline
+
+
+def test_exited_rank_names_the_first_rank_whose_container_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from sparkctl.lifecycle.gated import exited_rank
+    from sparkctl.runtime import containers
+
+    plan = build_plan(gated_profile(), "tp2")
+    states = {plan.ranks[0].container_name: "running", plan.ranks[1].container_name: "running"}
+    monkeypatch.setattr(
+        containers,
+        "inspect",
+        lambda conn, name: SimpleNamespace(status=states[name], exit_code=1) if name in states else None,
+    )
+    dead = exited_rank(Pool(StandIn()), plan.ranks)
+    assert dead() is None
+    states[plan.ranks[1].container_name] = "exited"
+    assert dead() == f"rank 1 on spark2 ({plan.ranks[1].container_name}) exited (code 1)"
+    del states[plan.ranks[1].container_name]
+    assert dead() == f"rank 1 on spark2 ({plan.ranks[1].container_name}) is gone"
+
+
 def test_no_gate_no_call_and_without_unified_memory_the_gate_opens_without_admission() -> None:
     engine = StandIn()
     plain = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
