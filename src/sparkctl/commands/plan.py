@@ -186,6 +186,8 @@ def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily
     )
     for item in plan.warnings:
         out.print(f"[yellow]security:[/] {item}")
+    for item in plan.notes:
+        out.print(f"note: {item}")
     for item in plan.addresses:
         out.print(f"address: {item}")
     for item in plan.unresolved:

@@ -68,6 +68,22 @@ class RankLayout:
     )
     port: int = 30000  # the group's API port
     pp: int = 1
+    gate_port: int | None = None  # the group's launch gate (LaunchGate): every rank blocks there
+
+
+@dataclass(frozen=True)
+class LaunchGate:
+    """An engine's gated launch: every rank blocks after the distributed rendezvous, before any
+    sizable GPU allocation, until the orchestrator opens the gate. Rank 0 alone serves the gate's
+    control HTTP server on its --host and `flag`'s port; the rendezvous is done (every rank joined)
+    once `health_path` answers there. Nothing authenticates `activate_path`."""
+
+    flag: str  # the launch flag that takes the gate's port
+    health_path: str  # GET: 200 once rank 0 waits at the gate (so every rank has rendezvoused)
+    activate_path: str  # POST: opens the gate on every rank
+    waiting_marker: str  # each rank's log line while it waits
+    activated_marker: str  # each rank's log line once the gate opened
+    release: str  # the engine release it was read in (what the plan says it relies on)
 
 
 @dataclass(frozen=True)
@@ -145,6 +161,11 @@ class Engine(Protocol):
 
     def mem_fraction(self, argv: list[str]) -> float | None:
         """The static memory fraction a command line asks for (None: the engine's default)."""
+        ...
+
+    def launch_gate(self, profile: Profile) -> LaunchGate | None:
+        """The engine's gated launch in the profile's release of it (None: no gate; starts run as
+        before). The image's own parser confirms the flag (fit, plan --check, preflight)."""
         ...
 
     def check_names(self) -> frozenset[str]:

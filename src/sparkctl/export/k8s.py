@@ -235,6 +235,15 @@ def units(plan: Plan, name: str) -> list[tuple[str, Plan]]:
     return [(f"{name}-g{g.index}", plan.replica(g.index)) for g in plan.groups]
 
 
+def _ungated(profile: Profile) -> tuple[Profile, bool]:
+    """The profile without memory.gated_start, and whether it had it: nothing in Kubernetes runs
+    admission and opens the engine's launch gate, so a gated pod would wait forever."""
+    if not profile.memory.gated_start:
+        return profile, False
+    memory = profile.memory.model_copy(update={"gated_start": False})
+    return profile.model_copy(update={"memory": memory}), True
+
+
 def export_k8s(
     profile: Profile,
     mode_name: str | None = None,
@@ -246,6 +255,7 @@ def export_k8s(
     as_node = (profile.engine.container.user or engine.default_user) == "node"
     if fronted:  # the filtering front is a node process of `up`'s; the pod serves the engine's port
         profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"front": False})})
+    profile, gated = _ungated(profile)
     plan = build_plan(profile, mode_name)
     _check_exportable(plan)
     name = dns_name("sparkctl", profile.cluster, plan.mode)
@@ -253,6 +263,11 @@ def export_k8s(
     out = K8sExport(
         plan, namespace, name, dns_name("sparkctl", profile.cluster, "secrets") if secrets else None
     )
+    if gated:
+        out.notes.append(
+            "memory.gated_start is not exported: the ranks start ungated (nothing in the cluster runs "
+            "admission and opens the engine's launch gate; a gated pod would wait forever)"
+        )
     if as_node:
         out.notes.append(
             "engine.container.user: node is not exported (the node user's uid is known on the node): the "

@@ -17,6 +17,7 @@ from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
+from sparkctl.planning.launch_gate import gate_notes, gate_spec, gate_warnings, group_gate
 from sparkctl.planning.managed import check_env_overrides, check_managed
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
 from sparkctl.planning.router import READINESS as ROUTER_READINESS
@@ -214,6 +215,7 @@ def _build_group(
         assert head.fabric is not None  # the schema requires it for groups over several nodes
         dist_init_addr = f"{head.fabric.ip}:{group.dist_init_port}"
     indices = []
+    gate, gate_at = group_gate(profile, engine, group), None
     for slot in group.slots:
         node = profile.node(slot.node)
         ip = (
@@ -226,7 +228,12 @@ def _build_group(
             profile, engine.private_routes, slot.node_rank, host, group.port, engine.private_route_fields
         )
         host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
-        layout = RankLayout(slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp)
+        gate_port = group.gate_port if gate else None
+        layout = RankLayout(
+            slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp, gate_port
+        )
+        if gate and slot.node_rank == 0:
+            gate_at = gate_spec(group, gate, host)
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
         gpus = _gpu_request(node, slot.gpu_ids, profile)
@@ -262,7 +269,7 @@ def _build_group(
     worker = None  # what the router reaches the replica at: an IP, never a name
     if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):
         worker = _node_ip(head, facts, out)
-    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker))
+    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker, gate_at))
 
 
 def _node_ip(node: Node, facts: PlanFacts, out: _Build, bind: bool = False) -> str:
@@ -310,7 +317,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         if other != mode_name
         for n, name in mode_containers(profile, other)
     ]
-    g0 = out.groups[0]
+    g0, gates = out.groups[0], [g.gate for g in out.groups]
     return Plan(
         cluster=profile.cluster,
         mode=mode_name,
@@ -323,7 +330,8 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
         config_hash=config_hash,
         image_source=image_ref(profile)[1],
         unresolved=out.unresolved,
-        warnings=sec.plan_warnings(profile, mode),
+        warnings=sec.plan_warnings(profile, mode) + gate_warnings(gates),
+        notes=gate_notes(profile, get_engine(profile.engine.kind), gates, lay.groups[0].nnodes > 1),
         pp=mode.pp,
         groups=out.groups,
         router=router,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from sparkctl.engines.base import Readiness
+from sparkctl.engines.base import LaunchGate, Readiness
 from sparkctl.planning.hardening import FrontSpec, Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
@@ -69,6 +69,29 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class GateSpec:
+    """A group started gated (planning/launch_gate.py): its ranks block after the rendezvous until
+    admission on every one of `nodes` passed and sparkctl opened the gate on `node`."""
+
+    node: str  # the head's node: its rank 0 serves the gate's control server
+    host: str  # the address that server binds (rank 0's --host)
+    port: int
+    reach: str  # the address sparkctl asks it at, from `node` itself (loopback for a wildcard bind)
+    nodes: list[str]  # admission runs on each before the gate opens
+    protocol: LaunchGate
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.reach}:{self.port}"
+
+    def describe(self) -> str:
+        return (
+            f"{self.protocol.flag} {self.port} on {self.node} ({self.host}): admission on "
+            f"{', '.join(self.nodes)} after the rendezvous, then POST {self.protocol.activate_path}"
+        )
+
+
+@dataclass(frozen=True)
 class GroupSpec:
     """One replica: its ranks (indices into Plan.ranks, node rank 0 first), API and rendezvous."""
 
@@ -78,6 +101,7 @@ class GroupSpec:
     dist_init_addr: str | None
     head_node: str
     worker_host: str | None = None  # the address the router reaches this replica at (an IP)
+    gate: GateSpec | None = None  # started gated (memory.gated_start and the engine has a gate)
 
     @property
     def worker_url(self) -> str:
@@ -116,6 +140,7 @@ class Plan:
     image_source: str  # "ref" or "recipe:<name>"
     unresolved: list[str] = field(default_factory=list)  # what `up` must resolve first (e.g. hcas: auto)
     warnings: list[str] = field(default_factory=list)  # security notes `plan` shows (docs/security.md)
+    notes: list[str] = field(default_factory=list)  # how it starts (e.g. a gated start), `plan` shows
     pp: int = 1
     groups: list[GroupSpec] = field(default_factory=list)
     router: RankSpec | None = None  # sglang-router's container when replicas > 1 (role "router")
@@ -199,12 +224,23 @@ class Plan:
                 "api_key": self.endpoint.api_key.describe() if self.endpoint.api_key else None,
             },
             "warnings": self.warnings,
+            "notes": self.notes,
             "addresses": self.addresses,
             "stop_first": [asdict(c) for c in self.stop_first],
             "unresolved": self.unresolved,
             "ranks": [r.to_json() for r in self.ranks],
             "groups": [
-                {"index": g.index, "ranks": g.ranks, "url": g.worker_url, "dist_init_addr": g.dist_init_addr}
+                {
+                    "index": g.index,
+                    "ranks": g.ranks,
+                    "url": g.worker_url,
+                    "dist_init_addr": g.dist_init_addr,
+                    "gate": (
+                        {"node": g.gate.node, "host": g.gate.host, "port": g.gate.port, "nodes": g.gate.nodes}
+                        if g.gate
+                        else None
+                    ),
+                }
                 for g in self.groups
             ],
             "router": self.router.to_json() if self.router else None,

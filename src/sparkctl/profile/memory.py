@@ -82,6 +82,13 @@ class Memory(Strict):
         ge=0,
         description="Seconds a start waits for memory to settle after a stop (then admission decides).",
     )
+    gated_start: bool = Field(
+        False,
+        description="Start each multi-node group gated where its engine release has a launch gate "
+        "(SGLang >= 0.5.23: --gated-launch-port on fabric.dist_init_port + 7): every rank rendezvouses, "
+        "admission runs on every node of the group, then the gate opens. Leave it off until `up` opens "
+        "the gate (docs/memory.md: where it stands).",
+    )
 
 
 def unified_nodes(profile: Profile, nodes: list[str]) -> list[str]:

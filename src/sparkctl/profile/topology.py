@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # so groups that share a node keep their rendezvous ports this far apart.
 DIST_PORT_STRIDE = 10
 DIST_PORT_SPAN = 7  # dist_init_port .. +6
+GATE_PORT_OFFSET = DIST_PORT_SPAN  # a gated group's launch gate: dist_init_port + 7 (inside the stride)
 
 
 class TopologyError(ValueError):
@@ -67,6 +68,11 @@ class Group:
     @property
     def nnodes(self) -> int:
         return len(self.slots)
+
+    @property
+    def gate_port(self) -> int:
+        """Where a gated start's control server listens on the head (memory.gated_start)."""
+        return self.dist_init_port + GATE_PORT_OFFSET
 
 
 @dataclass(frozen=True)
@@ -198,11 +204,12 @@ def internal_offset(engine_port: int, internal_port: int | None) -> int:
 
 
 def _check_ports(
-    lay: Layout, router: tuple[str, int, int] | None, front: int | None = None
+    lay: Layout, router: tuple[str, int, int] | None, front: int | None = None, gated: bool = False
 ) -> dict[str, dict[int, str]]:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
     (`router`: its node, API port and metrics port), the engines' and the router's own behind
-    their fronts (`front`: their offset from the API port). Returns node -> port -> what binds it."""
+    their fronts (`front`: their offset from the API port), a gated group's launch gate.
+    Returns node -> port -> what binds it."""
     used: dict[str, dict[int, str]] = {}
 
     def take(node: str, port: int, what: str) -> None:
@@ -239,6 +246,8 @@ def _check_ports(
         if g.nnodes > 1:
             for p in range(g.dist_init_port, g.dist_init_port + DIST_PORT_SPAN):
                 take(g.head.node, p, f"replica {g.index}'s rendezvous port")
+            if gated:
+                take(g.head.node, g.gate_port, f"replica {g.index}'s launch gate")
     return used
 
 
@@ -274,5 +283,6 @@ def _mode_layout_ports(profile: Profile, mode: Mode) -> tuple[Layout, dict[str, 
         node = profile.router.node or lay.groups[0].head.node
         router = (node, profile.engine.port, profile.router.metrics_port)
     eng = profile.engine
-    used = _check_ports(lay, router, internal_offset(eng.port, eng.internal_port) if eng.front else None)
+    front = internal_offset(eng.port, eng.internal_port) if eng.front else None
+    used = _check_ports(lay, router, front, gated=profile.memory.gated_start)
     return lay, used

@@ -139,3 +139,20 @@ def test_the_memory_plan_admission_names_is_the_engines() -> None:
     prof = load_profile_file(ROOT / "profiles" / "vllm-two-gpu-box.yaml")
     spec = build_plan(prof, prof.default_mode()).ranks[0]
     assert get_engine("vllm").memory_plan(prof, spec.argv, spec.node, 0.8, 100 << 30) is None
+
+
+def test_launch_gate_is_the_engines_and_its_releases(profile) -> None:
+    """SGLang >= 0.5.23 has --gated-launch-port (read in its srt/distributed/gated_launch.py); an
+    older or unknown release, and vLLM, have no gate: their ranks start as before."""
+    from sparkctl.engines.sglang.flags import launch_gate
+
+    assert launch_gate("0.5.23") is not None and launch_gate("v0.5.24.post1") is not None
+    assert launch_gate("0.5.16") is None and launch_gate(None) is None
+    gate = get_engine("sglang").launch_gate(profile)
+    assert gate is not None and gate.flag == "--gated-launch-port" and gate.release == "0.5.23"
+    assert get_engine("vllm").launch_gate(profile) is None
+    sglang = get_engine("sglang")
+    args = sglang.serving_args(profile, profile.modes["tp2"])
+    gated = sglang.rank_argv(profile, args, RankLayout(1, 2, 2, "10.0.0.1:50051", gate_port=50058))
+    assert gated[gated.index("--gated-launch-port") + 1] == "50058"
+    assert "--gated-launch-port" not in sglang.rank_argv(profile, args, RankLayout(1, 2, 2, "10.0.0.1:50051"))

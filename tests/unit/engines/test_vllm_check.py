@@ -59,7 +59,10 @@ def test_memory_fits_then_each_limit_in_turn() -> None:
     assert "share of the weights alone is 30.0 GiB" in big[0].message
     long = build_plan(box({"max-model-len": 131072}), "tp2")
     kv = memory_findings(long, prof, {"box": report(23.5)}, model_bytes=30 * GIB, config=QWEN_32B)
-    assert kv[0].severity == Severity.ERROR and "131072-token sequence needs 16.00 GiB" in kv[0].message
+    assert (
+        kv[0].severity == Severity.ERROR
+        and "--max-model-len 131072: one sequence needs 16.00 GiB" in kv[0].message
+    )
 
 
 def test_gb10_above_the_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -448,3 +448,13 @@ def test_nics_that_differ_by_node_go_in_the_nodes_env_file(tmp_path: Path) -> No
             tmp_path,
         )
         assert (seen["argv"], seen["env"]) == (unfronted(rank), rank["env"])
+
+
+def test_a_gated_start_is_exported_ungated_and_says_so() -> None:
+    """Nothing in the cluster opens the engine's launch gate: a gated pod would wait forever."""
+    data = yaml.safe_load((ROOT / "profiles/dual-spark.yaml").read_text())
+    data.setdefault("memory", {})["gated_start"] = True
+    out = export_k8s(load_profile_text(yaml.safe_dump(data)), "tp2", "llm")
+    text = json.dumps(out.objects)
+    assert "--gated-launch-port" not in text
+    assert any(n.startswith("memory.gated_start is not exported") for n in out.notes)

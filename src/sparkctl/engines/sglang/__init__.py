@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import (
+    LaunchGate,
     LaunchTarget,
     LayoutFlags,
     MetricNames,
@@ -128,6 +129,8 @@ class SGLang:
             flags = self.layout_flags
             argv += [flags.nnodes, str(layout.nnodes), flags.node_rank, str(layout.rank)]
             argv += [flags.dist_init_addr, layout.dist_init_addr or ""]
+        if layout.gate_port is not None:
+            argv += [F.GATE.flag, str(layout.gate_port)]
         return argv + ["--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
@@ -135,6 +138,9 @@ class SGLang:
 
     def mem_fraction(self, argv: list[str]) -> float | None:
         return F.mem_fraction(argv)
+
+    def launch_gate(self, profile: Profile) -> LaunchGate | None:
+        return F.launch_gate(profile.engine.sglang_version)
 
     def check_names(self) -> frozenset[str]:
         from sparkctl.engines.sglang.launch import CHECK_NAMES

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.sglang.launch.gate import GATE, launch_gate  # noqa: F401 - the gate, kept with the launch rules
 from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "api-key": "engine.api_key (a secret: env: or file:)",
     "admin-api-key": "engine.admin_api_key (a secret: env: or file:)",
     "config": "engine.api_key (sparkctl passes the keys to SGLang in a --config file)",
+    "gated-launch-port": "memory.gated_start (sparkctl opens the gate after admission)",
 }
 
 # The reference recipe's serving defaults (recipe.md): each one fixes a measured problem.

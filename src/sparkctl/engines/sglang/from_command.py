@@ -49,6 +49,7 @@ OWNED: dict[str, str] = {
     "api-key": "api_key",
     "admin-api-key": "admin_api_key",
     "config": "config",
+    "gated-launch-port": "gated_start",
 }
 # What the engine does when the line says nothing, kept so clients keep working: its port, and
 # the model argument as the served name (sparkctl's own defaults differ: 30000, the id's last part).
@@ -129,6 +130,15 @@ def _owned(fields: dict[str, object], key: str, flag: str, values: list[str]) ->
                 f"{flag} {' '.join(values)}: the file's settings are not read (sparkctl passes its "
                 "keys in a --config file of its own)",
                 "put the file's flags on the line itself",
+            )
+        ]
+    if key == "gated_start":
+        return [
+            _finding(
+                f"{flag}: the gate is sparkctl's (it opens it once every node of the group is admitted); "
+                "the port on the line is not kept",
+                "set memory.gated_start: true in the profile",
+                warn=True,
             )
         ]
     if len(values) != 1:

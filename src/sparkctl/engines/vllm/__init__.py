@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkctl.engines.base import (
+    LaunchGate,
     LaunchTarget,
     LayoutFlags,
     MetricNames,
@@ -122,6 +123,9 @@ class VLlm:
 
     def mem_fraction(self, argv: list[str]) -> float | None:
         return F.mem_fraction(argv)
+
+    def launch_gate(self, profile: Profile) -> LaunchGate | None:
+        return None  # vLLM has no gated launch: its ranks start as before
 
     def check_names(self) -> frozenset[str]:
         from sparkctl.engines.vllm.check import CHECK_NAMES

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.support.launch_check import DEFAULT_HEADROOM_MIB
 from sparkctl.engines.vllm import flags as F
 from sparkctl.engines.vllm import speculative
+from sparkctl.engines.vllm.memory_fixes import Budget, kv_fixes, weights_fixes
 from sparkctl.findings import Finding, Severity
 
 if TYPE_CHECKING:
@@ -134,12 +136,23 @@ def memory_model(
     drafted = draft_bytes if doc.get("model") and not speculative.reuses_target(doc) else 0
     weights = (model_bytes + (drafted or 0)) / max(1, tp * _int_arg(rank.argv, "--pipeline-parallel-size"))
     left = want - weights
+    unified = bool(node.gpu and node.gpu.unified_memory)
+    budget = Budget(total, free, fraction, weights, unified)
     if left <= 0:
+        text = (config or {}).get("text_config", config or {})
+        one_node = _int_arg(rank.argv, "--nnodes") <= 1
         return _error(
             index,
             rank,
             f"{flag} gives {want / GIB:.1f} GiB per GPU; its share of the weights alone is {weights / GIB:.1f} GiB",
-            f"raise {F.MEM_FLAG}, or spread the model over more GPUs (tp)",
+            weights_fixes(
+                budget,
+                tp,
+                node.gpus if one_node else tp,
+                node.name,
+                text.get("num_attention_heads"),
+                text.get("num_key_value_heads"),
+            ),
         )
     per_token = kv_bytes_per_token(config or {}, tp, rank.argv)
     if per_token:  # a DFlash/DSpark draft's own KV, one slot per target token
@@ -151,8 +164,33 @@ def memory_model(
         return _error(
             index,
             rank,
-            f"one {seq}-token sequence needs {per_token * seq / GIB:.2f} GiB of KV cache; "
-            f"{flag} leaves {left / GIB:.2f} GiB after the weights (before activations)",
-            f"lower engine.args max-model-len, use kv-cache-dtype fp8 (sm89+), or raise {F.MEM_FLAG}",
+            f"--max-model-len {seq}: one sequence needs {per_token * seq / GIB:.2f} GiB of KV cache, "
+            f"more than the {left / GIB:.2f} GiB {flag} leaves after the weights ({weights / GIB:.2f} GiB "
+            "per GPU; before activations)",
+            kv_fixes(budget, per_token, seq, _kv_bytes(rank.argv, config or {}) == 1),
         )
-    return None
+    return _thin(index, rank, flag, budget, left - (per_token or 0) * (seq or 0))
+
+
+def _thin(index: int, rank: LaunchRank, flag: str, b: Budget, spare: float) -> Finding | None:
+    """A launch that fits with less than the headroom to spare (a warn: fit's margin): free memory
+    another process's growth takes before the start, or KV beyond one sequence for activations."""
+    headroom = DEFAULT_HEADROOM_MIB * (1 << 20)
+    want = b.fraction * b.total
+    if b.free is not None and b.free - want < headroom:
+        what = f"{flag} asks {want / GIB:.2f} GiB with {b.free / GIB:.2f} GiB free"
+        lower = int((b.free - headroom) / b.total * 100) / 100
+        fix = f"--{F.MEM_FLAG} {lower:.2f} (1 GiB stays free for other processes), or free the GPU"
+    elif spare < headroom:
+        what = f"{flag} leaves {spare / GIB:.2f} GiB after the weights and one --max-model-len sequence's KV"
+        fix = f"lower --max-model-len or raise {F.MEM_FLAG} (activations and CUDA graphs come out of it)"
+    else:
+        return None
+    return Finding(
+        MEMORY,
+        Severity.WARN,
+        f"{what}: under the {DEFAULT_HEADROOM_MIB} MiB headroom fit keeps",
+        fix=fix,
+        node=rank.node,
+        rank=index,
+    )

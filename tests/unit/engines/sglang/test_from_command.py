@@ -91,6 +91,13 @@ def test_every_managed_flag_is_a_field_never_an_arg() -> None:
     assert set(F.MANAGED_FLAGS) <= set(OWNED)
 
 
+def test_a_gated_launch_port_on_the_line_says_the_gate_is_sparkctls() -> None:
+    frag, findings = parse("python3 -m sglang.launch_server --model-path a/b --gated-launch-port 41000")
+    assert "gated-launch-port" not in frag["args"] and "41000" not in repr(frag)
+    [f] = findings
+    assert f.severity == "warn" and f.fix == "set memory.gated_start: true in the profile"
+
+
 def test_unknown_flag_is_dropped_with_the_nearest_as_fix_and_prefixes_resolve() -> None:
     frag, findings = parse(
         "python -m sglang.launch_server --model-path a/b --mem-fraction-statik 0.8 --trust-remote --context-len 4096"

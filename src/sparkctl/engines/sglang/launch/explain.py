@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkctl.engines.sglang.launch.inputs import FlagValue, LaunchSettings
+from sparkctl.engines.support.launch_check import FP8_KV_COST
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -17,10 +18,6 @@ MIB = 1 << 20
 # it gives about 6 accepted tokens per step, the order DFlash reports for its drafts. An
 # estimate for the size of the loss, not a measurement of this model.
 ACCEPT_RATE = 0.85
-FP8_KV_COST = (
-    "FP8 KV cache: SGLang and vLLM document minimal accuracy degradation (e4m3 keeps more precision, "
-    "e5m2 more range); the attention backend must fuse it or throughput drops"
-)
 
 
 def count(n: int) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sparkctl.engines.sglang.launch.gate import missing_gate_fix
 from sparkctl.engines.sglang.launch.inputs import parse_version
 from sparkctl.engines.sglang.launch.parser_source import PARSER_CHECK_SOURCE, REGISTRY_FLAGS
 from sparkctl.findings import Finding, Severity
@@ -170,11 +171,12 @@ def _flag_error(
     data = {"flag": err["flag"], "sglang_version": version, "mismatch": mismatch}
     if err["kind"] == "unknown":
         near = nearest_flag(err["flag"], check.valid_flags)
+        gate = missing_gate_fix(err["flag"])
         return Finding(
             CHECK,
             Severity.ERROR,
             f"{about} has no flag {err['flag']}",
-            fix=f"use {near}" if near else "remove it",
+            fix=gate or (f"use {near}" if near else "remove it"),
             node=node,
             data={**data, "suggestion": near},
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from sparkctl.engines.sglang.launch.explain import count
 from sparkctl.engines.sglang.launch.inputs import GpuFacts, LaunchSettings
 from sparkctl.engines.sglang.launch.mem_fraction import (
     default_mem_fraction,
@@ -309,7 +310,7 @@ def _mamba(
         rest -= inter
         state = (K + 1) * per_req
     plan.terms.append(
-        f"mamba state: {K} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
+        f"mamba state: {count(K)} + 1 slots x {per_req / MIB:.1f} MiB, {ratio} per request ({strategy})"
         + (", speculative scratch" if inter else "")
         + " (kv_cache_configurator.py:3229)"
     )

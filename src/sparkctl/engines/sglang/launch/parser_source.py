@@ -5,18 +5,28 @@ imports nothing of sparkctl, only the SGLang it runs with."""
 from __future__ import annotations
 
 # Flags argparse does not constrain whose values SGLang takes only from a registry (0.5.23):
-# flag -> (module, list). DFLASH falls back to another backend for a value outside it
-# (srt/arg_groups/speculative_hook.py:886), other algorithms die with "Invalid attention backend".
-REGISTRY_FLAGS = {
+# flag -> the registries that together hold its values, each (module, name): a list or set of
+# strings, an Enum (its members' names), or a dict (its keys). DFLASH falls back to another draft
+# backend for a value outside DRAFT_ATTENTION_BACKEND_CHOICES (srt/arg_groups/speculative_hook.py:886),
+# other algorithms die with "Invalid attention backend"; an algorithm outside SpeculativeAlgorithm,
+# the reserved aliases (NEXTN) and the plugins registered at import dies with "Unknown speculative
+# algorithm name" (srt/speculative/spec_info.py: from_string, which upper-cases the value).
+REGISTRY_FLAGS: dict[str, tuple[tuple[str, str], ...]] = {
     "--speculative-draft-attention-backend": (
-        "sglang.srt.arg_groups.choices",
-        "DRAFT_ATTENTION_BACKEND_CHOICES",
+        ("sglang.srt.arg_groups.choices", "DRAFT_ATTENTION_BACKEND_CHOICES"),
+    ),
+    "--speculative-algorithm": (
+        ("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm"),
+        ("sglang.srt.speculative.spec_registry", "_RESERVED_ALIASES"),
+        ("sglang.srt.speculative.spec_registry", "_REGISTRY"),
     ),
 }
+UPPER_FLAGS = ("--speculative-algorithm",)  # compared as SGLang does: upper-cased
 
 PARSER_CHECK_SOURCE = r"""
 import argparse, json, sys
 REGISTRY_FLAGS = __REGISTRY_FLAGS__
+UPPER_FLAGS = __UPPER_FLAGS__
 out = {"sglang_version": None, "errors": [], "deprecated": [], "valid_flags": [], "choices": {}}
 try:
     import importlib.metadata as md
@@ -57,12 +67,23 @@ for opt, action in by_flag.items():
 # Values argparse takes as any string but the engine accepts only from a registry of its own
 # (REGISTRY_FLAGS: module, list): checked against the registry of this very install.
 registries = {}
-for opt, (mod, name) in REGISTRY_FLAGS.items():
-    try:
-        import importlib
-        registries[opt] = sorted(str(c) for c in getattr(importlib.import_module(mod), name))
-    except Exception:
-        pass
+for opt, sources in REGISTRY_FLAGS.items():
+    import enum, importlib
+    found = None
+    for mod, name in sources:
+        try:
+            obj = getattr(importlib.import_module(mod), name)
+        except Exception:
+            continue
+        if isinstance(obj, type) and issubclass(obj, enum.Enum):
+            items = [m.name for m in obj]
+        elif isinstance(obj, dict):
+            items = list(obj)
+        else:
+            items = list(obj)
+        found = (found or set()) | {str(c) for c in items}
+    if found is not None:
+        registries[opt] = sorted(found)
 out["registries"] = registries
 
 i = 0
@@ -98,10 +119,11 @@ while i < len(argv):
                 out["errors"].append({"kind": "value", "flag": flag, "value": v, "error": str(exc)})
     if action.choices is None and values and action.option_strings[-1] in registries:
         allowed = registries[action.option_strings[-1]]
+        upper = action.option_strings[-1] in UPPER_FLAGS
         for v in values:
-            if v not in allowed:
+            if (v.upper() if upper else v) not in allowed:
                 out["errors"].append({"kind": "choice", "flag": flag, "value": v, "allowed": allowed,
-                                      "registry": REGISTRY_FLAGS[action.option_strings[-1]][1]})
+                                      "registry": REGISTRY_FLAGS[action.option_strings[-1]][0][1]})
     if action.choices is not None:
         for v in values:
             try:
@@ -118,4 +140,4 @@ except _Stop as exc:
 except Exception as exc:
     out["parser_error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
-""".replace("__REGISTRY_FLAGS__", repr(REGISTRY_FLAGS))
+""".replace("__REGISTRY_FLAGS__", repr(REGISTRY_FLAGS)).replace("__UPPER_FLAGS__", repr(UPPER_FLAGS))

@@ -77,6 +77,8 @@ def test_counts_below_zero_are_none_left_never_negative() -> None:
     assert rows["mamba slots"].startswith("none left (short by 303)")
     assert rows["KV budget"] == "none left (short by 24.13 GiB)"
     assert not any(re.search(r"(^|\s)-\d", v) for v in rows.values()), rows
+    terms = " ".join(plan.terms)  # the line under fit's table
+    assert "mamba state: none left (short by 303) + 1 slots" in terms and not re.search(r"(^|\s)-\d", terms)
     assert count(-3) == "none left (short by 3)" and count(4) == "4"
     assert gib(-(1 << 30)) == "none left (short by 1.00 GiB)"
 
