@@ -249,6 +249,9 @@ def _fit(result, probe: bool, err) -> bool:  # FromCommand, Console: True when f
     from sparkctl.findings import Severity
     from sparkctl.planning.build import build_plan
 
+    launch = get_engine(result.profile.engine.kind).launch
+    if launch is None:  # nothing to check the line's flags with: the profile stands as written
+        return False
     plan = build_plan(result.profile, result.mode)
     request = LaunchRequest(
         reach=probe,
@@ -257,7 +260,7 @@ def _fit(result, probe: bool, err) -> bool:  # FromCommand, Console: True when f
         build=build_plan,
     )
     err.print(f"[bold]fit {result.mode}:[/]")
-    check = get_engine(result.profile.engine.kind).launch_check(plan, result.profile, request)
+    check = launch.launch_check(plan, result.profile, request)
     render(plan, check, err)
     return any(f.severity == Severity.ERROR for f in check.findings)
 

@@ -166,7 +166,7 @@ def _rank_env_mounts(
     check_env_overrides(profile, mode, env)
     env |= profile.engine.env
     env |= mode.env
-    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.key_file)
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.auth)
     env |= secret_env
     # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
@@ -225,7 +225,13 @@ def _build_group(
             profile, engine.private_routes, slot.node_rank, host, group.port, engine.private_route_fields
         )
         host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
-        layout = RankLayout(slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp)
+        peers = (
+            _peers(profile, group, slot.node_rank) if engine.multi_node and engine.multi_node.peers else ()
+        )
+        hf_home = sec.container_home(profile.engine.container.user or engine.default_user)["HF_HOME"]
+        layout = RankLayout(
+            slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp, peers, hf_home
+        )
         argv = engine.rank_argv(profile, args, layout)
         env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
         gpus = _gpu_request(node, slot.gpu_ids, profile)
@@ -262,6 +268,12 @@ def _build_group(
     if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):
         worker = _node_ip(head, facts, out)
     out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker))
+
+
+def _peers(profile: Profile, group: Group, rank: int) -> tuple[str, ...]:
+    """The fabric addresses of the group's other ranks, in rank order (an engine's RPC workers)."""
+    nodes = [profile.node(s.node) for s in group.slots if s.node_rank != rank]
+    return tuple(str(n.fabric.ip) for n in nodes if n.fabric is not None)
 
 
 def _node_ip(node: Node, facts: PlanFacts, out: _Build, bind: bool = False) -> str:

@@ -216,6 +216,10 @@ class Engine(Strict):
     )
     container: ContainerOptions = Field(default_factory=ContainerOptions, description="docker run options.")
     sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
+    options: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="Keys of the engine's own (docs/engines.md), checked by the engine when the plan is built.",
+    )
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
     stop_grace: int = Field(

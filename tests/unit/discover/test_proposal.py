@@ -244,11 +244,13 @@ def test_images_are_detected_per_engine_by_the_engines_markers() -> None:
         },
         {"RepoTags": ["lmsysorg/sglang:v0.5.23"], "Labels": {}, "Id": "b"},
         {"RepoTags": ["ubuntu:24.04"], "Id": "c"},
+        {"RepoTags": ["ghcr.io/ggml-org/llama.cpp:server-cuda"], "Id": "d"},
     ]
     found = {i.ref: (i.engine, i.version) for i in engine_images_from_list(items)}
     assert found == {
         "sparkctl-test/vllm-cpu:0.32.0": ("vllm", "0.32.0"),
         "lmsysorg/sglang:v0.5.23": ("sglang", None),
+        "ghcr.io/ggml-org/llama.cpp:server-cuda": ("llamacpp", None),
     }
 
 
