@@ -275,13 +275,36 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--build-only", action="store_true", help="build (or find) llama-server and stop")
     ap.add_argument("--fallback-python", action="store_true", help="serve with llama_cpp.server instead")
+    ap.add_argument(
+        "--print-flags",
+        action="store_true",
+        help="print the options of its --help as engines/llamacpp/cli_flags.py lists them, and stop",
+    )
     args = ap.parse_args()
     if args.fallback_python:
         return fallback_python(args.tokens)
     t0 = time.monotonic()
     binary = find_llama_server()
     print(f"llama-server: {binary} ({time.monotonic() - t0:.0f} s to find or build)")
+    if args.print_flags:
+        return print_flags(binary)
     return 0 if args.build_only else serve_and_check(binary, args.tokens)
+
+
+def print_flags(binary: Path) -> int:
+    """The options its --help lists, read as the launch check reads an image's (check.help_options),
+    and how they differ from the release list sparkctl ships."""
+    import textwrap
+
+    from sparkctl.engines.llamacpp.check import help_options
+    from sparkctl.engines.llamacpp.cli_flags import CLI_FLAGS
+
+    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, check=False)
+    known = help_options(done.stdout + "\n" + done.stderr)
+    print(textwrap.fill(" ".join(sorted(known)), width=100, break_on_hyphens=False, break_long_words=False))
+    print(f"{len(known)} options; not in cli_flags.py: {sorted(known - CLI_FLAGS) or 'none'}")
+    print(f"in cli_flags.py, not in this --help: {sorted(CLI_FLAGS - known) or 'none'}")
+    return 0 if known else 1
 
 
 if __name__ == "__main__":

@@ -146,6 +146,16 @@ def test_not_a_launch_line() -> None:
     )
 
 
+def test_an_engine_without_a_reader_is_neither_read_nor_offered() -> None:
+    """llama.cpp has no from_command.py: its line is no engine's, and the fix offers only readers."""
+    line = "docker run ghcr.io/ggml-org/llama.cpp:server -m /m/x.gguf --port 8080"
+    with pytest.raises(UsageError, match="is not an engine's launch command") as exc:
+        from_command(FromCommandRequest(line, LOCAL))
+    assert "llama-server" not in (exc.value.fix or "")
+    with pytest.raises(UsageError, match="is not an engine's launch command"):
+        from_command(FromCommandRequest("llama-server -m /m/x.gguf --port 8080", LOCAL))
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

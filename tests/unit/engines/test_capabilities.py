@@ -57,3 +57,17 @@ def test_a_yaml_key_file_names_each_key_and_a_plain_one_holds_it_alone() -> None
 
     assert Auth(("api-key",), "/k.yaml").yaml_key("api-key") == "api-key"
     assert Auth(("api-key",), "/k", "plain").yaml_key("api-key") is None
+
+
+def test_a_launch_line_reader_and_launch_checks_are_asked_for_and_may_be_absent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sparkctl.engines as engines
+    from sparkctl.errors import UsageError
+
+    assert engines.command_reader("llamacpp") is None  # no engines/llamacpp/from_command.py
+    assert all(engines.command_reader(k) is not None for k in ("sglang", "vllm"))
+    monkeypatch.setattr(engines, "get_engine", lambda name: Capabilities())
+    with pytest.raises(UsageError, match="fit: engine 'toy' has no launch-safety checks") as e:
+        engines.launch_safety("toy", "fit")
+    assert "sparkctl preflight" in (e.value.fix or "")

@@ -1,10 +1,11 @@
 """llama.cpp's `llama-server` as a sparkctl engine: one process on one node, OpenAI-compatible.
 
 The core (argv, env, readiness) and the capabilities it has: auth (its key alone in the file
-`--api-key-file` reads), metrics (`--metrics`), image markers, options (the GGUF file). It lacks
-a memory model (no fixed fraction: it allocates what the model and context take), layout flags
-and multi-node (solo only: planning refuses a replica over several nodes), launch checks and an
-NCCL library variable. docs/engines.md "llama.cpp".
+`--api-key-file` reads), metrics (`--metrics`), image markers, options (the GGUF file), launch
+checks (flag names against llama-server's `--help`: check.py). It lacks a memory model (no fixed
+fraction: it allocates what the model and context take), layout flags and multi-node (solo only:
+planning refuses a replica over several nodes) and an NCCL library variable. docs/engines.md
+"llama.cpp".
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from sparkctl.errors import ProfileError
 from sparkctl.profile.derived import served_model_name
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sparkctl.connectors.pool import NodePool
+    from sparkctl.engines.base import LaunchTarget
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest
+    from sparkctl.facts.gpu import GpuReport
+    from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
 
 # tools/server/server.cpp's names (prefix llamacpp:, only with --metrics). No histograms, no KV
@@ -31,6 +39,31 @@ METRICS = MetricNames(
     in_flight=("llamacpp:requests_processing", "llamacpp:requests_deferred"),
     enable_flag="metrics",
 )
+
+
+class _Launch:
+    """llama.cpp's launch safety (check.py): the flag names, against the image's llama-server."""
+
+    def check_names(self) -> frozenset[str]:
+        from sparkctl.engines.llamacpp.check import CHECK_NAMES
+
+        return CHECK_NAMES
+
+    def check(
+        self,
+        plan: LaunchTarget,
+        profile: Profile,
+        pool: NodePool | None = None,
+        gpu_reports: Mapping[str, GpuReport | None] | None = None,
+    ) -> list[Finding]:
+        from sparkctl.engines.llamacpp.check import flag_findings
+
+        return flag_findings(plan, profile, pool)
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.llamacpp.check import launch_check
+
+        return launch_check(plan, profile, request)
 
 
 class LlamaCpp(Capabilities):
@@ -47,6 +80,7 @@ class LlamaCpp(Capabilities):
     metrics = METRICS
     images = ImageMarkers(("llama.cpp", "llama-server"))
     options = F.Options
+    launch = _Launch()
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         if profile.model.draft is not None:

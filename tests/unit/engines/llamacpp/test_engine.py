@@ -8,7 +8,7 @@ import pytest
 
 from sparkctl.engines import get_engine, launch_safety
 from sparkctl.engines.llamacpp import flags as F
-from sparkctl.errors import ExitCode, ProfileError, UsageError
+from sparkctl.errors import ExitCode, ProfileError
 from sparkctl.planning.build import build_plan
 from sparkctl.profile.schema import Profile
 from sparkctl.secrets import render_files
@@ -134,8 +134,7 @@ def test_what_llama_cpp_lacks_is_refused_with_a_fix() -> None:
     data["model"]["draft"] = {"id": "ggml-org/draft"}
     with pytest.raises(ProfileError, match="model.draft: sparkctl plans no draft model for llama.cpp"):
         build_plan(Profile.model_validate(data), "solo")
-    with pytest.raises(UsageError, match="fit: engine 'llamacpp' has no launch-safety checks"):
-        launch_safety("llamacpp", "fit")
+    assert launch_safety("llamacpp", "fit") is get_engine("llamacpp").launch  # flag names: test_check.py
 
 
 def test_a_non_root_rank_opens_the_gguf_under_its_own_hf_home() -> None:
@@ -147,7 +146,7 @@ def test_its_capabilities_are_the_ones_it_has() -> None:
     engine = get_engine("llamacpp")
     assert engine.auth is not None and engine.auth.key_format == "plain" and engine.auth.keys == ("api-key",)
     assert engine.memory is None and engine.multi_node is None and engine.layout_flags is None
-    assert engine.launch is None and engine.nccl_library_env is None
+    assert engine.launch is not None and engine.nccl_library_env is None
     assert engine.metrics is not None and engine.metrics.enable_flag == "metrics"
     assert engine.images is not None and "llama.cpp" in engine.images.markers
     assert engine.private_routes == ()  # --no-slots: nothing for a front to refuse
