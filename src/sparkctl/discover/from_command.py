@@ -209,7 +209,7 @@ def _image(
     version_key = images.version_key if images else None
     tag = _VERSION_TAG.search(ref.rsplit("/", 1)[-1])
     if version_key and tag:
-        engine[version_key] = tag.group(1)  # the rules of that release (fit, preflight)
+        engine.setdefault("options", {})[version_key] = tag.group(1)  # that release's rules (fit, preflight)
     return ref
 
 

@@ -102,7 +102,8 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     images = get_engine(d.engine).images
     version_key = images.version_key if images else None
     if d.engine_version and version_key:
-        out(f"  {version_key}: {_y(d.engine_version)}", "from the image's label")
+        out("  options:")
+        out(f"    {version_key}: {_y(d.engine_version)}", "the engine's release, from the image's label")
     out(
         f"  host: {_y(d.api_host)}",
         "the API listens here only; for your LAN set this node's address or 0.0.0.0",

@@ -103,7 +103,7 @@ class ImageMarkers:
     """How `init` recognises the engine's images and where their release goes in the profile."""
 
     markers: tuple[str, ...]  # image label/repository words that say an image runs this engine
-    # The profile's engine.<key> that records the engine's release (its rules are chosen by it;
+    # The engine.options key that records the engine's release (its rules are chosen by it;
     # `init` fills it from the image's label). None: the engine's checks take no release.
     version_key: str | None = None
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS, FRONT_HELP, INTERNAL_PORT_HELP, Port, Strict
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import ContainerOptions, ImageRef, ModelId, NodeDir, Revision, ssh_word
-from sparkctl.profile.values import ArgValue, check_args, check_env, check_log_dir, one_line
+from sparkctl.profile.values import ArgValue, check_args, check_env, check_log_dir, one_line, release_keys
 
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
@@ -215,11 +215,7 @@ class Engine(Strict):
         default_factory=dict, description="Secret env such as HF_TOKEN, by source."
     )
     container: ContainerOptions = Field(default_factory=ContainerOptions, description="docker run options.")
-    sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
-    options: dict[str, ArgValue] = Field(
-        default_factory=dict,
-        description="Keys of the engine's own (docs/engines.md), checked by the engine when the plan is built.",
-    )
+    options: dict[str, ArgValue] = Field({}, description="Keys of the engine's own (docs/engines.md).")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
     stop_grace: int = Field(
@@ -298,7 +294,9 @@ class Profile(Strict):
     nodes: list[Node] = Field(min_length=1, description="The machines.")
     image: Image = Field(description="The serving image (the same on every node).")
     model: Model = Field(description="Target and draft weights, and the caches.")
-    engine: Engine = Field(default_factory=Engine, description="The serving engine and its launch.")
+    engine: Annotated[Engine, BeforeValidator(release_keys)] = Field(
+        default_factory=Engine, description="The serving engine and its launch."
+    )
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
     memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")

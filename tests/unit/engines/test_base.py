@@ -91,7 +91,7 @@ def test_the_engine_default_command_is_the_engines(profile) -> None:
 def test_the_argv_is_the_whole_launcher_and_a_flag_first_command_is_refused(profile, kind) -> None:
     from sparkctl.errors import ExitCode, ProfileError
 
-    engine = profile.engine.model_copy(update={"kind": kind})
+    engine = profile.engine.model_copy(update={"kind": kind, "options": {}})  # options are the engine's
     prof = profile.model_copy(update={"engine": engine})
     default = list(get_engine(kind).default_command)
     assert build_plan(prof, "solo").ranks[0].argv[: len(default)] == default

@@ -71,3 +71,17 @@ def test_a_launch_line_reader_and_launch_checks_are_asked_for_and_may_be_absent(
     with pytest.raises(UsageError, match="fit: engine 'toy' has no launch-safety checks") as e:
         engines.launch_safety("toy", "fit")
     assert "sparkctl preflight" in (e.value.fix or "")
+
+
+def test_sglangs_release_is_its_own_option_checked_when_planned() -> None:
+    from sparkctl.engines.sglang.flags import release
+    from sparkctl.planning.build import build_plan
+    from sparkctl.profile import load_profile_file
+    from tests.unit.profile.test_schema import ROOT
+
+    prof = load_profile_file(ROOT / "profiles" / "solo-spark.yaml")
+    assert release(prof) == "0.5.23" and get_engine("sglang").images.version_key == "version"  # type: ignore[union-attr]
+    bad = prof.model_copy(update={"engine": prof.engine.model_copy(update={"options": {"release": "1"}})})
+    with pytest.raises(ProfileError, match=r"engine\.options\.release: Extra inputs") as e:
+        build_plan(bad, "solo")
+    assert e.value.fix == "engine 'sglang' takes engine.options: version"

@@ -112,7 +112,7 @@ class SGLang(Capabilities):
     private_route_fields = ("served_model_name", "model_path", "tokenizer_path")
     default_user = "root"  # not measured as non-root here (no GPU, no SGLang image): docs/security.md
     readiness = Readiness()
-    # Capabilities (engines/capabilities.py): SGLang has every one but options.
+    # Capabilities (engines/capabilities.py): SGLang has every one.
     auth = Auth(("api-key", "admin-api-key"), F.KEY_FILE, "yaml", F.LOG_SECRET_PATTERNS)
     memory = MemoryModel(
         flag="mem-fraction-static",
@@ -124,7 +124,8 @@ class SGLang(Capabilities):
     metrics = METRICS
     layout_flags = LAYOUT
     multi_node = MultiNode(host_ip_env=F.HOST_IP_ENV)
-    images = ImageMarkers(("sglang",), version_key="sglang_version")
+    images = ImageMarkers(("sglang",), version_key="version")
+    options = F.Options
     launch = _Launch()
     nccl_library_env = "SGLANG_NCCL_SO_PATH"
 
