@@ -71,18 +71,16 @@ def unknown_findings(flags: list[str], known: frozenset[str], source: str, node:
 def image_options(plan: LaunchTarget, program: str, pool: NodePool) -> tuple[frozenset[str] | None, str]:
     """The options of the image's own llama-server (None, and why: not asked)."""
     from sparkctl.engines.support.in_image import InImageError, image_runner
+    from sparkctl.errors import ConnectError
 
     rank0 = plan.ranks[0]
-    run = image_runner(
-        pool.get(rank0.node),
-        rank0.image,
-        node=rank0.node,
-        what="llama-server --help",
-        timeout_s=HELP_TIMEOUT_S,
-    )
+    what = "llama-server --help"
     try:
+        run = image_runner(
+            pool.get(rank0.node), rank0.image, node=rank0.node, what=what, timeout_s=HELP_TIMEOUT_S
+        )
         code, out, err = run([program, "--help"])
-    except InImageError as exc:
+    except (InImageError, ConnectError) as exc:
         return None, str(exc)
     known = help_options(out + "\n" + err)
     if not known:

@@ -103,3 +103,16 @@ def test_fit_and_plan_check_offline_judge_by_the_release_and_preflight_names_the
     result = launch.launch_check(plan, profile(), LaunchRequest(reach=False))
     assert [f.message.split(" is ")[0] for f in result.errors] == ["--no-such-flag"]
     assert result.memory is None  # llama.cpp plans no memory
+
+
+def test_a_node_that_does_not_answer_is_judged_by_the_release_list() -> None:
+    from sparkctl.errors import ConnectError
+
+    class Down:
+        def get(self, node: str) -> object:
+            raise ConnectError(f"cannot reach {node}")
+
+    plan = build_plan(profile(), "solo")
+    warn, ok = C.flag_findings(plan, profile(), Down())  # type: ignore[arg-type]
+    assert warn.severity == Severity.WARN and "cannot reach box1" in warn.message
+    assert ok.severity == Severity.OK
