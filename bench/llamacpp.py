@@ -196,6 +196,8 @@ def serve_and_check(binary: Path, tokens: int) -> int:
     key_file.chmod(0o400)
     argv = [str(binary), *[str(key_file) if w == engine.auth.key_file else w for w in argv[1:]]]
     print("argv:", " ".join(argv))
+    unknown = flags_unknown_to(binary, argv)
+    print(f"sparkctl's flag check against this llama-server's --help: {unknown or 'every flag known'}")
     assert KEY not in " ".join(argv)
     log = (work / "server.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -238,7 +240,7 @@ def serve_and_check(binary: Path, tokens: int) -> int:
         leaked = KEY in (work / "server.log").read_text(errors="replace")
         print(f"the key in the server's log: {leaked}")
         ok = code == 200 and n > 0 and ccode == 200 and mcode == 200 and not missing and scode != 200
-        ok = ok and not leaked
+        ok = ok and not leaked and not unknown
         print("RESULT:", "served" if ok else "FAILED")
         return 0 if ok else 1
     finally:
@@ -291,16 +293,28 @@ def main() -> int:
     return 0 if args.build_only else serve_and_check(binary, args.tokens)
 
 
-def print_flags(binary: Path) -> int:
-    """The options its --help lists, read as the launch check reads an image's (check.help_options),
-    and how they differ from the release list sparkctl ships."""
-    import textwrap
-
+def help_of(binary: Path) -> frozenset[str]:
+    """The options of its --help, read as the launch check reads an image's (check.help_options)."""
     from sparkctl.engines.llamacpp.check import help_options
-    from sparkctl.engines.llamacpp.cli_flags import CLI_FLAGS
 
     done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, check=False)
-    known = help_options(done.stdout + "\n" + done.stderr)
+    return help_options(done.stdout + "\n" + done.stderr)
+
+
+def flags_unknown_to(binary: Path, argv: list[str]) -> list[str]:
+    """The planned argv's flags this llama-server does not know (what LlamaCppFlags would refuse)."""
+    from sparkctl.engines.llamacpp.check import argv_flags
+
+    return sorted(set(argv_flags(argv, argv[:1])) - help_of(binary))
+
+
+def print_flags(binary: Path) -> int:
+    """The options its --help lists and how they differ from the release list sparkctl ships."""
+    import textwrap
+
+    from sparkctl.engines.llamacpp.cli_flags import CLI_FLAGS
+
+    known = help_of(binary)
     print(textwrap.fill(" ".join(sorted(known)), width=100, break_on_hyphens=False, break_long_words=False))
     print(f"{len(known)} options; not in cli_flags.py: {sorted(known - CLI_FLAGS) or 'none'}")
     print(f"in cli_flags.py, not in this --help: {sorted(CLI_FLAGS - known) or 'none'}")

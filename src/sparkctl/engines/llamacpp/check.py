@@ -28,7 +28,7 @@ FLAGS = "LlamaCppFlags"
 CHECK_NAMES = frozenset({FLAGS})
 HELP_TIMEOUT_S = 30.0
 _HELP_COLUMN = 40  # common/arg.cpp: an option's help starts here, unless its names ran past 37
-_OPTION = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)")
+_OPTION = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9.-]*[a-z0-9])")
 
 
 def help_options(text: str) -> frozenset[str]:

@@ -30,8 +30,8 @@ kv-unified-per-slot lazy-mode list-devices load-mode log-colors log-disable log-
 log-prefix log-prompts-dir log-timestamps log-verbose log-verbosity logit-bias lookup-cache-dynamic
 lookup-cache-static lora lora-init-without-apply lora-scaled main-gpu mcp-servers-config
 mcp-servers-json media-path metrics min-p mirostat mirostat-ent mirostat-lr mmproj mmproj-auto
-mmproj-offload mmproj-url model model-draft model-url models-autoload models-dir models-max
-models-preset mtmd-batch-max-tokens n-cpu-ffn n-cpu-moe n-cpu-moe-draft n-gpu-layers
+mmproj-device mmproj-offload mmproj-url model model-draft model-url models-autoload models-dir
+models-max models-preset mtmd-batch-max-tokens n-cpu-ffn n-cpu-moe n-cpu-moe-draft n-gpu-layers
 n-gpu-layers-draft n-predict no-agent no-cache-idle-slots no-cache-prompt no-cont-batching
 no-context-shift no-cors-credentials no-escape no-host no-jinja no-kv-offload no-kv-unified
 no-log-jsonl no-log-prefix no-log-timestamps no-mmproj no-mmproj-auto no-mmproj-offload

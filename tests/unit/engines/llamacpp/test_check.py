@@ -31,6 +31,7 @@ HELP = "\n".join(
         "--port PORT                             port to listen (default: 8080)",
         "--api-key-file FNAME                    path to file containing API keys (default: none)",
         "--metrics                               enable prometheus compatible metrics endpoint",
+        "--fim-qwen-1.5b-default                 use default Qwen 2.5 Coder 1.5B (note: can download weights",
     ]
 )
 
@@ -39,6 +40,7 @@ def test_the_help_gives_every_name_of_an_option_line_and_nothing_of_its_prose() 
     known = C.help_options(HELP)
     assert {"help", "usage", "ctx-size", "gpu-layers", "n-gpu-layers", "mmap", "no-mmap"} <= known
     assert {"slots", "no-slots", "override-tensor-draft", "model", "api-key-file"} <= known
+    assert "fim-qwen-1.5b-default" in known  # a dot inside a name (the real --help has one)
     assert "not-an-option-here" not in known  # a continuation line's mention
     assert not any(k.startswith("-") or k in ("common", "params") for k in known)  # the heading
 
