@@ -1,7 +1,7 @@
 """llama.cpp's `llama-server` as sparkctl renders it: pure constants, its options, the model's path.
 
-A rank runs `llama-server --model FILE --alias NAME [args] [--api-key-file FILE] --host H --port P`:
-one process, one node, its GGUF file opened by path from the shipped HF snapshot (llama.cpp does
+A rank runs `/app/llama-server --model FILE --alias NAME [args] [--api-key-file FILE] --host H
+--port P`: one process, one node, its GGUF file opened by path from the shipped HF snapshot (llama.cpp does
 not read the HF cache by repo id offline). Its parser takes no abbreviations and its own flags
 (`-m`, `-c`, `-ngl`) are not argparse's: a profile's `args` key renders `--key` as for the others.
 """
@@ -15,7 +15,9 @@ from pydantic import Field, field_validator
 
 from sparkctl.profile.base import Strict
 
-DEFAULT_COMMAND: tuple[str, ...] = ("llama-server",)
+# Where llama.cpp's own server images have it (.devops/*.Dockerfile: `ENTRYPOINT ["/app/llama-server"]`,
+# /app not on PATH): the rank's argv runs in place of that entrypoint. Another image: engine.command.
+DEFAULT_COMMAND: tuple[str, ...] = ("/app/llama-server",)
 
 # Flags sparkctl derives from the profile; setting them in `args` would contradict the plan.
 MANAGED_FLAGS: dict[str, str] = {

@@ -74,7 +74,7 @@ def test_the_images_own_help_judges_when_rank0s_node_answers(monkeypatch: pytest
     monkeypatch.setattr("sparkctl.engines.support.in_image.image_runner", runner)
     plan = build_plan(profile(args={"threads": 4}), "solo")
     found = C.flag_findings(plan, profile(), _Pool())  # type: ignore[arg-type]
-    assert calls == [["llama-server", "--help"]]
+    assert calls == [["/app/llama-server", "--help"]]  # the program the rank runs
     (bad,) = found  # this image's help knows no --threads (HELP is an excerpt)
     assert bad.severity == Severity.ERROR and "--threads" in bad.message
     assert "the options of ghcr.io/ggml-org/llama.cpp:server-cuda's llama-server" in bad.message

@@ -50,7 +50,7 @@ def test_a_solo_rank_runs_llama_server_on_the_shipped_gguf_with_its_key_in_a_fil
     plan = build_plan(profile(), "solo")
     (rank,) = plan.ranks
     assert rank.argv[:-4] == [
-        "llama-server",
+        "/app/llama-server",  # where llama.cpp's server images have it (not on PATH)
         "--model",
         GGUF,
         "--alias",
@@ -81,7 +81,7 @@ def test_the_key_file_holds_the_key_alone(monkeypatch: pytest.MonkeyPatch) -> No
 def test_replicas_run_one_per_node_and_a_replica_over_two_nodes_is_refused() -> None:
     dp2 = build_plan(profile(), "dp2")
     assert [r.node for r in dp2.ranks] == ["box1", "box2"]
-    assert all(r.argv[:3] == ["llama-server", "--model", GGUF] for r in dp2.ranks)
+    assert all(r.argv[:3] == ["/app/llama-server", "--model", GGUF] for r in dp2.ranks)
     with pytest.raises(
         ProfileError, match=r"modes\.pair: engine 'llamacpp' serves a replica on one node only"
     ) as e:
