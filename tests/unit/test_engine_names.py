@@ -1,4 +1,4 @@
-"""An engine's name (sglang, vllm) appears in code only in its own package under engines/: every
+"""An engine's name (sglang, vllm, llamacpp) appears in code only in its own package under engines/: every
 module outside engines/ is tokenized, and a name, comment, docstring or import that names an
 engine fails, as does a string literal that is exactly an engine's name (dispatch on a name:
 `if kind == "vllm"`). User-facing text (errors, help, image refs) may name the engine it speaks of.
@@ -16,7 +16,7 @@ import tokenize
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sparkctl"
-ENGINE = re.compile(r"sglang|vllm", re.IGNORECASE)
+ENGINE = re.compile(r"sglang|vllm|llamacpp|llama[._-]cpp|llama[._-]server", re.IGNORECASE)
 ROUTER = re.compile(r"sglang[-_]router", re.IGNORECASE)  # the router product, not the engine
 
 # (module path under src/sparkctl, the exact token) -> why it may name an engine.
@@ -26,7 +26,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         '"sglang"',
     ): "ENGINE_KINDS / DEFAULT_ENGINE: the engine names users write in engine.kind",
     ("profile/base.py", '"vllm"'): "ENGINE_KINDS: the engine names users write in engine.kind",
-    ("profile/serving.py", "sglang_version"): "the profile key users write (engine.sglang_version)",
+    ("profile/base.py", '"llamacpp"'): "ENGINE_KINDS: the engine names users write in engine.kind",
     ("recipes/schema.py", "sglang_version"): "the recipe key users write (sglang_version:)",
 }
 HELP_SUFFIX = "_cmd"  # a command function's docstring is its --help text: user-facing

@@ -114,12 +114,16 @@ def write_and_fit(
 
 
 def _fit(result, probe: bool, err) -> dict:  # FromCommand, Console | None (JSON: silent)
-    """`fit` on the profile: rendered on `err`, and fit --json's object."""
+    """`fit` on the profile: rendered on `err`, and fit --json's object (an engine without launch
+    checks: none, the profile stands as written)."""
     from sparkctl.commands.fit import fit_json, render
     from sparkctl.engines import get_engine
     from sparkctl.engines.support.launch_check import LaunchRequest
     from sparkctl.planning.build import build_plan
 
+    launch = get_engine(result.profile.engine.kind).launch
+    if launch is None:
+        return {"mode": result.mode, "findings": [], "checked": False}
     plan = build_plan(result.profile, result.mode)
     request = LaunchRequest(
         reach=probe,
@@ -129,7 +133,7 @@ def _fit(result, probe: bool, err) -> dict:  # FromCommand, Console | None (JSON
     )
     if err is not None:
         err.print(f"[bold]fit {result.mode}:[/]")
-    check = get_engine(result.profile.engine.kind).launch_check(plan, result.profile, request)
+    check = launch.launch_check(plan, result.profile, request)
     if err is not None:
         render(plan, check, err)
     return fit_json(plan, check)

@@ -63,7 +63,7 @@ def fit_cmd(
     """Predict the engine's memory (SGLang: weights, mamba state, KV tokens, running requests; vLLM:
     its --gpu-memory-utilization budget) and the error it would die with; check the flags with the
     engine's own parser; print flags that fit."""
-    from sparkctl.engines import get_engine
+    from sparkctl.engines import launch_safety
     from sparkctl.engines.support.launch_check import LaunchRequest, Margin
     from sparkctl.errors import ExitCode
     from sparkctl.findings import Severity
@@ -86,7 +86,7 @@ def fit_cmd(
         progress=None if json_out else (lambda msg: err.print(f"[dim]{msg}...[/]")),
         build=build_plan,  # the layouts of the same boxes when the mode does not split over them
     )
-    result = get_engine(prof.engine.kind).launch_check(plan, prof, request)
+    result = launch_safety(prof.engine.kind, "fit").launch_check(plan, prof, request)
     result.findings[:] = place_flags(result.findings, _common.loaded_profile, plan.mode)
     if json_out:
         print_json(fit_json(plan, result))

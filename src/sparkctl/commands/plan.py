@@ -133,14 +133,14 @@ def render_budgets(fleet, out=None) -> None:  # sparkctl.planning.fleet.FleetPla
 def launch_check(prof, plan, parser_timeout: float = 30.0, quiet: bool = False):  # LaunchCheck
     """The engine's launch check: its parser in the image on rank 0's node (a local one when that
     fails), its rules, its memory plan with probed GPU memory."""
-    from sparkctl.engines import get_engine
+    from sparkctl.engines import launch_safety
     from sparkctl.engines.support.launch_check import LaunchRequest
     from sparkctl.planning.build import build_plan
 
     err = console(stderr=True)
     progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}...[/]"))
     request = LaunchRequest(parser_timeout=parser_timeout, progress=progress, build=build_plan)
-    return get_engine(prof.engine.kind).launch_check(plan, prof, request)
+    return launch_safety(prof.engine.kind, "plan --check").launch_check(plan, prof, request)
 
 
 def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily

@@ -107,12 +107,13 @@ def parse_caches(text: str) -> list[tuple[str, str, list[str]]]:
 
 
 def _engine_of(tags: list[str], labels: dict) -> tuple[str | None, str | None]:
-    """(engine, version label) of an image: the first engine whose marker (engines' `image_markers`)
+    """(engine, version label) of an image: the first engine whose marker (engines' `images.markers`)
     is in a tag or a label key; the version from a label whose key names it and "version"."""
     from sparkctl.engines import ENGINE_NAMES, get_engine
 
     for name in ENGINE_NAMES:
-        for mark in get_engine(name).image_markers:
+        images = get_engine(name).images
+        for mark in images.markers if images else ():
             version = next(
                 (str(v) for k, v in labels.items() if mark in k.lower() and "version" in k.lower()), None
             )
@@ -122,7 +123,7 @@ def _engine_of(tags: list[str], labels: dict) -> tuple[str | None, str | None]:
 
 
 def engine_images_from_list(items: list[dict], also: str | None = None) -> list[EngineImage]:
-    """Local images that carry a serving engine: an engine's marker (`Engine.image_markers`) in a tag or
+    """Local images that carry a serving engine: an engine's marker (`ImageMarkers.markers`) in a tag or
     a label (versions from such a label); `also`: the image the user named (`init --image REF`),
     listed whatever its name."""
     want = {also, f"{also}:latest"} if also and ":" not in also.rsplit("/", 1)[-1] else {also}

@@ -61,20 +61,26 @@ class FromCommand:
         return any(p.startswith("nodes[") and ".address" in p for p in self.placeholders)
 
 
+def _marked(engine: str, image: str) -> bool:
+    """The image names the engine (one of its image markers): its entrypoint is the engine's."""
+    images = get_engine(engine).images
+    return images is not None and any(m in image for m in images.markers)
+
+
 def read_engine(line: LaunchLine) -> tuple[dict, list[Finding]]:
     """The engine whose launcher starts the line, else the one the image is (its entrypoint
     takes the flags); its reader's fragment."""
-    for name in ENGINE_NAMES:
-        reader = command_reader(name)
+    readers = {n: r for n in ENGINE_NAMES if (r := command_reader(n)) is not None}
+    for reader in readers.values():
         n = reader.launcher_words(line.words)
         if n is not None:
             return reader.read(items(line.words[n:]))
     image = line.container.image.lower() if line.container else ""
-    by_image = [n for n in ENGINE_NAMES if any(m in image for m in get_engine(n).image_markers)]
+    by_image = [n for n in readers if _marked(n, image)]
     first_word = line.words[0] if line.words else "-"
     if by_image and (first_word.startswith("-") or _MODEL_ARG.fullmatch(first_word)):  # the entrypoint's args
-        return command_reader(by_image[0]).read(items(line.words))
-    known = " or ".join(f"`{' '.join(get_engine(n).default_command)} ...`" for n in ENGINE_NAMES)
+        return readers[by_image[0]].read(items(line.words))
+    known = " or ".join(f"`{' '.join(get_engine(n).default_command)} ...`" for n in readers)
     first = " ".join(line.words[:3]) or (line.container.image if line.container else "")
     raise UsageError(
         f"--from-command: {first!r} is not an engine's launch command", fix=f"paste a {known} line"
@@ -199,10 +205,11 @@ def _image(
     if not ref:
         holes.append("image.ref (the line has no `docker run ... IMAGE`; or pass --image)")
         return IMAGE_PLACEHOLDER
-    version_key = get_engine(kind).version_key
+    images = get_engine(kind).images
+    version_key = images.version_key if images else None
     tag = _VERSION_TAG.search(ref.rsplit("/", 1)[-1])
     if version_key and tag:
-        engine[version_key] = tag.group(1)  # the rules of that release (fit, preflight)
+        engine.setdefault("options", {})[version_key] = tag.group(1)  # that release's rules (fit, preflight)
     return ref
 
 

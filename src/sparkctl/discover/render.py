@@ -99,9 +99,11 @@ def render_profile(d: Draft, *, command: str = "sparkctl init") -> str:
     out("engine:")
     if d.engine != DEFAULT_ENGINE:
         out(f"  kind: {d.engine}", "the image's engine (docs/engines.md)")
-    version_key = get_engine(d.engine).version_key
+    images = get_engine(d.engine).images
+    version_key = images.version_key if images else None
     if d.engine_version and version_key:
-        out(f"  {version_key}: {_y(d.engine_version)}", "from the image's label")
+        out("  options:")
+        out(f"    {version_key}: {_y(d.engine_version)}", "the engine's release, from the image's label")
     out(
         f"  host: {_y(d.api_host)}",
         "the API listens here only; for your LAN set this node's address or 0.0.0.0",

@@ -67,7 +67,7 @@ def _same_command(plan: Plan, engine: Engine) -> dict[int, list[str]]:
     """{node rank: its argv with LWS variables}: every group must run the same per node rank."""
     out: dict[int, list[str]] = {}
     for spec in plan.ranks:
-        argv = lws_argv(plan, spec, getattr(engine, "layout_flags", None))
+        argv = lws_argv(plan, spec, engine.layout_flags)
         first = out.setdefault(min(spec.node_rank, 1), argv)
         if argv != first:
             i = next((i for i, (a, b) in enumerate(zip(argv, first, strict=False)) if a != b), None)

@@ -17,7 +17,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from sparkctl.engines.base import LayoutFlags
+from sparkctl.engines.capabilities import LayoutFlags
 from sparkctl.errors import UsageError
 from sparkctl.planning.model import Plan, RankSpec
 from sparkctl.secrets import SecretRef
@@ -51,7 +51,7 @@ def lws_argv(plan: Plan, spec: RankSpec, flags: LayoutFlags | None) -> list[str]
     if flags is None or group.dist_init_addr is None:
         raise UsageError(
             f"rank {spec.rank}: the engine does not say which flags carry a rank's place in its group",
-            fix="the engine needs `layout_flags` (engines/base.py) to be exported to Kubernetes",
+            fix="the engine needs `layout_flags` (engines/capabilities.py) to be exported to Kubernetes",
         )
     host, port = group.dist_init_addr.rsplit(":", 1)
     places = {

@@ -25,7 +25,7 @@ import traceback
 
 # Environment a rank reports back (what it really saw). Never secrets: fixed prefixes only.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "MASTER_")
-_ENV_SUFFIXES = ("_HOST_IP",)  # the engine's advertised address (Engine.host_ip_env)
+_ENV_SUFFIXES = ("_HOST_IP",)  # the engine's advertised address (MultiNode.host_ip_env)
 _NCCL_CONF_FILES = ("/etc/nccl.conf", os.path.expanduser("~/.nccl.conf"))
 
 

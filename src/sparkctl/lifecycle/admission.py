@@ -2,7 +2,7 @@
 
 The engine pins `fraction x P` for its weights and KV pool: it sizes its pools to fill exactly
 that share of the memory P it finds free at start, and on an integrated GPU P is MemAvailable
-(psutil's `available`; the engine's memory model, `Engine.memory_plan`, breaks the share down). What the GPU can really allocate,
+(psutil's `available`; the engine's memory model, `MemoryModel.serving`, breaks the share down). What the GPU can really allocate,
 B, can be less: the CUDA free memory probed in the engine's image (when the node's containers get
 a GPU), else MemAvailable itself. On a GB10 the container's shared memory is the same RAM. What
 is left must cover the host reserve: `B - ranks x fraction x P - shm >= reserve`. A refusal
@@ -101,7 +101,7 @@ def judge(
     ranks: int,
     shm: int,
     reserve: int,
-    flag: str,  # the engine's memory-fraction flag (Engine.mem_fraction_flag), without dashes
+    flag: str,  # the engine's memory-fraction flag (MemoryModel.flag), without dashes
     planner: Callable[[float, int], Serving | None] | None = None,  # (fraction, MemAvailable)
 ) -> Verdict:
     """Admit or refuse one node; a refusal lists the fixes, best first."""

@@ -20,7 +20,7 @@ from sparkctl.cluster_http import OPENER
 from sparkctl.errors import SparkctlError
 
 if TYPE_CHECKING:
-    from sparkctl.engines.base import MetricNames
+    from sparkctl.engines.capabilities import MetricNames
 
 # Endpoints that are not work to drain: the scrape itself, health checks, metadata lookups.
 PROBES = frozenset(
@@ -48,8 +48,9 @@ def _names(names: MetricNames | None) -> MetricNames:
     if names is not None:
         return names
     from sparkctl.engines import get_engine
+    from sparkctl.engines.capabilities import MetricNames
 
-    return get_engine().metrics  # the default engine's
+    return get_engine().metrics or MetricNames()  # the default engine's
 
 
 def count_in_flight(text: str, names: MetricNames | None = None) -> int | None:

@@ -178,7 +178,8 @@ def _planner(profile: Profile, spec: RankSpec) -> Callable[[float, int], Serving
 
     def at(fraction: float, seen: int) -> Serving | None:
         try:
-            return engine.memory_plan(profile, spec.argv, spec.node, fraction, seen)
+            serving = engine.memory.serving if engine.memory else None
+            return serving(profile, spec.argv, spec.node, fraction, seen) if serving else None
         except Exception:  # noqa: BLE001 - no model facts here: the fix names the fraction only
             return None
 
@@ -189,17 +190,19 @@ def admit(profile: Profile, pool: NodePool, plan: Plan, nodes: list[str]) -> dic
     """Judge every unified node of the plan; raise AdmissionError naming the first refused one."""
     from sparkctl.engines import get_engine
 
-    engine = get_engine(profile.engine.kind)
+    model = get_engine(profile.engine.kind).memory
 
-    def one(node: str) -> tuple[NodeMemory, Verdict]:
+    def one(node: str) -> tuple[NodeMemory, Verdict | None]:
         specs = [s for s in plan.ranks if s.node == node]
         mem = read_memory(pool, node)
+        if model is None:  # the engine reserves no fixed fraction: nothing to admit by
+            return mem, None
         probed = cuda_free(pool, specs[0]) if specs and profile.memory.admission else None
         if probed is not None:
             mem = NodeMemory(mem.node, mem.mem_available, mem.mem_free, mem.mem_total, mem.cached, probed)
         opts = specs[0].options if specs else None
         shm = parse_size(opts.shm_size) if opts and opts.ipc_mode != "host" else 0
-        fraction = (engine.mem_fraction(specs[0].argv) if specs else None) or engine.gb10_max_mem_fraction
+        fraction = (model.fraction(specs[0].argv) if specs else None) or model.gb10_max
         planner = _planner(profile, specs[0]) if specs and profile.memory.admission else None
         reserve = int(profile.memory.reserve_gib * GIB)
         return mem, judge(
@@ -208,14 +211,14 @@ def admit(profile: Profile, pool: NodePool, plan: Plan, nodes: list[str]) -> dic
             ranks=len(specs),
             shm=shm,
             reserve=reserve,
-            flag=engine.mem_fraction_flag,
+            flag=model.flag,
             planner=planner,
         )
 
     results = fan_out(nodes, one).values_or_raise()
     if profile.memory.admission:
         for node, (_, v) in results.items():
-            if not v.ok:
+            if v is not None and not v.ok:
                 raise AdmissionError(
                     v.message(), node=node, fix="; or ".join(v.fixes) or "free memory on the node"
                 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.clients.router import RouterClient, RouterError, Worker
 from sparkctl.connectors.pool import NodePool
-from sparkctl.engines.base import MetricNames
+from sparkctl.engines.capabilities import MetricNames
 from sparkctl.errors import SparkctlError
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight, wait_drained
@@ -172,7 +172,7 @@ def _hcas(plan: Plan) -> PlanFacts:
 def _metrics(profile: Profile) -> MetricNames:
     from sparkctl.engines import get_engine
 
-    return get_engine(profile.engine.kind).metrics
+    return get_engine(profile.engine.kind).metrics or MetricNames()  # none: no in-flight signal
 
 
 def _check_signal(

@@ -50,7 +50,8 @@ def start_specs(
         with tl.step("create+start", node=spec.node, rank=containers.rank_of(spec)):
             info = containers.start_rank(conn, spec, secrets.tar)
         masks = list(secrets.masks)
-        patterns = get_engine(profile.engine.kind).log_secret_patterns
+        auth = get_engine(profile.engine.kind).auth
+        patterns = auth.log_secret_patterns if auth else ()
         log_path = logs.rank_log_path(profile, spec)
         logs.start_follower(conn, spec.container_name, log_path, masks, patterns)
         if spec.front is not None:  # before readiness is polled: the API's address is the front's

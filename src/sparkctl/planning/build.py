@@ -167,7 +167,7 @@ def _rank_env_mounts(
     check_env_overrides(profile, mode, env)
     env |= profile.engine.env
     env |= mode.env
-    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.key_file)
+    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.auth)
     env |= secret_env
     # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
     hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
@@ -228,9 +228,21 @@ def _build_group(
             profile, engine.private_routes, slot.node_rank, host, group.port, engine.private_route_fields
         )
         host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
-        gate_port = group.gate_port if gate else None
+        peers = (
+            _peers(profile, group, slot.node_rank) if engine.multi_node and engine.multi_node.peers else ()
+        )
+        hf_home = sec.container_home(profile.engine.container.user or engine.default_user)["HF_HOME"]
         layout = RankLayout(
-            slot.node_rank, group.nnodes, mode.tp, dist_init_addr, host, port, mode.pp, gate_port
+            slot.node_rank,
+            group.nnodes,
+            mode.tp,
+            dist_init_addr,
+            host,
+            port,
+            mode.pp,
+            gate_port=group.gate_port if gate else None,
+            peers=peers,
+            hf_home=hf_home,
         )
         if gate and slot.node_rank == 0:
             gate_at = gate_spec(group, gate, host)
@@ -270,6 +282,12 @@ def _build_group(
     if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):
         worker = _node_ip(head, facts, out)
     out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker, gate_at))
+
+
+def _peers(profile: Profile, group: Group, rank: int) -> tuple[str, ...]:
+    """The fabric addresses of the group's other ranks, in rank order (an engine's RPC workers)."""
+    nodes = [profile.node(s.node) for s in group.slots if s.node_rank != rank]
+    return tuple(str(n.fabric.ip) for n in nodes if n.fabric is not None)
 
 
 def _node_ip(node: Node, facts: PlanFacts, out: _Build, bind: bool = False) -> str:

@@ -199,7 +199,7 @@ def service_plan(profile: Profile, name: str, mode: str, facts: PlanFacts | None
 def _shares(profile: Profile, view: Profile, name: str, mode: str, plan: Plan) -> list[Share]:
     from sparkctl.profile.topology import mode_layout
 
-    engine = get_engine(view.engine.kind)
+    memory = get_engine(view.engine.kind).memory
     slots = mode_layout(view, view.modes[mode]).slots  # the ranks' order
     declared = profile.models[name].memory_gib if profile.models else None
     out = []
@@ -208,11 +208,11 @@ def _shares(profile: Profile, view: Profile, name: str, mode: str, plan: Plan) -
         unified = bool(unified_nodes(view, [node]))
         mine = [(spec, slot) for spec, slot in zip(plan.ranks, slots, strict=True) if spec.node == node]
         flag_gib, per_gpu, words = None, {}, []
-        if gpu is not None:
+        if gpu is not None and memory is not None:  # no memory model: only memory_gib can say
             flag_gib = 0.0
             for spec, slot in mine:
-                f = engine.mem_fraction(spec.argv) or engine.gb10_max_mem_fraction
-                words.append(f"--{engine.mem_fraction_flag} {f:g}")
+                f = memory.fraction(spec.argv) or memory.gb10_max
+                words.append(f"--{memory.flag} {f:g}")
                 take = f * gpu.memory_gib * (1 if unified else len(slot.gpu_ids))
                 flag_gib += take
                 for g in slot.gpu_ids:
@@ -227,7 +227,10 @@ def _shares(profile: Profile, view: Profile, name: str, mode: str, plan: Plan) -
             ranks = f"{len(mine)} x " if len(mine) > 1 else ""
             gib, basis = flag_gib, f"{ranks}{words[0]} x {gpu.memory_gib:g} GiB"
         else:
-            gib, basis = 0.0, "no nodes[].gpu: memory unknown"
+            gib, basis = (
+                0.0,
+                "no nodes[].gpu: memory unknown" if gpu is None else "no memory model: set memory_gib",
+            )
         shm = sum(parse_size(spec.options.shm_size) for spec, _ in mine if spec.options.ipc_mode != "host")
         if unified and shm:
             gib += shm / GIB

@@ -43,10 +43,10 @@ def _scaled(declared: float | dict[str, float], scale: float) -> float | dict[st
     return math.floor(declared * scale * 10) / 10
 
 
-def _fraction(profile: Profile, sp: ServicePlan) -> float:
-    view_engine = get_engine(profile.models[sp.name].engine.kind)
-    rank0 = sp.plan.ranks[0]
-    return view_engine.mem_fraction(rank0.argv) or view_engine.gb10_max_mem_fraction
+def _fraction(profile: Profile, sp: ServicePlan) -> float | None:
+    """The fraction rank 0 asks for; None for an engine without a memory model (no flag to lower)."""
+    memory = get_engine(profile.models[sp.name].engine.kind).memory
+    return (memory.fraction(sp.plan.ranks[0].argv) or memory.gb10_max) if memory else None
 
 
 def _edit(
@@ -54,9 +54,10 @@ def _edit(
 ) -> tuple[Profile, str]:
     """The profile with one service's flag (and memory_gib) changed, and the change in words."""
     svc = profile.models[sp.name]
-    flag = get_engine(svc.engine.kind).mem_fraction_flag
+    memory = get_engine(svc.engine.kind).memory
     words = []
-    if fraction is not None:
+    if fraction is not None and memory is not None:
+        flag = memory.flag
         mode = svc.modes[sp.mode]
         if flag in mode.args:
             modes = {**svc.modes, sp.mode: mode.model_copy(update={"args": {**mode.args, flag: fraction}})}
@@ -90,7 +91,8 @@ def propose(profile: Profile, fleet: FleetPlan) -> tuple[list[str], FleetPlan] |
             flag_scale = min([*keep, 1.0]) if declared is not None else scale
             if flag_scale >= 1 and gib is None:
                 continue
-            fraction = fraction_step(_fraction(profile, sp), min(flag_scale, 1.0)) if flag_scale < 1 else None
+            asked = _fraction(profile, sp)
+            fraction = fraction_step(asked, min(flag_scale, 1.0)) if flag_scale < 1 and asked else None
             if fraction is not None and fraction < MIN_FRACTION:
                 return None
             edited, said = _edit(edited, sp, fraction, gib)

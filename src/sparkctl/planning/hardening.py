@@ -18,6 +18,7 @@ from sparkctl.profile.topology import internal_offset
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
+    from sparkctl.engines.capabilities import Auth
     from sparkctl.profile.schema import Mode, Node, Profile
 
 SECRETS_DIR = "/run/secrets"
@@ -154,13 +155,13 @@ def container_home(user: str) -> dict[str, str]:
 
 
 def secret_delivery(
-    profile: Profile, node: Node, node_path: Callable[[str, Node, Profile], str], key_file: str
+    profile: Profile, node: Node, node_path: Callable[[str, Node, Profile], str], auth: Auth | None
 ) -> tuple[dict[str, str], list[Mount], list[SecretFile]]:
     """env (paths only), read-only mounts and secret files of a rank.
 
     Every secret reaches the container as a file and `<NAME>_PATH` (HF_TOKEN -> HF_TOKEN_PATH,
     which huggingface_hub reads): `docker inspect` and /proc/<pid>/environ never show a value.
-    The API keys go in the engine's `key_file` (Engine.key_file).
+    The API keys go in the engine's key file (its Auth: `key: "..."` YAML lines, or the key alone).
     """
     env: dict[str, str] = {}
     mounts: list[Mount] = []
@@ -175,8 +176,9 @@ def secret_delivery(
             mounts.append(Mount(source, target, read_only=True))
             files.append(SecretFile(target, SecretRef(name=name, file=source, node=node.name), bind=True))
     for key, secret in (("api-key", profile.engine.api_key), ("admin-api-key", profile.engine.admin_api_key)):
-        if secret is not None:
-            files.append(SecretFile(key_file, secret_ref(key, secret, node, profile, node_path), key))
+        if secret is not None and auth is not None:  # an engine without auth: refused by planning
+            ref = secret_ref(key, secret, node, profile, node_path)
+            files.append(SecretFile(auth.key_file, ref, auth.yaml_key(key)))
     return env, mounts, files
 
 

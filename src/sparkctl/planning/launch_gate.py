@@ -42,10 +42,10 @@ def gate_notes(profile: Profile, engine: Engine, gates: list[GateSpec | None], m
         return []
     out = [f"replica {i} starts gated: {g.describe()}" for i, g in enumerate(gates) if g is not None]
     if not any(gates):
-        key = engine.version_key
-        version = getattr(profile.engine, key, None) if key else None
+        key = engine.images.version_key if engine.images else None
+        version = profile.engine.options.get(key) if key else None
         which = f"{engine.name} {version}" if version else engine.name + (" (release unknown)" if key else "")
-        fix = f"; set engine.{key} to the image's release" if key and not version else ""
+        fix = f"; set engine.options.{key} to the image's release" if key and not version else ""
         out.append(
             f"memory.gated_start: {which} has no launch gate sparkctl knows: the groups start "
             f"ungated (admission before the start only){fix}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 
 from sparkctl.engines import get_engine
+from sparkctl.engines.capabilities import check_options
 from sparkctl.errors import ProfileError
 from sparkctl.profile.schema import Mode, Profile
 
@@ -20,11 +21,7 @@ def check_managed(profile: Profile, mode_name: str) -> None:
     so a key is resolved against the engine's own flag list first. A key the engine does not take
     (an engine without an admin key) may not be set either."""
     engine = get_engine(profile.engine.kind)
-    if profile.engine.admin_api_key is not None and "admin-api-key" not in engine.auth_keys:
-        raise ProfileError(
-            f"engine.admin_api_key: engine '{engine.name}' has no admin key",
-            fix="remove engine.admin_api_key (engine.api_key guards every route)",
-        )
+    check_capabilities(profile, mode_name)
     managed, known = engine.managed_flags, engine.cli_flags
     known_sorted, managed_sorted = (
         sorted(known),
@@ -47,6 +44,31 @@ def check_managed(profile: Profile, mode_name: str) -> None:
                     f"{where}.{flag}: '{flag}' abbreviates a flag sparkctl sets",
                     fix=f"write the engine's full flag name in {where}",
                 )
+
+
+def check_capabilities(profile: Profile, mode_name: str) -> None:
+    """What the profile asks of the engine that it lacks: a key (no auth, no admin key), a replica
+    over several nodes (no multi-node), options it does not define."""
+    engine = get_engine(profile.engine.kind)
+    keys = engine.auth.keys if engine.auth else ()
+    if profile.engine.api_key is not None and "api-key" not in keys:
+        raise ProfileError(
+            f"engine.api_key: engine '{engine.name}' checks no API key",
+            fix="remove engine.api_key and keep engine.host on loopback (or expose: public)",
+        )
+    if profile.engine.admin_api_key is not None and "admin-api-key" not in keys:
+        raise ProfileError(
+            f"engine.admin_api_key: engine '{engine.name}' has no admin key",
+            fix="remove engine.admin_api_key (engine.api_key guards every route)",
+        )
+    mode = profile.modes[mode_name]
+    if engine.multi_node is None and mode.nodes_per_replica > 1:
+        raise ProfileError(
+            f"modes.{mode_name}: engine '{engine.name}' serves a replica on one node only "
+            f"({mode.nodes_per_replica} nodes a replica here)",
+            fix=f"one replica per node: modes.{mode_name}.replicas: {len(mode.nodes)}",
+        )
+    check_options(engine.options, profile.engine.options, engine.name)
 
 
 def _prefixed(ordered: list[str], flag: str, most: int) -> list[str]:

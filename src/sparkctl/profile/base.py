@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-ENGINE_KINDS: tuple[str, ...] = ("sglang", "vllm")
+ENGINE_KINDS: tuple[str, ...] = ("sglang", "vllm", "llamacpp")
 DEFAULT_ENGINE = "sglang"
 
 

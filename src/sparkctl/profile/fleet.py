@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 
 from sparkctl.profile.base import Name, Strict
 from sparkctl.profile.router import Router
 from sparkctl.profile.serving import Engine, Image, Mode, Model
+from sparkctl.profile.values import release_keys
 
 if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
@@ -39,7 +40,7 @@ class Service(Strict):
 
     image: Image = Field(description="The service's serving image.")
     model: Model = Field(description="Its target (and draft) weights and caches.")
-    engine: Engine = Field(
+    engine: Annotated[Engine, BeforeValidator(release_keys)] = Field(
         default_factory=Engine,
         description="Its engine and launch; unset port: sparkctl assigns a free one (docs/fleet.md).",
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sparkctl.profile.base import NAME_RE, Count, Name, Port, Strict
 from sparkctl.profile.fleet import Service, check_fleet, fill_primary
@@ -18,7 +18,7 @@ from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import NodeDir, ssh_word
 from sparkctl.profile.serving import Engine, Image, Mode, Model, ModelRef, Secret
-from sparkctl.profile.values import ArgValue
+from sparkctl.profile.values import ArgValue, release_keys
 
 # Re-exported: the serving parts (profile/serving.py) are imported from here too.
 __all__ = ["NAME_RE", "ArgValue", "Engine", "Image", "Mode", "Model", "ModelRef", "Name", "Secret", "Service"]
@@ -135,7 +135,9 @@ class Profile(Strict):
     nodes: list[Node] = Field(min_length=1, description="The machines.")
     image: Image = Field(description="The serving image (the same on every node).")
     model: Model = Field(description="Target and draft weights, and the caches.")
-    engine: Engine = Field(default_factory=Engine, description="The serving engine and its launch.")
+    engine: Annotated[Engine, BeforeValidator(release_keys)] = Field(
+        default_factory=Engine, description="The serving engine and its launch."
+    )
     modes: dict[Name, Mode] = Field(min_length=1, description="Named layouts, e.g. solo and tp2.")
     router: Router = Field(default_factory=Router, description="The router of modes with replicas.")
     memory: Memory = Field(default_factory=Memory, description="Unified-memory guard, admission, settle.")

@@ -113,7 +113,7 @@ class Engine(Strict):
         default_factory=dict, description="Secret env such as HF_TOKEN, by source."
     )
     container: ContainerOptions = Field(default_factory=ContainerOptions, description="docker run options.")
-    sglang_version: str | None = Field(None, description="SGLang release in the image, for rule selection.")
+    options: dict[str, ArgValue] = Field({}, description="Keys of the engine's own (docs/engines.md).")
     ready_timeout: float = Field(1800.0, gt=0, description="Seconds `up` waits for the endpoint.")
     log_dir: str = Field("~/.local/state/sparkctl/logs", description="Per-node directory of rank log files.")
     stop_grace: int = Field(

@@ -77,3 +77,23 @@ def check_log_dir(path: str) -> str:
             "e.g. ~/.local/state/sparkctl/logs"
         )
     return path
+
+
+def release_keys(data: object) -> object:
+    """The profile's `engine` mapping with `engine.<kind>_version` (the spelling before
+    engine.options, as the shipped profiles had it) moved to that engine's `options.version`;
+    another engine's such key was ignored, and still is."""
+    from sparkctl.profile.base import DEFAULT_ENGINE, ENGINE_KINDS
+
+    if not isinstance(data, dict):
+        return data
+    kind, data = data.get("kind", DEFAULT_ENGINE), dict(data)
+    for key in [f"{k}_version" for k in ENGINE_KINDS if f"{k}_version" in data]:
+        value = data.pop(key)
+        if key != f"{kind}_version":
+            continue
+        options = dict(data.get("options") or {})
+        if options.setdefault("version", value) != value:
+            raise ValueError(f"{key} and options.version differ: keep options.version alone")
+        data["options"] = options
+    return data

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sparkctl.engines.capabilities import MemoryModel
     from sparkctl.top.metrics import EngineStats
     from sparkctl.top.nodes import GpuStat
     from sparkctl.top.snapshot import NodeView, RankRow, Snapshot
@@ -24,10 +25,17 @@ MEM_AVAILABLE_FLOOR = 0.05  # of MemTotal, on unified memory (GB10): below it th
 
 @dataclass(frozen=True)
 class Knobs:
-    """The engine's own flags a hint names (Engine.request_cap_flag / mem_fraction_flag)."""
+    """The engine's own flags a hint names (its MemoryModel: request_cap_flag / flag)."""
 
     request_cap: str = "the engine's request cap"
     mem_fraction: str = "the engine's memory fraction"
+
+    @classmethod
+    def of(cls, memory: MemoryModel | None) -> Knobs:
+        """The flags of the engine's memory model; the generic words where it has none."""
+        if memory is None:
+            return cls()
+        return cls(memory.request_cap_flag or cls.request_cap, memory.flag)
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sparkctl.engines.base import MetricNames
+    from sparkctl.engines.capabilities import MetricNames
 
 
 def _names(names: MetricNames | None) -> MetricNames:
     if names is not None:
         return names
     from sparkctl.engines import get_engine
+    from sparkctl.engines.capabilities import MetricNames
 
-    return get_engine().metrics  # the default engine's
+    return get_engine().metrics or MetricNames()  # the default engine's
 
 
 # How label sets of one gauge combine (dp ranks, priorities): counts add up, ratios take the worst

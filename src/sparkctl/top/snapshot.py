@@ -195,6 +195,9 @@ class Collector:
         names = get_engine(self.profile.engine.kind).metrics
         url = f"{plan.endpoint.url}/metrics"
         row = EngineRow(plan.mode, url, replica=replica)
+        if names is None:  # the engine has no metrics capability: nothing to scrape
+            row.error = f"engine '{self.profile.engine.kind}' exports no metrics"
+            return row
         try:
             text = scrape(url)
             now = parse_metrics(text, time.monotonic(), names)
@@ -238,8 +241,7 @@ class Collector:
         snap.engines = self._engines(plan)
         queued = [e.stats.queued for e in snap.engines if e.stats and e.stats.queued is not None]
         self.queued.append(sum(queued) if queued else None)
-        engine = get_engine(self.profile.engine.kind)
-        knobs = Knobs(request_cap=engine.request_cap_flag, mem_fraction=engine.mem_fraction_flag)
+        knobs = Knobs.of(get_engine(self.profile.engine.kind).memory)
         snap.alerts = evaluate(snap, list(self.queued), knobs)
         return snap
 

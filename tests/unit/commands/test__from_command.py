@@ -35,7 +35,7 @@ def test_user_b_json_is_one_object_with_the_profile_and_fit_s_verdict(tmp_path: 
     assert res.exit_code == 1, res.output  # fit found an error, as without --json
     data = json.loads(res.stdout)  # nothing else on stdout: no YAML before it
     assert data["ok"] is False and data["mode"] == "tp2" and data["written"] is None
-    assert load_profile_text(data["profile"]).engine.sglang_version == "0.5.23"
+    assert load_profile_text(data["profile"]).engine.options["version"] == "0.5.23"
     errors = [f for f in data["fit"]["findings"] if f["severity"] == "error"]
     assert any(f["check"] == "AttentionBackendArch" and "fa4" in f["message"] for f in errors), errors
     assert data["fit"]["fixes"] and all("flags" in f and "why" in f for f in data["fit"]["fixes"])

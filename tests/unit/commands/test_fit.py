@@ -28,7 +28,7 @@ model:
   target: {id: Qwen/Qwen3.6-27B-GPTQ-Int4}
   draft: {id: z-lab/Qwen3.6-27B-DFlash}
 engine:
-  sglang_version: "%(version)s"
+  options: {version: "%(version)s"}
   args:
     attention-backend: flashinfer
     speculative-draft-attention-backend: flashinfer
@@ -113,7 +113,7 @@ def test_fit_names_a_parser_version_mismatch(tmp_path: Path, parser: None) -> No
     flag = [f for f in findings(res) if f["check"] == "FlagsValid"]
     assert not any(f["severity"] == "ok" for f in flag)  # 0.5.23's parser cannot vouch for 0.5.12
     warn = next(f for f in flag if f["data"].get("mismatch"))
-    assert "the profile (engine.sglang_version) declares 0.5.12" in warn["message"]
+    assert "the profile (engine.options.version) declares 0.5.12" in warn["message"]
     assert "SGLang 0.5.23" in warn["message"]
 
 

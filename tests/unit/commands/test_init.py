@@ -146,7 +146,7 @@ def test_from_command_user_b_gets_a_profile_and_fit_explains_it(tmp_path: Path) 
     assert res.exit_code == 1, res.output  # fit found an error: the fa4 draft backend
     assert res.stdout == ""  # the profile went to the file, the verdict to stderr
     prof = load_profile_file(out)
-    assert prof.engine.sglang_version == "0.5.23" and list(prof.modes) == ["tp2"]
+    assert prof.engine.options == {"version": "0.5.23"} and list(prof.modes) == ["tp2"]
     assert prof.nodes[0].gpu is not None and prof.nodes[0].gpu.compute_capability == "8.6"
     text = " ".join(res.stderr.split())
     assert "error AttentionBackendArch: DFLASH draft backend: fa4 on NVIDIA GeForce RTX 3090 (sm86)" in text

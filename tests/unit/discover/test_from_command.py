@@ -57,7 +57,7 @@ def test_recipe_tp2_line_plans_back_into_the_same_flags_on_both_ranks() -> None:
         "roceP2p1s0f1",
     ]
     assert p.fabric.dist_init_port == 50051 and p.image.ref == "sglang-dflash:spark"
-    assert p.engine.sglang_version is None  # the tag names no release
+    assert "version" not in p.engine.options  # the tag names no release
     assert p.engine.api_key is not None and p.engine.api_key.env == "SPARKCTL_API_KEY"
     assert (
         p.engine.secrets["HF_TOKEN"].env == "HF_TOKEN"
@@ -135,7 +135,7 @@ def test_env_sparkctl_renders_is_dropped_with_a_note() -> None:
     res = from_command(FromCommandRequest(line, [*LOCAL, ("spark2", None, None)]))
     assert "SGLANG_HOST_IP" not in res.profile.engine.env
     assert any(f.message.startswith("SGLANG_HOST_IP") for f in res.findings)
-    assert res.profile.engine.sglang_version == "0.5.23"
+    assert res.profile.engine.options == {"version": "0.5.23"}
 
 
 def test_not_a_launch_line() -> None:
@@ -144,6 +144,16 @@ def test_not_a_launch_line() -> None:
     assert "python3 -m sglang.launch_server" in (exc.value.fix or "") and "vllm serve" in (
         exc.value.fix or ""
     )
+
+
+def test_an_engine_without_a_reader_is_neither_read_nor_offered() -> None:
+    """llama.cpp has no from_command.py: its line is no engine's, and the fix offers only readers."""
+    line = "docker run ghcr.io/ggml-org/llama.cpp:server -m /m/x.gguf --port 8080"
+    with pytest.raises(UsageError, match="is not an engine's launch command") as exc:
+        from_command(FromCommandRequest(line, LOCAL))
+    assert "llama-server" not in (exc.value.fix or "")
+    with pytest.raises(UsageError, match="is not an engine's launch command"):
+        from_command(FromCommandRequest("llama-server -m /m/x.gguf --port 8080", LOCAL))
 
 
 @pytest.mark.parametrize(

@@ -244,21 +244,23 @@ def test_images_are_detected_per_engine_by_the_engines_markers() -> None:
         },
         {"RepoTags": ["lmsysorg/sglang:v0.5.23"], "Labels": {}, "Id": "b"},
         {"RepoTags": ["ubuntu:24.04"], "Id": "c"},
+        {"RepoTags": ["ghcr.io/ggml-org/llama.cpp:server-cuda"], "Id": "d"},
     ]
     found = {i.ref: (i.engine, i.version) for i in engine_images_from_list(items)}
     assert found == {
         "sparkctl-test/vllm-cpu:0.32.0": ("vllm", "0.32.0"),
         "lmsysorg/sglang:v0.5.23": ("sglang", None),
+        "ghcr.io/ggml-org/llama.cpp:server-cuda": ("llamacpp", None),
     }
 
 
 def test_init_writes_the_engines_own_version_key_from_the_image_label() -> None:
     """The chosen image's version label lands under the engine's `version_key` (SGLang:
-    engine.sglang_version, its rules are picked by it); an engine without one gets no key."""
+    engine.options.version, its rules are picked by it); an engine without one gets no key."""
     from sparkctl.discover.facts import EngineImage
 
     for kind, ref, key in (
-        ("sglang", "lmsysorg/sglang:v0.5.23", "sglang_version"),
+        ("sglang", "lmsysorg/sglang:v0.5.23", "version"),
         ("vllm", "v/vllm:1", None),
     ):
         img = EngineImage(ref, "sha256:x", 1, "0.5.23", kind)
@@ -267,4 +269,4 @@ def test_init_writes_the_engines_own_version_key_from_the_image_label() -> None:
         draft = build_draft([a], ["spark1"], None, answers, addresses=[("local", None, None)])
         prof = load_profile_text(render_profile(draft), "init")
         assert prof.engine.kind == kind
-        assert prof.engine.sglang_version == ("0.5.23" if key else None)
+        assert prof.engine.options.get("version") == ("0.5.23" if key else None)

@@ -8,6 +8,7 @@ import pytest
 
 from sparkctl.engines import ENGINE_NAMES, get_engine
 from sparkctl.engines.base import RankLayout, Readiness
+from sparkctl.engines.capabilities import MultiNode
 from sparkctl.engines.sglang import SGLang
 from sparkctl.errors import UsageError
 from sparkctl.planning.build import build_plan
@@ -25,7 +26,7 @@ class Toy(SGLang):
     """A second engine as a package would provide it (here: another launcher and host-IP variable)."""
 
     name = "toy"
-    host_ip_env = "TOY_HOST_IP"
+    multi_node = MultiNode(host_ip_env="TOY_HOST_IP")
     readiness = Readiness(health_path="/ping")
 
     def rank_argv(self, profile, args, layout: RankLayout) -> list[str]:
@@ -39,9 +40,9 @@ class Toy(SGLang):
         ]
 
 
-def test_sglang_is_the_registered_default_and_vllm_the_second() -> None:
-    assert ENGINE_NAMES == ("sglang", "vllm") and isinstance(get_engine(), SGLang)
-    assert get_engine("vllm").name == "vllm"
+def test_sglang_is_the_registered_default_then_vllm_and_llamacpp() -> None:
+    assert ENGINE_NAMES == ("sglang", "vllm", "llamacpp") and isinstance(get_engine(), SGLang)
+    assert get_engine("vllm").name == "vllm" and get_engine("llamacpp").name == "llamacpp"
     with pytest.raises(UsageError, match="unknown engine 'tgi'"):
         get_engine("tgi")
 
@@ -90,7 +91,7 @@ def test_the_engine_default_command_is_the_engines(profile) -> None:
 def test_the_argv_is_the_whole_launcher_and_a_flag_first_command_is_refused(profile, kind) -> None:
     from sparkctl.errors import ExitCode, ProfileError
 
-    engine = profile.engine.model_copy(update={"kind": kind})
+    engine = profile.engine.model_copy(update={"kind": kind, "options": {}})  # options are the engine's
     prof = profile.model_copy(update={"engine": engine})
     default = list(get_engine(kind).default_command)
     assert build_plan(prof, "solo").ranks[0].argv[: len(default)] == default
@@ -108,8 +109,8 @@ def test_gb10_cap_is_one_number(profile) -> None:
     from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION as launch_cap
 
     plan = build_plan(profile, "solo")  # every node a GB10: the plan sets the cap
-    engine = get_engine()
-    assert engine.mem_fraction(plan.ranks[0].argv) == engine.gb10_max_mem_fraction == launch_cap
+    memory = get_engine().memory
+    assert memory is not None and memory.fraction(plan.ranks[0].argv) == memory.gb10_max == launch_cap
 
 
 def test_fit_and_plan_check_go_through_the_engines_launch_check(tmp_path: Path) -> None:
@@ -123,12 +124,13 @@ def test_fit_and_plan_check_go_through_the_engines_launch_check(tmp_path: Path) 
     offline = LaunchRequest(reach=False, parse_flags=False, target_dir=tmp_path)  # no model there
     for name, names in (("dual-spark.yaml", SGLANG_NAMES), ("vllm-two-gpu-box.yaml", VLLM_NAMES)):
         prof = load_profile_file(ROOT / "profiles" / name)
-        engine = get_engine(prof.engine.kind)
+        launch = get_engine(prof.engine.kind).launch
+        assert launch is not None and launch.check_names() == names
         plan = build_plan(prof, prof.default_mode())
-        result = engine.launch_check(plan, prof, offline)
+        result = launch.launch_check(plan, prof, offline)
         assert result.findings and {f.check for f in result.findings} <= names, name
         with pytest.raises(ModelNotFound, match="model not on this machine"):
-            engine.launch_check(
+            launch.launch_check(
                 plan, prof, LaunchRequest(reach=False, require_models=True, target_dir=tmp_path)
             )
 
@@ -136,9 +138,30 @@ def test_fit_and_plan_check_go_through_the_engines_launch_check(tmp_path: Path) 
 def test_the_memory_plan_admission_names_is_the_engines() -> None:
     """SGLang's planner says what a fraction serves; vLLM models no request count (None: the
     admission's fix then names the fraction only)."""
-    prof = load_profile_file(ROOT / "profiles" / "vllm-two-gpu-box.yaml")
-    spec = build_plan(prof, prof.default_mode()).ranks[0]
-    assert get_engine("vllm").memory_plan(prof, spec.argv, spec.node, 0.8, 100 << 30) is None
+    assert get_engine().memory is not None and get_engine().memory.serving is not None
+    memory = get_engine("vllm").memory
+    assert memory is not None and memory.serving is None  # vLLM plans no request count
+    assert get_engine("llamacpp").memory is None  # llama.cpp reserves no fraction at all
+
+
+class Peers(Toy):
+    """An engine whose ranks dial each other (RPC workers): planning hands it their addresses."""
+
+    multi_node = MultiNode(host_ip_env="TOY_HOST_IP", peers=True)
+
+    def rank_argv(self, profile, args, layout: RankLayout) -> list[str]:
+        return ["toy-serve", "--rpc", ",".join(layout.peers)]
+
+
+def test_an_engine_that_asks_for_peers_gets_the_other_ranks_fabric_addresses(
+    profile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sparkctl.planning.build.get_engine", lambda kind: Peers())
+    plan = build_plan(profile, "tp2")
+    assert [r.argv[-1] for r in plan.ranks] == ["192.168.100.11", "192.168.100.10"]
+    no_peers = type("NoPeers", (Peers,), {"multi_node": MultiNode(host_ip_env="TOY_HOST_IP")})()
+    monkeypatch.setattr("sparkctl.planning.build.get_engine", lambda kind: no_peers)
+    assert [r.argv[-1] for r in build_plan(profile, "tp2").ranks] == ["", ""]  # not asked: none given
 
 
 def test_launch_gate_is_the_engines_and_its_releases(profile) -> None:
@@ -150,7 +173,8 @@ def test_launch_gate_is_the_engines_and_its_releases(profile) -> None:
     assert launch_gate("0.5.16") is None and launch_gate(None) is None
     gate = get_engine("sglang").launch_gate(profile)
     assert gate is not None and gate.flag == "--gated-launch-port" and gate.release == "0.5.23"
-    assert get_engine("vllm").launch_gate(profile) is None
+    assert get_engine("vllm").launch_gate(profile) is None  # the capability absent
+    assert get_engine("llamacpp").launch_gate(profile) is None
     sglang = get_engine("sglang")
     args = sglang.serving_args(profile, profile.modes["tp2"])
     gated = sglang.rank_argv(profile, args, RankLayout(1, 2, 2, "10.0.0.1:50051", gate_port=50058))

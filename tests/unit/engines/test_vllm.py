@@ -94,7 +94,7 @@ def test_gb10_gets_the_cap_as_default(dual) -> None:
     from sparkctl.profile.schema import Profile
 
     plan = build_plan(Profile.model_validate(data), "solo")
-    assert get_engine("vllm").mem_fraction(plan.ranks[0].argv) == F.GB10_MAX_MEM_FRACTION
+    assert get_engine("vllm").memory.fraction(plan.ranks[0].argv) == F.GB10_MAX_MEM_FRACTION
 
 
 def test_an_abbreviated_managed_flag_is_read_as_vllm_would(dual) -> None:

@@ -25,6 +25,7 @@ def dual(kind: str = "sglang", **container: object) -> object:
     doc["engine"]["kind"] = kind
     if kind == "vllm":
         doc["engine"]["args"] = {}
+        doc["engine"].pop("options", None)  # SGLang's own (its release)
         doc["model"].pop("draft", None)
     doc["engine"].setdefault("container", {}).update(container)
     return load_profile_text(yaml.safe_dump(doc), "p.yaml")

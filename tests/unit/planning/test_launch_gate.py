@@ -75,16 +75,16 @@ def test_each_gated_replica_has_its_own_gate_on_its_own_head() -> None:
 
 def test_a_release_or_engine_without_the_gate_starts_as_before_and_the_plan_says_so() -> None:
     old = shipped("dual-spark", gated_start=True)
-    old["engine"]["sglang_version"] = "0.5.12"
+    old["engine"]["options"] = {"version": "0.5.12"}
     plan = plan_of(old, "tp2")
     assert all(FLAG not in r.argv for r in plan.ranks) and plan.groups[0].gate is None
     assert plan.notes == [
         "memory.gated_start: sglang 0.5.12 has no launch gate sparkctl knows: the groups start ungated "
         "(admission before the start only)"
     ]
-    del old["engine"]["sglang_version"]
+    del old["engine"]["options"]
     (note,) = plan_of(old, "tp2").notes
-    assert "release unknown" in note and "set engine.sglang_version to the image's release" in note
+    assert "release unknown" in note and "set engine.options.version to the image's release" in note
     vllm = plan_of(shipped("vllm-dual-spark", gated_start=True), "tp2")
     assert vllm.groups[0].gate is None and all(FLAG not in r.argv for r in vllm.ranks)
     assert vllm.notes == [

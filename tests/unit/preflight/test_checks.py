@@ -178,6 +178,9 @@ def test_unified_memory_on_gb10() -> None:
     warn = check_unified_memory("spark1", cached, 60 << 30, 0.9, flag="mem-fraction-static")
     assert warn.severity is W and "page cache" in warn.message
     assert mem_fraction(["x", "--mem-fraction-static", "0.9"]) == 0.9
+    # An engine without a memory model (no fraction reserved): the weights against all of it.
+    whole = check_unified_memory("spark1", mem, 60 << 30, 1.0, flag=None)
+    assert whole.severity is OK and "(weights 60.0 GiB + 4.0 GiB KV)" in whole.message
 
 
 def test_docker_gpu_runtime() -> None:

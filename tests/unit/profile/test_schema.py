@@ -212,3 +212,18 @@ def test_docs_profile_reference_is_generated_from_the_schema() -> None:
     assert generated_section() in doc, (
         "regenerate: python -m sparkctl.profile.reference (see docs/profile.md)"
     )
+
+
+def test_the_older_release_key_loads_as_the_engines_option_and_never_beside_a_different_one() -> None:
+    """engine.<kind>_version (the spelling before engine.options) is options.version of its own
+    engine; another engine's such key is ignored, as it always was; the two spellings may not differ."""
+    new = load_profile_text(DUAL, "p.yaml")
+    assert new.engine.options["version"] == "0.5.23" and "sglang_version" not in new.engine.model_dump()
+    old = DUAL.replace('  options: {version: "0.5.23"}', '  sglang_version: "0.5.12"', 1)
+    assert old != DUAL and load_profile_text(old, "p.yaml").engine.options == {"version": "0.5.12"}
+    both = DUAL.replace(
+        '  options: {version: "0.5.23"}', '  options: {version: "0.5.23"}\n  sglang_version: "0.5.12"', 1
+    )
+    assert "sglang_version and options.version differ" in error_for(both).message
+    other = old.replace("engine:\n", "engine:\n  kind: vllm\n", 1)
+    assert load_profile_text(other, "p.yaml").engine.options == {}

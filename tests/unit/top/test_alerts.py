@@ -56,8 +56,7 @@ def test_kv_cache_full():
 def test_hints_name_the_engines_own_flags(kind, cap, fraction):
     from sparkctl.engines import get_engine
 
-    engine = get_engine(kind)
-    knobs = Knobs(request_cap=engine.request_cap_flag, mem_fraction=engine.mem_fraction_flag)
+    knobs = Knobs.of(get_engine(kind).memory)
     kv = kv_cache_full(EngineStats(token_usage=0.97), knobs=knobs) or ""
     assert f"lower {cap} or raise {fraction}" in kv
     assert f"lower {fraction}" in (mem_available_low(gb10(3000), knobs=knobs) or "")
@@ -66,6 +65,12 @@ def test_hints_name_the_engines_own_flags(kind, cap, fraction):
     )
     (alert,) = [a for a in evaluate(snap, knobs=knobs) if a.code == "KvCacheFull"]
     assert cap in alert.reason
+
+
+def test_an_engine_without_a_memory_model_gets_the_generic_words():
+    from sparkctl.engines import get_engine
+
+    assert Knobs.of(get_engine("llamacpp").memory) == Knobs()
 
 
 def test_acceptance_collapsed():

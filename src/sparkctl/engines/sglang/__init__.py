@@ -8,13 +8,20 @@ from typing import TYPE_CHECKING
 from sparkctl.engines.base import (
     LaunchGate,
     LaunchTarget,
-    LayoutFlags,
-    MetricNames,
     RankLayout,
     Readiness,
     fabric_host_env,
     launcher,
     render_args,
+)
+from sparkctl.engines.capabilities import (
+    Auth,
+    Capabilities,
+    ImageMarkers,
+    LayoutFlags,
+    MemoryModel,
+    MetricNames,
+    MultiNode,
 )
 from sparkctl.engines.sglang import flags as F
 from sparkctl.engines.sglang.cli_flags import CLI_FLAGS
@@ -53,6 +60,9 @@ METRICS = MetricNames(
 )
 
 
+LAYOUT = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
+
+
 def _is_gb10(node: Node) -> bool:
     return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
 
@@ -65,14 +75,44 @@ def auth_flags(profile: Profile) -> list[str]:
     return ["--config", F.KEY_FILE]
 
 
-class SGLang:
+def _serving_at(
+    profile: Profile, argv: list[str], node: str, fraction: float, available: int
+) -> Serving | None:
+    from sparkctl.engines.sglang.launch.pipeline import serving_at
+
+    return serving_at(profile, argv, node, fraction, available)
+
+
+class _Launch:
+    """SGLang's launch safety (launch/): its parser in the image, version/GPU rules, memory planner."""
+
+    def check_names(self) -> frozenset[str]:
+        from sparkctl.engines.sglang.launch import CHECK_NAMES
+
+        return CHECK_NAMES
+
+    def check(
+        self,
+        plan: LaunchTarget,
+        profile: Profile,
+        pool: NodePool | None = None,
+        gpu_reports: Mapping[str, GpuReport | None] | None = None,
+    ) -> list[Finding]:
+        from sparkctl.engines.sglang.launch.pipeline import preflight_findings  # the one launch pipeline
+
+        return preflight_findings(plan, profile, pool, dict(gpu_reports or {}))
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.sglang.launch.pipeline import launch_check
+
+        return launch_check(plan, profile, request)
+
+
+class SGLang(Capabilities):
     name = "sglang"
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
-    log_secret_patterns = F.LOG_SECRET_PATTERNS
-    host_ip_env = F.HOST_IP_ENV
-    key_file = F.KEY_FILE
     # SGLang 0.5.23 answers every setting, api_key and admin_api_key included, to any API-key holder
     # (srt/entrypoints/http_server.py: server_info, its deprecated alias get_server_info).
     private_routes = ("/server_info", "/get_server_info")
@@ -80,14 +120,22 @@ class SGLang:
     private_route_fields = ("served_model_name", "model_path", "tokenizer_path")
     default_user = "root"  # not measured as non-root here (no GPU, no SGLang image): docs/security.md
     readiness = Readiness()
+    # Capabilities (engines/capabilities.py): SGLang has every one.
+    auth = Auth(("api-key", "admin-api-key"), F.KEY_FILE, "yaml", F.LOG_SECRET_PATTERNS)
+    memory = MemoryModel(
+        flag="mem-fraction-static",
+        gb10_max=F.GB10_MAX_MEM_FRACTION,
+        fraction=F.mem_fraction,
+        request_cap_flag="max-running-requests",
+        serving=_serving_at,
+    )
     metrics = METRICS
-    auth_keys = ("api-key", "admin-api-key")
-    image_markers = ("sglang",)
-    version_key = "sglang_version"
-    layout_flags = LayoutFlags(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr")
-    gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
-    mem_fraction_flag = "mem-fraction-static"
-    request_cap_flag = "max-running-requests"
+    layout_flags = LAYOUT
+    multi_node = MultiNode(host_ip_env=F.HOST_IP_ENV)
+    images = ImageMarkers(("sglang",), version_key="version")
+    options = F.Options
+    launch = _Launch()
+    nccl_library_env = "SGLANG_NCCL_SO_PATH"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         defaults = profile.engine.recipe_defaults
@@ -126,7 +174,7 @@ class SGLang:
         if layout.pp > 1:
             argv += ["--pp-size", str(layout.pp)]
         if layout.nnodes > 1:
-            flags = self.layout_flags
+            flags = LAYOUT
             argv += [flags.nnodes, str(layout.nnodes), flags.node_rank, str(layout.rank)]
             argv += [flags.dist_init_addr, layout.dist_init_addr or ""]
         if layout.gate_port is not None:
@@ -134,41 +182,10 @@ class SGLang:
         return argv + ["--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
-        return fabric_host_env(self.host_ip_env, node, layout)
-
-    def mem_fraction(self, argv: list[str]) -> float | None:
-        return F.mem_fraction(argv)
+        return fabric_host_env(self.multi_node, node, layout)
 
     def launch_gate(self, profile: Profile) -> LaunchGate | None:
-        return F.launch_gate(profile.engine.sglang_version)
-
-    def check_names(self) -> frozenset[str]:
-        from sparkctl.engines.sglang.launch import CHECK_NAMES
-
-        return CHECK_NAMES
-
-    def check(
-        self,
-        plan: LaunchTarget,
-        profile: Profile,
-        pool: NodePool | None = None,
-        gpu_reports: Mapping[str, GpuReport | None] | None = None,
-    ) -> list[Finding]:
-        from sparkctl.engines.sglang.launch.pipeline import preflight_findings  # the one launch pipeline
-
-        return preflight_findings(plan, profile, pool, dict(gpu_reports or {}))
-
-    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
-        from sparkctl.engines.sglang.launch.pipeline import launch_check
-
-        return launch_check(plan, profile, request)
-
-    def memory_plan(
-        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
-    ) -> Serving | None:
-        from sparkctl.engines.sglang.launch.pipeline import serving_at
-
-        return serving_at(profile, argv, node, fraction, available)
+        return F.launch_gate(F.release(profile))
 
 
 ENGINE = SGLang()

@@ -1,14 +1,17 @@
-"""SGLang's flags as sparkctl renders them: pure constants and functions (no profile import)."""
+"""SGLang's flags as sparkctl renders them (pure constants and functions) and its `engine.options`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from sparkctl.engines.sglang.launch.gate import GATE, launch_gate  # noqa: F401 - the gate, kept with the launch rules
 from sparkctl.engines.sglang.launch.inputs import GB10_MAX_MEM_FRACTION  # noqa: F401 - the one cap, kept with the launch rules
+from sparkctl.profile.base import Strict
 
 if TYPE_CHECKING:
-    from sparkctl.profile.schema import ArgValue
+    from sparkctl.profile.schema import ArgValue, Profile
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 # SGLang's --config YAML: the API keys stay off argv (planning/hardening.py writes it from the secrets)
@@ -54,6 +57,21 @@ LOG_SECRET_PATTERNS: tuple[str, ...] = (
     r"\b((?:admin_)?api_key=)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")",
     r"(--(?:admin-)?api-key[ =])(\S+)",
 )
+
+
+class Options(Strict):
+    """`engine.options` of `kind: sglang` (checked when the plan is built)."""
+
+    version: str | None = Field(
+        None,
+        description="SGLang release in the image (e.g. 0.5.23), for rule selection; `init` fills it from "
+        "the image's label. engine.sglang_version, its older spelling, still loads.",
+    )
+
+
+def release(profile: Profile) -> str | None:
+    """The SGLang release the profile declares (engine.options.version), None when unset."""
+    return Options.model_validate(dict(profile.engine.options)).version
 
 
 def mem_fraction(argv: list[str]) -> float | None:

@@ -1,6 +1,6 @@
-"""The launch check's request and result (`Engine.launch_check`, what `fit` and `plan --check`
+"""The launch check's request and result (`LaunchSafety.launch_check`, what `fit` and `plan --check`
 show), the margin a memory fix must leave, and what a memory model says a fraction serves
-(`Engine.memory_plan`, for the memory admission before a start on unified memory)."""
+(`MemoryModel.serving`, for the memory admission before a start on unified memory)."""
 
 from __future__ import annotations
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.engines.base import (
-    LaunchGate,
-    LaunchTarget,
+from sparkctl.engines.base import LaunchTarget, RankLayout, Readiness, fabric_host_env, launcher, render_args
+from sparkctl.engines.capabilities import (
+    Auth,
+    Capabilities,
+    ImageMarkers,
     LayoutFlags,
+    MemoryModel,
     MetricNames,
-    RankLayout,
-    Readiness,
-    fabric_host_env,
-    launcher,
-    render_args,
+    MultiNode,
 )
 from sparkctl.engines.vllm import flags as F
 from sparkctl.engines.vllm.cli_flags import CLI_FLAGS
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest, Serving
+    from sparkctl.engines.support.launch_check import LaunchCheck, LaunchRequest
     from sparkctl.facts.gpu import GpuReport
     from sparkctl.findings import Finding
     from sparkctl.profile.schema import ArgValue, Mode, Node, Profile
@@ -49,38 +48,68 @@ METRICS = MetricNames(
 )
 
 
+LAYOUT = LayoutFlags(
+    nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--master-addr", dist_init_port="--master-port"
+)
+
+
 def _is_gb10(node: Node) -> bool:
     return node.gpu is not None and node.gpu.compute_capability == "12.1" and node.gpu.unified_memory
 
 
-class VLlm:
+class _Launch:
+    """vLLM's launch safety (check.py): its own parser in the image, arch rules, memory."""
+
+    def check_names(self) -> frozenset[str]:
+        from sparkctl.engines.vllm.check import CHECK_NAMES
+
+        return CHECK_NAMES
+
+    def check(
+        self,
+        plan: LaunchTarget,
+        profile: Profile,
+        pool: NodePool | None = None,
+        gpu_reports: Mapping[str, GpuReport | None] | None = None,
+    ) -> list[Finding]:
+        from sparkctl.engines.vllm.check import launch_findings
+
+        return launch_findings(plan, profile, pool, dict(gpu_reports or {}))
+
+    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
+        from sparkctl.engines.vllm.check import launch_check
+
+        return launch_check(plan, profile, request)
+
+
+class VLlm(Capabilities):
     name = "vllm"
     default_command = F.DEFAULT_COMMAND
     managed_flags = F.MANAGED_FLAGS
     cli_flags = CLI_FLAGS
-    log_secret_patterns = F.LOG_SECRET_PATTERNS
-    host_ip_env = F.HOST_IP_ENV
     # /health answers as soon as the API server reaches EngineCore (no generation): a short wait.
     readiness = Readiness(health_timeout=5.0)
-    key_file = F.KEY_FILE  # vLLM's --config YAML: the key stays off argv
     # vLLM serves /server_info only with VLLM_SERVER_DEV_MODE=1, outside its key check (which covers
     # /v1 only): the whole config and every VLLM_* variable.
     private_routes = ("/server_info",)
     private_route_fields = ()  # its settings route is a dev-mode one: refused
     default_user = "node"  # serves as the node user's uid:gid (measured on the CPU build: docs/security.md)
-    metrics = METRICS
-    auth_keys = ("api-key",)
-    image_markers = ("vllm",)
-    version_key = None  # its checks run its own parser in the image: no release to pick rules by
-    layout_flags = LayoutFlags(
-        nnodes="--nnodes",
-        node_rank="--node-rank",
-        dist_init_addr="--master-addr",
-        dist_init_port="--master-port",
+    # Capabilities (engines/capabilities.py). vLLM's --config YAML keeps the key off argv; it has
+    # no admin key. Its memory check judges --gpu-memory-utilization; it plans no request count.
+    auth = Auth(("api-key",), F.KEY_FILE, "yaml", F.LOG_SECRET_PATTERNS)
+    memory = MemoryModel(
+        flag=F.MEM_FLAG,
+        gb10_max=F.GB10_MAX_MEM_FRACTION,
+        fraction=F.mem_fraction,
+        request_cap_flag="max-num-seqs",
     )
-    gb10_max_mem_fraction = F.GB10_MAX_MEM_FRACTION
-    mem_fraction_flag = F.MEM_FLAG
-    request_cap_flag = "max-num-seqs"
+    metrics = METRICS
+    layout_flags = LAYOUT
+    multi_node = MultiNode(host_ip_env=F.HOST_IP_ENV)
+    # Its checks run its own parser in the image: no release to pick rules by.
+    images = ImageMarkers(("vllm",))
+    launch = _Launch()
+    nccl_library_env = "VLLM_NCCL_SO_PATH"
 
     def serving_args(self, profile: Profile, mode: Mode) -> dict[str, ArgValue]:
         args: dict[str, ArgValue] = {}
@@ -111,7 +140,7 @@ class VLlm:
             argv += ["--pipeline-parallel-size", str(layout.pp)]
         if layout.nnodes > 1:
             addr, _, port = (layout.dist_init_addr or "").rpartition(":")
-            flags = self.layout_flags
+            flags = LAYOUT
             argv += [flags.nnodes, str(layout.nnodes), flags.node_rank, str(layout.rank)]
             argv += [flags.dist_init_addr, addr, "--master-port", port]
             if layout.rank > 0:
@@ -119,39 +148,7 @@ class VLlm:
         return [*argv, "--host", layout.host, "--port", str(layout.port)]
 
     def rank_env(self, profile: Profile, node: Node, layout: RankLayout) -> dict[str, str]:
-        return fabric_host_env(self.host_ip_env, node, layout)
-
-    def mem_fraction(self, argv: list[str]) -> float | None:
-        return F.mem_fraction(argv)
-
-    def launch_gate(self, profile: Profile) -> LaunchGate | None:
-        return None  # vLLM has no gated launch: its ranks start as before
-
-    def check_names(self) -> frozenset[str]:
-        from sparkctl.engines.vllm.check import CHECK_NAMES
-
-        return CHECK_NAMES
-
-    def check(
-        self,
-        plan: LaunchTarget,
-        profile: Profile,
-        pool: NodePool | None = None,
-        gpu_reports: Mapping[str, GpuReport | None] | None = None,
-    ) -> list[Finding]:
-        from sparkctl.engines.vllm.check import launch_findings
-
-        return launch_findings(plan, profile, pool, dict(gpu_reports or {}))
-
-    def launch_check(self, plan: LaunchTarget, profile: Profile, request: LaunchRequest) -> LaunchCheck:
-        from sparkctl.engines.vllm.check import launch_check
-
-        return launch_check(plan, profile, request)
-
-    def memory_plan(
-        self, profile: Profile, argv: list[str], node: str, fraction: float, available: int
-    ) -> Serving | None:
-        return None  # memory.py judges --gpu-memory-utilization; it plans no request count
+        return fabric_host_env(self.multi_node, node, layout)
 
 
 ENGINE = VLlm()

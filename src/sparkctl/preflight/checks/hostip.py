@@ -11,10 +11,15 @@ from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, WARN, Check, Ctx, NodeFacts, probe_failure
 
 
+def _host_ip_env(ctx: Ctx) -> str | None:
+    multi = get_engine(ctx.profile.engine.kind).multi_node
+    return multi.host_ip_env if multi else None
+
+
 def _host_ips(ctx: Ctx) -> list[tuple[int, str, str, list[str]]]:
     """(rank, node, advertised IP, the other nodes of its replica group, which ping it) of every
     rank that advertises one (the engine names the env var). Other groups never talk to it."""
-    env = get_engine(ctx.profile.engine.kind).host_ip_env
+    env = _host_ip_env(ctx)
     out = []
     for spec in ctx.plan.ranks:
         ip = spec.env.get(env) if env else None
@@ -39,7 +44,7 @@ class HostIpReachable(Check):
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
-        env = get_engine(ctx.profile.engine.kind).host_ip_env or "advertised host IP"
+        env = _host_ip_env(ctx) or "advertised host IP"
         for rank, owner, ip, _ in _host_ips(ctx):
             pings: dict[str, PingResult] = {}
             for src, f in facts.items():
@@ -64,7 +69,7 @@ def check_host_ip(
     fabric_netdevs: list[str],
     pings: Mapping[str, PingResult],
     *,
-    env: str = "advertised host IP",  # the engine's variable that carries it (Engine.host_ip_env)
+    env: str = "advertised host IP",  # the engine's variable that carries it (MultiNode.host_ip_env)
 ) -> list[Finding]:
     """HostIpReachable: the advertised host IP of one rank: assigned on its node, reachable from every peer."""
     out: list[Finding] = []

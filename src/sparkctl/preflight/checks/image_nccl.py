@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.engines import get_engine
 from sparkctl.facts.nccl_image import ImageNcclFacts, host_nccl_probe, probe_image_nccl
 from sparkctl.findings import Finding
 from sparkctl.preflight.base import ERROR, OK, SKIP, WARN, Check, Ctx, NodeFacts, Task
@@ -57,6 +58,7 @@ class ImageNccl(Check):
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
         out: list[Finding] = []
         seen: dict[str, ImageNcclFacts] = {}
+        nccl_env = get_engine(ctx.profile.engine.kind).nccl_library_env
         for node, f in facts.items():
             if ctx.failed(out, "docker", self.name, f) or ctx.failed(out, "image_nccl", self.name, f):
                 continue
@@ -66,7 +68,7 @@ class ImageNccl(Check):
                 continue
             env = {k: str(v) for r in ctx.plan.ranks if r.node == node for k, v in r.env.items()}
             uses = ctx.plan.tp * ctx.plan.pp > 1
-            out += judge_image(node, got, env, uses_nccl=uses)
+            out += judge_image(node, got, env, uses_nccl=uses, nccl_library_env=nccl_env)
             host = f.get("host_nccl")  # not read (no sh, no find): nothing to compare, said by no one
             if isinstance(host, ImageNcclFacts):
                 out += judge_host(node, host, got, uses_nccl=uses)
@@ -75,9 +77,14 @@ class ImageNccl(Check):
 
 
 def judge_image(
-    node: str, got: ImageNcclFacts, plan_env: Mapping[str, str], uses_nccl: bool = True
+    node: str,
+    got: ImageNcclFacts,
+    plan_env: Mapping[str, str],
+    uses_nccl: bool = True,
+    nccl_library_env: str | None = None,
 ) -> list[Finding]:
-    """`uses_nccl`: the mode's replicas span several GPUs (one GPU each: a setting is only a warning)."""
+    """`uses_nccl`: the mode's replicas span several GPUs (one GPU each: a setting is only a warning).
+    `nccl_library_env`: the engine's variable naming the libnccl its own wrapper loads, if any."""
     out: list[Finding] = []
     data = got.to_json()
     baked = [(f"{path}", k, v) for path, keys in got.conf.items() for k, v in keys.items()]
@@ -105,9 +112,10 @@ def judge_image(
             f"{', '.join(sorted(pip_v))}; torch loads pip's, a loader of `libnccl.so.2` (the engine's "
             "own NCCL wrapper) may load the system's"
         )
-        fix = (
-            "remove one from the image, or point the engine's NCCL library variable (SGLang: "
-            f"SGLANG_NCCL_SO_PATH, vLLM: VLLM_NCCL_SO_PATH) at {pip_path} in engine.env"
+        fix = "remove one from the image" + (
+            f", or point the engine's NCCL library at pip's: engine.env: {{{nccl_library_env}: {pip_path}}}"
+            if nccl_library_env
+            else ""
         )
         out.append(Finding("ImageNccl", WARN, msg, fix, node=node, data=data))
     if not out or all(f.severity is OK for f in out):

@@ -16,7 +16,8 @@ def launch_names() -> frozenset[str]:
     """Finding names of every engine's launch checks (profile-independent: names are validated first)."""
     from sparkctl.engines import ENGINE_NAMES, get_engine
 
-    return frozenset().union(*(get_engine(n).check_names() for n in ENGINE_NAMES))
+    checks = (get_engine(n).launch for n in ENGINE_NAMES)
+    return frozenset().union(*(c.check_names() for c in checks if c is not None))
 
 
 class Launch(Check):
@@ -36,9 +37,14 @@ class Launch(Check):
         from sparkctl.engines import get_engine
 
         everything = self.name in ctx.selected
+        launch = get_engine(ctx.profile.engine.kind).launch
+        if launch is None:
+            return [
+                Finding(self.name, SKIP, f"engine '{ctx.profile.engine.kind}' has no launch-safety checks")
+            ]
         try:
             reports = {n: gpu_report(f) for n, f in facts.items()}  # what Gpus probed (free memory)
-            found = get_engine(ctx.profile.engine.kind).check(ctx.plan, ctx.profile, ctx.pool, reports)
+            found = launch.check(ctx.plan, ctx.profile, ctx.pool, reports)
         except Exception as exc:  # noqa: BLE001 - another module's failure must not hide ours
             return [Finding(self.name, SKIP, f"launch-safety checks failed to run: {exc}")]
         return [

@@ -61,12 +61,12 @@ class UnifiedMemory(Check):
                 weights = tsize // ctx.plan.nnodes
                 if draft is not None:
                     weights += sizes.get((node, draft.id)) or model_size(sizes, draft.id) or 0
-            engine = get_engine(ctx.profile.engine.kind)
-            # Without the flag, the cap the plan would have set on a GB10.
-            frac = engine.mem_fraction(spec.argv) or engine.gb10_max_mem_fraction
-            out.append(
-                check_unified_memory(node, f.get("meminfo"), weights, frac, flag=engine.mem_fraction_flag)
-            )
+            model = get_engine(ctx.profile.engine.kind).memory
+            # Without the flag, the cap the plan would have set on a GB10; without a memory model
+            # (no fixed fraction reserved) the weights against all of MemAvailable.
+            frac = (model.fraction(spec.argv) or model.gb10_max) if model else 1.0
+            flag = model.flag if model else None
+            out.append(check_unified_memory(node, f.get("meminfo"), weights, frac, flag=flag))
         return out
 
 
@@ -77,7 +77,7 @@ def check_unified_memory(
     frac: float,
     headroom: int = 4 * GIB,
     *,
-    flag: str,  # the engine's memory-fraction flag (Engine.mem_fraction_flag)
+    flag: str | None,  # the engine's memory-fraction flag (MemoryModel.flag; None: it has none)
 ) -> Finding:
     """UnifiedMemory: the engine sizes its pool from MemAvailable P: rest = P*frac - weights
     must leave room for KV; page cache counts as available to the engine but can freeze a GB10."""
@@ -95,7 +95,8 @@ def check_unified_memory(
         )
     need = int(weights_bytes / frac) + headroom
     data["need"] = need
-    basis = f"weights {human_bytes(weights_bytes)} / {flag} {frac:g} + {human_bytes(headroom)} KV"
+    share = f" / {flag} {frac:g}" if flag else ""
+    basis = f"weights {human_bytes(weights_bytes)}{share} + {human_bytes(headroom)} KV"
     if avail < need:
         return Finding(
             "UnifiedMemory",

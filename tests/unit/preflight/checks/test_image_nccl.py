@@ -32,6 +32,14 @@ def test_inline_conf_is_an_error_and_an_overridden_key_is_said() -> None:
     assert all(f.node == "spark2" for f in found)
 
 
+def test_two_nccls_name_the_engines_own_library_variable_only_when_it_has_one() -> None:
+    got = parse_listing(FIX.read_text())
+    libs = lambda found: next(f for f in found if f.message.startswith("two NCCLs"))  # noqa: E731
+    named = libs(judge_image("spark2", got, PLAN_ENV, nccl_library_env="ENG_NCCL_SO_PATH"))
+    assert "engine.env: {ENG_NCCL_SO_PATH: " in named.fix and "libnccl.so.2}" in named.fix
+    assert libs(judge_image("spark2", got, PLAN_ENV)).fix == "remove one from the image"
+
+
 def test_clean_image_is_one_ok_with_its_version() -> None:
     got = parse_listing("#sparkctl-nccl libs\n/x/dist-packages/nvidia_nccl_cu12-2.27.3.dist-info\n")
     (f,) = judge_image("spark1", got, PLAN_ENV)

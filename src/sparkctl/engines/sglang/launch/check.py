@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.engines.sglang.flags import release
 from sparkctl.engines.sglang.launch import explain, rules, rules_attention, rules_dflash
 from sparkctl.engines.sglang.launch.fixes import MemoryFix, memory_fixes, serves, tradeoffs, with_headroom
 from sparkctl.engines.sglang.launch.flags import FlagCheck, flag_findings
@@ -303,7 +304,7 @@ def context_for(
         gpus_per_node=per_node,
         target=target,
         draft=draft,
-        sglang_version=profile.engine.sglang_version,
+        sglang_version=release(profile),
         env=env,
         margin=margin or Margin(),
         group_nnodes=plan.nnodes,

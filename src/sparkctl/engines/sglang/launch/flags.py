@@ -212,7 +212,7 @@ def _mismatch_warning(version: str, where: str, mismatch: list[str], node: str |
         f"flags checked with SGLang {version}'s parser ({where}), but "
         f"{', '.join(mismatch)}: a flag only that version knows (or lacks) is not caught",
         fix="install the declared SGLang locally, run where the image is reachable, or fix "
-        "engine.sglang_version",
+        "engine.options.version",
         node=node,
         data={"sglang_version": version, "mismatch": mismatch},
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sparkctl.engines.sglang.flags import release
 from sparkctl.engines.sglang.launch.check import (
     LaunchContext,
     check_launch,
@@ -87,12 +88,13 @@ def lookup_models(profile, target_dir: Path | None = None, draft_dir: Path | Non
 
 
 def expected_versions(plan, profile) -> dict[str, str]:
-    """The SGLang versions the launch declares: engine.sglang_version and the image tag."""
+    """The SGLang versions the launch declares: engine.options.version and the image tag."""
     from sparkctl.engines.sglang.launch.inputs import parse_version
 
     out: dict[str, str] = {}
-    if profile.engine.sglang_version:
-        out["the profile (engine.sglang_version)"] = profile.engine.sglang_version
+    declared = release(profile)
+    if declared:
+        out["the profile (engine.options.version)"] = declared
     ref = plan.ranks[0].image
     tag = ref.rsplit(":", 1)[1] if ":" in ref.rsplit("/", 1)[-1] else ""
     if parse_version(tag) is not None:
@@ -246,7 +248,7 @@ def serving_at(profile, argv: list[str], node: str, fraction: float, available: 
         return None
     mib = available // (1 << 20)
     gpu = GpuFacts("budget", mib, (12, 1), unified=True, available_mib=mib, probed_on=node)
-    ctx = LaunchContext([gpu], {node: 1}, found.target, found.draft, profile.engine.sglang_version)
+    ctx = LaunchContext([gpu], {node: 1}, found.target, found.draft, release(profile))
     mp = memory_plan(with_flags(argv, {"mem-fraction-static": f"{fraction:g}"}), ctx)
     if mp is None:
         return None
