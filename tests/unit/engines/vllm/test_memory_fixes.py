@@ -3,26 +3,11 @@ its number, and a more-GPUs layout is offered only where the node's GPUs and the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sparkctl.engines.vllm.check import memory_findings
 from sparkctl.engines.vllm.memory_fixes import Budget, kv_fixes, weights_fixes
 from sparkctl.facts.gpu import Gpu, GpuReport
 from sparkctl.planning.build import build_plan
-from sparkctl.profile import load_profile_file
-from sparkctl.profile.schema import Profile
-
-ROOT = Path(__file__).resolve().parents[4]
-GIB = 1 << 30
-QWEN_32B = {"num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}
-
-
-def box(args: dict) -> Profile:
-    data = load_profile_file(ROOT / "profiles" / "vllm-two-gpu-box.yaml").model_dump(
-        mode="json", exclude_none=True
-    )
-    data["engine"]["args"].update(args)
-    return Profile.model_validate(data)
+from tests.unit.engines.vllm.test_memory import GIB, QWEN_32B, box  # the one vLLM box profile
 
 
 def report(free_gib: float = 23.5) -> GpuReport:
