@@ -51,7 +51,8 @@ def responses_default(ctx: Context) -> Passed:
     return Passed(f"{inp} input / {out} output tokens, status {r.status}")
 
 
-def responses_stream(ctx: Context) -> Passed:
+def _one_responses_stream(ctx: Context) -> tuple[int, Any, list[str]]:
+    """One streamed Responses call: its text deltas, its completed response, the event types seen."""
     timed = drain(
         ctx,
         lambda **kw: ctx.client.responses.create(
@@ -63,16 +64,35 @@ def responses_stream(ctx: Context) -> Passed:
         ),
         lambda event: getattr(event, "type", None) == "response.output_text.delta",
     )
-    deltas, completed = 0, None
+    deltas, completed, kinds = 0, None, []
     for event in timed.events:
-        if event.type == "response.output_text.delta" and event.delta:
+        kind = getattr(event, "type", None)
+        if kind not in kinds:
+            kinds.append(kind)
+        if kind == "response.output_text.delta" and event.delta:
             deltas += 1
-        elif event.type in ("response.completed", "response.incomplete"):
+        elif kind in ("response.completed", "response.incomplete"):
             completed = event.response
-        elif event.type in ("response.failed", "error"):
-            raise CheckFailed(f"{event.type}: {get(event, 'response', 'error') or event}")
+        elif kind in ("response.failed", "error"):
+            raise CheckFailed(f"{kind}: {get(event, 'response', 'error') or event}")
+    return deltas, completed, kinds
+
+
+def responses_stream(ctx: Context) -> Passed:
+    """Text deltas and a response.completed. A model that stopped before its first text token
+    (a sampled end of turn: the server did nothing wrong) is asked once more."""
+    for attempt in (1, 2):
+        deltas, completed, kinds = _one_responses_stream(ctx)
+        out = get(completed, "usage", "output_tokens") if completed is not None else None
+        if deltas or out != 0 or attempt == 2:
+            break
     if not deltas:
-        raise CheckFailed("no response.output_text.delta events")
+        said = (
+            f"{out} output tokens in response.completed" if completed is not None else "no response.completed"
+        )
+        raise CheckFailed(
+            f"no response.output_text.delta events ({said}; events {', '.join(map(str, kinds))})"
+        )
     if completed is None:
         raise CheckFailed(f"{deltas} text deltas but no response.completed event")
     _, out = responses_usage(completed, "response.completed")
