@@ -112,12 +112,21 @@ class SecretFile:
     starts (`bind=False`; never on argv or in env; the file lies in the container's writable layer
     under the engine's data root, root-only, removed with the container) or bind-mounted read-only
     from the node (`bind=True`). Entries sharing a target with a `yaml_key` form one YAML file
-    (the engine's key file)."""
+    (the engine's key file). `hashed`: the file holds sha256 of "Bearer <value>" instead of the
+    value (the gateway's key file: it compares the hash of a client's whole header)."""
 
     target: str
     ref: SecretRef
     yaml_key: str | None = None
     bind: bool = False
+    hashed: bool = False
+
+
+def bearer_sha256(key: str) -> str:
+    """The gateway's key-file line for `key`: sha256 of the whole Authorization header value."""
+    import hashlib
+
+    return hashlib.sha256(f"Bearer {key}".encode()).hexdigest()
 
 
 def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[str, bytes]:
@@ -127,6 +136,9 @@ def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[st
         if f.bind:
             continue
         value = resolve(f.ref, conn)
+        if f.hashed:
+            out.setdefault(f.target, []).append(bearer_sha256(value) + "\n")
+            continue
         # JSON strings are valid YAML double-quoted scalars: any character survives.
         line = f"{f.yaml_key}: {json.dumps(value)}\n" if f.yaml_key else value
         out.setdefault(f.target, []).append(line)

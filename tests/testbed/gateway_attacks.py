@@ -202,6 +202,24 @@ def framing_attacks(key: str) -> list[tuple[str, bytes]]:
             "two authorization headers",
             _head("GET", "/v1/models", key, extra="Authorization: Bearer wrong\r\n"),
         ),
+        (  # the wrong one first: every value is checked, not only the first or the last
+            "two authorization headers, the key last",
+            _head(
+                "GET",
+                "/v1/models",
+                None,
+                extra=f"Authorization: Bearer wrong\r\nAuthorization: Bearer {key}\r\n",
+            ),
+        ),
+        (
+            "three authorization headers, the middle one wrong",
+            _head(
+                "GET",
+                "/v1/models",
+                key,
+                extra=f"Authorization: Bearer wrong\r\nAuthorization: Bearer {key}\r\n",
+            ),
+        ),
         ("lowercase bearer", _head("GET", "/v1/models", None, extra=f"Authorization: bearer {key}\r\n")),
         (
             "key with trailing space",

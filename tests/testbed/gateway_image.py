@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tests.testbed.lab import Lab, LabNode
 
 HAPROXY = "/usr/sbin/haproxy"
-RECIPE_VERSION = b"gateway-v1"
+RECIPE_VERSION = b"gateway-v2"
 IMAGE_CONFIG = {
     "Env": ["PATH=/usr/sbin:/usr/bin"],
     "WorkingDir": "/",
@@ -51,7 +51,7 @@ def _write_rootfs(path: Path) -> None:
     with tarfile.open(path, "w") as tar:
         for d in ("/usr", "/usr/sbin", "/usr/lib", "/usr/lib64", "/etc", "/proc", "/sys", "/dev", "/run"):
             _add_dir(tar, d)
-        for d in (os.path.dirname(CONFIG_PATH), os.path.dirname(KEYS_PATH)):
+        for d in sorted({os.path.dirname(CONFIG_PATH), os.path.dirname(KEYS_PATH)} - {"/run"}):
             _add_dir(tar, d)
         _add_dir(tar, "/tmp", 0o1777)
         _add_symlink(tar, "/lib", "usr/lib")

@@ -330,6 +330,7 @@ class Lab:
             self._save_state()
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 list(pool.map(self._wait_node, self.nodes))
+                list(pool.map(self._install_gateway, self.nodes))
         except BaseException:
             with contextlib.suppress(Exception):
                 self.down()
@@ -554,6 +555,14 @@ class Lab:
             "dockerd.log",
         )
         node.dockerd_pid = proc.pid
+
+    def _install_gateway(self, node: LabNode) -> None:
+        """Every node has the gateway image, as `up` needs on a real one (docs/security.md): the
+        HAProxy the host has (scripts/install-deps), loaded from the cached archive."""
+        from tests.testbed.gateway_image import haproxy_path, install_gateway_image
+
+        if haproxy_path() is not None:
+            install_gateway_image(self, node)
 
     def _wait_node(self, node: LabNode, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

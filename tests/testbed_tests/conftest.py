@@ -29,11 +29,22 @@ def cli(state: Path, profile: Path, *args: str, timeout: float = 300) -> subproc
     )
 
 
-def cluster_containers(lab, cluster: str) -> dict[str, list]:
-    return {
+def cluster_containers(lab, cluster: str, gateways: bool = True) -> dict[str, list]:
+    """The cluster's containers per node; `gateways=False`: the ranks and the router only (each
+    gateway is removed with what it serves: tests/testbed_tests/test_security.py)."""
+    found = {
         n.name: lab.docker(n).containers.list(all=True, filters={"label": f"sparkctl.cluster={cluster}"})
         for n in lab.nodes
     }
+    if gateways:
+        return found
+    return {n: [c for c in cs if c.labels.get("sparkctl.role") != "gateway"] for n, cs in found.items()}
+
+
+def engine_containers(lab, node: str, label: str) -> list:
+    """The running containers on `node` with `label` that are not gateways (ranks, router)."""
+    found = lab.docker(node).containers.list(filters={"label": label})
+    return [c for c in found if c.labels.get("sparkctl.role") != "gateway"]
 
 
 def standin_record(lab, node: str, name: str) -> dict:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.testbed.profiles import ENGINE_PORT, lab_profile, seed_weights
+from tests.testbed_tests.conftest import engine_containers
 
 pytestmark = pytest.mark.testbed
 NAMES = {"spark1": "spark1.lab", "spark2": "spark2.local"}
@@ -59,10 +60,9 @@ def test_up_with_names_the_container_cannot_resolve_binds_the_nodes_ips(lab, tmp
         result = json.loads(up.stdout)
         assert result["endpoint"]["url"].startswith(f"http://{ips['spark1']}:"), result
         inspect = {
-            n: lab.docker(n).containers.list(filters={"label": "sparkctl.mode=tp2"})[0].attrs["Args"]
-            for n in ("spark1", "spark2")
+            n: engine_containers(lab, n, "sparkctl.mode=tp2")[0].attrs["Args"] for n in ("spark1", "spark2")
         }
-        # rank 0's engine sits behind its filtering front, which binds the node's IP (docs/security.md)
+        # rank 0's engine sits behind its gateway, which binds the node's IP (docs/security.md)
         assert inspect["spark1"][inspect["spark1"].index("--host") + 1] == "127.0.0.1"
         listening = lab.exec("spark1", ["ss", "-Hltn", f"sport = :{ENGINE_PORT}"]).stdout.split()
         assert f"{ips['spark1']}:{ENGINE_PORT}" in listening, listening

@@ -37,5 +37,6 @@ def test_dry_runs_change_nothing(lab, setup):
     res = cli(state, path, "up", "solo", "--dry-run")
     assert "would change nothing" in res.stdout
     res = cli(state, path, "down", "--dry-run", "--json")
-    assert [c["name"] for c in json.loads(res.stdout)["removed"]] == [f"sparkctl-{cluster}-solo-r0"]
+    rank0 = f"sparkctl-{cluster}-solo-r0"  # and its gateway, removed with it
+    assert sorted(c["name"] for c in json.loads(res.stdout)["removed"]) == [rank0, f"{rank0}-gateway"]
     assert ids(lab, cluster) == before  # nothing was stopped, started or removed

@@ -20,9 +20,22 @@ import pytest
 from sparkctl.engines import get_engine
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
-from tests.testbed_tests.conftest import cli, cluster_containers, standin_record
+from tests.testbed_tests.conftest import cli, cluster_containers, engine_containers, standin_record
 
 pytestmark = pytest.mark.testbed
+
+
+FOLLOWED = '"POST /v1/chat/completions HTTP/1.1" 200'  # the test's only chat request
+
+
+def post(plan, route: str, body: dict) -> None:
+    """A request whose line in the engine's log marks it (the gateway passes exact targets only,
+    so no query string can)."""
+    data = json.dumps({"model": "tiny-test", "max_tokens": 2, **body}).encode()
+    req = urllib.request.Request(
+        f"{plan.endpoint.api_base}/{route}", data, {"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(req, timeout=5).read()
 
 
 def follow_logs_sees_new_lines(state: Path, path: Path, plan) -> None:
@@ -43,14 +56,14 @@ def follow_logs_sees_new_lines(state: Path, path: Path, plan) -> None:
                 seen.append(lines.get(timeout=0.1))
             prefixes = {x.split(" | ")[0] for x in seen}
             if i % 10 == 0 and {"rank0@spark1", "rank1@spark2"} <= prefixes:
-                urllib.request.urlopen(f"{plan.endpoint.api_base}/models?marker=followed", timeout=5).read()
-            if any("marker=followed" in x for x in seen):
+                post(plan, "chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+            if any(FOLLOWED in x for x in seen):
                 break
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert {"rank0@spark1", "rank1@spark2"} <= {x.split(" | ")[0] for x in seen}
-    assert any("marker=followed" in x for x in seen), seen
+    assert any(FOLLOWED in x for x in seen), seen
     assert proc.returncode == 0
 
 
@@ -86,9 +99,10 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
     st = cli(state, path, "status", "--json")
     assert st.returncode == 0, st.stderr
     status = json.loads(st.stdout)
-    assert sorted((c["rank"], c["node"], c["status"]) for c in status["containers"]) == [
-        (0, "spark1", "running"),
-        (1, "spark2", "running"),
+    assert sorted((c["role"], c["rank"], c["node"], c["status"]) for c in status["containers"]) == [
+        ("engine", 0, "spark1", "running"),
+        ("engine", 1, "spark2", "running"),
+        ("gateway", 0, "spark1", "running"),  # rank 0's API: the only public listener
     ]
     assert status["modes"][0]["mode"] == "tp2" and status["modes"][0]["health"]["ready"]
     assert (
@@ -97,14 +111,15 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
     )
 
     # The log files keep growing after `up` returned: a request made now shows up in rank 0's file.
-    urllib.request.urlopen(f"{plan.endpoint.api_base}/models?marker=after-up", timeout=5).read()
+    marker = '"POST /v1/completions HTTP/1.1" 200'  # the test's only completion
+    post(plan, "completions", {"prompt": "after-up"})
     for _ in range(50):
         logs = cli(state, path, "logs", "--tail", "200")
-        if "marker=after-up" in logs.stdout:
+        if marker in logs.stdout:
             break
         time.sleep(0.2)
     assert logs.returncode == 0, logs.stderr
-    assert "marker=after-up" in logs.stdout
+    assert marker in logs.stdout
     assert any(line.startswith("rank0@spark1 | ") for line in logs.stdout.splitlines())
     assert any(
         line.startswith("rank1@spark2 | ") and "Dummy health" in line for line in logs.stdout.splitlines()
@@ -123,7 +138,7 @@ def test_up_tp2_status_logs_switch_down(lab, setup):
     sw = cli(state, path, "switch", "solo")
     assert sw.returncode == 0, sw.stderr
     assert "ready" in sw.stdout and "tiny-test" in sw.stdout and "curl" in sw.stdout
-    after = cluster_containers(lab, prof.cluster)
+    after = cluster_containers(lab, prof.cluster, gateways=False)
     assert after["spark2"] == []
     assert [c.name for c in after["spark1"]] == [build_plan(prof, "solo").rank(0).container_name]
     assert after["spark1"][0].labels["sparkctl.mode"] == "solo"
@@ -139,12 +154,12 @@ def test_changed_config_restarts_ranks(lab, setup):
     write_profile, state = setup
     path = write_profile()
     assert cli(state, path, "up", "solo", "--skip-preflight").returncode == 0
-    old = lab.docker("spark1").containers.list(filters={"label": "sparkctl.mode=solo"})[0]
+    (old,) = engine_containers(lab, "spark1", "sparkctl.mode=solo")
     changed = write_profile("changed.yaml", solo={"EXTRA_SETTING": "1"})
     res = cli(state, changed, "up", "solo", "--skip-preflight", "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["action"] == "started"
-    new = lab.docker("spark1").containers.list(filters={"label": "sparkctl.mode=solo"})
+    new = engine_containers(lab, "spark1", "sparkctl.mode=solo")
     assert [c.id for c in new] != [old.id] and len(new) == 1
     assert standin_record(lab, "spark1", new[0].name)["env"]["EXTRA_SETTING"] == "1"
 

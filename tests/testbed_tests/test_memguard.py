@@ -138,7 +138,9 @@ def low_floor() -> float:
 
 def rank_container(lab, cluster: str):
     (c,) = [
-        c for c in cluster_containers(lab, cluster)["spark1"] if c.labels.get("sparkctl.role") != "router"
+        c
+        for c in cluster_containers(lab, cluster)["spark1"]
+        if c.labels.get("sparkctl.role", "engine") == "engine"
     ]
     c.reload()
     return c
@@ -236,8 +238,14 @@ def test_restart_after_a_stop_waits_for_memory_to_settle(lab, memlab):
         assert os.path.exists(f"/dev/shm/{shm}")  # resident, and stays so after the container is gone
         released: list[float] = []
 
+        old = rank_container(lab, cluster).id
+
         def release_later() -> None:  # what the kernel does with a killed engine's memory, slowly
-            time.sleep(4)
+            # counted from the old rank's removal, not from the second `up`'s start (whose
+            # preflight may take seconds on a loaded machine)
+            while any(c.id == old for c in lab.docker("spark1").containers.list(all=True, sparse=True)):
+                time.sleep(0.05)
+            time.sleep(3)
             released.append(time.time())
             os.unlink(f"/dev/shm/{shm}")
 

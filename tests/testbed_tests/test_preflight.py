@@ -108,7 +108,7 @@ def test_healthy_lab_passes_tcp(ready: Lab, tmp_path: Path, monkeypatch: pytest.
     ports = {f["message"] for f in find(report, "PortFree", "spark1", "ok")}  # rank 0's node
     assert ports == {
         "HTTP port 30000 free",
-        "engine (behind the front) port 20000 free",
+        "engine (behind the gateway) port 20000 free",
         "dist-init port 50051 free",
     }
     assert not find(report, "RoceHca")  # transport tcp

@@ -197,7 +197,7 @@ def test_router_on_a_node_without_ranks_is_checked_for_its_paths_only(quad: Lab,
     assert on_router == {"SshReachable", "RouterReach", "DockerEngine", "PortFree"}  # no engine checks
     ports = [f["message"] for f in report["findings"] if f["check"] == "PortFree" and f["node"] == "spark1"]
     assert sorted(ports) == [
-        "router (behind the front) port 20000 free",  # sglang-router's own, behind its front
+        "router (behind the gateway) port 20000 free",  # sglang-router's own, behind its gateway
         "router HTTP port 30000 free",
     ]
 
@@ -245,10 +245,10 @@ def test_a_busy_port_on_the_second_replicas_head_is_found(quad: Lab, profile: Pa
     free = {(f["node"], f["message"]) for f in report["findings"] if f["severity"] == "ok"}
     assert free == {
         ("spark1", "replica 0 HTTP port 30001 free"),
-        ("spark1", "replica 0 engine (behind the front) port 20001 free"),
+        ("spark1", "replica 0 engine (behind the gateway) port 20001 free"),
         ("spark1", "replica 0 dist-init port 50051 free"),
         ("spark1", "router HTTP port 30000 free"),
-        ("spark1", "router (behind the front) port 20000 free"),
-        ("spark3", "replica 1 engine (behind the front) port 20001 free"),
+        ("spark1", "router (behind the gateway) port 20000 free"),
+        ("spark3", "replica 1 engine (behind the gateway) port 20001 free"),
         ("spark3", "replica 1 dist-init port 50051 free"),
     }

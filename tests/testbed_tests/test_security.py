@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import stat
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -204,7 +202,7 @@ def test_secret_file_mode_is_enforced_with_a_fix(lab, setup, tmp_path):
         token.unlink()
 
 
-FRONT_REFUSED = [
+PRIVATE_SPELLINGS = [
     "/server_info",
     "/get_server_info",
     "/SERVER_INFO",
@@ -215,25 +213,19 @@ FRONT_REFUSED = [
     "/%2573erver_info",
     "/x/get_server_info",
     "/server_info;a?b=c",
+    "/v1/models/../../server_info",
 ]
 
 
-def _front_pids(lab, node: str, port: int) -> list[int]:
-    """Pids of what listens on `port` inside the node's namespace (the front)."""
-    out = lab.exec(node, ["ss", "-Hltnp", f"sport = :{port}"], check=False).stdout
-    return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
-
-
-def _ppid(lab, pid: int) -> int:
-    status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
-    return int(re.search(r"\nPPid:\t(\d+)", status).group(1))
-
-
-def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup, monkeypatch):
-    """The done-when of issue #30: from the controller (outside the node) /server_info and every
-    spelling of it is refused by the rank's filtering front, the API answers with the key, a stream
-    arrives in pieces, the engine's own port is not reachable, and `down` leaves no front."""
+def test_the_gateway_refuses_key_revealing_routes_from_outside_the_node(lab, setup, monkeypatch):
+    """Issue 38 under `up`: the rank's gateway (HAProxy, its own least-privilege container) owns the
+    API port; from the controller /server_info in every spelling is refused, the API answers with
+    the key only, a stream arrives in pieces, the engine's own port is not reachable, the key is in
+    no argv, env or `docker inspect`, and `down` leaves no gateway."""
     import http.client
+
+    from sparkctl.planning.gateway import GATEWAY_IMAGE
+    from sparkctl.secrets import bearer_sha256
 
     write_profile, state = setup
     path = write_profile(solo={"STANDIN_GEN_DELAY": "1.5"})  # a stream spread over ~1.5 s
@@ -243,66 +235,56 @@ def test_the_front_refuses_key_revealing_routes_from_outside_the_node(lab, setup
     monkeypatch.setenv("SPARKCTL_TEST_API_KEY", API_KEY)
     up = cli(state, path, "up", "solo", "--json")
     assert up.returncode == 0, up.stdout + up.stderr
+    assert any(s["step"] == "gateway" for s in json.loads(up.stdout)["timeline"])
     ip = lab.node("spark1").mgmt_ip
     base = f"http://{ip}:{ENGINE_PORT}"
-    for target in FRONT_REFUSED:  # a GET gets the served name the router reads, and no key
-        status, raw = _get_body(base + target, API_KEY)
-        assert status == 200 and set(json.loads(raw)) == {"served_model_name", "model_path"}, (target, raw)
-        assert API_KEY.encode() not in raw and b"api_key" not in raw, target
-        assert _post(base + target, API_KEY) == 403, target
+    for target in PRIVATE_SPELLINGS:
+        for key in (API_KEY, None):
+            status, raw = _get_body(base + target, key)
+            assert status in (400, 404) and API_KEY.encode() not in raw, (target, status, raw)
+        assert _post(base + target, API_KEY) in (400, 404), target
     probe = (
         "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:20000/server_info', "
         "headers={'Authorization': 'Bearer ' + sys.argv[1]}); "
         "print(u.build_opener(u.ProxyHandler({})).open(r, timeout=10).read().decode())"
     )
-    # the engine does answer its keys on its own port: the front is what keeps them on the node
+    # the engine does answer its keys on its own port: the gateway is what keeps them on the node
     assert API_KEY in lab.exec("spark1", ["python3", "-c", probe, API_KEY]).stdout
     assert _get(f"{base}/v1/models", API_KEY) == 200 and _get(f"{base}/v1/models", None) == 401
+    assert _get(f"{base}/v1/models", API_KEY + "x") == 401 and _get(f"{base}/health", None) == 200
+    # /metrics needs the key, then is the engine's own answer (the stand-in serves none without its flag)
+    inner = "import urllib.request as u, urllib.error as e\ntry: print(u.urlopen('http://127.0.0.1:20000/metrics', timeout=10).status)\nexcept e.HTTPError as x: print(x.code)"
+    own = int(lab.exec("spark1", ["python3", "-c", inner]).stdout.strip())
+    assert _get(f"{base}/metrics", None) == 401 and _get(f"{base}/metrics", API_KEY) == own
     # The engine itself listens on 127.0.0.1 of its node, API port - 10000: not from here.
-    record = json.loads(
-        lab.docker("spark1")
-        .containers.get(f"sparkctl-{doc['cluster']}-solo-r0")
-        .exec_run(["cat", "/tmp/standin-record.json"])[1]
-    )
+    docker = lab.docker("spark1")
+    rank = docker.containers.get(f"sparkctl-{doc['cluster']}-solo-r0")
+    record = json.loads(rank.exec_run(["cat", "/tmp/standin-record.json"])[1])
     argv = record["argv"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "20000"
     with pytest.raises(OSError):
         http.client.HTTPConnection(ip, ENGINE_PORT - 10000, timeout=5).connect()
-    probe = "import urllib.request as u; u.urlopen('http://127.0.0.1:20000/health', timeout=10)"
-    inside = lab.exec("spark1", ["python3", "-c", probe], check=False)
-    assert inside.returncode == 0  # ... while the node itself reaches it
-    # A streamed completion arrives through the front piece by piece.
+    # A streamed completion arrives through the gateway piece by piece.
     conn = http.client.HTTPConnection(ip, ENGINE_PORT, timeout=60)
     body = {"model": "tiny-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
     conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    assert resp.getheader("Server") is None
     pieces = list(iter(lambda: resp.read1(1 << 16), b""))
     assert len(pieces) >= 3 and b"[DONE]" in b"".join(pieces), pieces
-    # The front (a keeper and its server, both holding the socket) runs as the node user (root in
-    # the lab) outside any container; a killed server is forked again; `down` ends both.
-    pids = _front_pids(lab, "spark1", ENGINE_PORT)
-    assert len(pids) == 2, pids
-    for pid in pids:
-        status = lab.exec("spark1", ["cat", f"/proc/{pid}/status"]).stdout
-        assert "\nUid:\t0\t" in status
-        assert API_KEY not in lab.exec("spark1", ["cat", f"/proc/{pid}/cmdline"]).stdout
-    (server,) = [p for p in pids if _ppid(lab, p) in pids]  # the server's parent is the keeper
-    lab.exec("spark1", ["kill", "-9", str(server)])
-    deadline = time.monotonic() + 30
-    while (
-        server in _front_pids(lab, "spark1", ENGINE_PORT) or len(_front_pids(lab, "spark1", ENGINE_PORT)) < 2
-    ):
-        assert time.monotonic() < deadline, "the keeper forks a new server"
-        time.sleep(0.1)
-    assert _get(f"{base}/v1/models", API_KEY) == 200  # from the controller, the API is back
-    pids = _front_pids(lab, "spark1", ENGINE_PORT)
+    # The gateway: its own container beside the rank, least privilege, no key anywhere Docker shows.
+    gate = docker.containers.get(f"{rank.name}-gateway")
+    attrs = gate.attrs
+    host = attrs["HostConfig"]
+    assert gate.status == "running" and attrs["Config"]["Image"] == GATEWAY_IMAGE
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"] and not host["Privileged"]
+    assert host["ReadonlyRootfs"] and "no-new-privileges:true" in host["SecurityOpt"]
+    assert attrs["Config"]["Labels"]["sparkctl.role"] == "gateway"
+    inspect = json.dumps(attrs)
+    assert API_KEY not in inspect and bearer_sha256(API_KEY) not in inspect
+    logs = gate.logs().decode()
+    assert API_KEY not in logs and "/v1/chat/completions" in logs  # the access log: method, path, status
     assert cli(state, path, "down").returncode == 0
-    deadline = time.monotonic() + 30
-    while _front_pids(lab, "spark1", ENGINE_PORT) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _front_pids(lab, "spark1", ENGINE_PORT)
-    for pid in pids:  # exited: gone, or a zombie until whatever it was reparented to reaps it
-        stat_line = lab.exec("spark1", ["cat", f"/proc/{pid}/stat"], check=False).stdout
-        assert not stat_line or stat_line.rsplit(")", 1)[1].split()[0] == "Z", stat_line
+    assert not [c.name for c in docker.containers.list(all=True) if c.name.startswith(rank.name)]

@@ -96,7 +96,7 @@ def spread(base: str, n: int = 8) -> Counter:
 def running(lab: Lab, cluster: str) -> dict[str, list[str]]:
     return {
         n: sorted(c.name for c in cs if c.status == "running")
-        for n, cs in cluster_containers(lab, cluster).items()
+        for n, cs in cluster_containers(lab, cluster, gateways=False).items()
     }
 
 
@@ -133,14 +133,14 @@ def test_up_dp2_puts_the_router_in_front_and_requests_reach_both_replicas(quad: 
     got = spread(plan.endpoint.url)  # the user's one endpoint: the router's
     print(f"8 requests through the router: {dict(got)}")
     assert got == {"spark1": 4, "spark2": 4}
-    # What sglang-router answers without a key stays on its node: its front refuses it here (the
+    # What sglang-router answers without a key stays on its node: its gateway refuses it here (the
     # controller), and the router's own port (on 127.0.0.1 of spark1) takes no connection from here.
-    assert plan.router.front is not None
+    assert plan.router.gateway is not None
     for route in ("/engine_metrics", "/get_server_info", "/ENGINE_METRICS/"):
-        assert _status_of(plan.endpoint.url + route) == 403, route
+        assert _status_of(plan.endpoint.url + route) == 404, route
     assert _status_of(plan.endpoint.url + "/workers") == 200  # the worker API sparkctl uses passes
     with pytest.raises(OSError):
-        socket.create_connection((quad.node("spark1").mgmt_ip, plan.router.front.upstream), timeout=5)
+        socket.create_connection((quad.node("spark1").mgmt_ip, plan.router.gateway.upstream_port), timeout=5)
 
     st = status(cluster)
     [mode] = st["modes"]

@@ -173,10 +173,12 @@ def render_plan(plan) -> None:  # sparkctl.planning.build.Plan, imported lazily
                     f"{m.source} -> {m.target}" + (" (ro)" if m.read_only else "") for m in spec.mounts
                 ),
             )
-        if spec.front is not None:
-            f = spec.front
-            where = f"{f.listen}:{f.port} -> 127.0.0.1:{f.upstream}, refuses {', '.join(f.routes)}"
-            table.add_row("front", where)
+        if spec.gateway is not None:
+            g = spec.gateway
+            where = f"{g.listen}:{g.port} -> {g.upstream_host}:{g.upstream_port} ({g.image})"
+            routes = ", ".join(f"{m} {t}" for m, t in g.routes)
+            key = f"key {g.key.describe()}" if g.key else "no key"
+            table.add_row("gateway", f"{where}\n{key}; passes only {routes}, GET /health")
         table.add_row("argv", " \\\n  ".join(_argv_lines(spec.argv)))
         out.print(Panel(table, title=_panel_title(plan, spec), title_align="left"))
     key = plan.endpoint.api_key

@@ -75,7 +75,7 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
             state = c.status if c.running else f"{c.status} ({c.describe_exit()})"
             color = "green" if c.running else "red"
             table.add_row(
-                "router" if c.role == "router" else str(c.rank),
+                c.role if c.role != "engine" else str(c.rank),
                 c.node,
                 c.mode or ("-" if c.role == "router" else "?"),
                 f"[{color}]{state}[/]",

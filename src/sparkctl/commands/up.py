@@ -258,6 +258,11 @@ def _print_up(result, elapsed: float, sup: dict | None, verbose: bool = False) -
             f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}) is running and healthy; "
             "nothing changed"
         )
+    elif result.action == "gateway":
+        out.print(
+            f"[green]already up[/]: mode {plan.mode} (config {plan.config_hash}); only its gateway changed "
+            f"and was replaced in {elapsed:.1f}s (the engine kept running)"
+        )
     else:  # from the command's start, as the timeline shows (shipping included)
         shape = f"tp={plan.tp} ({ranks})" if plan.replicas <= 1 else plan.shape
         out.print(f"[green]ready[/] in {elapsed:.1f}s: mode {plan.mode}, {shape}")

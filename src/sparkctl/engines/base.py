@@ -107,11 +107,11 @@ class Engine(Protocol):
     cli_flags: frozenset[str]
     default_user: str  # engine.container.user when unset: "node" where the engine serves as non-root
     readiness: Readiness
-    # Routes whose answer reveals a key or the settings (SGLang's /server_info): the filtering front
-    # (node/front.py) refuses them, whatever the spelling of the path.
+    # Routes whose answer reveals a key or the settings (SGLang's /server_info): never among the
+    # gateway's allowed routes (planning/gateway.py), and named in `export k8s`'s notes.
     private_routes: tuple[str, ...]
-    # Of a private route's JSON, the fields a GET through the front still gets (scalars): what the
-    # router reads of a worker. Empty: every private route is refused outright.
+    # Of a private route's JSON, the fields the router reads of a worker (scalars). Empty: every
+    # private route is refused outright.
     private_route_fields: tuple[str, ...]
 
     # Capabilities (engines/capabilities.py): None where the engine lacks one.

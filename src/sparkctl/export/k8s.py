@@ -251,10 +251,10 @@ def export_k8s(
     rdma_resource: str | None = None,
 ) -> K8sExport:
     engine = get_engine(profile.engine.kind)
-    fronted = profile.engine.front and bool(engine.private_routes)
+    fronted = profile.engine.gateway and bool(engine.private_routes)
     as_node = (profile.engine.container.user or engine.default_user) == "node"
-    if fronted:  # the filtering front is a node process of `up`'s; the pod serves the engine's port
-        profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"front": False})})
+    if fronted:  # the gateway is a container of `up`'s beside rank 0; the pod serves the engine's port
+        profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"gateway": False})})
     profile, gated = _ungated(profile)
     plan = build_plan(profile, mode_name)
     _check_exportable(plan)
@@ -275,13 +275,13 @@ def export_k8s(
         )
     if fronted:
         out.notes.append(
-            f"engine.front is not exported: the leader pod serves {', '.join(engine.private_routes)} "
+            f"engine.gateway is not exported yet: the leader pod serves {', '.join(engine.private_routes)} "
             "(every setting, the API keys included) to API-key holders on its port; refuse those paths "
             "in your ingress or gateway (docs/security.md)"
         )
         if plan.router is not None:
             out.notes.append(
-                f"the router's front is not exported either: it answers {', '.join(ROUTER_PRIVATE_ROUTES)} "
+                f"the router's gateway is not exported either: it answers {', '.join(ROUTER_PRIVATE_ROUTES)} "
                 "without a key (every replica's metrics); refuse those paths in your ingress or gateway"
             )
     common, per_node = split_env(plan.ranks)

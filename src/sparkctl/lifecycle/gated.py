@@ -7,7 +7,7 @@ gate's health path only from then on, so that answer means every rank joined. `o
 after every rank of the plan was started and before readiness is polled:
 
 1. **Wait** until rank 0's gate answers (asked from rank 0's own node: the gate binds its --host,
-   loopback behind the front), until the start's deadline;
+   loopback behind the gateway), until the start's deadline;
 2. **Admit** (memgate.admit) on the group's unified-memory nodes with what they have now: the
    engine's processes, their CUDA contexts and NCCL buffers included, but no weights and no pools;
 3. **Open** the gate (its activate path), or raise: the caller's rollback (`start_group`'s) stops

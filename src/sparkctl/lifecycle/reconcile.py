@@ -7,11 +7,12 @@ even when the replicas behind it restart, so its endpoint never goes away.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkctl.errors import UsageError
 from sparkctl.lifecycle.router import matches
-from sparkctl.planning.build import Plan
+from sparkctl.planning.build import LABEL_PREFIX, Plan, RankSpec
+from sparkctl.planning.gateway_container import gateway_container
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime.containers import ContainerInfo
 
@@ -43,6 +44,17 @@ class Reconcile:
     # when the mode is found up to date.
     leftovers: list[ContainerInfo]
     router: ContainerInfo | None = None  # the running router with the plan's router config: kept
+    # Up to date, but these ranks' (or the kept router's) gateways are gone or changed: `up`
+    # restarts only the gateways.
+    gateways: list[RankSpec] = field(default_factory=list)
+
+
+def _served(plan: Plan) -> list[RankSpec]:
+    return [s for s in [*plan.ranks, *([plan.router] if plan.router else [])] if s.gateway is not None]
+
+
+def _hash(spec: RankSpec) -> str:
+    return spec.labels.get(f"{LABEL_PREFIX}config_hash", "")
 
 
 def router_container(plan: Plan, observed: list[ContainerInfo]) -> ContainerInfo | None:
@@ -57,6 +69,13 @@ def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
     """Ranks decide: all running the plan's hash (and no other mode serving) is up to date. The
     router is then kept if it runs the plan's router config, else replaced by `up` (router.py)
     without touching the ranks; when the ranks restart, only a kept router survives."""
+    # Gateways are judged apart: a gateway gone or changed beside up-to-date ranks is restarted
+    # alone (a revoked key: no engine restart); each one is removed with what it serves.
+    served = {(g.node, g.container_name): s for s in _served(plan) if (g := gateway_container(s))}
+    hashes = {(g.node, g.container_name): _hash(g) for g in map(gateway_container, served.values())}
+    running = {(c.node, c.name): c.config_hash for c in observed if c.running}
+    stale_gates = [s for key, s in served.items() if running.get(key) != hashes[key]]
+    observed = [c for c in observed if (c.node, c.name) not in served]
     planned = {(s.node, s.container_name) for s in plan.ranks}
     router = router_container(plan, observed)
     kept = router if router is not None and plan.router and matches(router, plan.router) else None
@@ -65,9 +84,12 @@ def reconcile(plan: Plan, observed: list[ContainerInfo]) -> Reconcile:
     up_to_date = len(mine) == len(planned) and all(
         c.running and c.config_hash == plan.config_hash for c in mine.values()
     )
-    serving = [c for c in others if c.running and c.role != "router"]  # another mode's ranks
+    serving = [c for c in others if c.running and c.role == "engine"]  # another mode's ranks
     if up_to_date and not serving:
-        return Reconcile(True, [], [c for c in others if c not in serving], kept)
+        gates = [
+            s for s in stale_gates if s.role != "router" or kept is not None
+        ]  # a new router brings its own
+        return Reconcile(True, [], [c for c in others if c not in serving], kept, gates)
     stale = [router] if router is not None and kept is None else []
     return Reconcile(False, [*others, *mine.values(), *stale], [], kept)
 

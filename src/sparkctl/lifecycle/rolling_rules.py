@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from sparkctl.clients.router import Worker
 from sparkctl.planning.build import Plan
+from sparkctl.planning.gateway_container import ROLE as GATEWAY_ROLE
 from sparkctl.runtime.containers import ContainerInfo
 
 GROUP_LABEL = "sparkctl.group"
@@ -28,10 +29,16 @@ def is_router(c: ContainerInfo) -> bool:
     return c.role == "router"
 
 
+def is_serving_rank(c: ContainerInfo) -> bool:
+    """A rank's container: not the router, not a gateway (which `up` replaces on its own hash and
+    which goes with the container it serves)."""
+    return c.role not in ("router", GATEWAY_ROLE)
+
+
 def running_mode(observed: list[ContainerInfo], new_mode: str) -> str | None:
     """The mode the running replicas belong to (the new one itself for an upgrade or a roll to
     resume); None when nothing runs or several other modes do."""
-    modes = {c.mode for c in observed if c.running and not is_router(c) and c.mode}
+    modes = {c.mode for c in observed if c.running and is_serving_rank(c) and c.mode}
     others = modes - {new_mode}
     if len(others) == 1:
         return others.pop()
@@ -46,7 +53,7 @@ def replica_containers(
     return [
         c
         for c in observed
-        if not is_router(c)
+        if is_serving_rank(c)
         and c.mode in modes
         and c.labels.get(GROUP_LABEL) == str(index)
         and c.node in nodes

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sparkctl.connectors.base import Connector
 from sparkctl.connectors.pool import NodePool
 from sparkctl.engines import get_engine
 from sparkctl.fanout import fan_out
 from sparkctl.lifecycle import logs, orphans, state
 from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.planning.build import Plan, RankSpec
+from sparkctl.planning.gateway_container import gateway_container
 from sparkctl.profile.derived import node_path
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
-from sparkctl.runtime.front import start_front
 from sparkctl.runtime.secret_files import Sealed, seal
 
 
@@ -48,14 +49,14 @@ def start_specs(
         started.append(spec)  # before creating it: rollback must also see a half-started container
         secrets = (sealed or {}).get(spec.container_name) or seal(spec, conn)
         with tl.step("create+start", node=spec.node, rank=containers.rank_of(spec)):
-            info = containers.start_rank(conn, spec, secrets.tar)
+            containers.start_rank(conn, spec, secrets.tar)
         masks = list(secrets.masks)
         auth = get_engine(profile.engine.kind).auth
         patterns = auth.log_secret_patterns if auth else ()
         log_path = logs.rank_log_path(profile, spec)
         logs.start_follower(conn, spec.container_name, log_path, masks, patterns)
-        if spec.front is not None:  # before readiness is polled: the API's address is the front's
-            start_front(conn, spec, info.id, log_path)
+        if spec.gateway is not None:  # before readiness is polled: the API's address is the gateway's
+            start_gateway(conn, spec, tl)
 
     results = fan_out(
         list(by_rank), start_one, where=lambda r: (by_rank[r].node, containers.rank_of(by_rank[r]))
@@ -65,6 +66,22 @@ def start_specs(
             what = "the router" if o.rank is None else f"rank {o.rank}"
             raise orphans.lost(o.node or "?", o.rank, o.error, f"starting {what}", True)  # type: ignore[arg-type]
     results.values_or_raise()
+
+
+def start_gateway(conn: Connector, served: RankSpec, tl: Timeline) -> None:
+    """The gateway of `served`'s API, replacing one a crash left (the rank's removal removes it)."""
+    gate = gateway_container(served, containers.engine_uid(conn, served))
+    containers.remove(conn, gate.container_name, grace=None)
+    with tl.step("gateway", node=gate.node, rank=containers.rank_of(gate)):
+        containers.start_rank(conn, gate, seal(gate, conn).tar)
+
+
+def restart_gateways(pool: NodePool, served: list[RankSpec], tl: Timeline) -> None:
+    """Replace the gateways of running containers (a key revoked, a bound changed): in parallel."""
+    by_name = {s.container_name: s for s in served}
+    fan_out(
+        list(by_name), lambda n: start_gateway(pool.get(by_name[n].node), by_name[n], tl)
+    ).values_or_raise()
 
 
 def remove_started(

@@ -205,7 +205,7 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
         profile, pool, [n for n in guards.nodes_to_read(profile) if n not in out.unreachable]
     )
     for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
-        ranks = [c for c in out.containers if c.mode == mode]
+        ranks = [c for c in out.containers if c.mode == mode and c.role == "engine"]
         plan = _resolved(profile, pool, build_plan(profile, mode)) if mode in profile.modes else None
         hashes = {c.config_hash for c in ranks if c.running}
         if plan and plan.endpoint.api_key and plan.endpoint.api_key.file:  # read the key on rank 0's node

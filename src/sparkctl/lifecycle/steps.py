@@ -20,6 +20,7 @@ from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_spe
 from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.lifecycle.watch import WaitProgress, WaitResult, combined, endpoints, rank_label, wait_ready
 from sparkctl.planning.build import Plan, PlanFacts, RankSpec, build_plan
+from sparkctl.planning.gateway import served_container
 from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
@@ -94,6 +95,10 @@ def remove_all(pool: NodePool, infos: list[ContainerInfo], grace: int | None = c
     """Stop (SIGTERM, SIGKILL after `grace` s; None: SIGKILL) and remove, every container in
     parallel; raise naming the first node that failed."""
     items = {(c.node, c.name): c for c in infos}
+    for node, name in list(items):  # a rank's removal takes its gateway after it (never twice)
+        served = served_container(name)
+        if served is not None and (node, served) in items:
+            del items[(node, name)]
 
     def remove_one(key: tuple[str, str]) -> None:
         c = items[key]
@@ -244,15 +249,23 @@ def as_node_loss(exc: BaseException, left: list) -> BaseException:
     return orphans.lost(first.node, first.rank, exc, "starting the ranks", True)
 
 
+GATEWAY_SETTLE_S = 15.0  # a gateway just started: its bind and the owner check's first round
+
+
 def serving(
-    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter
+    profile: Profile, pool: NodePool, plan: Plan, deadline: float, rep: Reporter, settle: float = 0.0
 ) -> tuple[EndpointHealth, bool]:
     """Whether a mode found running as planned serves: every replica's endpoint ready, and with
     replicas the router routing to each (its worker set reconciled; a missing router is started,
     and removed again if it fails to route). A kept router that does not route to a replica
     within a few of its health checks means not serving: `up` then restarts the replicas.
-    Also says whether it started the router."""
+    Also says whether it started the router. `settle`: a gateway was just restarted, so a probe
+    that meets it still starting is retried for up to that long (not read as the engine's failure)."""
     health = combined([probe(ep) for ep in endpoints(plan)])
+    settled = min(deadline, time.monotonic() + settle)
+    while not health.ready and time.monotonic() < settled:
+        time.sleep(0.25)
+        health = combined([probe(ep) for ep in endpoints(plan)])
     if not health.ready or plan.router is None:
         return health, False
     started: list[RankSpec] = []

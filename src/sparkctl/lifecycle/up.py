@@ -17,7 +17,9 @@ from sparkctl.lifecycle import memgate, orphans
 from sparkctl.lifecycle.lock import ClusterLock
 from sparkctl.lifecycle.modes import resolve_mode
 from sparkctl.lifecycle.reconcile import involved_nodes, reconcile, settle
+from sparkctl.lifecycle.starting import restart_gateways
 from sparkctl.lifecycle.steps import (
+    GATEWAY_SETTLE_S,
     QuietReporter,
     Reporter,
     UpResult,
@@ -118,13 +120,18 @@ def _up_locked(
     listed = observed  # still what runs, unless serving() below starts a router
     if rec.up_to_date:
         listed = None
-        health, router_started = serving(profile, pool, plan, deadline, rep)
+        if rec.gateways:  # the ranks run the plan; only their gateways changed or went
+            with tl.step("gateway"):
+                restart_gateways(pool, rec.gateways, tl)
+            rep.phase("restarted the gateway of " + ", ".join(s.container_name for s in rec.gateways))
+        gateway_settle = GATEWAY_SETTLE_S if rec.gateways else 0.0
+        health, router_started = serving(profile, pool, plan, deadline, rep, gateway_settle)
         if health.ready:
             if rec.leftovers:
                 remove_all(pool, rec.leftovers, grace=None)
             memgate.guard_running(profile, pool, plan, rep.phase)  # (re)started if it is not
-            action = "router" if router_started else "noop"  # only the router was (re)started
-            if not router_started:
+            action = "router" if router_started else "gateway" if rec.gateways else "noop"
+            if not router_started and not rec.gateways:
                 rep.phase(f"mode {plan.mode} already up with config {plan.config_hash}: nothing to do")
             elapsed = time.monotonic() - t0
             return UpResult(

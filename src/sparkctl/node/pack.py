@@ -18,9 +18,6 @@ FILES: tuple[str, ...] = (
     "recv.py",
     "relay.py",
     "docker_api.py",
-    "container_watch.py",
-    "front_routes.py",
-    "front.py",
     "load.py",
     "push.py",
 )

@@ -31,7 +31,6 @@ from .base import (  # node: strip
     open_file,
 )
 from .docker_api import SaveStream, image_state  # node: strip
-from .front import op_front  # node: strip
 from .load import op_load  # node: strip
 from .recv import weights_op  # node: strip
 from .relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
@@ -348,9 +347,6 @@ def main(argv):
         os._exit(0)  # the stdin watcher is still reading
     if op == "load":
         op_load()
-        return
-    if op == "front":  # binds, forks the detached front, prints its pid
-        op_front(json.loads(sys.stdin.readline()))
         return
     if op == "relay":  # started by BOOT, which read the header line
         result = op_relay(globals()["HEAD"], spawn)

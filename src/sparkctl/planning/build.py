@@ -16,6 +16,7 @@ from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
+from sparkctl.planning.gateway import gateway_spec, router_answers
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.launch_gate import gate_notes, gate_spec, gate_warnings, group_gate
 from sparkctl.planning.managed import check_env_overrides, check_managed
@@ -114,7 +115,7 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "mounts": [asdict(m) for m in r.mounts],
             "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
-            **({"front": asdict(r.front)} if r.front else {}),
+            **({"gateway": repr(r.gateway)} if r.gateway else {}),
         }
         for r in ranks
     ]
@@ -224,10 +225,14 @@ def _build_group(
             else None
         )
         host = sec.bind_host(profile, node, slot.node_rank, ip)
-        front = sec.front_spec(
-            profile, engine.private_routes, slot.node_rank, host, group.port, engine.private_route_fields
+        key = _api_key_ref(profile, node)
+        answers = (
+            router_answers(served_model_name(profile), profile.model.target.id, mode.tp)
+            if replicas > 1
+            else ()
         )
-        host, port = (sec.LOOPBACK, front.upstream) if front else (host, group.port)  # behind the front
+        gateway = gateway_spec(profile, node.name, slot.node_rank, host, group.port, key, answers=answers)
+        host, port = (gateway.upstream_host, gateway.upstream_port) if gateway else (host, group.port)
         peers = (
             _peers(profile, group, slot.node_rank) if engine.multi_node and engine.multi_node.peers else ()
         )
@@ -268,7 +273,7 @@ def _build_group(
                 secrets=secrets,
                 group=group.index,
                 node_rank=slot.node_rank,
-                front=front,
+                gateway=gateway,
             )
         )
     endpoint = Endpoint(

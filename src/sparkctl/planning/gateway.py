@@ -16,18 +16,22 @@ timing. The engine keeps its own key: the client's header is forwarded unchanged
 
 from __future__ import annotations
 
-import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sparkctl.planning.gateway_owner import OWNER_PATH
+from sparkctl.profile.topology import internal_offset
+from sparkctl.secrets import SecretRef, bearer_sha256
+
 if TYPE_CHECKING:
-    from sparkctl.planning.model import Plan, RankSpec
+    from sparkctl.profile.schema import Profile
 
 GATEWAY_IMAGE = "sparkctl/gateway-haproxy:2.6.12"
-CONFIG_PATH = "/etc/sparkctl-gateway/haproxy.cfg"  # inside the container (mounted read-only)
+CONFIG_PATH = "/run/sparkctl-gateway/haproxy.cfg"  # inside the container (a read-only tmpfs file)
 KEYS_PATH = "/run/sparkctl-gateway/keys.sha256"  # inside the container (the tmpfs file, read-only)
 LOG_FORMAT = '"%ci %HM %HP %ST %B %Tq/%Tw/%Tc/%Tr/%Ta"'
-HEALTH_ROUTE = "/health"  # answered by the gateway itself: 200 while the engine's check passes
+HEALTH_ROUTE = "/health"  # the engine's own check, passed through (it may run a generation)
 
 # (method, request target): exact bytes, so no spelling of another path (case, //, %2F, dot
 # segments, ;params, a query, an absolute-form target) ever matches one of these.
@@ -38,6 +42,10 @@ OPENAI_ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/models"),
 )
 EMBEDDINGS_ROUTE = ("POST", "/v1/embeddings")
+# Served too: /health without a key (load balancers, readiness), /metrics with it (Prometheus
+# counters, no setting: `top` and the rolling switch's drain read them through the gateway).
+HEALTH = ("GET", HEALTH_ROUTE)
+METRICS = ("GET", "/metrics")
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,10 @@ class GatewaySpec:
     keyed: bool = False  # a key file of sha256 hashes is mounted and required
     bounds: Bounds = field(default_factory=Bounds)
     image: str = GATEWAY_IMAGE
+    key: SecretRef | None = None  # the key whose hash the file holds (as the node reads it)
+    # (target, JSON) the gateway answers itself to a keyed GET: a replica's metadata for the
+    # router (router_answers), so that no engine route with settings in it is ever passed
+    answers: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.upstream_host in UNSPECIFIED:
@@ -81,31 +93,54 @@ UNSPECIFIED = ("0.0.0.0", "::", "")
 LOOPBACK = "127.0.0.1"
 
 
-def gateway_container_name(cluster: str) -> str:
-    return f"sparkctl-{cluster}-gateway"
-
-
 def key_hash(key: str) -> str:
     """The line the gateway's key file holds for `key`: sha256 of the whole header value."""
-    return hashlib.sha256(f"Bearer {key}".encode()).hexdigest()
+    return bearer_sha256(key)
 
 
 def key_file_text(keys: list[str]) -> str:
     return "".join(f"{key_hash(k)}\n" for k in keys)
 
 
+def router_answers(served_name: str, model_path: str, tp: int) -> tuple[tuple[str, str], ...]:
+    """What sglang-router asks a worker it registers (GET /server_info, /model_info; only on a 404
+    the deprecated /get_ spellings): the served name it lists at /v1/models, and the sizes it plans with. The
+    gateway answers from the plan; the engine's own answer (its settings, the keys among them)
+    never leaves the node."""
+    server = {"served_model_name": served_name, "model_path": model_path, "tp_size": tp, "dp_size": 1}
+    model = {"model_path": model_path, "is_generation": True}
+    # a single quote closes HAProxy's quoted string: JSON spells it \u0027 instead
+    text = {
+        k: json.dumps(v).replace("'", "\\u0027") for k, v in (("server_info", server), ("model_info", model))
+    }
+    return tuple((f"/{name}", body) for name, body in text.items())
+
+
 def routes_for(embeddings: bool) -> tuple[tuple[str, str], ...]:
     return (*OPENAI_ROUTES, EMBEDDINGS_ROUTE) if embeddings else OPENAI_ROUTES
+
+
+def gateway_container_name(container: str) -> str:
+    """The gateway of the rank (or router) container `container`: removed whenever it is."""
+    return f"{container}-gateway"
+
+
+def served_container(name: str) -> str | None:
+    """The rank (or router) container whose API the gateway `name` serves; None for any other."""
+    suffix = gateway_container_name("")
+    return name[: -len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 
 def _frontend(spec: GatewaySpec) -> list[str]:
     b = spec.bounds
     methods = sorted({m for m, _ in spec.routes})
     route_names = [f"route_{m.lower()}" for m in methods]
-    acls = [
-        f"    acl route_{m.lower()} url -m str {' '.join(t for mm, t in spec.routes if mm == m)}"
-        for m in methods
-    ]
+    acls = []
+    for m in methods:  # an exact target, or (prefixed "~") an anchored regex: the router's DELETE
+        exact = [t for mm, t in spec.routes if mm == m and not t.startswith("~")]
+        regex = [t[1:] for mm, t in spec.routes if mm == m and t.startswith("~")]
+        acls += [f"    acl route_{m.lower()} url -m str {' '.join(exact)}"] if exact else []
+        acls += [f"    acl route_{m.lower()} url -m reg {r}" for r in regex]
     lines = [
         "frontend api",
         f"    bind {spec.listen}:{spec.port}",
@@ -123,17 +158,28 @@ def _frontend(spec: GatewaySpec) -> list[str]:
         "!{ req.fhdr(connection) -i -m str close keep-alive }",
         "    http-request deny deny_status 400 if { req.hdr_cnt(upgrade) gt 0 }",
         f"    http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {b.max_body_bytes} }}",
-        f"    http-request return status 200 content-type text/plain string ok if is_get {{ url -m str {HEALTH_ROUTE} }} "
-        "{ nbsrv(engine) gt 0 }",
-        f"    http-request return status 503 content-type text/plain string unavailable if is_get {{ url -m str {HEALTH_ROUTE} }}",
+        f"    acl is_health url -m str {HEALTH_ROUTE}",
     ]
     allowed = " || ".join(f"meth_{m.lower()} {r}" for m, r in zip(methods, route_names, strict=True))
-    lines.append(f"    http-request deny deny_status 404 unless {allowed}")
+    answered = [f"answer_{i}" for i in range(len(spec.answers))]
+    lines += [f"    acl {a} url -m str {t}" for a, (t, _) in zip(answered, spec.answers, strict=True)]
+    allowed += "".join(f" || is_get {a}" for a in answered)
+    lines.append(f"    http-request deny deny_status 404 unless {allowed} || is_get is_health")
     if spec.keyed:
-        lines += [
-            "    http-request deny deny_status 401 unless { req.hdr_cnt(authorization) eq 1 } "
-            f"{{ req.fhdr(authorization),sha2(256),hex,lower -m str -f {KEYS_PATH} }}",
+        # Every Authorization value must be a key: sglang-router forwards the client's header and
+        # adds its own (two equal lines); the first and the last are checked, a third is refused.
+        valid = [
+            f"{{ req.fhdr(authorization,{occ}),sha2(256),hex,lower -m str -f {KEYS_PATH} }}"
+            for occ in (1, -1)
         ]
+        lines += [
+            "    http-request deny deny_status 401 unless is_get is_health || "
+            f"{{ req.hdr_cnt(authorization) ge 1 }} {{ req.hdr_cnt(authorization) le 2 }} {' '.join(valid)}",
+        ]
+    lines += [  # after the key check: the answers are for key holders (the router) only
+        f"    http-request return status 200 content-type application/json string '{body}' if is_get {a}"
+        for a, (_, body) in zip(answered, spec.answers, strict=True)
+    ]
     lines += [
         "    http-request set-header Host upstream",  # the engine never sees the client's Host
         "    http-response del-header server",
@@ -142,11 +188,15 @@ def _frontend(spec: GatewaySpec) -> list[str]:
     return lines
 
 
-def haproxy_config(spec: GatewaySpec) -> str:
-    """The whole haproxy.cfg for `spec` (no stats page, no admin socket, no key)."""
+def haproxy_config(spec: GatewaySpec, owner_uid: int | None = None) -> str:
+    """The whole haproxy.cfg for `spec` (no stats page, no admin socket, no key). `owner_uid`: the
+    engine's uid; its server then starts in maintenance and passes requests only while that uid
+    owns the upstream port (planning/gateway_owner.py)."""
     b = spec.bounds
+    owner = owner_uid is not None
     lines = [
         "global",
+        *([f"    lua-load {OWNER_PATH}"] if owner else []),
         f"    maxconn {b.max_connections}",
         f"    tune.bufsize {b.max_header_bytes}",
         "    tune.http.maxhdr 64",
@@ -170,28 +220,38 @@ def haproxy_config(spec: GatewaySpec) -> str:
         *_frontend(spec),
         "",
         "backend engine",
-        "    option httpchk GET /health",
-        "    http-check expect status 200",
-        f"    server engine {spec.upstream_host}:{spec.upstream_port} check inter 2s fall 2 rise 1 maxconn {b.max_connections}",
+        # No health check: a TCP check's reset on every round fills a starting engine's log with
+        # tracebacks (pushing its real error out of the tail `up` shows), and its /health may run
+        # a generation. Until the engine listens a request's connect fails: 503 here, no retry.
+        "    retries 0",
+        f"    server engine {spec.upstream_host}:{spec.upstream_port} "
+        f"maxconn {b.max_connections}" + (" disabled" if owner else ""),
         "",
     ]
     return "\n".join(lines)
 
 
-def gateway_for(rank: RankSpec, keyed: bool, embeddings: bool = False) -> GatewaySpec | None:
-    """The gateway that takes a fronted rank's place: the API's address and port, the engine on
-    127.0.0.1:<internal port> behind it (the address the plan already moved it to)."""
-    if rank.front is None:
+def gateway_spec(
+    profile: Profile,
+    node: str,
+    node_rank: int,
+    listen: str,
+    port: int,
+    key: SecretRef | None,
+    extra: tuple[tuple[str, str], ...] = (METRICS,),
+    answers: tuple[tuple[str, str], ...] = (),
+) -> GatewaySpec | None:
+    """The gateway of a group's rank 0 (or the router) when engine.gateway is on: it takes the
+    API's address and port; the engine moves to 127.0.0.1 and the port engine.internal_port (or
+    port - 10000) gives."""
+    eng = profile.engine
+    if not eng.gateway or node_rank != 0:
         return None
-    f = rank.front
-    return GatewaySpec(rank.node, f.listen, f.port, LOOPBACK, f.upstream, routes_for(embeddings), keyed)
-
-
-def plan_gateways(plan: Plan, keyed: bool, embeddings: bool = False) -> list[GatewaySpec]:
-    """One gateway per fronted listener of the plan: the router's, and each group's rank 0 (a
-    replica head listens where the router reaches it, which may be its node's LAN address)."""
-    ranks = [*([plan.router] if plan.router is not None else []), *plan.ranks]
-    return [g for r in ranks if (g := gateway_for(r, keyed, embeddings)) is not None]
+    upstream = port + internal_offset(eng.port, eng.internal_port)
+    routes = (*routes_for(False), *extra)
+    return GatewaySpec(
+        node, listen, port, LOOPBACK, upstream, routes, key is not None, key=key, answers=answers
+    )
 
 
 def docker_run_args(

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import ProfileError
 from sparkctl.profile.security import DEFAULT_PIDS, DEFAULT_SHM, RDMA_CAPS, RDMA_ULIMITS
-from sparkctl.profile.topology import internal_offset
 from sparkctl.secrets import SecretFile, SecretRef
 
 if TYPE_CHECKING:
@@ -50,6 +49,7 @@ class RunOptions:
     security_opt: list[str] = field(default_factory=lambda: ["no-new-privileges:true"])
     pids_limit: int | None = DEFAULT_PIDS
     user: str = "root"  # "root" (the image's), "node" (the node user's uid:gid, read at start), "UID:GID"
+    read_only: bool = False  # a read-only root filesystem (the gateway's)
 
     def describe(self) -> str:
         """One line for `plan`."""
@@ -72,19 +72,6 @@ class RunOptions:
         if self.privileged:
             parts.append("PRIVILEGED")
         return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class FrontSpec:
-    """The filtering front of a rank that serves the API (node/front.py, docs/security.md): it
-    listens where the plan's API is and forwards to the engine on 127.0.0.1:`upstream`, refusing
-    `routes` (the engine's private_routes) but for `fields` of a GET's answer (private_route_fields)."""
-
-    listen: str
-    port: int
-    upstream: int
-    routes: tuple[str, ...]
-    fields: tuple[str, ...] = ()
 
 
 def uses_rdma(profile: Profile, mode: Mode) -> bool:
@@ -249,23 +236,6 @@ def bind_host(profile: Profile, node: Node, rank: int, ip: str | None = None) ->
 LOOPBACK = "127.0.0.1"
 
 
-def front_spec(
-    profile: Profile,
-    routes: tuple[str, ...],
-    node_rank: int,
-    host: str,
-    port: int,
-    fields: tuple[str, ...] = (),
-) -> FrontSpec | None:
-    """The filtering front of a group's rank 0 (engine.front): it takes the API's address and port;
-    the engine moves to 127.0.0.1 and the port engine.internal_port (or port - 10000) gives."""
-    eng = profile.engine
-    if not eng.front or node_rank != 0:
-        return None
-    upstream = port + internal_offset(eng.port, eng.internal_port)
-    return FrontSpec(host, port, upstream, tuple(routes), tuple(fields))
-
-
 def needs_node_ip(profile: Profile, node: Node, rank: int) -> bool:
     """Whether bind_host falls back to the node's own address."""
     host = profile.engine.host
@@ -323,11 +293,11 @@ def plan_warnings(profile: Profile, mode: Mode) -> list[str]:
         out.append(f"the API listens on every interface without engine.api_key: {level}")
     if eng.trust_remote_code:
         out.append("engine.trust_remote_code: the model repo's own Python runs in the container")
-    if not eng.front and eng.api_key is not None:
+    if not eng.gateway and eng.api_key is not None:
         admin = "and engine.admin_api_key " if eng.admin_api_key is not None else ""
         out.append(
-            f"engine.front: false: the engine answers every setting, engine.api_key {admin}included, on "
-            "/server_info to anyone who reaches its port with the key: keep the front on, or give the keys "
+            f"engine.gateway: false: the engine answers every setting, engine.api_key {admin}included, on "
+            "/server_info to anyone who reaches its port with the key: keep the gateway on, or give the keys "
             "only where api_key holders are trusted"
         )
     if uses_rdma(profile, mode) and (where := broad_rdma_dir(profile)) is not None:

@@ -61,6 +61,6 @@ def gate_warnings(gates: list[GateSpec | None]) -> list[str]:
             out.append(
                 f"the launch gate on {g.node} listens on {g.host}:{g.port} and its "
                 f"{g.protocol.activate_path} takes no key: anyone who reaches it can open it before "
-                "admission (keep engine.front on: rank 0 then binds 127.0.0.1)"
+                "admission (keep engine.gateway on: rank 0 then binds 127.0.0.1)"
             )
     return out

@@ -6,10 +6,12 @@ Built by plan.build_plan (pure) and executed unchanged by the lifecycle; `to_jso
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.engines.base import LaunchGate, Readiness
-from sparkctl.planning.hardening import FrontSpec, Mount, RunOptions
+from sparkctl.planning.gateway import GatewaySpec
+from sparkctl.planning.hardening import Mount, RunOptions
 from sparkctl.secrets import SecretFile, SecretRef, masked
 
 LABEL_PREFIX = "sparkctl."  # every container sparkctl starts carries sparkctl.cluster, .mode, .node ...
@@ -30,8 +32,9 @@ class RankSpec:
     secrets: list[SecretFile] = field(default_factory=list)  # files written/mounted, values never here
     group: int = 0  # the replica group (index into Plan.groups)
     node_rank: int = 0  # the engine's node rank inside the group (== rank when there is one group)
-    role: str = "engine"  # "engine", or "router" for Plan.router
-    front: FrontSpec | None = None  # the API behind a filtering front (rank 0 of a group)
+    role: str = "engine"  # "engine", "router" for Plan.router, "gateway" (planning/gateway_container.py)
+    gateway: GatewaySpec | None = None  # the API behind a gateway (rank 0 of a group, the router)
+    files: dict[str, str] = field(default_factory=dict)  # plain files placed with the secrets (read-only)
 
     def secret_refs(self) -> list[SecretRef]:
         return [f.ref for f in self.secrets]
@@ -42,9 +45,11 @@ class RankSpec:
     def to_json(self) -> dict:
         out = asdict(self)
         out["env"] = self.env_masked()
-        if self.front is not None:
-            out["front"]["routes"] = list(self.front.routes)
-            out["front"]["fields"] = list(self.front.fields)
+        if self.gateway is not None:
+            out["gateway"]["routes"] = [f"{m} {t}" for m, t in self.gateway.routes]
+            out["gateway"]["key"] = self.gateway.key.describe() if self.gateway.key else None
+            out["gateway"]["answers"] = {t: json.loads(body) for t, body in self.gateway.answers}
+        out.pop("files")
         out["secrets"] = [
             {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets
         ]

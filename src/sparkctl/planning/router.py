@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sparkctl.engines.base import Readiness
 from sparkctl.errors import ProfileError, UsageError
 from sparkctl.planning import hardening as sec
+from sparkctl.planning.gateway import gateway_spec
 from sparkctl.planning.model import LABEL_PREFIX
 from sparkctl.secrets import SecretFile
 
@@ -25,17 +26,21 @@ if TYPE_CHECKING:
     from sparkctl.profile.schema import Profile
 
 # The router's endpoint: /v1/models answers 200 once a worker is in (503 "No models available"
-# with none), but names the model only from a worker's /server_info `served_model_name` (the
-# front lets that field out: Engine.private_route_fields); a worker without it is listed as
-# "unknown" (Readiness.names_served). The served name is checked on every replica's own endpoint.
+# with none), but names the model only from a worker's /server_info `served_model_name`, which a
+# replica's gateway refuses; a worker without it is listed as "unknown" (Readiness.names_served).
+# The served name is checked on every replica's own endpoint.
 READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"
 ROLE_LABEL = f"{LABEL_PREFIX}role"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")  # hosts only this node reaches (sec.LOOPBACK: what binds)
 # What sglang-router 0.3.2 answers without its key (measured, docs/security.md): every worker's
-# Prometheus text, which it fetches *with* the key, and its own summary. Its filtering front (the
-# engines' node/front.py, engine.front) keeps both on the router's node.
+# Prometheus text, which it fetches *with* the key, and its own summary. Its gateway's route
+# allowlist keeps both on the router's node.
 PRIVATE_ROUTES = ("/engine_metrics", "/get_server_info")
+# The worker API the rolling switch drives (clients/router.py), passed by the router's gateway
+# with the key (the router checks it too). A key holder can change the worker set through it:
+# docs/security.md says so.
+WORKER_ROUTES = (("GET", "/workers"), ("POST", "/workers"), ("DELETE", "~^/workers/[A-Za-z0-9_.:-]+$"))
 
 # sglang-router 0.3.2 takes its API key only as --api-key. This launcher reads it from the secret
 # file and appends it in-process, so it never reaches a process list, `docker inspect` or a log.
@@ -117,15 +122,17 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
     node = profile.node(node_name)
     urls = worker_urls(node_name, groups)
     host, port = sec.bind_host(profile, node, 0), profile.engine.port
-    front = sec.front_spec(profile, PRIVATE_ROUTES, 0, host, port)
-    if front is not None:  # the router on 127.0.0.1, its front on the endpoint clients hold
-        host, port = sec.LOOPBACK, front.upstream
-    argv = router_argv(profile, host, urls, port)
-    secrets = []
+    ref = None
     if profile.engine.api_key is not None:
         ref = sec.secret_ref("api-key", profile.engine.api_key, node, profile, node_path)
-        secrets.append(SecretFile(ROUTER_KEY_FILE, ref))
-    options = sec.RunOptions(shm_size="64m", gpus=None)
+    gate = gateway_spec(profile, node_name, 0, host, port, ref, WORKER_ROUTES)
+    if gate is not None:  # the router on 127.0.0.1, its gateway on the endpoint clients hold
+        host, port = gate.upstream_host, gate.upstream_port
+    argv = router_argv(profile, host, urls, port)
+    secrets = [SecretFile(ROUTER_KEY_FILE, ref)] if ref is not None else []
+    # As the node user: its key file is theirs (0400) and the container has no DAC_OVERRIDE, so
+    # root in it could not read the file of a node user who is not root.
+    options = sec.RunOptions(shm_size="64m", gpus=None, user="node")
     spec_image = profile.router.image or image
     # The worker set is not hashed (changed through the API), nor the serving image the router
     # borrows when router.image is unset: a new image.ref restarts replicas one at a time
@@ -154,5 +161,5 @@ def router_spec(profile: Profile, groups: list[GroupSpec], image: str) -> RankSp
         group=-1,
         node_rank=0,
         role="router",
-        front=front,
+        gateway=gate,
     )

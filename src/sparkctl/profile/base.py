@@ -26,13 +26,14 @@ Count = Annotated[int, BeforeValidator(_not_a_bool)]  # an int that is not a boo
 Port = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=1, le=65535)]
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"  # node, mode, service and cluster names
 Name = Annotated[str, Field(pattern=NAME_RE, max_length=40)]
-# engine.front / engine.internal_port (node/front.py, docs/security.md)
-FRONT_HELP = (
-    "A filtering front on the API port (the engine behind it on 127.0.0.1): refuses the routes that "
-    "reveal keys (SGLang's /server_info). false: the engine serves the port itself."
+# engine.gateway / engine.internal_port (planning/gateway.py, docs/security.md)
+GATEWAY_HELP = (
+    "A gateway (HAProxy, its own container) on the API port, the engine behind it on 127.0.0.1: it "
+    "checks the key and passes only the OpenAI routes, /health and /metrics. false: the engine "
+    "serves the port itself. (`front:` is the old name of this key.)"
 )
 INTERNAL_PORT_HELP = (
-    "The engine's own port behind the front, for engine.port (replicas shift by the same amount; "
+    "The engine's own port behind the gateway, for engine.port (replicas shift by the same amount; "
     "default: the API port - 10000, or + 10000 below 11024)."
 )
 

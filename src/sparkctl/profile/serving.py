@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from sparkctl.profile.base import (
     DEFAULT_ENGINE,
     ENGINE_KINDS,
-    FRONT_HELP,
+    GATEWAY_HELP,
     INTERNAL_PORT_HELP,
     Count,
     Port,
@@ -98,7 +98,7 @@ class Engine(Strict):
         True, description="HF_HUB_OFFLINE=1 in the container: serve the shipped snapshot, never fetch."
     )
     port: Port = Field(30000, description="--port of the API server (rank 0).")
-    front: bool = Field(True, description=FRONT_HELP)
+    gateway: bool = Field(True, validation_alias=AliasChoices("gateway", "front"), description=GATEWAY_HELP)
     internal_port: Port | None = Field(None, description=INTERNAL_PORT_HELP)
     served_model_name: str | None = Field(
         None, description="Name clients use (default: last part of the model id)."

@@ -194,7 +194,7 @@ FRONT_OFFSET = 10000  # an engine's own port searches start at its --port + 100.
 
 
 def internal_offset(engine_port: int, internal_port: int | None) -> int:
-    """How far the engine's own port behind the filtering front sits from its API port:
+    """How far the engine's own port behind the gateway sits from its API port:
     engine.internal_port - engine.port, else -10000 (+10000 where that falls below 1024). Below
     30000-ish, not above: Linux hands out 32768-60999 as outgoing connections' local ports, and one
     of those holding the engine's port made its bind fail (EADDRINUSE with nothing listening)."""
@@ -208,7 +208,7 @@ def _check_ports(
 ) -> dict[str, dict[int, str]]:
     """No port bound twice on one node: API ports, multi-node rendezvous ranges, the router's
     (`router`: its node, API port and metrics port), the engines' and the router's own behind
-    their fronts (`front`: their offset from the API port), a gated group's launch gate.
+    their gateways (`front`: their offset from the API port), a gated group's launch gate.
     Returns node -> port -> what binds it."""
     used: dict[str, dict[int, str]] = {}
 
@@ -228,10 +228,10 @@ def _check_ports(
         if not 1 <= inner <= 65535:
             raise TopologyError(
                 "ports-distinct",
-                f"{what} behind the front would be {inner}",
+                f"{what} behind the gateway would be {inner}",
                 fix="set engine.internal_port to a free port between 1 and 65535",
             )
-        take(node, inner, f"{what} behind the front")
+        take(node, inner, f"{what} behind the gateway")
 
     if router is not None:
         node, port, metrics_port = router
@@ -283,6 +283,6 @@ def _mode_layout_ports(profile: Profile, mode: Mode) -> tuple[Layout, dict[str, 
         node = profile.router.node or lay.groups[0].head.node
         router = (node, profile.engine.port, profile.router.metrics_port)
     eng = profile.engine
-    front = internal_offset(eng.port, eng.internal_port) if eng.front else None
+    front = internal_offset(eng.port, eng.internal_port) if eng.gateway else None
     used = _check_ports(lay, router, front, gated=profile.memory.gated_start)
     return lay, used

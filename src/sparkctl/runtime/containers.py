@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import SparkctlError
 from sparkctl.planning.build import LABEL_PREFIX, RankSpec
 from sparkctl.runtime.node_user import node_uid_gid
-from sparkctl.runtime.secret_files import drop_secrets, place_secrets
+from sparkctl.runtime.removal import STOP_GRACE, remove  # noqa: F401  (callers' one import)
+from sparkctl.runtime.secret_files import place_secrets
 from sparkctl.secrets import reveal
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 from sparkctl.connectors.pool import NodePool
 
 CLUSTER_LABEL = f"{LABEL_PREFIX}cluster"
-STOP_GRACE = 5  # seconds between SIGTERM and SIGKILL on stop (profile: engine.stop_grace)
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ContainerInfo:
 
     @property
     def role(self) -> str:
-        """ "router" for sglang-router's container, else "engine" (a rank)."""
+        """ "router" for sglang-router's container, "gateway" for a gateway, else "engine" (a rank)."""
         return self.labels.get(f"{LABEL_PREFIX}role", "engine")
 
     @property
@@ -175,6 +175,8 @@ def create_params(
     }
     if opts.pids_limit:
         params["pids_limit"] = opts.pids_limit
+    if opts.read_only:
+        params["read_only"] = True
     if opts.shm_size and opts.ipc_mode != "host":  # Docker ignores it under --ipc host
         params["shm_size"] = opts.shm_size
     if opts.gpus == "all":
@@ -268,7 +270,11 @@ def start_rank(conn: Connector, spec: RankSpec, secret_files: bytes | None) -> C
     except docker.errors.ImageNotFound:
         raise SparkctlError(
             f"image {spec.image} is not on node {spec.node}",
-            fix="copy it there first: `sparkctl ship` (or docker pull on the node)",
+            fix=(
+                "build the gateway image on the node (docs/security.md, images/gateway) or set engine.gateway: false"
+                if spec.role == "gateway"
+                else "copy it there first: `sparkctl ship` (or docker pull on the node)"
+            ),
             node=spec.node,
             rank=rank_of(spec),
         ) from None
@@ -284,6 +290,24 @@ def start_rank(conn: Connector, spec: RankSpec, secret_files: bytes | None) -> C
     return info_from_attrs(conn.node, container.attrs)
 
 
+def engine_uid(conn: Connector, spec: RankSpec) -> int | None:
+    """The uid `spec`'s started container runs as on the node: the node user's, a UID:GID, or the
+    image's own user (read from the container: Docker merges the image's USER into it); None for
+    a user the image names without a number (no uid to compare without its passwd file)."""
+    import docker.errors
+
+    user = spec.options.user
+    if user == "node":
+        user = node_uid_gid(conn)
+    elif user == "root":
+        try:
+            user = conn.docker().api.inspect_container(spec.container_name)["Config"].get("User") or "0"
+        except docker.errors.NotFound:
+            return None
+    head = user.split(":")[0]
+    return 0 if head == "root" else int(head) if head.isdigit() else None
+
+
 def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
     text = str(getattr(exc, "explanation", None) or exc)
     fix = None
@@ -297,25 +321,9 @@ def _api_error(what: str, exc: Exception, spec: RankSpec) -> SparkctlError:
 
 
 def rank_of(spec: RankSpec) -> int | None:
-    """The rank an error names: none for the router's container (its message names it)."""
-    return None if spec.role == "router" else spec.rank
-
-
-def remove(conn: Connector, name: str, grace: int | None = STOP_GRACE) -> bool:
-    """Stop (SIGTERM, then SIGKILL after `grace` s) and remove; `grace=None` kills at once
-    (a failed start: there is nothing to save). False when it did not exist."""
-    import docker.errors
-
-    api = conn.docker().api  # as few round trips as possible: `down` and rollback are on the clock
-    try:
-        if grace is not None:
-            api.stop(name, timeout=grace)  # a stopped container answers 304: fine
-        api.remove_container(name, force=True)  # force: SIGKILL if still running
-    except docker.errors.NotFound:
-        drop_secrets(conn, name)
-        return False
-    drop_secrets(conn, name)
-    return True
+    """The rank an error names: none for the router's container or its gateway (their messages
+    name them); a rank's gateway names its rank."""
+    return spec.rank if spec.rank >= 0 else None
 
 
 def tail_logs(conn: Connector, name: str, lines: int = 40) -> list[str]:

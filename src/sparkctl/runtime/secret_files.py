@@ -38,7 +38,7 @@ def secrets_tar(spec: RankSpec, conn: Connector | None) -> bytes | None:
 
     from sparkctl.secrets import render_files
 
-    files = render_files(spec.secrets, conn)
+    files = {**render_files(spec.secrets, conn), **{p: t.encode() for p, t in spec.files.items()}}
     if not files:
         return None
     buf = io.BytesIO()
@@ -81,7 +81,7 @@ def place_secrets(conn: Connector, spec: RankSpec, tar: bytes, owner: str = "") 
             "(only root can chown)",
             fix="set engine.container.user: node (the node user's own uid), or connect to the node as root",
             node=spec.node,
-            rank=None if spec.role == "router" else spec.rank,
+            rank=spec.rank if spec.role == "engine" else None,
         )
     res.check(
         "placing the secret files in /dev/shm",
@@ -89,6 +89,7 @@ def place_secrets(conn: Connector, spec: RankSpec, tar: bytes, owner: str = "") 
     )
     where = res.stdout.strip()
     targets = {posixpath.basename(f.target): f.target for f in spec.secrets if not f.bind}
+    targets |= {posixpath.basename(path): path for path in spec.files}
     return [
         Mount(target=target, source=f"{where}/{name}", type="bind", read_only=True)
         for name, target in sorted(targets.items())

@@ -143,11 +143,15 @@ def rank_rows(plan: Plan, containers: list[ContainerInfo], unreachable: dict[str
     return rows
 
 
-def scrape(url: str, timeout: float = METRICS_TIMEOUT) -> str:
-    """GET /metrics (no proxy: the engine sits on the cluster's own network)."""
+def scrape(url: str, timeout: float = METRICS_TIMEOUT, key: str | None = None) -> str:
+    """GET /metrics (no proxy: the engine sits on the cluster's own network), with the API key
+    where there is one (the gateway asks for it on every route but /health)."""
+    import urllib.request
+
     from sparkctl.cluster_http import OPENER as _OPENER
 
-    with _OPENER.open(url, timeout=timeout) as resp:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    with _OPENER.open(req, timeout=timeout) as resp:
         return resp.read().decode("utf-8", errors="replace")
 
 
@@ -199,7 +203,7 @@ class Collector:
             row.error = f"engine '{self.profile.engine.kind}' exports no metrics"
             return row
         try:
-            text = scrape(url)
+            text = scrape(url, key=self._key(plan))
             now = parse_metrics(text, time.monotonic(), names)
         except Exception as exc:  # noqa: BLE001 - any failure to read the engine is that cell's state
             row.error = _metrics_error(exc, names.enable_flag)
@@ -208,6 +212,14 @@ class Collector:
         row.stats = engine_stats(now, self._scrape.get(url), names)
         self._scrape[url] = now
         return row
+
+    def _key(self, plan: Plan) -> str | None:
+        from sparkctl.secrets import resolve_known
+
+        ref = plan.endpoint.api_key
+        if ref is None:
+            return None
+        return resolve_known(ref, self.pool.get(plan.ranks[0].node) if ref.file else None)
 
     def _engines(self, plan: Plan) -> list[EngineRow]:
         if plan.replicas <= 1:

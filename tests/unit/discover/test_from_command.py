@@ -76,8 +76,8 @@ def test_recipe_tp2_line_plans_back_into_the_same_flags_on_both_ranks() -> None:
         }
         assert (got["--tp"], got["--nnodes"], got["--node-rank"]) == ("2", "2", str(rank))
         assert got["--dist-init-addr"] == "192.168.100.10:50051" and got["--config"]
-    front = plan.rank(0).front
-    assert front is not None and (front.listen, front.port) == ("0.0.0.0", 8888)
+    gateway = plan.rank(0).gateway
+    assert gateway is not None and (gateway.listen, gateway.port) == ("0.0.0.0", 8888)
 
 
 def test_a_rank_nobody_named_is_a_placeholder_and_blocks_fit() -> None:

@@ -29,8 +29,8 @@ def test_tp2_over_two_nodes_is_one_vllm_serve_per_node_rank1_headless(dual) -> N
         argv = " ".join(spec.argv)
         assert "--tensor-parallel-size 2 --nnodes 2 --node-rank " + rank in argv
         assert "--master-addr 192.168.100.10 --master-port 50051" in argv
-    assert r0.argv[-4:] == ["--host", "127.0.0.1", "--port", "18888"]  # behind its front
-    assert (r0.front.listen, r0.front.port, r0.front.routes) == ("0.0.0.0", 8888, ("/server_info",))
+    assert r0.argv[-4:] == ["--host", "127.0.0.1", "--port", "18888"]  # behind its gateway
+    assert (r0.gateway.listen, r0.gateway.port, r0.gateway.upstream_port) == ("0.0.0.0", 8888, 18888)
     assert r1.argv[-1] == "--headless" and "--host" not in r1.argv and "--port" not in r1.argv
     assert r0.env["VLLM_HOST_IP"] == "192.168.100.10" and r1.env["VLLM_HOST_IP"] == "192.168.100.11"
     assert r1.env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1" and r1.env["NCCL_IB_HCA"]

@@ -37,12 +37,12 @@ def _home(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def unfronted(rank: dict) -> list[str]:
-    """The plan's argv of a rank as the pod runs it: the filtering front is not exported, so the
-    engine listens where the front would (docs/kubernetes.md)."""
-    argv, front = list(rank["argv"]), rank.get("front")
+    """The plan's argv of a rank as the pod runs it: the gateway is not exported, so the
+    engine listens where the gateway would (docs/kubernetes.md)."""
+    argv, front = list(rank["argv"]), rank.get("gateway")
     if front:
         i = argv.index("--host")
-        assert argv[i : i + 4] == ["--host", "127.0.0.1", "--port", str(front["upstream"])]
+        assert argv[i : i + 4] == ["--host", "127.0.0.1", "--port", str(front["upstream_port"])]
         argv[i : i + 4] = ["--host", front["listen"], "--port", str(front["port"])]
     return argv
 
@@ -152,7 +152,7 @@ def test_the_router_runs_the_plans_router_with_service_discovery() -> None:
     out = export_k8s(load_profile_file(ROOT / "profiles/quad-spark.yaml"), "tp2x2", "llm")
     deploy = next(d for d in out.objects["tp2x2-router.yaml"] if d["kind"] == "Deployment")
     argv = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
-    want = unfronted(plan["router"])  # the router's front is not exported either
+    want = unfronted(plan["router"])  # the router's gateway is not exported either
     cut = want.index("--worker-urls")
     host = want.index("--host") + 1
     assert argv[:host] + argv[host + 1 : cut] == want[:host] + want[host + 1 : cut]
@@ -265,8 +265,8 @@ def test_replicas_sharing_a_node_get_a_leaderworkerset_each_and_the_plans_router
     assert pod["containers"][0]["command"] == unfronted(plan["router"])
     assert pod["hostNetwork"] is True and deploy["spec"]["strategy"] == {"type": "Recreate"}
     assert pod["containers"][0]["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
-    # neither front is exported, and the notes say which paths an ingress must refuse
-    fronts = [n for n in out.notes if "front is not exported" in n]
+    # neither gateway is exported, and the notes say which paths an ingress must refuse
+    fronts = [n for n in out.notes if "gateway is not exported" in n]
     assert len(fronts) == 2 and "/engine_metrics, /get_server_info" in fronts[1], out.notes
 
 

@@ -45,6 +45,14 @@ def _attrs(spec, status="running", config_hash=None, exit_code=0, labels=None) -
     }
 
 
+def _observed(specs) -> list:
+    """What Docker lists for running `specs`: each one, and the gateway beside each that serves the API."""
+    from sparkctl.planning.gateway_container import gateway_container
+
+    both = [*specs, *(gateway_container(s) for s in specs if s.gateway is not None)]
+    return [info_from_attrs(s.node, _attrs(s)) for s in both]
+
+
 def _tp_mode(profile) -> str:
     return next(name for name, m in profile.modes.items() if len(m.nodes) == 2)
 
@@ -65,10 +73,26 @@ def test_choose_mode_by_tp_and_errors(dual):
 
 def test_reconcile_up_to_date_only_when_every_rank_runs_the_plans_hash(dual):
     plan = build_plan(dual, _tp_mode(dual), _facts(dual))
-    running = [info_from_attrs(s.node, _attrs(s)) for s in plan.ranks]
-    assert reconcile(plan, running).up_to_date
+    running = _observed(plan.ranks)
+    assert reconcile(plan, running).up_to_date and reconcile(plan, running).gateways == []
+    gateway = running[-1]
+    assert gateway.role == "gateway" and gateway.name == plan.ranks[0].container_name + "-gateway"
+    # The API's gateway gone, exited or changed (a revoked key): only it is replaced, not the ranks.
+    dead = info_from_attrs(gateway.node, _attrs(replace_gateway_state(plan), "exited"))
+    changed = info_from_attrs(gateway.node, _attrs(replace_gateway_state(plan), config_hash="0" * 12))
+    for seen in (running[:-1], [*running[:-1], dead], [*running[:-1], changed]):
+        rec = reconcile(plan, seen)
+        assert (
+            rec.up_to_date
+            and rec.remove == []
+            and [s.container_name for s in rec.gateways] == [plan.ranks[0].container_name]
+        )
 
-    one_dead = [running[0], info_from_attrs(plan.ranks[1].node, _attrs(plan.ranks[1], "exited", exit_code=1))]
+    one_dead = [
+        running[0],
+        info_from_attrs(plan.ranks[1].node, _attrs(plan.ranks[1], "exited", exit_code=1)),
+        gateway,
+    ]
     rec = reconcile(plan, one_dead)
     assert not rec.up_to_date and {c.name for c in rec.remove} == {s.container_name for s in plan.ranks}
 
@@ -76,6 +100,12 @@ def test_reconcile_up_to_date_only_when_every_rank_runs_the_plans_hash(dual):
     assert not reconcile(plan, changed).up_to_date
 
     assert not reconcile(plan, running[:1]).up_to_date  # rank 1 missing
+
+
+def replace_gateway_state(plan):
+    from sparkctl.planning.gateway_container import gateway_container
+
+    return gateway_container(plan.ranks[0])
 
 
 def test_reconcile_stops_the_other_mode(dual):
@@ -92,7 +122,7 @@ def test_reconcile_stops_the_other_mode(dual):
 def test_reconcile_keeps_a_healthy_mode_and_cleans_exited_leftovers(dual):
     tp_plan = build_plan(dual, _tp_mode(dual), _facts(dual))
     solo_plan = build_plan(dual, _solo_mode(dual), _facts(dual))
-    mine = [info_from_attrs(s.node, _attrs(s)) for s in tp_plan.ranks]
+    mine = _observed(tp_plan.ranks)
     stale = info_from_attrs(solo_plan.ranks[0].node, _attrs(solo_plan.ranks[0], "exited"))
     rec = reconcile(tp_plan, [*mine, stale])
     assert rec.up_to_date and rec.remove == [] and [c.name for c in rec.leftovers] == [stale.name]

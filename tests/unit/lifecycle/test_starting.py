@@ -29,7 +29,7 @@ def test_a_sealed_rank_is_started_with_its_tar_and_masks_unread(monkeypatch: pyt
         return SimpleNamespace(id="c1")
 
     monkeypatch.setattr(starting.containers, "start_rank", start_rank)
-    monkeypatch.setattr(starting, "start_front", lambda *a: None)
+    monkeypatch.setattr(starting, "start_gateway", lambda *a: None)
     monkeypatch.setattr(
         starting.logs,
         "start_follower",

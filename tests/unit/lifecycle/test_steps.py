@@ -23,3 +23,31 @@ def test_a_node_the_rollback_could_not_reach_makes_any_failure_exit_5() -> None:
     assert as_node_loss(died, []) is died  # every node answered the rollback: the rank did die
     interrupted = KeyboardInterrupt()
     assert as_node_loss(interrupted, left) is interrupted  # Ctrl-C stays 130
+
+
+def test_a_gateway_just_restarted_is_given_its_start_before_serving_is_judged(monkeypatch) -> None:
+    """`up` restarted only a gateway: its first probes may meet it binding (HTTP 503 or refused).
+    With `settle` they are retried; without it one failed probe means not serving."""
+    import time
+    from types import SimpleNamespace
+
+    from sparkctl.lifecycle import steps
+    from sparkctl.runtime.readiness import EndpointHealth
+
+    answers: list[EndpointHealth] = []
+
+    def probe(ep: object) -> EndpointHealth:
+        answers.append(ep)  # type: ignore[arg-type]
+        ready = len(answers) >= 3
+        return EndpointHealth(ready, ["m"], ready, "ok" if ready else "/v1/models: HTTP 503")
+
+    monkeypatch.setattr(steps, "probe", probe)
+    monkeypatch.setattr(steps, "endpoints", lambda plan: ["rank0"])
+    monkeypatch.setattr(steps.time, "sleep", lambda s: None)
+    plan = SimpleNamespace(router=None)
+    far = time.monotonic() + 60
+    health, started = steps.serving(None, None, plan, far, None, settle=5.0)  # type: ignore[arg-type]
+    assert health.ready and not started and len(answers) == 3
+    answers.clear()
+    health, _ = steps.serving(None, None, plan, far, None)  # type: ignore[arg-type]
+    assert not health.ready and health.detail == "/v1/models: HTTP 503" and len(answers) == 1

@@ -11,7 +11,6 @@ import pytest
 
 from sparkctl.engines.base import render_args
 from sparkctl.planning.build import PlanFacts, build_plan
-from sparkctl.planning.hardening import FrontSpec
 from sparkctl.profile import load_profile_file, load_profile_text
 from sparkctl.secrets import SecretRef
 
@@ -94,17 +93,15 @@ def test_dual_spark_tp2_matches_the_recipe_rank_by_rank(home: str) -> None:
             "--node-rank": str(rank),
             "--dist-init-addr": "192.168.100.10:50051",
         }
-        if rank == 0:  # the engine behind its filtering front, which takes the recipe's 0.0.0.0:8888
+        if rank == 0:  # the engine behind its gateway, which takes the recipe's 0.0.0.0:8888
             expected |= {"--host": "127.0.0.1", "--port": "18888"}
-            assert spec.front == FrontSpec(
-                "0.0.0.0",
-                8888,
-                18888,
-                ("/server_info", "/get_server_info"),
-                ("served_model_name", "model_path", "tokenizer_path"),
-            )
+            g = spec.gateway
+            assert (g.node, g.listen, g.port, g.upstream_host, g.upstream_port) == (
+                spec.node, "0.0.0.0", 8888, "127.0.0.1", 18888,
+            )  # fmt: skip
+            assert ("GET", "/v1/models") in g.routes and not any("server_info" in t for _, t in g.routes)
         else:
-            assert spec.front is None
+            assert spec.gateway is None
         assert "--trust-remote-code" not in got and "--api-key" not in got  # opt-in; key only in the file
         assert got == expected
         env = spec.env_masked()

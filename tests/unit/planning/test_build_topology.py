@@ -37,10 +37,10 @@ def flag(argv: list[str], name: str) -> str | None:
 
 
 def served(r, name: str) -> str | None:
-    """Where a rank's API is served from outside: its front's address/port, else its own flag."""
-    if r.front is None:
+    """Where a rank's API is served from outside: its gateway's address/port, else its own flag."""
+    if r.gateway is None:
         return flag(r.argv, name)
-    return r.front.listen if name == "--host" else str(r.front.port)
+    return r.gateway.listen if name == "--host" else str(r.gateway.port)
 
 
 @pytest.fixture(autouse=True)
@@ -82,14 +82,11 @@ def test_tp2x2_has_two_groups_each_with_its_own_rendezvous_behind_the_router() -
     # Replicas listen above the router, which keeps engine.port: the user's one endpoint.
     assert {served(r, "--port") for r in plan.ranks} == {"8889"}
     assert plan.router is not None and plan.router.node == "spark1"
-    assert plan.endpoint.port == 8888 and plan.router.front is not None
-    # The router binds 127.0.0.1 below its port; its front, on 8888, keeps its keyless routes home.
-    front = plan.router.front
-    assert (front.port, front.upstream, front.routes) == (
-        8888,
-        18888,
-        ("/engine_metrics", "/get_server_info"),
-    )
+    assert plan.endpoint.port == 8888 and plan.router.gateway is not None
+    # The router binds 127.0.0.1 below its port; its gateway, on 8888, keeps its keyless routes home.
+    gate = plan.router.gateway
+    assert (gate.port, gate.upstream_port) == (8888, 18888)
+    assert not any(t in ("/engine_metrics", "/get_server_info") for _, t in gate.routes)
     assert (flag(plan.router.argv, "--host"), flag(plan.router.argv, "--port")) == ("127.0.0.1", "18888")
     urls = plan.router.argv[plan.router.argv.index("--worker-urls") + 1 :]
     # spark3 is addressed by name: the router reaches it at the IP that name has on spark3
@@ -129,7 +126,7 @@ def test_replica_per_gpu_on_one_box_pins_gpus_and_ports() -> None:
     doc = yaml.safe_load((ROOT / "profiles" / "two-gpu-box.yaml").read_text())
     plan = build_plan(load(doc), "dp2")
     assert [(r.options.gpus, served(r, "--port")) for r in plan.ranks] == [("0", "30001"), ("1", "30002")]
-    # Each replica's engine behind its front, on 127.0.0.1 and the API port - 10000.
+    # Each replica's engine behind its gateway, on 127.0.0.1 and the API port - 10000.
     assert [(flag(r.argv, "--host"), flag(r.argv, "--port")) for r in plan.ranks] == [
         ("127.0.0.1", "20001"),
         ("127.0.0.1", "20002"),
@@ -243,7 +240,7 @@ def test_top_reads_each_replicas_own_metrics(monkeypatch: pytest.MonkeyPatch) ->
     text = (ROOT / "tests" / "fixtures" / "sglang" / "metrics-0.5.23-a.txt").read_text()
     asked: list[str] = []
 
-    def scrape(url: str, timeout: float = 0) -> str:
+    def scrape(url: str, timeout: float = 0, key: str | None = None) -> str:
         asked.append(url)
         if "spark3" in url:
             raise ConnectionRefusedError("refused")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,7 +31,7 @@ def frontend_lines(cfg: str) -> list[str]:
 def test_listens_on_the_api_address_and_forwards_to_loopback() -> None:
     cfg = gw.haproxy_config(spec())
     assert "    bind 10.0.0.1:30000" in cfg
-    assert "server engine 127.0.0.1:20000 check" in cfg
+    assert "    server engine 127.0.0.1:20000 maxconn " in cfg
     assert "0.0.0.0" not in cfg
 
 
@@ -47,7 +48,7 @@ def test_only_the_exact_openai_targets_are_allowed_per_method() -> None:
     assert post == ["/v1/chat/completions", "/v1/completions", "/v1/responses"]
     assert get == ["/v1/models"]
     deny = next(ln for ln in lines if "deny_status 404" in ln)
-    assert deny.endswith("unless meth_get route_get || meth_post route_post")
+    assert deny.endswith("unless meth_get route_get || meth_post route_post || is_get is_health")
     assert not any("-m beg" in ln or "-m sub" in ln or "path_beg" in ln for ln in lines)  # exact only
 
 
@@ -57,12 +58,23 @@ def test_embeddings_only_where_served() -> None:
     assert "/v1/embeddings" in next(ln for ln in cfg.splitlines() if "acl route_post" in ln)
 
 
-def test_the_health_route_is_answered_by_the_gateway_from_its_engine_check() -> None:
-    lines = frontend_lines(gw.haproxy_config(spec()))
-    ok = next(ln for ln in lines if "return status 200" in ln)
-    assert "{ url -m str /health }" in ok and "{ nbsrv(engine) gt 0 }" in ok
-    assert lines.index(ok) < lines.index(next(ln for ln in lines if "return status 503" in ln))
-    assert "option httpchk GET /health" in gw.haproxy_config(spec())
+def test_health_reaches_the_engine_without_a_key_and_the_backend_is_never_probed() -> None:
+    cfg = gw.haproxy_config(spec(keyed=True))
+    lines = frontend_lines(cfg)
+    assert "    acl is_health url -m str /health" in lines
+    route = next(ln for ln in lines if "deny_status 404" in ln)
+    key = next(ln for ln in lines if "deny_status 401" in ln)
+    assert route.endswith("|| is_get is_health") and "unless is_get is_health ||" in key
+    server = next(ln for ln in cfg.splitlines() if ln.strip().startswith("server engine"))
+    assert "httpchk" not in cfg and " check" not in server  # no probe resets a starting engine
+    assert "return status" not in cfg  # nothing is answered in the engine's place
+
+
+def test_metrics_is_a_route_of_the_planned_gateway_and_needs_the_key() -> None:
+    assert gw.METRICS not in gw.OPENAI_ROUTES and gw.HEALTH not in gw.OPENAI_ROUTES
+    cfg = gw.haproxy_config(spec(keyed=True, routes=(*gw.OPENAI_ROUTES, gw.METRICS)))
+    get = next(ln for ln in frontend_lines(cfg) if "acl route_get" in ln)
+    assert get.split()[-2:] == ["/v1/models", "/metrics"]
 
 
 def test_framing_tricks_are_refused_before_any_route() -> None:
@@ -82,8 +94,10 @@ def test_framing_tricks_are_refused_before_any_route() -> None:
 def test_keyed_compares_the_header_hash_against_the_key_file() -> None:
     cfg = gw.haproxy_config(spec(keyed=True))
     check = next(ln for ln in frontend_lines(cfg) if "deny_status 401" in ln)
-    assert "req.hdr_cnt(authorization) eq 1" in check
-    assert f"req.fhdr(authorization),sha2(256),hex,lower -m str -f {gw.KEYS_PATH}" in check
+    # one or two lines (sglang-router adds its own to the client's), the first and the last a key
+    assert "{ req.hdr_cnt(authorization) ge 1 } { req.hdr_cnt(authorization) le 2 }" in check
+    for occ in (1, -1):
+        assert f"req.fhdr(authorization,{occ}),sha2(256),hex,lower -m str -f {gw.KEYS_PATH}" in check
     assert "deny_status 401" not in gw.haproxy_config(spec(keyed=False))
 
 
@@ -123,7 +137,7 @@ def test_upstream_connections_are_kept_alive_and_nothing_else_listens() -> None:
 
 def test_docker_args_are_least_privilege_and_hold_no_key() -> None:
     argv = gw.docker_run_args(
-        spec(keyed=True), "sparkctl-c-gateway", "1000:1000", "/run/u/gw.cfg", "/run/u/keys"
+        spec(keyed=True), "sparkctl-c-solo-r0-gateway", "1000:1000", "/run/u/gw.cfg", "/run/u/keys"
     )
     joined = " ".join(argv)
     assert "--cap-drop ALL" in joined and "no-new-privileges:true" in joined
@@ -143,48 +157,29 @@ def test_haproxy_accepts_the_config(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def _profile(**engine: object) -> object:
-    import yaml
-
-    from sparkctl.profile import load_profile_text
-
-    root = Path(__file__).resolve().parents[3]
-    doc = yaml.safe_load((root / "profiles" / "dual-spark.yaml").read_text())
-    doc["engine"] |= engine
-    return load_profile_text(yaml.safe_dump(doc), "p.yaml")
+def test_served_container_names_the_rank_a_gateway_serves() -> None:
+    assert gw.served_container(gw.gateway_container_name("sparkctl-lab-solo-r0")) == "sparkctl-lab-solo-r0"
+    assert gw.served_container("sparkctl-lab-solo-r0") is None
+    assert gw.served_container("-gateway") is None
 
 
-@pytest.fixture
-def home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-
-
-def test_the_gateway_takes_the_fronted_ranks_place(home: None) -> None:
-    from sparkctl.planning.build import build_plan
-
-    plan = build_plan(_profile(port=8888), "solo")
-    (g,) = gw.plan_gateways(plan, keyed=True)
-    front = plan.ranks[0].front
-    assert front is not None
-    assert (g.node, g.listen, g.port) == (plan.ranks[0].node, front.listen, 8888)
-    assert (g.upstream_host, g.upstream_port) == ("127.0.0.1", front.upstream) and g.keyed
-    assert gw.gateway_for(plan.ranks[0], keyed=False, embeddings=True).routes == gw.routes_for(True)
-
-
-def test_no_front_no_gateway(home: None) -> None:
-    from sparkctl.planning.build import build_plan
-
-    plan = build_plan(_profile(front=False), "solo")
-    assert gw.plan_gateways(plan, keyed=False) == []
-
-
-def test_with_replicas_the_router_and_every_replica_head_get_one(home: None) -> None:
-    from sparkctl.planning.build import build_plan
-
-    plan = build_plan(_profile(), "dp2")
-    assert plan.router is not None and plan.router.front is not None
-    gates = gw.plan_gateways(plan, keyed=True)
-    heads = [r for r in plan.ranks if r.front is not None]
-    assert len(gates) == 1 + len(heads) == 1 + plan.replicas
-    assert (gates[0].node, gates[0].port) == (plan.router.node, plan.router.front.port)
-    assert [(g.node, g.upstream_port) for g in gates[1:]] == [(r.node, r.front.upstream) for r in heads]
+def test_a_replica_behind_the_router_answers_its_metadata_from_the_plan_after_the_key_check() -> None:
+    answers = gw.router_answers("tiny-test", "org/it's-a-model", 2)
+    assert [t for t, _ in answers] == ["/server_info", "/model_info"]
+    server = json.loads(dict(answers)["/server_info"])
+    assert server == {
+        "served_model_name": "tiny-test",
+        "model_path": "org/it's-a-model",
+        "tp_size": 2,
+        "dp_size": 1,
+    }
+    cfg = gw.haproxy_config(spec(keyed=True, answers=answers))
+    lines = frontend_lines(cfg)
+    returns = [i for i, ln in enumerate(lines) if "http-request return" in ln]
+    key_check = next(i for i, ln in enumerate(lines) if "deny_status 401" in ln)
+    assert len(returns) == 2 and min(returns) > key_check  # key holders only
+    for i, n in zip(returns, (0, 1), strict=True):
+        body, cond = lines[i].split("string '", 1)[1].split("' if ")
+        assert "'" not in body and json.loads(body)["model_path"] == "org/it's-a-model"  # \u0027
+        assert cond == f"is_get answer_{n}"
+    assert "/server_info" not in gw.haproxy_config(spec(keyed=True))  # only behind a router

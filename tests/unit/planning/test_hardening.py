@@ -1,4 +1,4 @@
-"""Who the engine runs as (engine.container.user) and its filtering front, as planned (pure)."""
+"""Who the engine runs as (engine.container.user) and its gateway, as planned (pure)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import yaml
 
 from sparkctl.errors import ProfileError
 from sparkctl.planning.build import build_plan
-from sparkctl.planning.hardening import USER_HOME, front_spec
+from sparkctl.planning.gateway import gateway_spec
+from sparkctl.planning.hardening import USER_HOME
 from sparkctl.profile import load_profile_text
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -57,18 +58,19 @@ def test_a_user_is_root_node_or_numeric_uid_gid(user: str) -> None:
         dual(user=user)
 
 
-def test_the_front_is_only_for_a_groups_rank_0_and_only_when_on() -> None:
+@pytest.mark.parametrize("key", ["gateway", "front"])  # `front:` is the old name, still read
+def test_the_gateway_is_only_for_a_groups_rank_0_and_only_when_on(key: str) -> None:
     prof = dual()
-    assert front_spec(prof, ("/server_info",), 0, "0.0.0.0", 8888).upstream == 18888
-    assert front_spec(prof, ("/server_info",), 1, "0.0.0.0", 8888) is None
+    assert gateway_spec(prof, "spark1", 0, "0.0.0.0", 8888, None).upstream_port == 18888
+    assert gateway_spec(prof, "spark1", 1, "0.0.0.0", 8888, None) is None
     doc = yaml.safe_load((ROOT / "profiles" / "dual-spark.yaml").read_text())
-    doc["engine"] |= {"front": False}
+    doc["engine"] |= {key: False}
     off = load_profile_text(yaml.safe_dump(doc), "p.yaml")
-    assert front_spec(off, ("/server_info",), 0, "0.0.0.0", 8888) is None
+    assert gateway_spec(off, "spark1", 0, "0.0.0.0", 8888, None) is None
     plan = build_plan(off, "solo")
     argv = plan.ranks[0].argv
-    assert plan.ranks[0].front is None and argv[argv.index("--port") + 1] == "8888"
-    doc["engine"] |= {"front": True, "internal_port": 9000}
+    assert plan.ranks[0].gateway is None and argv[argv.index("--port") + 1] == "8888"
+    doc["engine"] |= {key: True, "internal_port": 9000}
     moved = build_plan(load_profile_text(yaml.safe_dump(doc), "p.yaml"), "solo").ranks[0]
-    assert moved.front is not None and moved.front.upstream == 9000
+    assert moved.gateway is not None and moved.gateway.upstream_port == 9000
     assert moved.argv[moved.argv.index("--port") + 1] == "9000"

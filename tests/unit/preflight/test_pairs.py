@@ -112,11 +112,13 @@ def test_router_on_a_node_without_ranks_runs_only_router_checks_there() -> None:
         "PortFree",
         "StrayContainers",
         "RouterImage",
+        "GatewayImage",  # the router's API is behind a gateway on its node
     }
     probes, tasks = _wanted(_active(c), c, "spark1")
     assert set(probes) == {"router:0", "router:1", "ports"}
-    assert set(tasks) == {"docker", "containers", f"image:{c.plan.ranks[0].image}"}
-    assert planned_ports(c.plan)["spark1"] == {8888: "router HTTP", 18888: "router (behind the front)"}
+    gateway_image = c.plan.router.gateway.image
+    assert set(tasks) == {"docker", "containers", f"image:{c.plan.ranks[0].image}", f"image:{gateway_image}"}
+    assert planned_ports(c.plan)["spark1"] == {8888: "router HTTP", 18888: "router (behind the gateway)"}
 
 
 def test_router_image_is_checked_where_image_present_does_not_cover_it() -> None:
@@ -271,7 +273,7 @@ def test_router_reach_judge_reports_a_failed_probe() -> None:
 
 # ----------------------------------------------------------------------------- ports and containers of every replica
 def test_every_replica_head_and_the_router_get_their_ports_checked() -> None:
-    engine = "engine (behind the front)"  # the engine's own port, on 127.0.0.1: API port - 10000
+    engine = "engine (behind the gateway)"  # the engine's own port, on 127.0.0.1: API port - 10000
     assert planned_ports(build_plan(quad(), "tp4")) == {
         "spark1": {8888: "HTTP", 18888: engine, 50051: "dist-init"}
     }
@@ -281,7 +283,7 @@ def test_every_replica_head_and_the_router_get_their_ports_checked() -> None:
             18889: f"replica 0 {engine}",
             50051: "replica 0 dist-init",
             8888: "router HTTP",
-            18888: "router (behind the front)",
+            18888: "router (behind the gateway)",
         },
         "spark3": {8889: "replica 1 HTTP", 18889: f"replica 1 {engine}", 50051: "replica 1 dist-init"},
     }

@@ -80,7 +80,7 @@ def test_pp_counts_towards_the_gpus_a_group_needs() -> None:
         layout(["spark1", "spark2", "spark3"], SPARKS, tp=1, pp=2)
 
 
-def test_the_engines_port_behind_the_front_is_checked_like_the_others() -> None:
+def test_the_engines_port_behind_the_gateway_is_checked_like_the_others() -> None:
     from sparkctl.profile.topology import _check_ports, internal_offset
 
     # below the API port, out of Linux's ephemeral range 32768-60999; above it for low API ports
@@ -91,10 +91,10 @@ def test_the_engines_port_behind_the_front_is_checked_like_the_others() -> None:
     _check_ports(lay, ("a", 30000, 29000), front=10000)  # 40000, 40001, 40002: free
     with pytest.raises(TopologyError) as err:
         _check_ports(lay, None, front=1)  # replica 0's engine on replica 1's API port
-    assert err.value.rule == "ports-distinct" and "engine port behind the front" in err.value.message
+    assert err.value.rule == "ports-distinct" and "engine port behind the gateway" in err.value.message
     with pytest.raises(TopologyError) as err:
         _check_ports(lay, ("a", 30000, 29000), front=1)  # the router's own on replica 0's API port
-    assert "the router's own port behind the front and replica 0's API port" in err.value.message
+    assert "the router's own port behind the gateway and replica 0's API port" in err.value.message
     with pytest.raises(TopologyError) as err:
         _check_ports(lay, ("a", 30000, 29000), front=-1000)  # the router's own on its metrics port
     assert (

@@ -77,7 +77,7 @@ def rebuild_state(cluster: str, mode: str, found: list[ContainerInfo]) -> None:
     """The last-attempt file from the containers' labels, when the controller lost it."""
     if state.last_attempt(cluster):
         return
-    hashes = {c.config_hash for c in found if c.mode == mode and c.role != "router" and c.config_hash}
+    hashes = {c.config_hash for c in found if c.mode == mode and c.role == "engine" and c.config_hash}
     if hashes:
         state.record_attempt(cluster, mode, sorted(hashes)[0], "ready")
         state.record_event(cluster, "state_rebuilt", mode=mode, detail="from the containers' labels")
@@ -89,7 +89,7 @@ def diff(plan: Plan, found: list[ContainerInfo]) -> tuple[dict, str] | None:
     nothing to bring back). The cause names the rank that finished first, as the watch loop's
     does (a peer that exited because it died is not blamed; with replicas, its replica restarts
     and the loop brings back the others)."""
-    ours = {c.name: c for c in found if c.mode == plan.mode and c.role != "router"}
+    ours = {c.name: c for c in found if c.mode == plan.mode and c.role == "engine"}
     if not ours:
         return None
     infos = {s.rank: ours.get(s.container_name) for s in plan.ranks}
@@ -112,7 +112,7 @@ def begin(profile: Profile, pool: NodePool, mode: str, flag: StopFlag) -> Plan |
         found = wait_for_nodes(pool, cluster, nodes, flag)
         if found is None:
             return None
-        if any(c.mode == mode and c.role != "router" for c in found):
+        if any(c.mode == mode and c.role == "engine" for c in found):
             break
         if not idle_said:
             state.record_event(

@@ -17,9 +17,9 @@ it within `horizon_s`) it reads /proc/meminfo and /proc/pressure/memory; a kerne
     message not starting with a task's name (`comm[pid]: segfault ...`: any process names itself),
     and MemAvailable is under twice min_available (a driver line alone never kills),
 and then SIGKILLs at once the running containers labelled sparkctl.cluster=<cluster> (not the
-router): each container's init by pid first (checked by its start time: no Docker round trip on
-a box under pressure; the kernel then kills the whole pid namespace), then through the Docker
-API for any it could not signal. Nothing else is ever signalled. Each trip is one JSON line in
+router nor a gateway: they hold no model memory): each container's init by pid first (checked by
+its start time: no Docker round trip on a box under pressure; the kernel then kills the whole pid
+namespace), then through the Docker API for any it could not signal. Nothing else is ever signalled. Each trip is one JSON line in
 <cluster>.trips.jsonl (numbers, the kernel line, what was killed, how long it took); <cluster>.json
 holds the latest sample.
 

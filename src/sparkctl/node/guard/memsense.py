@@ -137,7 +137,7 @@ def pid_gone(pid):
 
 
 class Targets:
-    """The running containers of the cluster on this node (the router left out), with their init pid."""
+    """The running containers of the cluster on this node (router and gateways left out), with their init pid."""
 
     def __init__(self, cluster):
         self.cluster = cluster
@@ -158,7 +158,7 @@ class Targets:
                 labels = c.get("Labels") or {}
                 if (
                     labels.get(LABEL) != self.cluster
-                    or labels.get(ROLE) == "router"
+                    or labels.get(ROLE) in ("router", "gateway")  # no model memory in either
                     or c["Id"] in self.killed
                 ):
                     continue

@@ -18,7 +18,7 @@ class PortFree(Check):
     name = "PortFree"
     summary = (
         "every port the plan binds is free on its node (each replica head's HTTP, its engine's behind the "
-        "front, dist-init and launch gate, the router's)"
+        "gateway and dist-init, the router's)"
     )
     order = 140
     fast = True
@@ -44,9 +44,9 @@ class PortFree(Check):
 
 
 def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
-    """node -> {port: what binds it}: each replica head's HTTP port (its filtering front's), the
-    engine's own port behind that front, (groups over several nodes) its dist-init port and, in a
-    gated start, its launch gate; and the router's port on its node (and its own behind its front). One replica: plain "HTTP"/"dist-init"."""
+    """node -> {port: what binds it}: each replica head's HTTP port (its gateway's), the engine's
+    own port behind that gateway, (groups over several nodes) its dist-init port, and the router's
+    port on its node (and its own behind its gateway). One replica: plain "HTTP"/"dist-init"."""
     out: dict[str, dict[int, str]] = {}
     many = plan.replicas > 1
     for g in plan.groups:
@@ -55,16 +55,14 @@ def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
         ports[g.endpoint.port] = f"{who}HTTP"
         if g.dist_init_addr:
             ports[int(g.dist_init_addr.rsplit(":", 1)[1])] = f"{who}dist-init"
-        front = plan.ranks[g.ranks[0]].front if g.ranks else None
-        if front is not None:  # the engine's own port behind the filtering front
-            ports[front.upstream] = f"{who}engine (behind the front)"
-        if g.gate is not None:  # a gated start's control server (memory.gated_start)
-            ports[g.gate.port] = f"{who}launch gate"
+        gate = plan.ranks[g.ranks[0]].gateway if g.ranks else None
+        if gate is not None:  # the engine's own port behind the gateway
+            ports[gate.upstream_port] = f"{who}engine (behind the gateway)"
     if plan.router is not None:
         ports = out.setdefault(plan.router.node, {})
         ports[plan.endpoint.port] = "router HTTP"
-        if plan.router.front is not None:
-            ports[plan.router.front.upstream] = "router (behind the front)"
+        if plan.router.gateway is not None:
+            ports[plan.router.gateway.upstream_port] = "router (behind the gateway)"
     return out
 
 
@@ -89,8 +87,11 @@ class StrayContainers(Check):
 
 
 def _plan_containers(plan: Plan, node: str) -> dict[str, str]:
-    """This plan's containers on `node` (ranks and router) -> the config hash each one carries."""
+    """This plan's containers on `node` (ranks, router, gateways) -> the config hash each one carries."""
+    from sparkctl.planning.gateway_container import gateway_container
+
     specs = [s for s in [*plan.ranks, *([plan.router] if plan.router else [])] if s.node == node]
+    specs += [gateway_container(s) for s in specs if s.gateway is not None]
     return {s.container_name: s.labels.get("sparkctl.config_hash", plan.config_hash) for s in specs}
 
 

@@ -8,6 +8,7 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
                                           (rank may be "*"); at serve: die STANDIN_FAIL_AFTER s
                                           (default 3) after becoming ready
   STANDIN_DELAY_LOAD=<s>                  sleep between "Load weight begin" and "end"
+  STANDIN_BIND_AFTER_LOAD=1               rank 0 binds its HTTP port only after the load (SGLang's order)
   STANDIN_NEVER_READY=1                   stay in warm-up forever (/health answers 503)
   STANDIN_RENDEZVOUS_TIMEOUT=<s>          give up the rendezvous after this long (default 60)
   STANDIN_PEER_LOSS_EXIT_S=<s>            exit (code 3) this long after a peer went away (default 1)
@@ -505,8 +506,19 @@ class DummyHealthHandler(Rank0Handler):
         self.reply(404, {"detail": "Not Found"})
 
 
+class QuietResetServer(ThreadingHTTPServer):
+    """A peer's reset is no error to log, as uvicorn (SGLang's and vLLM's server) treats it: the
+    gateway closes idle upstream connections with a reset, and a traceback per close would push
+    the engine's own lines out of the log tail `up` shows."""
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's API
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 def serve_http(args: argparse.Namespace, handler: type) -> None:
-    httpd = ThreadingHTTPServer((args.host, args.port), handler)
+    httpd = QuietResetServer((args.host, args.port), handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
@@ -558,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     maybe_fail("start", rank)
     maybe_fail("rendezvous", rank)
     rendezvous(args)
-    if rank == 0:
+    late_bind = os.environ.get("STANDIN_BIND_AFTER_LOAD") == "1"  # as SGLang 0.5.23 does
+    if rank == 0 and not late_bind:
         serve_http(args, Rank0Handler)
     log("Load weight begin. avail mem=119.50 GB", rank)
     maybe_fail("load", rank)
@@ -569,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         "Load weight end. type=StandinForCausalLM, dtype=torch.bfloat16, avail mem=60.25 GB, mem usage=59.25 GB.",
         rank,
     )
+    if rank == 0 and late_bind:
+        serve_http(args, Rank0Handler)  # OSError (address in use) when another process holds it
     log("KV Cache is allocated. #tokens: 1000000, K size: 10.00 GB, V size: 10.00 GB", rank)
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=38.00 GB", rank)
     maybe_fail("warmup", rank)

@@ -113,3 +113,29 @@ def test_patterns_match_only_a_kernel_messages_own_start() -> None:
     assert kernel_match(pats, *kmsg_record(alloc)[1:]) is None
     mid = "0,1205,1,-;Out of memory: Killed process 4242 (NVRM: Xid (P)"
     assert kernel_match(pats, *kmsg_record(mid)[1:]) is None
+
+
+def test_only_the_clusters_ranks_are_targets_never_its_router_or_gateways(monkeypatch) -> None:
+    """The guard kills what holds model memory: the ranks; the router and a gateway hold none."""
+    from sparkctl.node.guard import memsense
+
+    def listed(name: str, labels: dict) -> dict:
+        return {"Id": name, "Names": [f"/{name}"], "Labels": {"sparkctl.cluster": "lab", **labels}}
+
+    items = [
+        listed("r0", {"sparkctl.rank": "0"}),
+        listed("r0-gateway", {"sparkctl.role": "gateway"}),
+        listed("router", {"sparkctl.role": "router"}),
+        {**listed("other", {}), "Labels": {"sparkctl.cluster": "elsewhere"}},
+    ]
+
+    def docker(method: str, path: str) -> tuple[int, object]:
+        if path.startswith("/containers/json"):
+            return 200, items
+        return 200, {"State": {"Pid": 4242}}
+
+    monkeypatch.setattr(memsense, "docker", docker)
+    monkeypatch.setattr(memsense, "pid_start", lambda pid: "1")
+    targets = memsense.Targets("lab")
+    targets.refresh()
+    assert sorted(targets.known) == ["r0"] and targets.error is None

@@ -124,18 +124,20 @@ def test_flag_values_that_are_negative_numbers_and_full_flags_pass() -> None:
 
 def test_an_admin_key_is_flagged_in_the_plan() -> None:
     """SGLang 0.5.23's /server_info (a NORMAL route) returns admin_api_key to api_key holders: with
-    the filtering front off (engine.front: false), `plan` says so."""
+    the gateway off (engine.gateway: false), `plan` says so."""
     text = DUAL.replace(
         "  api_key: {env: SPARKCTL_API_KEY}",
         "  api_key: {env: SPARKCTL_API_KEY}\n  admin_api_key: {env: A}",
         1,
     )
-    assert not any("/server_info" in w for w in build_plan(load(text), "solo").warnings)  # the front
+    assert not any("/server_info" in w for w in build_plan(load(text), "solo").warnings)  # the gateway
     off = text.replace(
-        "  api_key: {env: SPARKCTL_API_KEY}", "  front: false\n  api_key: {env: SPARKCTL_API_KEY}"
+        "  api_key: {env: SPARKCTL_API_KEY}", "  gateway: false\n  api_key: {env: SPARKCTL_API_KEY}"
     )
     warnings = build_plan(load(off), "solo").warnings
-    assert any("/server_info" in w and "admin_api_key" in w and "engine.front: false" in w for w in warnings)
+    assert any(
+        "/server_info" in w and "admin_api_key" in w and "engine.gateway: false" in w for w in warnings
+    )
     assert not any("/server_info" in w for w in build_plan(load(DUAL), "solo").warnings)
 
 
@@ -348,8 +350,8 @@ def test_a_keyless_api_on_a_lan_address_is_an_error_unless_public() -> None:
 
 
 def _served_host(r) -> str:
-    """The address a rank's API listens on: its front's, else its engine's own --host."""
-    return r.front.listen if r.front else r.argv[r.argv.index("--host") + 1]
+    """The address a rank's API listens on: its gateway's, else its engine's own --host."""
+    return r.gateway.listen if r.gateway else r.argv[r.argv.index("--host") + 1]
 
 
 def test_default_host_is_each_nodes_own_ip_resolved_on_the_node() -> None:
