@@ -204,7 +204,8 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
     out.guards = guards.read(
         profile, pool, [n for n in guards.nodes_to_read(profile) if n not in out.unreachable]
     )
-    for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode):
+    # a mode runs while one of its engine ranks does (its gateway outlives a rank that exited)
+    for mode in dict.fromkeys(c.mode for c in out.containers if c.running and c.mode and c.role == "engine"):
         ranks = [c for c in out.containers if c.mode == mode and c.role == "engine"]
         plan = _resolved(profile, pool, build_plan(profile, mode)) if mode in profile.modes else None
         hashes = {c.config_hash for c in ranks if c.running}
@@ -256,5 +257,5 @@ def _replicas(pool: NodePool, plan: Plan, found: list[ContainerInfo], st: ModeSt
 def running_mode(profile: Profile, pool: NodePool) -> str | None:
     """The one mode whose containers run now (None if none, several, or nodes unreachable)."""
     found, _ = containers.list_nodes(pool, profile.cluster, [n.name for n in profile.nodes])
-    modes = {c.mode for c in found if c.running and c.mode in profile.modes}
+    modes = {c.mode for c in found if c.running and c.role == "engine" and c.mode in profile.modes}
     return modes.pop() if len(modes) == 1 else None

@@ -261,7 +261,11 @@ class Collector:
 def _running_mode(containers: list[ContainerInfo], profile: Profile) -> str | None:
     """The mode that runs; else the mode of this cluster's stopped containers (its ranks died)."""
     for alive in (True, False):
-        modes = {c.mode for c in containers if (c.running or not alive) and c.mode in profile.modes}
+        modes = {
+            c.mode
+            for c in containers
+            if (c.running or not alive) and c.role == "engine" and c.mode in profile.modes
+        }
         if modes:
             return sorted(modes)[0]
     return None

@@ -31,3 +31,20 @@ def test_a_dead_rank_breaks_a_mode_whose_endpoint_still_says_ready(monkeypatch) 
     assert dead.dead_rank() == "rank 1 on spark2 is exited (exit code 137)"
     gone = ModeStatus("tp2", plan, [_info(r0, "exited", 0)], ready, "h")
     assert gone.dead_rank() == "rank 0 on spark1 is exited (exit code 0)"
+
+
+def test_a_gateway_that_outlived_its_rank_does_not_make_the_mode_run(monkeypatch) -> None:
+    from sparkctl.lifecycle import status
+    from sparkctl.planning.gateway_container import gateway_container
+
+    monkeypatch.setenv("SPARKCTL_API_KEY", "k")
+    profile = load_profile_file(ROOT / "profiles" / "vllm-dual-spark.yaml")
+    plan = build_plan(profile, "tp2")
+    r0, r1 = plan.ranks
+    gate = gateway_container(r0)
+    listed: list[ContainerInfo] = []
+    monkeypatch.setattr(status.containers, "list_nodes", lambda pool, cluster, nodes: (listed, {}))
+    listed[:] = [_info(gate, "running", None), _info(r0, "exited", 0), _info(r1, "exited", 137)]
+    assert status.running_mode(profile, None) is None  # only the gateway runs: no mode does
+    listed[0:2] = [_info(gate, "running", None), _info(r0, "running", None)]
+    assert status.running_mode(profile, None) == "tp2"
