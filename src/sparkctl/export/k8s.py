@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine
 from sparkctl.errors import UsageError
+from sparkctl.export import k8s_gateway as gateway
 from sparkctl.export import k8s_pod as pod
 from sparkctl.export.k8s_rank import (
     NODE_ENV,
@@ -29,7 +30,6 @@ from sparkctl.export.yamltext import dump
 from sparkctl.planning.build import build_plan
 from sparkctl.planning.hardening import bind_host, binds_everywhere
 from sparkctl.planning.model import Plan, RankSpec
-from sparkctl.planning.router import PRIVATE_ROUTES as ROUTER_PRIVATE_ROUTES
 from sparkctl.profile.schema import Profile
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -146,8 +146,16 @@ def _pod_template(profile: Profile, plan: Plan, spec: RankSpec, role: str, ctx: 
     )
     if role == "leader" and group.dist_init_addr:
         ports.append({"name": "rendezvous", "containerPort": int(group.dist_init_addr.rsplit(":", 1)[1])})
+    gate = spec.gateway if role == "leader" else None
+    if gate is not None:  # the API port is the gateway's; the engine listens on 127.0.0.1
+        ports = ports[1:]
     cctx = {**ctx, "parts": parts, "ports": ports, "probes": ctx["probes"] if role == "leader" else {}}
     container = _container(spec, ctx["argv"][0 if role == "leader" else 1], ctx["env"], cctx)
+    containers = [container]
+    if gate is not None:
+        side, volumes = gateway.sidecar(ctx["lws_name"], gate, ctx["secret"])
+        containers.append(side)
+        parts.volumes.extend(volumes)
     labels = {**ctx["labels"], "sparkctl.config_hash": plan.config_hash, "sparkctl.role": role}
     spec_out = {
         "hostNetwork": True,
@@ -156,7 +164,7 @@ def _pod_template(profile: Profile, plan: Plan, spec: RankSpec, role: str, ctx: 
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": profile.engine.stop_grace,
         "affinity": pod.node_affinity(_role_nodes(plan, role), ctx["spread"]),
-        "containers": [container],
+        "containers": containers,
         "volumes": parts.volumes,
     }
     ctx["notes"].extend(n for n in parts.notes if n not in ctx["notes"])
@@ -251,10 +259,7 @@ def export_k8s(
     rdma_resource: str | None = None,
 ) -> K8sExport:
     engine = get_engine(profile.engine.kind)
-    fronted = profile.engine.gateway and bool(engine.private_routes)
     as_node = (profile.engine.container.user or engine.default_user) == "node"
-    if fronted:  # the gateway is a container of `up`'s beside rank 0; the pod serves the engine's port
-        profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"gateway": False})})
     profile, gated = _ungated(profile)
     plan = build_plan(profile, mode_name)
     _check_exportable(plan)
@@ -273,17 +278,11 @@ def export_k8s(
             "engine.container.user: node is not exported (the node user's uid is known on the node): the "
             "pods run as the image's user (HOME and caches as for node); set securityContext.runAsUser"
         )
-    if fronted:
+    if plan.ranks[0].gateway is not None:
         out.notes.append(
-            f"engine.gateway is not exported yet: the leader pod serves {', '.join(engine.private_routes)} "
-            "(every setting, the API keys included) to API-key holders on its port; refuse those paths "
-            "in your ingress or gateway (docs/security.md)"
+            "the gateway's squatter check is not exported (the engine's uid is the image's): keep other "
+            "tenants' hostNetwork pods off these nodes, or one could bind the engine's loopback port first"
         )
-        if plan.router is not None:
-            out.notes.append(
-                f"the router's gateway is not exported either: it answers {', '.join(ROUTER_PRIVATE_ROUTES)} "
-                "without a key (every replica's metrics); refuse those paths in your ingress or gateway"
-            )
     common, per_node = split_env(plan.ranks)
     configmap = f"{name}-nodes" if per_node else None
     labels = {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode}
@@ -302,6 +301,7 @@ def export_k8s(
     }
     for i, (lws_name, sub) in enumerate(todo):
         ctx = {**base, "argv": _same_command(sub, engine), "probes": _probes(profile, sub, engine)}
+        ctx["lws_name"] = lws_name
         lws, comments = _lws(profile, sub, lws_name, ctx)
         docs: list[dict] = []
         if configmap and i == 0:
@@ -311,6 +311,8 @@ def export_k8s(
         docs.append(lws)
         if plan.router is None:
             docs.append(_api_service(sub, lws_name, namespace, labels))
+        if (gate := sub.ranks[0].gateway) is not None:
+            docs.append(gateway.config_map(lws_name, namespace, labels, gate))
         file = f"{plan.mode}.yaml" if len(todo) == 1 else f"{plan.mode}-g{sub.groups[0].index}.yaml"
         out.objects[file] = docs
         out.files[file] = dump(docs, _header(profile, out), comments)

@@ -9,10 +9,14 @@ their node's address on the replicas' port, as `up`'s router reaches them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sparkctl.engines.base import Readiness
+from sparkctl.export import k8s_gateway as gateway
 from sparkctl.export.k8s_pod import PodParts, quantity, secret_mounts
+from sparkctl.planning.gateway import GatewaySpec
 from sparkctl.planning.hardening import bind_host, binds_everywhere
-from sparkctl.planning.model import Plan
+from sparkctl.planning.model import Plan, RankSpec
 from sparkctl.planning.router import discovery_argv
 from sparkctl.profile.schema import Profile
 
@@ -54,8 +58,18 @@ def _argv(profile: Profile, plan: Plan, lws_name: str, namespace: str, static: b
     assert plan.router is not None
     if static:  # the plan's own argv: its worker URLs, bound where `up` binds it, on the host network
         return list(plan.router.argv)
-    port = plan.groups[0].endpoint.port
+    port, gate = plan.groups[0].endpoint.port, plan.router.gateway
+    if gate is not None:  # behind its gateway, as `up` runs it: on the pod's loopback
+        return discovery_argv(
+            profile, gate.upstream_host, leader_selector(lws_name), port, namespace, gate.upstream_port
+        )
     return discovery_argv(profile, POD_HOST, leader_selector(lws_name), port, namespace)
+
+
+def _gateway(router: RankSpec, static: bool) -> GatewaySpec | None:
+    """The router's gateway as its pod runs it: on the pod's own address in the pod network."""
+    gate = router.gateway
+    return gate if gate is None or static else replace(gate, listen=POD_HOST)
 
 
 def router_pod(
@@ -63,7 +77,7 @@ def router_pod(
 ) -> dict:
     router = plan.router
     assert router is not None
-    port = profile.engine.port
+    port, gate = profile.engine.port, _gateway(router, static)
     parts = PodParts()
     secret_mounts(router, secret, parts)
     if router.options.shm_size:
@@ -79,7 +93,7 @@ def router_pod(
         "image": router.image,
         "imagePullPolicy": "IfNotPresent",
         "command": argv,
-        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "ports": [] if gate else [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {
             "httpGet": {**host, "path": readiness.health_path, "port": port},
             "periodSeconds": 5,
@@ -101,7 +115,13 @@ def router_pod(
     else:
         nodes = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}
         where = {"serviceAccountName": router_name(profile)}
-    return {**where, "affinity": {"nodeAffinity": nodes}, "containers": [container], "volumes": parts.volumes}
+    if not container["ports"]:
+        del container["ports"]
+    containers, volumes = [container], parts.volumes
+    if gate is not None:
+        side, side_volumes = gateway.sidecar(router_name(profile), gate, secret)
+        containers, volumes = [container, side], [*volumes, *side_volumes]
+    return {**where, "affinity": {"nodeAffinity": nodes}, "containers": containers, "volumes": volumes}
 
 
 def router_name(profile: Profile) -> str:
@@ -148,6 +168,8 @@ def router_objects(
             "ports": [{"name": "http", "port": profile.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+    gate = _gateway(plan.router, static)
+    config = [gateway.config_map(name, namespace, labels, gate)] if gate is not None else []
     if static:
-        return [deployment, *([service] if binds_everywhere(profile) else [])]
-    return [*rbac(name, namespace, labels), deployment, service]
+        return [deployment, *([service] if binds_everywhere(profile) else []), *config]
+    return [*rbac(name, namespace, labels), deployment, service, *config]

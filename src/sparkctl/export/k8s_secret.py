@@ -13,8 +13,9 @@ import posixpath
 from collections.abc import Callable
 
 from sparkctl.connectors.base import Connector
+from sparkctl.export.k8s_gateway import KEYS_KEY
 from sparkctl.planning.model import Plan, RankSpec
-from sparkctl.secrets import render_files, resolve
+from sparkctl.secrets import bearer_sha256, render_files, resolve
 
 
 def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[str, bytes]:
@@ -27,11 +28,16 @@ def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[st
 
 
 def secret_values(plan: Plan, connect: Callable[[str], Connector]) -> dict[str, bytes]:
-    """{Secret key (the file's name): content} for the engine ranks and the router."""
+    """{Secret key (the file's name): content} for the engine ranks, the router and their gateways
+    (the sha256 of the key: every gateway of a plan checks the same one)."""
     values: dict[str, bytes] = {}
     for spec in (plan.ranks[0], plan.router):
         if spec is not None and spec.secrets:
             values |= _rank_values(spec, connect)
+        if spec is not None and spec.gateway is not None and spec.gateway.key is not None:
+            ref = spec.gateway.key
+            value = resolve(ref, connect(spec.node) if ref.file else None)
+            values[KEYS_KEY] = (bearer_sha256(value) + "\n").encode()
     return values
 
 

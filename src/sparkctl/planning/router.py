@@ -100,11 +100,17 @@ def router_argv(profile: Profile, host: str, urls: list[str], port: int | None =
 
 
 def discovery_argv(
-    profile: Profile, host: str, selector: dict[str, str], port: int, namespace: str
+    profile: Profile,
+    host: str,
+    selector: dict[str, str],
+    port: int,
+    namespace: str,
+    listen_port: int | None = None,
 ) -> list[str]:
     """The router's argv when Kubernetes lists the replicas (`export k8s`): the same flags, with
-    `--worker-urls` replaced by sglang-router's service discovery of the ready pods of `selector`."""
-    argv = router_argv(profile, host, [])
+    `--worker-urls` replaced by sglang-router's service discovery of the ready pods of `selector`
+    (whose API is on `port`); it listens on host:listen_port (default engine.port)."""
+    argv = router_argv(profile, host, [], listen_port)
     return [
         *argv[: argv.index("--worker-urls")],
         "--service-discovery",

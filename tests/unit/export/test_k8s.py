@@ -36,17 +36,6 @@ def _home(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", HOME)
 
 
-def unfronted(rank: dict) -> list[str]:
-    """The plan's argv of a rank as the pod runs it: the gateway is not exported, so the
-    engine listens where the gateway would (docs/kubernetes.md)."""
-    argv, front = list(rank["argv"]), rank.get("gateway")
-    if front:
-        i = argv.index("--host")
-        assert argv[i : i + 4] == ["--host", "127.0.0.1", "--port", str(front["upstream_port"])]
-        argv[i : i + 4] = ["--host", front["listen"], "--port", str(front["port"])]
-    return argv
-
-
 def plan_json(profile: Path, mode: str) -> dict:
     env = {**os.environ, "HOME": HOME, "PYTHONPATH": str(ROOT / "src")}
     res = subprocess.run(
@@ -128,7 +117,10 @@ def test_each_rank_runs_the_plans_command_and_env(profile: Path, mode: str, tmp_
     out = export_k8s(load_profile_file(profile), mode, "llm")
     docs = [d for name, ds in out.objects.items() if not name.endswith("-router.yaml") for d in ds]
     sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "LeaderWorkerSet"}
-    cm = next((d for d in docs if d["kind"] == "ConfigMap"), {"data": {}})
+    cm = next(
+        (d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-nodes")),
+        {"data": {}},
+    )
     for rank in plan["ranks"]:
         group = plan["groups"][rank["group"]]
         # one LeaderWorkerSet per mode; one per replica when replicas share a node
@@ -143,7 +135,7 @@ def test_each_rank_runs_the_plans_command_and_env(profile: Path, mode: str, tmp_
         leader, worker = templates(lws)
         container = leader if rank["node_rank"] == 0 else worker
         seen = run_pod(container, lws_env, rank["node"], cm["data"], tmp_path)
-        assert seen["argv"] == unfronted(rank), f"rank {rank['rank']}"
+        assert seen["argv"] == rank["argv"], f"rank {rank['rank']}"
         assert seen["env"] == rank["env"], f"rank {rank['rank']}"
 
 
@@ -152,11 +144,13 @@ def test_the_router_runs_the_plans_router_with_service_discovery() -> None:
     out = export_k8s(load_profile_file(ROOT / "profiles/quad-spark.yaml"), "tp2x2", "llm")
     deploy = next(d for d in out.objects["tp2x2-router.yaml"] if d["kind"] == "Deployment")
     argv = deploy["spec"]["template"]["spec"]["containers"][0]["command"]
-    want = unfronted(plan["router"])  # the router's gateway is not exported either
+    want = plan["router"]["argv"]  # on the pod's loopback, behind its gateway, as `up` runs it
     cut = want.index("--worker-urls")
-    host = want.index("--host") + 1
-    assert argv[:host] + argv[host + 1 : cut] == want[:host] + want[host + 1 : cut]
-    assert argv[host] == "0.0.0.0"  # the router's pod IP, behind its Service
+    assert argv[:cut] == want[:cut] and argv[argv.index("--host") + 1] == "127.0.0.1"
+    side = deploy["spec"]["template"]["spec"]["containers"][1]
+    assert (
+        side["name"] == "gateway" and side["ports"][0]["containerPort"] == plan["router"]["gateway"]["port"]
+    )
     assert argv[cut:] == [
         "--service-discovery",
         "--selector",
@@ -168,7 +162,7 @@ def test_the_router_runs_the_plans_router_with_service_discovery() -> None:
         "llm",
     ]
     kinds = [d["kind"] for d in out.objects["tp2x2-router.yaml"]]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "ConfigMap"]
     role = out.objects["tp2x2-router.yaml"][1]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
@@ -258,16 +252,17 @@ def test_replicas_sharing_a_node_get_a_leaderworkerset_each_and_the_plans_router
         assert lws["metadata"]["name"] == f"{out.lws_name}-g{g}" and lws["spec"]["replicas"] == 1
         pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
         assert "podAntiAffinity" not in pod["affinity"]  # both on box
-        ports.append(pod["containers"][0]["ports"][0]["containerPort"])
+        engine, side = pod["containers"]  # the API port is the gateway's, beside the engine
+        assert "ports" not in engine and side["name"] == "gateway"
+        ports.append(side["ports"][0]["containerPort"])
     assert ports == [30001, 30002]
-    (deploy,) = out.objects["dp2-router.yaml"]  # loopback-bound: no Service, no discovery, no RBAC
+    deploy, config = out.objects["dp2-router.yaml"]  # loopback-bound: no Service, no discovery, no RBAC
     pod = deploy["spec"]["template"]["spec"]
-    assert pod["containers"][0]["command"] == unfronted(plan["router"])
+    assert pod["containers"][0]["command"] == plan["router"]["argv"]
     assert pod["hostNetwork"] is True and deploy["spec"]["strategy"] == {"type": "Recreate"}
     assert pod["containers"][0]["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
-    # neither gateway is exported, and the notes say which paths an ingress must refuse
-    fronts = [n for n in out.notes if "gateway is not exported" in n]
-    assert len(fronts) == 2 and "/engine_metrics, /get_server_info" in fronts[1], out.notes
+    assert config["kind"] == "ConfigMap" and "bind 127.0.0.1:30000" in config["data"]["haproxy.cfg"]
+    assert [n for n in out.notes if "squatter check is not exported" in n], out.notes
 
 
 def test_an_unsettled_plan_is_refused() -> None:
@@ -312,7 +307,7 @@ def test_leaders_and_workers_stay_on_the_plans_nodes(tmp_path: Path) -> None:
 def test_single_node_modes_run_the_argv_unwrapped() -> None:
     out = export_k8s(load_profile_file(ROOT / "profiles/solo-spark.yaml"), "solo", "llm")
     docs = out.objects["solo.yaml"]
-    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
+    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service", "ConfigMap"]  # its gateway's config
     lws = docs[0]
     c = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
     assert c["command"][:3] == ["python3", "-m", "sglang.launch_server"]
@@ -447,7 +442,7 @@ def test_nics_that_differ_by_node_go_in_the_nodes_env_file(tmp_path: Path) -> No
             cm["data"],
             tmp_path,
         )
-        assert (seen["argv"], seen["env"]) == (unfronted(rank), rank["env"])
+        assert (seen["argv"], seen["env"]) == (rank["argv"], rank["env"])
 
 
 def test_a_gated_start_is_exported_ungated_and_says_so() -> None:

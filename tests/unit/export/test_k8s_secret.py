@@ -4,6 +4,7 @@ same renderer), a file-held secret is read on its node."""
 from __future__ import annotations
 
 import base64
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,12 @@ def test_a_file_held_secret_is_read_on_its_node(tmp_path: Path, monkeypatch: pyt
 
     values = secret_values(out.plan, connect)
     assert asked == ["spark1"]
-    assert values == {"HF_TOKEN": b"hf_fromfile", "sparkctl-sglang.yaml": b'api-key: "sk-1"\n'}
+    gateway_hash = hashlib.sha256(b"Bearer sk-1").hexdigest()  # the gateway's key file: a hash only
+    assert values == {
+        "HF_TOKEN": b"hf_fromfile",
+        "sparkctl-sglang.yaml": b'api-key: "sk-1"\n',
+        "keys.sha256": f"{gateway_hash}\n".encode(),
+    }
     doc = secret_manifest(out.secret_name or "", "llm", {}, values)
     assert {k: base64.b64decode(v) for k, v in doc["data"].items()} == values
     assert "hf_fromfile" not in "".join(out.files.values())
