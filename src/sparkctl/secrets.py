@@ -120,6 +120,9 @@ class SecretFile:
     yaml_key: str | None = None
     bind: bool = False
     hashed: bool = False
+    # the file's line for this entry, `{hash}`/`{value}` filled in (the gateway's maps: a key's
+    # hash and its name; the engine's own header for a client holding a named key)
+    line: str | None = None
 
 
 def bearer_sha256(key: str) -> str:
@@ -136,6 +139,10 @@ def render_files(files: Iterable[SecretFile], conn: Connector | None) -> dict[st
         if f.bind:
             continue
         value = resolve(f.ref, conn)
+        if f.line is not None:  # replace, not format: a value with braces stays as it is
+            text = f.line.replace("{hash}", bearer_sha256(value)) if "{hash}" in f.line else f.line
+            out.setdefault(f.target, []).append(text.replace("{value}", value) + "\n")
+            continue
         if f.hashed:
             out.setdefault(f.target, []).append(bearer_sha256(value) + "\n")
             continue

@@ -137,7 +137,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "units.py",
         "verify/base.py",
         "verify/chat_checks.py",
-        "verify/responses_checks.py",
         "verify/runner.py",
         "verify/tool_checks.py",
         "yaml_model.py",

@@ -16,7 +16,7 @@ from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
 from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
-from sparkctl.planning.gateway import gateway_spec, router_answers
+from sparkctl.planning.gateway import gateway_spec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.launch_gate import gate_notes, gate_spec, gate_warnings, group_gate
 from sparkctl.planning.managed import check_env_overrides, check_managed
@@ -115,7 +115,7 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "mounts": [asdict(m) for m in r.mounts],
             "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
-            **({"gateway": repr(r.gateway)} if r.gateway else {}),
+            **({"gateway": r.gateway.rank_material()} if r.gateway else {}),
         }
         for r in ranks
     ]
@@ -217,6 +217,7 @@ def _build_group(
         dist_init_addr = f"{head.fabric.ip}:{group.dist_init_port}"
     indices = []
     gate, gate_at = group_gate(profile, engine, group), None
+    routed = mode.tp if replicas > 1 else None  # the router reaches the replica: its gateway answers it
     for slot in group.slots:
         node = profile.node(slot.node)
         ip = (
@@ -226,12 +227,7 @@ def _build_group(
         )
         host = sec.bind_host(profile, node, slot.node_rank, ip)
         key = _api_key_ref(profile, node)
-        answers = (
-            router_answers(served_model_name(profile), profile.model.target.id, mode.tp)
-            if replicas > 1
-            else ()
-        )
-        gateway = gateway_spec(profile, node.name, slot.node_rank, host, group.port, key, answers=answers)
+        gateway = gateway_spec(profile, node.name, slot.node_rank, host, group.port, key, routed_tp=routed)
         host, port = (gateway.upstream_host, gateway.upstream_port) if gateway else (host, group.port)
         peers = (
             _peers(profile, group, slot.node_rank) if engine.multi_node and engine.multi_node.peers else ()

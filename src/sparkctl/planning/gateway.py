@@ -17,10 +17,11 @@ timing. The engine keeps its own key: the client's header is forwarded unchanged
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sparkctl.planning.gateway_owner import OWNER_PATH
+from sparkctl.profile.derived import served_model_name
 from sparkctl.profile.topology import internal_offset
 from sparkctl.secrets import SecretRef, bearer_sha256
 
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 GATEWAY_IMAGE = "sparkctl/gateway-haproxy:2.6.12"
 CONFIG_PATH = "/run/sparkctl-gateway/haproxy.cfg"  # inside the container (a read-only tmpfs file)
 KEYS_PATH = "/run/sparkctl-gateway/keys.sha256"  # inside the container (the tmpfs file, read-only)
+NAMES_PATH = "/run/sparkctl-gateway/names.map"  # sha256 -> key name (named keys only)
+UPSTREAM_PATH = "/run/sparkctl-gateway/upstream.map"  # "engine Bearer <engine key>" (named keys only)
+KEY_METRICS = ("GET", "/sparkctl/gateway-metrics")  # per-key counts (HAProxy's Prometheus exporter)
+OPERATOR = "sparkctl"  # engine.api_key's name in the counts (profile/serving.py OPERATOR_KEY_NAME)
 LOG_FORMAT = '"%ci %HM %HP %ST %B %Tq/%Tw/%Tc/%Tr/%Ta"'
 HEALTH_ROUTE = "/health"  # the engine's own check, passed through (it may run a generation)
 
@@ -64,6 +69,16 @@ class Bounds:
 
 
 @dataclass(frozen=True)
+class NamedKey:
+    """A client's key (engine.api_keys): a backend of its own counts its requests; `per_minute`
+    bounds them (429 beyond)."""
+
+    name: str
+    ref: SecretRef
+    per_minute: int | None = None
+
+
+@dataclass(frozen=True)
 class GatewaySpec:
     """The gateway container on `node`: it listens on `listen`:`port` (the API's address) and
     forwards the allowed `routes` to `upstream_host`:`upstream_port` (the engine on loopback)."""
@@ -81,6 +96,14 @@ class GatewaySpec:
     # (target, JSON) the gateway answers itself to a keyed GET: a replica's metadata for the
     # router (router_answers), so that no engine route with settings in it is ever passed
     answers: tuple[tuple[str, str], ...] = ()
+    # engine.api_keys: besides `key` (the engine's own, named OPERATOR) the gateway takes these,
+    # counts each key's requests, and forwards them with the engine's key in their place
+    named: tuple[NamedKey, ...] = ()
+
+    def rank_material(self) -> str:
+        """What of the gateway is part of its rank's config hash: not the named keys, which the
+        engine never sees (revoking one replaces the gateway alone)."""
+        return repr(replace(self, named=()))
 
     def __post_init__(self) -> None:
         if self.upstream_host in UNSPECIFIED:
@@ -164,6 +187,9 @@ def _frontend(spec: GatewaySpec) -> list[str]:
     answered = [f"answer_{i}" for i in range(len(spec.answers))]
     lines += [f"    acl {a} url -m str {t}" for a, (t, _) in zip(answered, spec.answers, strict=True)]
     allowed += "".join(f" || is_get {a}" for a in answered)
+    if spec.named:
+        lines.append(f"    acl key_metrics url -m str {KEY_METRICS[1]}")
+        allowed += " || is_get key_metrics"
     lines.append(f"    http-request deny deny_status 404 unless {allowed} || is_get is_health")
     if spec.keyed:
         # Every Authorization value must be a key: sglang-router forwards the client's header and
@@ -176,6 +202,7 @@ def _frontend(spec: GatewaySpec) -> list[str]:
             "    http-request deny deny_status 401 unless is_get is_health || "
             f"{{ req.hdr_cnt(authorization) ge 1 }} {{ req.hdr_cnt(authorization) le 2 }} {' '.join(valid)}",
         ]
+    lines += _named_rules(spec) if spec.named else []
     lines += [  # after the key check: the answers are for key holders (the router) only
         f"    http-request return status 200 content-type application/json string '{body}' if is_get {a}"
         for a, (_, body) in zip(answered, spec.answers, strict=True)
@@ -183,8 +210,42 @@ def _frontend(spec: GatewaySpec) -> list[str]:
     lines += [
         "    http-request set-header Host upstream",  # the engine never sees the client's Host
         "    http-response del-header server",
+        *(["    use_backend key_%[var(txn.key)] if { var(txn.key) -m found }"] if spec.named else []),
         "    default_backend engine",
     ]
+    return lines
+
+
+def _named_rules(spec: GatewaySpec) -> list[str]:
+    """After the key check: name the key (its hash in the names map), give the per-key counts to
+    the operator's key only, and send the engine its own key in place of a client's."""
+    return [
+        f"    http-request set-var(txn.key) req.fhdr(authorization,1),sha2(256),hex,lower,map({NAMES_PATH})",
+        f"    http-request deny deny_status 403 if is_get key_metrics !{{ var(txn.key) -m str {OPERATOR} }}",
+        "    http-request use-service prometheus-exporter if is_get key_metrics",
+        f"    http-request set-header Authorization %[str(engine),map({UPSTREAM_PATH})] if {{ var(txn.key) -m found }}",
+    ]
+
+
+def _server(spec: GatewaySpec, owner: bool) -> str:
+    return (
+        f"    server engine {spec.upstream_host}:{spec.upstream_port} maxconn {spec.bounds.max_connections}"
+        + (" disabled" if owner else "")
+    )
+
+
+def _key_backends(spec: GatewaySpec, owner: bool) -> list[str]:
+    """A backend per key (the operator's first): HAProxy counts each backend's requests and answers."""
+    lines: list[str] = []
+    for name, limit in [(OPERATOR, None), *((k.name, k.per_minute) for k in spec.named)]:
+        lines += ["", f"backend key_{name}", "    retries 0"]
+        if limit is not None:
+            lines += [
+                "    stick-table type integer size 1 expire 60s store http_req_rate(60s)",
+                "    http-request track-sc1 int(1)",
+                f"    http-request deny deny_status 429 if {{ sc_http_req_rate(1) gt {limit} }}",
+            ]
+        lines.append(_server(spec, owner))
     return lines
 
 
@@ -224,8 +285,8 @@ def haproxy_config(spec: GatewaySpec, owner_uid: int | None = None) -> str:
         # tracebacks (pushing its real error out of the tail `up` shows), and its /health may run
         # a generation. Until the engine listens a request's connect fails: 503 here, no retry.
         "    retries 0",
-        f"    server engine {spec.upstream_host}:{spec.upstream_port} "
-        f"maxconn {b.max_connections}" + (" disabled" if owner else ""),
+        _server(spec, owner),
+        *(_key_backends(spec, owner) if spec.named else []),
         "",
     ]
     return "\n".join(lines)
@@ -239,18 +300,33 @@ def gateway_spec(
     port: int,
     key: SecretRef | None,
     extra: tuple[tuple[str, str], ...] = (METRICS,),
-    answers: tuple[tuple[str, str], ...] = (),
+    routed_tp: int | None = None,
 ) -> GatewaySpec | None:
     """The gateway of a group's rank 0 (or the router) when engine.gateway is on: it takes the
     API's address and port; the engine moves to 127.0.0.1 and the port engine.internal_port (or
-    port - 10000) gives."""
+    port - 10000) gives. `routed_tp`: the replica's TP size when the router reaches it here."""
     eng = profile.engine
     if not eng.gateway or node_rank != 0:
         return None
     upstream = port + internal_offset(eng.port, eng.internal_port)
     routes = (*routes_for(False), *extra)
+    named = named_keys(profile, node)
+    model = (served_model_name(profile), profile.model.target.id)
+    answers = () if routed_tp is None else router_answers(*model, routed_tp)
     return GatewaySpec(
-        node, listen, port, LOOPBACK, upstream, routes, key is not None, key=key, answers=answers
+        node, listen, port, LOOPBACK, upstream, routes, key is not None, key=key, answers=answers, named=named
+    )
+
+
+def named_keys(profile: Profile, node_name: str) -> tuple[NamedKey, ...]:
+    """engine.api_keys as the node reads them (a file: key is that node's path)."""
+    from sparkctl.planning.hardening import secret_ref
+    from sparkctl.profile.derived import node_path
+
+    node = profile.node(node_name)
+    return tuple(
+        NamedKey(name, secret_ref(f"api-key-{name}", key, node, profile, node_path), key.per_minute)
+        for name, key in profile.engine.api_keys.items()
     )
 
 

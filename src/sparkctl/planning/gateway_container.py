@@ -16,6 +16,9 @@ from dataclasses import asdict
 from sparkctl.planning.gateway import (
     CONFIG_PATH,
     KEYS_PATH,
+    NAMES_PATH,
+    OPERATOR,
+    UPSTREAM_PATH,
     GatewaySpec,
     gateway_container_name,
     haproxy_config,
@@ -51,7 +54,7 @@ def gateway_container(served: RankSpec, engine_uid: int | None = None) -> RankSp
     files = {CONFIG_PATH: config}
     if engine_uid is not None:
         files[OWNER_PATH] = owner_lua(spec.upstream_port, engine_uid)
-    secrets = [SecretFile(KEYS_PATH, spec.key, hashed=True)] if spec.key is not None else []
+    secrets = key_files(spec)
     options = gateway_options(spec)
     # Not the uid: it follows from the served container's user, which that container's hash holds,
     # and reconcile, which reads no node, must get the same hash as the start did.
@@ -59,6 +62,7 @@ def gateway_container(served: RankSpec, engine_uid: int | None = None) -> RankSp
         "image": spec.image,
         "config": haproxy_config(spec),
         "key": repr(spec.key),
+        "named": [repr(k) for k in spec.named],
         "options": asdict(options),
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
@@ -80,6 +84,20 @@ def gateway_container(served: RankSpec, engine_uid: int | None = None) -> RankSp
         role=ROLE,
         files=files,
     )
+
+
+def key_files(spec: GatewaySpec) -> list[SecretFile]:
+    """The key hashes the gateway checks; with named keys also each hash's name and the engine's
+    own header, which it sends in a client's place (the one raw key, as the engine's key file)."""
+    if spec.key is None:
+        return []
+    files = [SecretFile(KEYS_PATH, spec.key, hashed=True)]
+    files += [SecretFile(KEYS_PATH, k.ref, hashed=True) for k in spec.named]
+    if spec.named:
+        files.append(SecretFile(NAMES_PATH, spec.key, line="{hash} " + OPERATOR))
+        files += [SecretFile(NAMES_PATH, k.ref, line="{hash} " + k.name) for k in spec.named]
+        files.append(SecretFile(UPSTREAM_PATH, spec.key, line="engine Bearer {value}"))
+    return files
 
 
 def plan_gateways(plan: Plan) -> list[GatewaySpec]:

@@ -31,7 +31,10 @@ local function owners(path, out)
   f:close()
 end
 core.register_task(function()
-  local sv = core.backends["engine"].servers["engine"]
+  local servers = {}  -- the one upstream, in every backend (a backend per named key)
+  for _, be in pairs(core.backends) do
+    if be.servers["engine"] ~= nil then servers[#servers + 1] = be.servers["engine"] end
+  end
   local open, said = false, nil
   while true do
     local uids = {}
@@ -43,7 +46,9 @@ core.register_task(function()
     end
     local want = ours and other == nil
     if want ~= open then
-      if want then sv:set_ready() else sv:set_maint() end
+      for _, sv in ipairs(servers) do
+        if want then sv:set_ready() else sv:set_maint() end
+      end
       open = want
     end
     if other ~= nil and said ~= other then

@@ -49,6 +49,10 @@ class RankSpec:
             out["gateway"]["routes"] = [f"{m} {t}" for m, t in self.gateway.routes]
             out["gateway"]["key"] = self.gateway.key.describe() if self.gateway.key else None
             out["gateway"]["answers"] = {t: json.loads(body) for t, body in self.gateway.answers}
+            out["gateway"]["named"] = [
+                {"name": k.name, "key": k.ref.describe(), "per_minute": k.per_minute}
+                for k in self.gateway.named
+            ]
         out.pop("files")
         out["secrets"] = [
             {"target": f.target, "key": f.yaml_key, "value": f.ref.describe()} for f in self.secrets

@@ -6,6 +6,7 @@ one set per service. Pure pydantic, like the rest of the schema (docs/profile.md
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -72,6 +73,20 @@ class Secret(Strict):
         return self
 
 
+class NamedKey(Secret):
+    """A key handed to one client (engine.api_keys): counted at the gateway under its name."""
+
+    per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="At most this many requests a minute with this key (429 beyond), at the gateway.",
+    )
+
+
+KEY_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+OPERATOR_KEY_NAME = "sparkctl"  # engine.api_key's name in the gateway's counts
+
+
 class Engine(Strict):
     kind: Literal[ENGINE_KINDS] = Field(DEFAULT_ENGINE, description="Serving engine (sparkctl.engines).")  # type: ignore[valid-type]
     command: list[str] | None = Field(
@@ -88,6 +103,11 @@ class Engine(Strict):
         "private", description="public: an API without a key on a non-loopback address is intended."
     )
     api_key: Secret | None = Field(None, description="Bearer key the OpenAI API requires (passed in a file).")
+    api_keys: dict[str, NamedKey] = Field(
+        default_factory=dict,
+        description="Named keys for clients, checked and counted by the gateway (engine.api_key stays the "
+        "engine's own, which sparkctl uses); revoke one by removing it and running `sparkctl up`.",
+    )
     admin_api_key: Secret | None = Field(
         None, description="Key for the engine's admin routes (SGLang's; else they take api_key, or no key)."
     )
@@ -139,6 +159,30 @@ class Engine(Strict):
     @classmethod
     def _name(cls, v: str | None) -> str | None:
         return v if v is None else one_line("served_model_name", v)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _key_names(cls, v: dict[str, NamedKey]) -> dict[str, NamedKey]:
+        for name in v:
+            if not KEY_NAME.match(name) or name == OPERATOR_KEY_NAME:
+                raise ValueError(
+                    f"api_keys: {name!r} is not a key name: 1-32 of a-z, 0-9, _ and -, starting with a "
+                    f"letter or digit, not {OPERATOR_KEY_NAME!r} (engine.api_key's name)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _named_keys_need_the_gateway(self) -> Engine:
+        if self.api_keys and self.api_key is None:
+            raise ValueError(
+                "api_keys: set api_key too: it is the engine's own key, which sparkctl uses (readiness, "
+                "verify, status, the router); the named keys are the ones you hand out"
+            )
+        if self.api_keys and not self.gateway:
+            raise ValueError(
+                "api_keys: the gateway checks named keys (the engine knows one): set gateway: true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _admin_needs_api_key(self) -> Engine:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.planning import gateway as gw
+from sparkctl.secrets import SecretRef
 
 
 def spec(**kw: object) -> gw.GatewaySpec:
@@ -183,3 +184,28 @@ def test_a_replica_behind_the_router_answers_its_metadata_from_the_plan_after_th
         assert "'" not in body and json.loads(body)["model_path"] == "org/it's-a-model"  # \u0027
         assert cond == f"is_get answer_{n}"
     assert "/server_info" not in gw.haproxy_config(spec(keyed=True))  # only behind a router
+
+
+def test_named_keys_are_counted_per_backend_limited_and_their_counts_kept_for_the_operator() -> None:
+    ref = SecretRef(name="api-key-alice", env="ALICE")
+    named = (gw.NamedKey("alice", ref, 30), gw.NamedKey("ci", SecretRef(name="api-key-ci", env="CI")))
+    cfg = gw.haproxy_config(spec(keyed=True, named=named), owner_uid=1000)
+    lines = frontend_lines(cfg)
+    key_check = next(i for i, ln in enumerate(lines) if "deny_status 401" in ln)
+    naming = next(i for i, ln in enumerate(lines) if "set-var(txn.key)" in ln)
+    assert naming > key_check and f"map({gw.NAMES_PATH})" in lines[naming]
+    metrics = next(ln for ln in lines if "use-service prometheus-exporter" in ln)
+    assert metrics.endswith("if is_get key_metrics")
+    assert any(
+        "deny_status 403 if is_get key_metrics !{ var(txn.key) -m str sparkctl }" in ln for ln in lines
+    )
+    assert any(f"set-header Authorization %[str(engine),map({gw.UPSTREAM_PATH})]" in ln for ln in lines)
+    assert "    use_backend key_%[var(txn.key)] if { var(txn.key) -m found }" in lines
+    backends = cfg.split("\nbackend ")[1:]
+    names = [b.split("\n", 1)[0] for b in backends]
+    assert names == ["engine", "key_sparkctl", "key_alice", "key_ci"]
+    alice = next(b for b in backends if b.startswith("key_alice"))
+    assert "deny_status 429 if { sc_http_req_rate(1) gt 30 }" in alice
+    assert "sc_http_req_rate" not in next(b for b in backends if b.startswith("key_ci"))
+    assert all(b.rstrip().endswith("disabled") for b in backends)  # each waits for the owner check
+    assert "prometheus-exporter" not in gw.haproxy_config(spec(keyed=True))  # only with named keys

@@ -80,3 +80,27 @@ def test_with_replicas_the_router_and_every_replica_head_get_one() -> None:
     router = gateway_container(plan.router)
     assert router.container_name == "sparkctl-" + plan.router.labels["sparkctl.cluster"] + "-router-gateway"
     assert router.rank < 0
+
+
+def test_named_keys_each_get_a_hash_a_name_and_the_engines_key_in_their_place(monkeypatch) -> None:
+    monkeypatch.setenv("ALICE_KEY", "sk-alice-77")
+    named = {"alice": {"env": "ALICE_KEY", "per_minute": 30}}
+    plan = build_plan(_profile(api_key={"env": "SPARKCTL_API_KEY"}, api_keys=named), "solo")
+    r0 = plan.ranks[0]
+    c = gateway_container(r0)
+    files = render_files(c.secrets, None)
+    op, alice = bearer_sha256("sk-canary-123"), bearer_sha256("sk-alice-77")
+    assert files[gw.KEYS_PATH] == f"{op}\n{alice}\n".encode()
+    assert files[gw.NAMES_PATH] == f"{op} sparkctl\n{alice} alice\n".encode()
+    # the one raw key the gateway holds: the engine's own, which it sends in a client's place
+    assert files[gw.UPSTREAM_PATH] == b"engine Bearer sk-canary-123\n"
+    assert "sk-alice-77" not in b"".join(files.values()).decode()
+    assert "sk-alice-77" not in c.files[gw.CONFIG_PATH] and "sk-canary-123" not in c.files[gw.CONFIG_PATH]
+    # the engine knows only its own key: a named key changes nothing of the rank
+    bare = build_plan(_profile(api_key={"env": "SPARKCTL_API_KEY"}), "solo").ranks[0]
+    assert bare.labels["sparkctl.config_hash"] == r0.labels["sparkctl.config_hash"]
+    # revoking alice (a profile change + `up`) replaces the gateway alone
+    assert gateway_container(bare).labels["sparkctl.config_hash"] != c.labels["sparkctl.config_hash"]
+    assert plan.to_json()["ranks"][0]["gateway"]["named"] == [
+        {"name": "alice", "key": "*** (from $ALICE_KEY)", "per_minute": 30}
+    ]
