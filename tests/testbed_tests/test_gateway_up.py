@@ -166,3 +166,56 @@ def test_a_gateway_gone_beside_a_running_rank_is_replaced_alone(lab, setup, monk
     assert out["action"] == "gateway" and out["health"]["ready"], again.stderr
     assert docker.containers.get(rank.name).id == rank.id  # the engine was not restarted
     assert _status(f"{base}/v1/models", API_KEY) == 200
+    cli(state, path, "down")
+
+
+ALICE = "sk-alice-named-canary-7788"
+
+
+def test_named_keys_are_counted_limited_and_revoked_by_up_without_an_engine_restart(
+    lab, setup, monkeypatch
+) -> None:
+    """engine.api_keys: alice's key serves (the engine sees only its own), her fourth request in a
+    minute gets 429 (per_minute: 3), status counts her requests, and removing her key from the
+    profile + `up` replaces the gateway alone: the engine keeps its container, alice gets 401."""
+    from tests.testbed_tests.conftest import cli
+
+    write_profile, state = setup
+    path = write_profile()
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"].update(
+        api_key={"env": "SPARKCTL_TEST_API_KEY"},
+        api_keys={"alice": {"env": "SPARKCTL_ALICE_KEY", "per_minute": 3}},
+        expose="private",
+    )
+    path.write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("SPARKCTL_TEST_API_KEY", API_KEY)
+    monkeypatch.setenv("SPARKCTL_ALICE_KEY", ALICE)
+    try:
+        res = cli(state, path, "up", "solo")
+        assert res.returncode == 0, res.stdout + res.stderr
+        base = f"http://{lab.node('spark1').mgmt_ip}:{ENGINE_PORT}"
+        assert [_status(f"{base}/v1/models", ALICE) for _ in range(4)] == [200, 200, 200, 429]
+        assert _status(f"{base}/sparkctl/gateway-metrics", ALICE) == 403  # the counts are the operator's
+        st = cli(state, path, "status", "--json")
+        assert st.returncode == 0 and ALICE not in st.stdout and API_KEY not in st.stdout
+        [mode] = json.loads(st.stdout)["modes"]
+        counts = {k["name"]: k for k in mode["keys"]}
+        assert (counts["alice"]["requests"], counts["alice"]["ok"], counts["alice"]["limited"]) == (4, 3, 1)
+        human = cli(state, path, "status").stdout
+        assert "key alice: 4 requests (3 ok, 1 refused or failed, 1 over its limit)" in " ".join(
+            human.split()
+        )
+        docker = lab.docker("spark1")
+        (rank,) = [c for c in docker.containers.list() if c.labels.get("sparkctl.cluster") == doc["cluster"]
+                   and c.labels.get("sparkctl.role", "engine") == "engine"]  # fmt: skip
+        assert ALICE not in json.dumps(docker.containers.get(f"{rank.name}-gateway").attrs)
+        del doc["engine"]["api_keys"]  # revoke alice
+        path.write_text(yaml.safe_dump(doc))
+        again = cli(state, path, "up", "solo", "--json")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert json.loads(again.stdout)["action"] == "gateway"
+        assert docker.containers.get(rank.name).id == rank.id  # the engine kept its container and load
+        assert _status(f"{base}/v1/models", ALICE) == 401 and _status(f"{base}/v1/models", API_KEY) == 200
+    finally:
+        cli(state, path, "down")

@@ -106,6 +106,7 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
                 "`sparkctl up` would restart the ranks[/]"
             )
         _render_replicas(m)
+        _render_keys(m)
     for p in st.pending:
         out.print(
             f"[yellow]{p.node} may still run {escape(p.describe())}[/]: removed when {p.node} answers "
@@ -114,6 +115,19 @@ def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     for node, why in st.unreachable.items():
         out.print(f"[red]node {node}[/]: {escape(why)}")
     _render_supervision(st)
+
+
+def _render_keys(m) -> None:  # sparkctl.lifecycle.status.ModeStatus
+    """engine.api_keys: each key's requests at the gateway."""
+    from rich.markup import escape
+
+    out = console()
+    if m.keys_error:
+        out.print(f"  [yellow]keys: {escape(m.keys_error)}[/]")
+    for k in m.keys or []:
+        limited = f", {k.limited} over its limit" if k.limited else ""
+        failed = k.client_errors + k.server_errors
+        out.print(f"  key {k.name}: {k.requests} requests ({k.ok} ok, {failed} refused or failed{limited})")
 
 
 def _render_replicas(m) -> None:  # sparkctl.lifecycle.status.ModeStatus

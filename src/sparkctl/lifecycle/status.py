@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict, dataclass, field
 
+from sparkctl.clients.gateway import KeyCount, key_counts
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import DockerDownError, LockHeldError, SparkctlError
 from sparkctl.fanout import fan_out
@@ -18,7 +19,7 @@ from sparkctl.profile.schema import Profile
 from sparkctl.runtime import containers
 from sparkctl.runtime.containers import ContainerInfo
 from sparkctl.runtime.readiness import EndpointHealth, probe
-from sparkctl.secrets import resolve
+from sparkctl.secrets import resolve, resolve_known
 
 
 @dataclass
@@ -84,6 +85,8 @@ class ModeStatus:
     running_hash: str | None
     replicas: list[ReplicaStatus] = field(default_factory=list)  # modes with several only
     router: RouterView | None = None  # modes with a router
+    keys: list[KeyCount] | None = None  # engine.api_keys: each key's counts at the gateway
+    keys_error: str | None = None
 
     @property
     def profile_hash(self) -> str | None:
@@ -124,6 +127,8 @@ class ModeStatus:
             "ranks": sorted(c.rank for c in self.ranks if c.rank is not None),
             "replicas": [r.to_json() for r in self.replicas],
             "router": self.router.to_json() if self.router else None,
+            "keys": [k.to_json() for k in self.keys] if self.keys is not None else None,
+            "keys_error": self.keys_error,
         }
 
 
@@ -216,8 +221,25 @@ def status(profile: Profile, pool: NodePool, mode: str | None = None) -> Cluster
         st = ModeStatus(mode, plan, ranks, health, hashes.pop() if len(hashes) == 1 else None)
         if plan is not None and plan.replicas > 1:
             _replicas(pool, plan, out.containers, st)
+        if plan is not None:
+            _key_counts(plan, st)
         out.modes.append(st)
     return out
+
+
+def _key_counts(plan: Plan, st: ModeStatus) -> None:
+    """Each named key's counts, from the gateway that owns the endpoint (the router's, else rank 0's)."""
+    api = plan.router if plan.router is not None else plan.ranks[0]
+    if api.gateway is None or not api.gateway.named:
+        return
+    key = resolve_known(plan.endpoint.api_key)
+    if key is None:
+        st.keys_error = "the operator's key (engine.api_key) cannot be read here"
+        return
+    try:
+        st.keys = key_counts(plan.endpoint.url, key)
+    except SparkctlError as exc:
+        st.keys_error = exc.message if hasattr(exc, "message") else str(exc)
 
 
 def _resolved(profile: Profile, pool: NodePool, plan: Plan) -> Plan:

@@ -48,3 +48,28 @@ def test_a_gateway_that_outlived_its_rank_does_not_make_the_mode_run(monkeypatch
     assert status.running_mode(profile, None) is None  # only the gateway runs: no mode does
     listed[0:2] = [_info(gate, "running", None), _info(r0, "running", None)]
     assert status.running_mode(profile, None) == "tp2"
+
+
+def test_named_keys_counts_come_from_the_gateway_with_the_operators_key(monkeypatch) -> None:
+    from sparkctl.clients.gateway import KeyCount
+    from sparkctl.lifecycle import status
+
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-op")
+    monkeypatch.setenv("ALICE", "sk-alice")
+    profile = load_profile_file(ROOT / "profiles" / "vllm-dual-spark.yaml")
+    engine = profile.engine.model_copy(update={"api_keys": {"alice": {"env": "ALICE"}}})
+    named = profile.model_copy(update={"engine": type(profile.engine).model_validate(engine.model_dump())})
+    asked: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        status, "key_counts", lambda url, key: asked.append((url, key)) or [KeyCount("alice", 2)]
+    )
+    plain = ModeStatus("tp2", build_plan(profile, "tp2"), [], EndpointHealth(), None)
+    status._key_counts(plain.plan, plain)
+    assert plain.keys is None and not asked  # no named keys: nothing asked
+    st = ModeStatus("tp2", build_plan(named, "tp2"), [], EndpointHealth(), None)
+    status._key_counts(st.plan, st)
+    assert asked == [(st.plan.endpoint.url, "sk-op")] and st.to_json()["keys"][0]["requests"] == 2
+    monkeypatch.delenv("SPARKCTL_API_KEY")
+    unread = ModeStatus("tp2", build_plan(named, "tp2"), [], EndpointHealth(), None)
+    status._key_counts(unread.plan, unread)
+    assert unread.keys is None and "engine.api_key" in (unread.keys_error or "")
