@@ -98,6 +98,7 @@ def _secret_values(profile: Profile, pool: NodePool, plan: Plan | None, reachabl
     sources = [
         *eng.secrets.items(),
         *((n, s) for n, s in (("api_key", eng.api_key), ("admin_api_key", eng.admin_api_key)) if s),
+        *((f"api_keys.{n}", s) for n, s in eng.api_keys.items()),
     ]
     values = [v for v in (resolve_known(local_ref(name, s)) for name, s in sources) if v]
     specs: list[RankSpec] = [*(plan.ranks if plan else []), *([plan.router] if plan and plan.router else [])]

@@ -137,10 +137,11 @@ def parse_modes(node: str, stdout: str) -> list[Finding]:
 def secret_files(plan: Plan) -> dict[str, list[str]]:
     """Every `file:` secret (HF token, API keys) of the plan, by the node that must hold it."""
     wanted: dict[str, set[str]] = {}
-    for spec in plan.ranks:
+    for spec in [*plan.ranks, *([plan.router] if plan.router else [])]:
         refs = spec.secret_refs() + (
             [plan.endpoint.api_key] if plan.endpoint.api_key and spec.rank == 0 else []
         )
+        refs += [k.ref for k in spec.gateway.named] if spec.gateway else []  # engine.api_keys
         for ref in refs:
             if ref.file and ref.node == spec.node:
                 wanted.setdefault(spec.node, set()).add(ref.file)
@@ -152,6 +153,7 @@ def secret_envs(plan: Plan) -> dict[str, str]:
     refs = [r for spec in plan.ranks for r in spec.secret_refs()]
     refs += [plan.endpoint.api_key] if plan.endpoint.api_key else []
     refs += plan.router.secret_refs() if plan.router else []
+    refs += [k.ref for s in [*plan.ranks, plan.router] if s and s.gateway for k in s.gateway.named]
     return {r.env: r.name for r in refs if r.env}
 
 

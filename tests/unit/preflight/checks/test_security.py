@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkctl.connectors.ssh import remote_command
 from sparkctl.errors import ProfileError
@@ -488,3 +489,19 @@ def test_an_unset_env_secret_source_is_a_preflight_error_with_the_export_line(
     assert bad[0].fix.startswith("export HF_TOKEN=")
     monkeypatch.setenv("HF_TOKEN", "hf-set")
     assert {f.severity for f in check_secret_envs(plan)} == {Severity.OK}
+
+
+def test_a_named_keys_unset_variable_is_a_preflight_error_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkctl.preflight.checks.security import check_secret_envs, secret_files
+
+    doc = yaml.safe_load(DUAL)
+    doc["engine"]["api_keys"] = {"alice": {"env": "ALICE_KEY"}, "ci": {"file": "/etc/sparkctl/ci-key"}}
+    plan = build_plan(load_profile_text(yaml.safe_dump(doc), "p.yaml"), "dp2")
+    monkeypatch.setenv("HF_TOKEN", "hf-set")
+    monkeypatch.setenv("SPARKCTL_API_KEY", "sk-set")
+    monkeypatch.delenv("ALICE_KEY", raising=False)
+    bad = [f for f in check_secret_envs(plan) if f.severity is Severity.ERROR]
+    assert len(bad) == 1 and "$ALICE_KEY" in bad[0].message and bad[0].fix.startswith("export ALICE_KEY=")
+    # the router's node and every replica head hold the file key (their gateways read it)
+    holders = {n for n, paths in secret_files(plan).items() if "/etc/sparkctl/ci-key" in paths}
+    assert holders == {g.head_node for g in plan.groups} | {plan.router.node}
