@@ -31,6 +31,16 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_GEN_DELAY=<s>                   each generation request takes this long (in-flight
                                           requests for drain tests; a stream spreads it over
                                           its chunks); logs `STANDIN_GEN begin <path>` at start
+  STANDIN_GATE_HOLD_MB=<n>                with --gated-launch-port: each rank holds n MiB (written,
+                                          resident) while it waits at the gate, as a real rank's
+                                          CUDA context and NCCL buffers do: what admission at the
+                                          gate sees that admission before the start did not
+
+Like SGLang 0.5.23's `--gated-launch-port P` (srt/distributed/gated_launch.py): after the
+rendezvous every rank logs "Gated launch waiting for activation." and blocks; rank 0 serves
+GET /health (200) and POST /gate/activate (no key) on --host:P, and once activated tells the other
+ranks over the rendezvous connection; each logs "Gated launch activated." and only then loads
+(its memory lines) and binds its HTTP port. A rank killed at the gate has allocated nothing.
 
 Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
 `key: value` lines); with a key every route but /health*, /ready and /metrics answers 401
@@ -65,6 +75,8 @@ class State:
     ready_at = 0.0
     args: argparse.Namespace
     peers: list[socket.socket] = []
+    gate_open = threading.Event()  # --gated-launch-port: set once rank 0's gate was activated
+    gate_held: list[bytes] = []  # STANDIN_GATE_HOLD_MB: what a rank holds at the gate
 
 
 def log(msg: str, rank: int | None = None) -> None:
@@ -86,6 +98,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--api-key", default=None)
     p.add_argument("--admin-api-key", default=None)
+    p.add_argument("--gated-launch-port", type=int, default=None)
     return p.parse_known_args(with_config(argv))
 
 
@@ -154,8 +167,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     """Like NCCL: if a peer goes away, the job is dead."""
     try:
-        while conn.recv(4096):
-            pass
+        while data := conn.recv(4096):
+            if GATE_ACTIVATED in data:  # rank 0's broadcast (a rank >= 1 waits for it at the gate)
+                State.gate_open.set()
     except OSError:
         pass
     log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
@@ -233,6 +247,65 @@ def rendezvous(args: argparse.Namespace) -> None:
         State.peers.append(conn)
         threading.Thread(target=watch_peer, args=(conn, "rank 0", rank), daemon=True).start()
     log(f"Init torch distributed ends. rank={rank} world_size={args.tp}", rank)
+
+
+# ------------------------------------------------------------------ launch gate
+GATE_ACTIVATED = b'{"gate": "activated"}\n'
+GATE_WAITING = "Gated launch waiting for activation."
+GATE_DONE = "Gated launch activated."
+
+
+class GateHandler(BaseHTTPRequestHandler):
+    """Rank 0's gate control server: /health once every rank rendezvoused, POST /gate/activate."""
+
+    def log_message(self, fmt: str, *a: object) -> None:
+        log(f'gate: {self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+    def answer(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] == "/health":
+            self.answer(200, {"status": "waiting"})
+        else:
+            self.answer(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] == "/gate/activate":
+            self.answer(200, {"status": "activated"})
+            State.gate_open.set()  # after the answer: the server closes once the ranks are told
+        else:
+            self.answer(404, {"detail": "Not Found"})
+
+
+def launch_gate(args: argparse.Namespace) -> None:
+    """Block at the gate (after the rendezvous, before any allocation) until it is activated."""
+    if args.gated_launch_port is None:
+        return
+    rank, held = args.node_rank, []
+    hold_mb = int(os.environ.get("STANDIN_GATE_HOLD_MB", "0"))
+    for _ in range(hold_mb):  # CUDA context and NCCL buffers: every page written, resident
+        held.append(b"\x03" * (1 << 20))
+    State.gate_held = held
+    log(GATE_WAITING, rank)
+    if rank == 0:
+        gate = ThreadingHTTPServer((args.host, args.gated_launch_port), GateHandler)
+        gate.daemon_threads = True
+        threading.Thread(target=gate.serve_forever, daemon=True).start()
+        log(f"Gated launch control server on http://{args.host}:{args.gated_launch_port}", rank)
+        State.gate_open.wait()
+        for conn in State.peers:
+            conn.sendall(GATE_ACTIVATED)
+        gate.shutdown()
+        gate.server_close()
+    else:
+        State.gate_open.wait()
+    log(GATE_DONE, rank)
 
 
 # ------------------------------------------------------------------ HTTP
@@ -570,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     maybe_fail("start", rank)
     maybe_fail("rendezvous", rank)
     rendezvous(args)
+    launch_gate(args)
     late_bind = os.environ.get("STANDIN_BIND_AFTER_LOAD") == "1"  # as SGLang 0.5.23 does
     if rank == 0 and not late_bind:
         serve_http(args, Rank0Handler)
