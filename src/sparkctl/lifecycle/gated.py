@@ -120,6 +120,13 @@ def wait_at_gate(
     return clock() - t0
 
 
+def group_plan(plan: Plan, pos: int) -> Plan:
+    """The plan of `plan.groups[pos]` alone. A plan of one group is already that (a rolling
+    switch's `Plan.replica(i)`, whose group keeps the full plan's rank indices: cutting it again
+    would index past its ranks)."""
+    return plan if len(plan.groups) == 1 else plan.replica(pos)
+
+
 def open_gates(
     profile: Profile,
     pool: NodePool,
@@ -144,7 +151,7 @@ def open_gates(
         )
         if nodes:
             try:
-                admit(profile, pool, plan.replica(pos), nodes)
+                admit(profile, pool, group_plan(plan, pos), nodes)
             except memgate.AdmissionError as exc:
                 raise memgate.AdmissionError(
                     f"{exc.message} (refused at the launch gate: every rank had rendezvoused, none had "
