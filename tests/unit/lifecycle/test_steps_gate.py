@@ -17,6 +17,7 @@ from sparkctl.lifecycle.timeline import Timeline
 from sparkctl.lifecycle.watch import WaitResult
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_text
+from sparkctl.runtime import containers
 from sparkctl.runtime.readiness import EndpointHealth
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,6 +48,7 @@ class Cluster:
         self.events: list[str] = []
         self.running: set[str] = set()
         self.refuse = refuse
+        self.exits: str | None = None  # a container that exited while the group waits at the gate
 
     def start(self, profile, pool, specs, started, sealed=None, tl=None) -> None:  # noqa: ANN001
         for s in specs:
@@ -62,7 +64,7 @@ class Cluster:
 
     def gate_call(self, conn, url: str, method: str) -> int | None:  # noqa: ANN001
         self.events.append(f"{method} {url}")
-        return 200 if len(self.running) == 2 else None
+        return 200 if len(self.running) == 2 and self.exits is None else None
 
     def admit(self, profile, pool, plan, nodes) -> None:  # noqa: ANN001
         self.events.append("admit " + ",".join(nodes))
@@ -70,6 +72,11 @@ class Cluster:
             raise AdmissionError(
                 f"{self.refuse}: the start needs 110.0 GiB, 96.0 GiB can be had", node=self.refuse
             )
+
+    def inspect(self, conn, name: str):  # noqa: ANN001, ANN201
+        if name == self.exits:
+            return SimpleNamespace(status="exited", exit_code=1)
+        return SimpleNamespace(status="running", exit_code=0) if name in self.running else None
 
     def wait(self, pool, plan, deadline, **kw) -> WaitResult:  # noqa: ANN001, ANN003
         self.events.append("wait ready")
@@ -87,7 +94,7 @@ def wired(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(steps, "remove_started", c.remove)
         monkeypatch.setattr(steps, "wait_ready", c.wait)
         monkeypatch.setattr(gated, "gate_call", c.gate_call)
-        monkeypatch.setattr(gated, "exited_rank", lambda pool, ranks: lambda: None)
+        monkeypatch.setattr(containers, "inspect", c.inspect)  # gated.exited_rank's view of the ranks
         fake = partial(gated.open_gates, admit=c.admit, sleep=lambda s: None)
         monkeypatch.setattr(gated, "open_gates", fake)
         return c
@@ -134,3 +141,15 @@ def test_an_ungated_group_starts_as_before(wired) -> None:
         "start rank 0 on spark1",
         "wait ready",
     ]
+
+
+def test_a_rank_that_exits_before_the_gate_answers_ends_the_wait_and_the_rollback_stops_the_rest(
+    wired,
+) -> None:
+    c = wired()
+    plan = build_plan(dual_spark(True), "tp2")
+    c.exits = plan.ranks[1].container_name  # so it never joins: the gate does not answer
+    with pytest.raises(gated.GateError) as err:
+        steps.start_group(dual_spark(True), POOL, plan, 1e12, 600.0, Said())  # type: ignore[arg-type]
+    assert err.value.message.startswith(f"rank 1 on spark2 ({c.exits}) exited (code 1) before the group")
+    assert c.running == set() and "wait ready" not in c.events
