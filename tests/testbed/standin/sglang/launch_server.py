@@ -36,10 +36,12 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
                                           CUDA context and NCCL buffers do: what admission at the
                                           gate sees that admission before the start did not
 
-Like SGLang 0.5.23's `--gated-launch-port P` (srt/distributed/gated_launch.py): after the
-rendezvous every rank logs "Gated launch waiting for activation." and blocks; rank 0 serves
-GET /health (200) and POST /gate/activate (no key) on --host:P, and once activated tells the other
-ranks over the rendezvous connection; each logs "Gated launch activated." and only then loads
+Like SGLang 0.5.23's `--gated-launch-port P` (srt/distributed/gated_launch.py, called from
+bootstrap.py's measure_pre_model_load_memory): after the rendezvous rank 0 starts the gate's
+control server on --host:P (GET /health and POST /gate/activate answer "OK", no key; it stays up),
+every rank logs "Gated launch waiting for activation. rank=N" and blocks; once activated rank 0
+tells the others (SGLang broadcasts the flag each second over the world's CPU group; here over
+the rendezvous connection), each logs "Gated launch activated. elapsed=S s" and only then loads
 (its memory lines) and binds its HTTP port. A rank killed at the gate has allocated nothing.
 
 Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
@@ -166,9 +168,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     """Like NCCL: if a peer goes away, the job is dead."""
+    seen = b""
     try:
         while data := conn.recv(4096):
-            if GATE_ACTIVATED in data:  # rank 0's broadcast (a rank >= 1 waits for it at the gate)
+            seen = (seen + data)[-2 * len(GATE_ACTIVATED) :]
+            if GATE_ACTIVATED in seen:  # rank 0's broadcast (a rank >= 1 waits for it at the gate)
                 State.gate_open.set()
     except OSError:
         pass
@@ -261,26 +265,26 @@ class GateHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt: str, *a: object) -> None:
         log(f'gate: {self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
 
-    def answer(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
+    def answer(self, code: int, body: str) -> None:
+        data = body.encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/health":
-            self.answer(200, {"status": "waiting"})
+            self.answer(200, "OK")
         else:
-            self.answer(404, {"detail": "Not Found"})
+            self.answer(404, '{"detail":"Not Found"}')
 
     def do_POST(self) -> None:
         if self.path.split("?")[0] == "/gate/activate":
-            self.answer(200, {"status": "activated"})
-            State.gate_open.set()  # after the answer: the server closes once the ranks are told
+            self.answer(200, "OK")
+            State.gate_open.set()
         else:
-            self.answer(404, {"detail": "Not Found"})
+            self.answer(404, '{"detail":"Not Found"}')
 
 
 def launch_gate(args: argparse.Namespace) -> None:
@@ -292,20 +296,18 @@ def launch_gate(args: argparse.Namespace) -> None:
     for _ in range(hold_mb):  # CUDA context and NCCL buffers: every page written, resident
         held.append(b"\x03" * (1 << 20))
     State.gate_held = held
-    log(GATE_WAITING, rank)
-    if rank == 0:
+    if rank == 0:  # SGLang's server outlives the wait (a uvicorn thread, never stopped)
         gate = ThreadingHTTPServer((args.host, args.gated_launch_port), GateHandler)
         gate.daemon_threads = True
         threading.Thread(target=gate.serve_forever, daemon=True).start()
-        log(f"Gated launch control server on http://{args.host}:{args.gated_launch_port}", rank)
-        State.gate_open.wait()
+        log(f"Gated launch control server started on {args.host}:{args.gated_launch_port}", rank)
+    log(f"{GATE_WAITING} rank={rank}", rank)
+    tic = time.monotonic()
+    State.gate_open.wait()
+    if rank == 0:
         for conn in State.peers:
             conn.sendall(GATE_ACTIVATED)
-        gate.shutdown()
-        gate.server_close()
-    else:
-        State.gate_open.wait()
-    log(GATE_DONE, rank)
+    log(f"{GATE_DONE} elapsed={time.monotonic() - tic:.2f} s", rank)
 
 
 # ------------------------------------------------------------------ HTTP
