@@ -114,7 +114,9 @@ def wait_at_gate(
                 node=gate.node,
                 fix=f"`sparkctl logs`: each rank logs {gate.protocol.waiting_marker!r} once it waits at "
                 "the gate; the rank without it did not join (its fabric IP, NCCL_SOCKET_IFNAME, the "
-                "rendezvous port, or it died: its log says why)",
+                "rendezvous port, or it died: its log says why); when every rank logs it, rank 0's gate "
+                f"server could not bind {gate.host}:{gate.port} (its log: address already in use; "
+                "free the port on the node)",
             )
         sleep(POLL_S)
     return clock() - t0

@@ -135,6 +135,7 @@ def test_a_rank_that_never_joins_is_a_gate_error_at_the_deadline() -> None:
         run_gates(gated_profile(), engine, lambda *a: None, deadline=5.0)
     assert err.value.node == "spark1" and "did not answer within 5s" in err.value.message
     assert "Gated launch waiting for activation." in (err.value.fix or "")
+    assert "could not bind 127.0.0.1:50058" in (err.value.fix or "")  # every rank waits, the gate never bound
     assert not engine.allocated
 
 
