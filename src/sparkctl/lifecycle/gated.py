@@ -114,10 +114,19 @@ def wait_at_gate(
                 node=gate.node,
                 fix=f"`sparkctl logs`: each rank logs {gate.protocol.waiting_marker!r} once it waits at "
                 "the gate; the rank without it did not join (its fabric IP, NCCL_SOCKET_IFNAME, the "
-                "rendezvous port, or it died: its log says why)",
+                "rendezvous port, or it died: its log says why); when every rank logs it, rank 0's gate "
+                f"server could not bind {gate.host}:{gate.port} (its log: address already in use; "
+                "free the port on the node)",
             )
         sleep(POLL_S)
     return clock() - t0
+
+
+def group_plan(plan: Plan, pos: int) -> Plan:
+    """The plan of `plan.groups[pos]` alone. A plan of one group is already that (a rolling
+    switch's `Plan.replica(i)`, whose group keeps the full plan's rank indices: cutting it again
+    would index past its ranks)."""
+    return plan if len(plan.groups) == 1 else plan.replica(pos)
 
 
 def open_gates(
@@ -144,7 +153,7 @@ def open_gates(
         )
         if nodes:
             try:
-                admit(profile, pool, plan.replica(pos), nodes)
+                admit(profile, pool, group_plan(plan, pos), nodes)
             except memgate.AdmissionError as exc:
                 raise memgate.AdmissionError(
                     f"{exc.message} (refused at the launch gate: every rank had rendezvoused, none had "

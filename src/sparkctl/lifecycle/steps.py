@@ -14,7 +14,7 @@ from typing import Protocol
 from sparkctl.connectors.pool import NodePool
 from sparkctl.errors import ConnectError, SparkctlError, UsageError
 from sparkctl.fanout import fan_out
-from sparkctl.lifecycle import logs, memgate, orphans, state
+from sparkctl.lifecycle import gated, logs, memgate, orphans, state
 from sparkctl.lifecycle import router as routers
 from sparkctl.lifecycle.starting import prepare_nodes, remove_started, start_specs
 from sparkctl.lifecycle.timeline import Timeline
@@ -175,7 +175,9 @@ def start_group(
     """Start every rank of every replica group in the plan (each group's ranks >= 1, then its rank
     0, as the recipe does), wait for each replica's endpoint while watching every rank; then, with
     replicas, bring up the router (a running one with this config is kept) until it routes to
-    each. On any failure kill what this call started (SIGKILL: nothing to save) and raise.
+    each. A gated group (GroupSpec.gate) is admitted and its gate opened once every rank
+    rendezvoused, before readiness is polled (lifecycle/gated.py). On any failure (a refusal at
+    the gate included) kill what this call started (SIGKILL: nothing to save) and raise.
     A replica's sub-plan (`plan.replica(i)`: no router) starts that group alone."""
     record_attempt(plan, "starting")
     started: list[RankSpec] = []
@@ -192,6 +194,11 @@ def start_group(
             start_specs(profile, pool, peers, started, sealed, tl)
         rep.phase("starting " + ", ".join(f"{rank_label(s)} on {s.node}" for s in heads))
         start_specs(profile, pool, heads, started, sealed, tl)
+        if any(g.gate for g in plan.groups):  # admission at the rendezvous; a refusal rolls back below
+            with tl.step("launch gate"):
+                gated.open_gates(
+                    profile, pool, plan, deadline, rep.phase, dead=gated.exited_rank(pool, plan.ranks)
+                )
         eps = endpoints(plan)
         what = eps[0].api_base if len(eps) == 1 else f"{len(eps)} replicas ({', '.join(e.url for e in eps)})"
         rep.phase(f"waiting for {what} (deadline {deadline - time.monotonic():.0f}s)")

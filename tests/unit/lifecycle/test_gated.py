@@ -135,6 +135,7 @@ def test_a_rank_that_never_joins_is_a_gate_error_at_the_deadline() -> None:
         run_gates(gated_profile(), engine, lambda *a: None, deadline=5.0)
     assert err.value.node == "spark1" and "did not answer within 5s" in err.value.message
     assert "Gated launch waiting for activation." in (err.value.fix or "")
+    assert "could not bind 127.0.0.1:50058" in (err.value.fix or "")  # every rank waits, the gate never bound
     assert not engine.allocated
 
 
@@ -223,3 +224,22 @@ def test_the_node_side_call_talks_http_to_a_real_server() -> None:
     )
     assert parse_call(res.stdout) is None  # nothing listens: not up yet
     assert parse_call("") is None and parse_call("junk") is None
+
+
+def test_a_rolling_switchs_replica_is_admitted_on_its_own_ranks() -> None:
+    """`rolling` starts `Plan.replica(1)` alone: its group keeps the full plan's rank indices
+    ([2, 3]), so the gate must admit that sub-plan as it is, not cut it again."""
+    data = yaml.safe_load((ROOT / "profiles" / "quad-spark.yaml").read_text())
+    data.setdefault("memory", {})["gated_start"] = True
+    profile = load_profile_text(yaml.safe_dump(data, sort_keys=False))
+    sub = build_plan(profile, "tp2x2").replica(1)
+    assert sub.groups[0].ranks == [2, 3] and sub.groups[0].gate is not None
+    engine, admitted = StandIn(joins=0), []
+
+    def admit(profile, pool, plan, nodes):
+        admitted.append(([r.node for r in plan.ranks], nodes))
+
+    clock = Clock()
+    open_gates(profile, Pool(engine), sub, 60.0, print, admit=admit, clock=clock, sleep=clock.sleep)
+    assert admitted == [(["spark3", "spark4"], ["spark3", "spark4"])] and engine.allocated
+    assert {c[0] for c in engine.calls} == {"spark3"}

@@ -31,6 +31,18 @@ all ranks joined, ranks >= 1 serving SGLang's dummy health server. Fault knobs b
   STANDIN_GEN_DELAY=<s>                   each generation request takes this long (in-flight
                                           requests for drain tests; a stream spreads it over
                                           its chunks); logs `STANDIN_GEN begin <path>` at start
+  STANDIN_GATE_HOLD_MB=<n>                with --gated-launch-port: each rank holds n MiB (written,
+                                          resident) while it waits at the gate, as a real rank's
+                                          CUDA context and NCCL buffers do: what admission at the
+                                          gate sees that admission before the start did not
+
+Like SGLang 0.5.23's `--gated-launch-port P` (srt/distributed/gated_launch.py, called from
+bootstrap.py's measure_pre_model_load_memory): after the rendezvous rank 0 starts the gate's
+control server on --host:P (GET /health and POST /gate/activate answer "OK", no key; it stays up),
+every rank logs "Gated launch waiting for activation. rank=N" and blocks; once activated rank 0
+tells the others (SGLang broadcasts the flag each second over the world's CPU group; here over
+the rendezvous connection), each logs "Gated launch activated. elapsed=S s" and only then loads
+(its memory lines) and binds its HTTP port. A rank killed at the gate has allocated nothing.
 
 Like SGLang 0.5.23: `--api-key`/`--admin-api-key` directly or from `--config FILE.yaml` (flat
 `key: value` lines); with a key every route but /health*, /ready and /metrics answers 401
@@ -65,6 +77,8 @@ class State:
     ready_at = 0.0
     args: argparse.Namespace
     peers: list[socket.socket] = []
+    gate_open = threading.Event()  # --gated-launch-port: set once rank 0's gate was activated
+    gate_held: list[bytes] = []  # STANDIN_GATE_HOLD_MB: what a rank holds at the gate
 
 
 def log(msg: str, rank: int | None = None) -> None:
@@ -86,6 +100,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--api-key", default=None)
     p.add_argument("--admin-api-key", default=None)
+    p.add_argument("--gated-launch-port", type=int, default=None)
     return p.parse_known_args(with_config(argv))
 
 
@@ -153,9 +168,12 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 def watch_peer(conn: socket.socket, what: str, rank: int) -> None:
     """Like NCCL: if a peer goes away, the job is dead."""
+    seen = b""
     try:
-        while conn.recv(4096):
-            pass
+        while data := conn.recv(4096):
+            seen = (seen + data)[-2 * len(GATE_ACTIVATED) :]
+            if GATE_ACTIVATED in seen:  # rank 0's broadcast (a rank >= 1 waits for it at the gate)
+                State.gate_open.set()
     except OSError:
         pass
     log(f"Connection to {what} lost; peer went away. Exiting (like an NCCL failure).", rank)
@@ -233,6 +251,63 @@ def rendezvous(args: argparse.Namespace) -> None:
         State.peers.append(conn)
         threading.Thread(target=watch_peer, args=(conn, "rank 0", rank), daemon=True).start()
     log(f"Init torch distributed ends. rank={rank} world_size={args.tp}", rank)
+
+
+# ------------------------------------------------------------------ launch gate
+GATE_ACTIVATED = b'{"gate": "activated"}\n'
+GATE_WAITING = "Gated launch waiting for activation."
+GATE_DONE = "Gated launch activated."
+
+
+class GateHandler(BaseHTTPRequestHandler):
+    """Rank 0's gate control server: /health once every rank rendezvoused, POST /gate/activate."""
+
+    def log_message(self, fmt: str, *a: object) -> None:
+        log(f'gate: {self.client_address[0]} - "{self.requestline}" {a[1] if len(a) > 1 else ""}')
+
+    def answer(self, code: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] == "/health":
+            self.answer(200, "OK")
+        else:
+            self.answer(404, '{"detail":"Not Found"}')
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] == "/gate/activate":
+            self.answer(200, "OK")
+            State.gate_open.set()
+        else:
+            self.answer(404, '{"detail":"Not Found"}')
+
+
+def launch_gate(args: argparse.Namespace) -> None:
+    """Block at the gate (after the rendezvous, before any allocation) until it is activated."""
+    if args.gated_launch_port is None:
+        return
+    rank, held = args.node_rank, []
+    hold_mb = int(os.environ.get("STANDIN_GATE_HOLD_MB", "0"))
+    for _ in range(hold_mb):  # CUDA context and NCCL buffers: every page written, resident
+        held.append(b"\x03" * (1 << 20))
+    State.gate_held = held
+    if rank == 0:  # SGLang's server outlives the wait (a uvicorn thread, never stopped)
+        gate = ThreadingHTTPServer((args.host, args.gated_launch_port), GateHandler)
+        gate.daemon_threads = True
+        threading.Thread(target=gate.serve_forever, daemon=True).start()
+        log(f"Gated launch control server started on {args.host}:{args.gated_launch_port}", rank)
+    log(f"{GATE_WAITING} rank={rank}", rank)
+    tic = time.monotonic()
+    State.gate_open.wait()
+    if rank == 0:
+        for conn in State.peers:
+            conn.sendall(GATE_ACTIVATED)
+    log(f"{GATE_DONE} elapsed={time.monotonic() - tic:.2f} s", rank)
 
 
 # ------------------------------------------------------------------ HTTP
@@ -570,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     maybe_fail("start", rank)
     maybe_fail("rendezvous", rank)
     rendezvous(args)
+    launch_gate(args)
     late_bind = os.environ.get("STANDIN_BIND_AFTER_LOAD") == "1"  # as SGLang 0.5.23 does
     if rank == 0 and not late_bind:
         serve_http(args, Rank0Handler)
