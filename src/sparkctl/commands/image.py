@@ -91,7 +91,7 @@ def verify_cmd(
 ) -> None:
     """Re-check an existing derivative's overlaid files, recipe hash and base on each node."""
     from sparkctl.findings import Finding, Severity, worst
-    from sparkctl.recipes.build import verify_image
+    from sparkctl.recipes.verify import verify_image
 
     loaded = _load(recipe)
     results = _on_nodes(
