@@ -100,7 +100,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "node/base.py",
         "node/load.py",
         "node/push.py",
-        "node/relay.py",
         "planning/model.py",
         "planning/router.py",
         "preflight/base.py",
