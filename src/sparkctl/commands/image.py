@@ -9,8 +9,8 @@ import typer
 from sparkctl.commands._common import (
     JsonOpt,
     ProfileOpt,
+    add_group,
     console,
-    group_profile,
     handle_errors,
     load_profile,
     print_json,
@@ -111,11 +111,5 @@ def verify_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    image_app = typer.Typer(
-        help="Image recipes: build a derivative serving image from a pinned base, verify it.",
-        no_args_is_help=True,
-        callback=group_profile,
-    )
-    image_app.command("build")(build_cmd)
-    image_app.command("verify")(verify_cmd)
-    app.add_typer(image_app, name="image")
+    help = "Image recipes: build a derivative serving image from a pinned base, verify it."
+    add_group(app, "image", help, {"build": build_cmd, "verify": verify_cmd})
