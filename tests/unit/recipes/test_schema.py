@@ -44,7 +44,7 @@ def test_shipped_recipe_is_consistent() -> None:
     recipe = load_recipe(find_recipe(SHIPPED.name))
     check_manifest(recipe)
     (f,) = recipe.spec.files
-    assert f.target == TARGET and recipe.spec.sglang_version == "0.5.23"
+    assert f.target == TARGET and recipe.spec.engine_version == "0.5.23"
     pristine = pristine_of(recipe)
     assert hashlib.sha256(pristine).hexdigest() == f.base_sha256
     check_patches(recipe, {TARGET: BaseFile(pristine, 0o644)})  # base + patch == overlay
@@ -157,3 +157,9 @@ def test_content_hash_follows_what_reaches_the_image(recipe_dir: Path) -> None:
     assert load_recipe(recipe_dir).content_hash() == first
     edit(recipe_dir, env={"SPARKCTL_SLEEP_ON_IDLE": "0"})
     assert load_recipe(recipe_dir).content_hash() != first
+
+
+def test_engine_version_loads_under_its_older_spelling_too(recipe_dir: Path) -> None:
+    text = (recipe_dir / "recipe.yaml").read_text()
+    (recipe_dir / "recipe.yaml").write_text(text.replace("engine_version:", "sglang_version:"))
+    assert load_recipe(recipe_dir).spec.engine_version == "0.5.23"
