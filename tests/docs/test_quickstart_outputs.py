@@ -1,6 +1,6 @@
 """The outputs docs/quickstart.md shows are what the code prints.
 
-`up`'s closing lines are rendered by the very function the command calls (`_print_up`) from the
+`up`'s closing lines are rendered by the very function the command calls (`print_up`) from the
 plan of the shipped dual-spark profile's tp2 (what the quickstart's `init` writes for two
 Sparks), and compared line by line with the block in the doc; the `verify` summary names the real
 number of checks in the real format. A change to either output, or to the doc, fails here.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.commands.up import _print_up
+from sparkctl.commands.up_output import print_up
 from sparkctl.lifecycle.steps import UpResult
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
@@ -46,7 +46,7 @@ def test_the_up_output_in_the_quickstart_is_what_up_prints(
     ready = next(i for i, ln in enumerate(shown) if ln.startswith("ready in "))
     elapsed = float(re.match(r"ready in ([\d.]+)s", shown[ready]).group(1))
     plan = build_plan(load_profile_file(ROOT / "profiles" / "dual-spark.yaml"), "tp2")
-    _print_up(UpResult(plan, "started", EndpointHealth(True, [], True, "ready")), elapsed, None)
+    print_up(UpResult(plan, "started", EndpointHealth(True, [], True, "ready")), elapsed, None)
     printed = [ln.rstrip() for ln in capsys.readouterr().out.splitlines()]
     assert shown[ready:] == printed
     timeline = shown[:ready]  # the live timeline: each line "<seconds>s <phase>"

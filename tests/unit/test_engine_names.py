@@ -27,7 +27,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ): "ENGINE_KINDS / DEFAULT_ENGINE: the engine names users write in engine.kind",
     ("profile/base.py", '"vllm"'): "ENGINE_KINDS: the engine names users write in engine.kind",
     ("profile/base.py", '"llamacpp"'): "ENGINE_KINDS: the engine names users write in engine.kind",
-    ("recipes/schema.py", "sglang_version"): "the recipe key users write (sglang_version:)",
 }
 HELP_SUFFIX = "_cmd"  # a command function's docstring is its --help text: user-facing
 

@@ -176,6 +176,14 @@ def group_profile(profile: ProfileOpt = None) -> None:
         root_profile = profile
 
 
+def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callable[..., Any]]) -> None:
+    """`sparkctl NAME COMMAND`: a command group with its own --help, `-p` before COMMAND too."""
+    group = typer.Typer(help=help, no_args_is_help=True, callback=group_profile)
+    for command, fn in commands.items():
+        group.command(command)(fn)
+    app.add_typer(group, name=name)
+
+
 # The -p the user gave this run (None: $SPARKCTL_PROFILE or ./sparkctl.yaml, found again anyway).
 given_profile: Path | None = None
 # The profile file this run loaded (the root callback clears it): errors are placed in it.

@@ -111,12 +111,6 @@ def _print_secret(prof, out) -> None:  # Profile, K8sExport (imported lazily)
 
 
 def register(app: typer.Typer) -> None:
-    from sparkctl.commands._common import group_profile
+    from sparkctl.commands._common import add_group
 
-    export_app = typer.Typer(
-        help="Export the plan to another scheduler (Kubernetes).",
-        no_args_is_help=True,
-        callback=group_profile,
-    )
-    export_app.command("k8s")(k8s)
-    app.add_typer(export_app, name="export")
+    add_group(app, "export", "Export the plan to another scheduler (Kubernetes).", {"k8s": k8s})

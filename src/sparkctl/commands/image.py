@@ -9,8 +9,8 @@ import typer
 from sparkctl.commands._common import (
     JsonOpt,
     ProfileOpt,
+    add_group,
     console,
-    group_profile,
     handle_errors,
     load_profile,
     print_json,
@@ -91,7 +91,7 @@ def verify_cmd(
 ) -> None:
     """Re-check an existing derivative's overlaid files, recipe hash and base on each node."""
     from sparkctl.findings import Finding, Severity, worst
-    from sparkctl.recipes.build import verify_image
+    from sparkctl.recipes.verify import verify_image
 
     loaded = _load(recipe)
     results = _on_nodes(
@@ -111,11 +111,5 @@ def verify_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    image_app = typer.Typer(
-        help="Image recipes: build a derivative serving image from a pinned base, verify it.",
-        no_args_is_help=True,
-        callback=group_profile,
-    )
-    image_app.command("build")(build_cmd)
-    image_app.command("verify")(verify_cmd)
-    app.add_typer(image_app, name="image")
+    help = "Image recipes: build a derivative serving image from a pinned base, verify it."
+    add_group(app, "image", help, {"build": build_cmd, "verify": verify_cmd})

@@ -12,8 +12,8 @@ import typer
 from sparkctl.commands._common import (
     GuardOpt,
     ProfileOpt,
+    add_group,
     console,
-    group_profile,
     handle_errors,
     load_profile,
 )
@@ -178,12 +178,5 @@ def _actions(report) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    persist_app = typer.Typer(
-        help="systemd units that bring the cluster back after a reboot, with no login.",
-        no_args_is_help=True,
-        callback=group_profile,
-    )
-    persist_app.command("install")(install_cmd)
-    persist_app.command("status")(status_cmd)
-    persist_app.command("remove")(remove_cmd)
-    app.add_typer(persist_app, name="persist")
+    help = "systemd units that bring the cluster back after a reboot, with no login."
+    add_group(app, "persist", help, {"install": install_cmd, "status": status_cmd, "remove": remove_cmd})

@@ -7,20 +7,15 @@ import typer
 from sparkctl.commands._common import (
     JsonOpt,
     ProfileOpt,
+    add_group,
     console,
-    group_profile,
     handle_errors,
     load_profile,
     print_json,
     print_wrapped,
 )
 
-profile_app = typer.Typer(
-    help="Inspect and validate cluster profiles.", no_args_is_help=True, callback=group_profile
-)
 
-
-@profile_app.command("check")
 @handle_errors
 def check_cmd(profile: ProfileOpt = None, json_out: JsonOpt = False) -> None:
     """Validate the whole profile (schema, cross-references, TP vs GPUs); touches no node."""
@@ -109,4 +104,4 @@ def _check_fleet(prof, json_out: bool) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(profile_app, name="profile")
+    add_group(app, "profile", "Inspect and validate cluster profiles.", {"check": check_cmd})

@@ -1,7 +1,7 @@
 """From discovered nodes (+ the chosen fabric, + the user's answers) to a profile draft. Pure.
 
-Decides names, modes, defaults for the questions (model, draft, image) and everything written
-into the profile; render.py turns a Draft into commented YAML.
+Decides names, modes and everything written into the profile (the defaults for the questions are
+defaults.py); render.py turns a Draft into commented YAML.
 """
 
 from __future__ import annotations
@@ -9,15 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sparkctl.discover.defaults import Revision, hf_caches, pin_revision
 from sparkctl.discover.fabric import FabricEnd, FabricOption
-from sparkctl.discover.facts import EngineImage, HfCache, NodeDiscovery
+from sparkctl.discover.facts import EngineImage, NodeDiscovery
 from sparkctl.engines import DEFAULT_ENGINE
-from sparkctl.facts.hfcache import resolve_revision
 from sparkctl.profile.schema import NAME_RE
 
-DEFAULT_HF_CACHE = "~/.cache/huggingface"
 MAX_NAME = 40
-_DRAFT_HINT = re.compile(r"dflash|draft|eagle", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -54,12 +52,6 @@ class Answers:
     draft: str | None = None
     draft_revision: str | None = None
     hf_cache: str | None = None  # --hf-cache; None: where rank 0 has the model
-
-
-@dataclass(frozen=True)
-class Revision:
-    value: str
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,77 +138,6 @@ def propose_modes(names: list[str], gpus: list[int], multi_node: bool) -> list[M
     return modes
 
 
-# ----------------------------------------------------------------------------- defaults for questions
-def split_ref(text: str) -> tuple[str, str | None]:
-    """'org/name@rev' -> ('org/name', 'rev')."""
-    repo, _, rev = text.partition("@")
-    return repo.strip(), (rev.strip() or None)
-
-
-def default_model(nodes: list[NodeDiscovery]) -> str | None:
-    """A model every node has (else rank 0's), not draft-looking."""
-    common = set.intersection(*(n.models() for n in nodes)) if nodes else set()
-    for pool in (common, nodes[0].models() if nodes else set()):
-        targets = sorted(m for m in pool if not _DRAFT_HINT.search(m))
-        if targets:
-            return targets[0]
-    return None
-
-
-def default_draft(nodes: list[NodeDiscovery], model: str | None) -> str | None:
-    """A DFlash-looking repo every node has (prefer one named like the target)."""
-    common = set.intersection(*(n.models() for n in nodes)) if nodes else set()
-    drafts = sorted(m for m in common if _DRAFT_HINT.search(m) and m != model)
-    if model:
-        stem = model.split("/")[-1].split("-")[0].lower()
-        drafts.sort(key=lambda m: stem not in m.lower())
-    return drafts[0] if drafts else None
-
-
-def default_image(nodes: list[NodeDiscovery]) -> str | None:
-    """A serving image every node has with the same id (else same ref, else rank 0's)."""
-    if not nodes:
-        return None
-    first = {i.ref: i for i in nodes[0].images}
-    same_id = [
-        r for r, i in first.items() if all(any(x.ref == r and x.id == i.id for x in n.images) for n in nodes)
-    ]
-    same_ref = [r for r in first if all(any(x.ref == r for x in n.images) for n in nodes)]
-    for pool in (same_id, same_ref, list(first)):
-        if pool:
-            return sorted(pool)[0]
-    return None
-
-
-def _cache_key(cache: HfCache) -> str:
-    return DEFAULT_HF_CACHE if cache.source == "default" else cache.path
-
-
-def _cache_with(node: NodeDiscovery, repo: str) -> HfCache | None:
-    return next((c for c in node.caches if repo in c.models()), None)
-
-
-def _cache_of(node: NodeDiscovery, key: str) -> HfCache | None:
-    return next((c for c in node.caches if key in (c.path, _cache_key(c))), None)
-
-
-def pin_revision(
-    nodes: list[NodeDiscovery], repo: str, caches: dict[str, str], given: str | None
-) -> Revision:
-    """The given revision; else the commit refs/main names on every node; else main."""
-    if given:
-        return Revision(given)
-    commits = set()
-    for node in nodes:
-        cache = _cache_of(node, caches[node.host])
-        listing = cache.repos.get(repo) if cache else None
-        commits.add(resolve_revision(listing, "main") if listing else None)
-    if len(commits) == 1 and None not in commits:
-        return Revision(commits.pop(), "refs/main on every node when init ran")  # type: ignore[arg-type]
-    where = "not in every node's cache" if None in commits else "differs between nodes"
-    return Revision("main", f"{where}: pin a commit so every node serves the same bytes")
-
-
 # ----------------------------------------------------------------------------- the draft
 def gpu_facts(node: NodeDiscovery) -> dict | None:
     rep = node.gpus
@@ -252,25 +173,6 @@ def _node_warnings(nodes: list[NodeDiscovery], names: list[str], gpus: list[int]
             warnings.append(f"{name}: Docker has no NVIDIA runtime; install nvidia-container-toolkit")
         warnings += [f"{name}: {p}" for p in n.problems]
     return warnings
-
-
-def _hf_caches(nodes: list[NodeDiscovery], answers: Answers) -> tuple[str, dict[str, str]]:
-    """--hf-cache, else where rank 0 has the model; per-node override where it lives elsewhere."""
-    if answers.hf_cache:
-        hf_cache = answers.hf_cache
-    else:
-        c0 = _cache_with(nodes[0], answers.model)
-        hf_cache = _cache_key(c0) if c0 else DEFAULT_HF_CACHE
-    per_node_cache: dict[str, str] = {}
-    for n in nodes:
-        key = hf_cache
-        if not answers.hf_cache:
-            here = _cache_of(n, hf_cache)
-            if here is None or answers.model not in here.models():
-                other = _cache_with(n, answers.model)
-                key = _cache_key(other) if other else hf_cache
-        per_node_cache[n.host] = key
-    return hf_cache, per_node_cache
 
 
 def _fabric_settings(fabric: FabricOption | None, warnings: list[str]) -> tuple[int, str]:
@@ -332,7 +234,7 @@ def build_draft(
     """`addresses`: per node (address for the profile, user, port) as the user gave them."""
     gpus = [n.gpu_count for n in nodes]
     warnings = _node_warnings(nodes, names, gpus)
-    hf_cache, per_node_cache = _hf_caches(nodes, answers)
+    hf_cache, per_node_cache = hf_caches(nodes, answers.model, answers.hf_cache)
     model_rev = pin_revision(nodes, answers.model, per_node_cache, answers.model_revision)
     draft_rev = (
         pin_revision(nodes, answers.draft, per_node_cache, answers.draft_revision) if answers.draft else None

@@ -140,17 +140,18 @@ def _ask(ui: InitUi, req: InitRequest, prompt: str, flag: str, value: str | None
 
 def _answers(req: InitRequest, ui: InitUi, nodes: list[NodeDiscovery], names: list[str]) -> Answers:
     """The questions: only what cannot be discovered."""
+    from sparkctl.discover import defaults
     from sparkctl.discover import proposal as prop
 
     model_text = _ask(
-        ui, req, "Model (HF id[@revision])", "--model ORG/NAME", req.model, prop.default_model(nodes)
+        ui, req, "Model (HF id[@revision])", "--model ORG/NAME", req.model, defaults.default_model(nodes)
     )
-    model_id, model_rev = prop.split_ref(model_text)
-    d_default = prop.default_draft(nodes, model_id) or "none"
+    model_id, model_rev = defaults.split_ref(model_text)
+    d_default = defaults.default_draft(nodes, model_id) or "none"
     draft_prompt = "DFlash draft model ('none': no draft)"
     draft_text = req.draft or ("none" if req.non_interactive else ui.ask(draft_prompt, d_default))
-    draft_id, draft_rev = prop.split_ref(draft_text) if draft_text.lower() != "none" else (None, None)
-    image_ref = _ask(ui, req, "Serving image", "--image REF", req.image, prop.default_image(nodes))
+    draft_id, draft_rev = defaults.split_ref(draft_text) if draft_text.lower() != "none" else (None, None)
+    image_ref = _ask(ui, req, "Serving image", "--image REF", req.image, defaults.default_image(nodes))
     name = req.cluster or prop.default_cluster(names)
     if req.cluster and prop.sanitize(req.cluster) != req.cluster:
         raise UsageError(f"--cluster {req.cluster}: use lowercase letters, digits, '-', '_' or '.' (<= 40)")

@@ -11,12 +11,11 @@ are not requests to wait for, so their endpoints are left out of the count.
 from __future__ import annotations
 
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sparkctl.cluster_http import OPENER
+from sparkctl.cluster_http import Failure, fetch
 from sparkctl.errors import SparkctlError
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ PROBES = frozenset(
     }
 )
 SCRAPE_TIMEOUT = 5.0
+METRICS_LIMIT = 64 << 20  # an exposition is read whole (a few hundred KiB with histograms)
 
 
 class NoInFlightSignal(SparkctlError):
@@ -82,13 +82,14 @@ def in_flight(url: str, api_key: str | None = None, names: MetricNames | None = 
     fix = "serve /metrics (check the engine's flags), `sparkctl up` it once"
     if names.enable_flag:
         fix = f"set engine.args {names.enable_flag}: true (the engine then serves /metrics), `sparkctl up` it once"
-    try:
-        with OPENER.open(req, timeout=SCRAPE_TIMEOUT) as resp:
-            text = resp.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        raise NoInFlightSignal(f"{url}/metrics: HTTP {exc.code}", fix=fix) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise NoInFlightSignal(f"{url}/metrics: {getattr(exc, 'reason', exc)}", fix=fix) from None
+
+    def fail(f: Failure) -> NoInFlightSignal:
+        return NoInFlightSignal(
+            f"{url}/metrics: " + (f"HTTP {f.code}" if f.code is not None else f.detail), fix=fix
+        )
+
+    body, _ = fetch(req, SCRAPE_TIMEOUT, fail, limit=METRICS_LIMIT)
+    text = body.decode("utf-8", errors="replace")
     count = count_in_flight(text, names)
     if count is None:
         raise NoInFlightSignal(f"{url}/metrics has no {' / '.join(names.in_flight)}", fix=fix)

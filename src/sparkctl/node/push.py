@@ -195,7 +195,7 @@ def op_push_image(req):
         worker = meter.run(pump)
         meter.report_until(lambda: not worker.is_alive())
         sent = meter.n
-    peers = flatten(sink.close()) if line or sent is not None else flatten(_closed(sink))
+    peers = flatten(sink.close())
     save_rc, save_err = save.finish()
     return {
         "sent": sent,
@@ -204,20 +204,6 @@ def op_push_image(req):
         "save_err": save_err,
         "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
         "skipped_bytes": filt.skipped_bytes if filt else 0,
-    }
-
-
-def _closed(sink):
-    """A sink whose stdin is not ours (fed by `docker save` directly)."""
-    sink.proc.stdin = None
-    sink.proc.wait()
-    for t in sink.readers:
-        t.join()
-    return {
-        "node": sink.node,
-        "rc": sink.proc.returncode,
-        "out": b"".join(sink.out).decode(errors="replace"),
-        "err": b"".join(sink.err).decode(errors="replace")[-2000:],
     }
 
 

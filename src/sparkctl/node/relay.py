@@ -66,8 +66,11 @@ class Sink:
             self.alive = False
 
     def close(self):
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+        """Wait for the child and take its output; its stdin is closed first where it is ours
+        (None: the child reads another process's stream directly)."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         self.proc.wait()
         for t in self.readers:
             t.join()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.engines import get_engine
@@ -19,13 +18,14 @@ from sparkctl.planning import hardening as sec
 from sparkctl.planning.gateway import gateway_spec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
 from sparkctl.planning.launch_gate import gate_notes, gate_spec, gate_warnings, group_gate
-from sparkctl.planning.managed import check_env_overrides, check_managed
+from sparkctl.planning.managed import check_managed
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
+from sparkctl.planning.rank_env import gpu_request, rank_env_mounts
 from sparkctl.planning.router import READINESS as ROUTER_READINESS
 from sparkctl.profile.derived import node_path, node_user, served_model_name
-from sparkctl.profile.schema import Mode, Node, Profile
+from sparkctl.profile.schema import Node, Profile
 from sparkctl.profile.topology import Group
-from sparkctl.secrets import SecretFile, SecretRef
+from sparkctl.secrets import SecretRef
 
 # Re-exported: callers import them from here.
 __all__ = [
@@ -61,47 +61,6 @@ def mode_containers(profile: Profile, mode_name: str) -> list[tuple[str, str]]:
         (s.node, container_name(profile.cluster, mode_name, s.node_rank, s.group if many else None))
         for s in lay.slots
     ]
-
-
-def _fabric_env(
-    profile: Profile,
-    node: Node,
-    facts: PlanFacts,
-    unresolved: list[str],
-    engine_env: dict[str, str],
-    nnodes: int,
-) -> dict[str, str]:
-    assert node.fabric is not None  # schema guarantees it for multi-node modes
-    ifnames = ",".join(node.fabric.netdevs)
-    env = {"NCCL_SOCKET_IFNAME": ifnames, "GLOO_SOCKET_IFNAME": ifnames, **engine_env}
-    if profile.fabric.layout == "ring" and nnodes >= 3:
-        env["NCCL_ALGO"] = "Ring"  # a switchless ring: NCCL's tree would route through a non-neighbour
-    if profile.fabric.transport == "tcp":
-        env["NCCL_IB_DISABLE"] = "1"
-        return env
-    gid = node.fabric.gid_index
-    if gid == "auto":
-        gid = facts.gid_index.get(node.name)
-        if gid is None and node.name not in facts.gid_index:
-            unresolved.append(f"{node.name}: fabric.gid_index is 'auto' (read from sysfs by preflight)")
-    if gid is not None:
-        env["NCCL_IB_GID_INDEX"] = str(gid)
-    hcas = node.fabric.hcas
-    if hcas == "auto":
-        if node.name in facts.hcas:
-            hcas = facts.hcas[node.name]
-        else:
-            unresolved.append(f"{node.name}: fabric.hcas is 'auto' (resolved from sysfs by preflight)")
-            hcas = ["<auto>"]
-    env["NCCL_IB_HCA"] = ",".join(hcas)
-    return env
-
-
-def _gpu_request(node: Node, gpu_ids: tuple[int, ...], profile: Profile) -> str | None:
-    """Docker's GPU request: every GPU of the node, or the ids of this rank's share of them."""
-    if not profile.engine.container.gpus:
-        return None
-    return "all" if len(gpu_ids) >= node.gpus else ",".join(str(i) for i in gpu_ids)
 
 
 def _config_hash(ranks: list[RankSpec]) -> str:
@@ -144,42 +103,6 @@ def _check_mode(profile: Profile, mode_name: str) -> None:
             fix=(f"did you mean '{near[0]}'? " if near else "")
             + f"modes in this profile: {', '.join(profile.modes)}",
         )
-
-
-def _rank_env_mounts(
-    profile: Profile,
-    mode: Mode,
-    node: Node,
-    layout: RankLayout,
-    engine: Engine,
-    facts: PlanFacts,
-    unresolved: list[str],
-) -> tuple[dict[str, str | SecretRef], list[Mount], list[SecretFile]]:
-    env: dict[str, str | SecretRef] = {
-        **sec.container_home(profile.engine.container.user or engine.default_user)
-    }
-    if mode.tp > 1:
-        env |= {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
-    if layout.nnodes > 1:
-        rank_env = engine.rank_env(profile, node, layout)
-        env |= _fabric_env(profile, node, facts, unresolved, rank_env, layout.nnodes)
-    if profile.engine.offline:
-        env["HF_HUB_OFFLINE"] = "1"  # serve the snapshot `ship` put in the cache; never fetch code
-    check_env_overrides(profile, mode, env)
-    env |= profile.engine.env
-    env |= mode.env
-    secret_env, secret_mounts, secret_files = sec.secret_delivery(profile, node, node_path, engine.auth)
-    env |= secret_env
-    # Only the hub cache: $HF_HOME/token (the node user's login) stays out of the container.
-    hf_hub = posixpath.join(node_path(node.hf_cache or profile.model.hf_cache, node, profile), "hub")
-    triton = node_path(node.triton_cache or profile.model.triton_cache, node, profile)
-    hf_home, triton_dir = str(env["HF_HOME"]), str(env["TRITON_CACHE_DIR"])
-    mounts = [Mount(hf_hub, f"{hf_home}/hub"), Mount(triton, triton_dir), *secret_mounts]
-    index = next(i for i, n in enumerate(profile.nodes) if n.name == node.name)
-    sec.no_host_code_in(
-        mounts, node, node_path("~/.cache/sparkctl", node, profile), node_path("~", node, profile), index
-    )
-    return env, mounts, secret_files
 
 
 def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:
@@ -248,8 +171,8 @@ def _build_group(
         if gate and slot.node_rank == 0:
             gate_at = gate_spec(group, gate, host)
         argv = engine.rank_argv(profile, args, layout)
-        env, mounts, secrets = _rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
-        gpus = _gpu_request(node, slot.gpu_ids, profile)
+        env, mounts, secrets = rank_env_mounts(profile, mode, node, layout, engine, facts, out.unresolved)
+        gpus = gpu_request(node, slot.gpu_ids, profile)
         options = sec.container_options(profile, mode, gpus, node_user(node, profile), engine.default_user)
         name = container_name(
             profile.cluster, mode_name, slot.node_rank, group.index if replicas > 1 else None
@@ -272,17 +195,25 @@ def _build_group(
                 gateway=gateway,
             )
         )
+    endpoint, worker = _group_endpoint(profile, head, group.port, engine, replicas > 1, facts, out)
+    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker, gate_at))
+
+
+def _group_endpoint(
+    profile: Profile, head: Node, port: int, engine: Engine, routed: bool, facts: PlanFacts, out: _Build
+) -> tuple[Endpoint, str | None]:
+    """Where this machine reaches the group's head, and (behind a router) the IP the router uses."""
     endpoint = Endpoint(
         host=_reach(profile, head, facts),
-        port=group.port,
+        port=port,
         served_model_name=served_model_name(profile),
         api_key=_api_key_ref(profile, head),
         readiness=engine.readiness,
     )
     worker = None  # what the router reaches the replica at: an IP, never a name
-    if replicas > 1 and not head.is_local and not sec.is_ip(endpoint.host):
+    if routed and not head.is_local and not sec.is_ip(endpoint.host):
         worker = _node_ip(head, facts, out)
-    out.groups.append(GroupSpec(group.index, indices, endpoint, dist_init_addr, head.name, worker, gate_at))
+    return endpoint, worker
 
 
 def _peers(profile: Profile, group: Group, rank: int) -> tuple[str, ...]:

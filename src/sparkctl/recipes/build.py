@@ -3,7 +3,8 @@
 The flow: the pinned base must be on the node; pristine files come out of a created (never
 started) container of the base; patches must reproduce the overlay files exactly; the context
 (a Dockerfile plus one overlay tar, built in memory) adds exactly one layer; the result is then
-re-checked file by file against MANIFEST.sha256.
+re-checked file by file against MANIFEST.sha256. Reading the base and files out of an image is
+images.py; the re-check of an existing derivative is verify.py.
 """
 
 from __future__ import annotations
@@ -16,25 +17,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
-from sparkctl.findings import Finding, Severity
+from sparkctl.findings import Severity
 from sparkctl.recipes import patch as patchlib
-from sparkctl.recipes.schema import LABEL_PREFIX, RECIPE_FILE, LoadedRecipe, RecipeError, check_manifest
+from sparkctl.recipes.images import BaseFile, docker_errors, extract_files, resolve_base, where
+from sparkctl.recipes.schema import LABEL_PREFIX, LoadedRecipe, RecipeError, check_manifest
+from sparkctl.recipes.verify import verify_image
 
 if TYPE_CHECKING:
     import docker
-    from docker.models.images import Image
 
 # Overlay files get one fixed mtime so the overlay tar is byte-identical between builds. It must
 # differ from the base file's mtime: Python trusts a __pycache__ entry whose recorded source mtime
 # and size match, so a same-size patch with the old mtime would keep running the old bytecode.
 OVERLAY_MTIME = 1_000_000_000  # 2001-09-09
 OVERLAY_TAR = "overlay.tar"
-
-
-@dataclass(frozen=True)
-class BaseFile:
-    data: bytes
-    mode: int
 
 
 @dataclass
@@ -50,94 +46,6 @@ class BuildResult:
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
-
-
-def _docker_errors():
-    import docker.errors
-
-    return docker.errors
-
-
-def _where(recipe: LoadedRecipe) -> str:
-    return str(recipe.path / RECIPE_FILE)
-
-
-def resolve_base(client: docker.DockerClient, recipe: LoadedRecipe, node: str) -> Image:
-    """The pinned base image on this engine; refuses a missing pin, a missing image or a mismatch."""
-    errors = _docker_errors()
-    base = recipe.spec.base
-    found = None
-    try:
-        found = client.images.get(base.ref)
-    except (errors.ImageNotFound, errors.NullResource):
-        pass
-    except errors.APIError as exc:
-        raise SparkctlError(f"docker engine refused image lookup: {exc.explanation}", node=node) from None
-    seen = f"; {base.ref} there is {found.id}" if found is not None else f"; {base.ref} is not there either"
-    if not base.id and not base.digest:
-        raise RecipeError(
-            f"{_where(recipe)}: base.id is not set, so the base is not pinned{seen}",
-            fix="pin it: add `id: <image ID>` under base: (docker image inspect -f '{{.Id}}' "
-            f"{base.ref} on the node); build then checks the pristine files against base_sha256",
-            node=node,
-        )
-    pin = base.id or base.digest
-    try:
-        image = client.images.get(pin)
-    except errors.ImageNotFound:
-        raise RecipeError(
-            f"{_where(recipe)}: pinned base {pin} ({base.ref}) is not on this node{seen}",
-            fix=f"load the pinned base on the node (docker pull {base.digest or base.ref}, or ship it), "
-            "or re-pin base.id after reviewing the new base",
-            node=node,
-        ) from None
-    if base.id and image.id != base.id:
-        raise RecipeError(f"{_where(recipe)}: base.id {base.id} resolves to {image.id}", node=node)
-    if base.digest and base.digest not in image.attrs.get("RepoDigests", []):
-        raise RecipeError(
-            f"{_where(recipe)}: image {image.id} does not carry the pinned digest {base.digest}",
-            fix="the digest and the id name different images: keep the one you reviewed",
-            node=node,
-        )
-    return image
-
-
-def extract_files(
-    client: docker.DockerClient, image_id: str, paths: list[str], node: str
-) -> dict[str, BaseFile]:
-    """Read files out of an image through a created, never started, container (missing ones are left out)."""
-    errors = _docker_errors()
-    container = client.containers.create(
-        image_id,
-        entrypoint=["/sparkctl-never-started"],
-        command=[],
-        network_disabled=True,
-        labels={f"{LABEL_PREFIX}.extract": "1"},
-    )
-    try:
-        out: dict[str, BaseFile] = {}
-        for path in paths:
-            try:
-                stream, _stat = container.get_archive(path)
-            except errors.NotFound:
-                continue
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                member = tar.next()
-                if member is None or not member.isfile():
-                    kind = (
-                        "missing"
-                        if member is None
-                        else ("a symlink" if member.issym() else "not a regular file")
-                    )
-                    raise SparkctlError(
-                        f"{path} in image {image_id[:19]} is {kind}",
-                        node=node,
-                        fix="point the recipe's target at the real file",
-                    )
-                out[path] = BaseFile(tar.extractfile(member).read(), member.mode & 0o7777)  # type: ignore[union-attr]
-        return out
-    finally:
-        container.remove(force=True)
 
 
 def check_patches(recipe: LoadedRecipe, pristine: dict[str, BaseFile], node: str | None = None) -> None:
@@ -156,7 +64,7 @@ def check_patches(recipe: LoadedRecipe, pristine: dict[str, BaseFile], node: str
         if have != f.base_sha256:
             raise RecipeError(
                 f"{f.patch}: the base's {f.target} has sha256 {have[:16]}..., the patch was written for "
-                f"{f.base_sha256[:16]}... ({_where(recipe)} files[{i}].base_sha256)",
+                f"{f.base_sha256[:16]}... ({where(recipe)} files[{i}].base_sha256)",
                 fix="this base is not the release the patch targets: pin the right base or port the patch",
                 node=node,
             )
@@ -241,7 +149,7 @@ def build(
     pristine = extract_files(client, base.id, sorted(recipe.contents), node)
     check_patches(recipe, pristine, node)
     tag = tag or recipe.tag
-    errors = _docker_errors()
+    errors = docker_errors()
     try:
         image, _log = client.images.build(
             fileobj=io.BytesIO(build_context(recipe, base.id, overlay_modes(recipe, pristine))),
@@ -275,111 +183,3 @@ def build(
         added_bytes=image.attrs["Size"] - base.attrs["Size"],
         files=recipe.file_sha256(),
     )
-
-
-def verify_image(client: docker.DockerClient, recipe: LoadedRecipe, ref: str, node: str) -> list[Finding]:
-    """Re-check an existing derivative: built from this recipe, on its base, files as in the manifest."""
-    errors = _docker_errors()
-    try:
-        image = client.images.get(ref)
-    except errors.ImageNotFound:
-        return [
-            Finding(
-                "RecipeImage",
-                Severity.ERROR,
-                f"image {ref} is not on this node",
-                node=node,
-                fix=f"sparkctl image build {recipe.name} --node {node}",
-            )
-        ]
-    labels = image.labels or {}
-    return [
-        _verify_hash(recipe, labels, ref, node),
-        _verify_base(client, recipe, image, labels.get(f"{LABEL_PREFIX}.base", ""), ref, node),
-        *_verify_files(client, recipe, image, ref, node),
-    ]
-
-
-def _verify_hash(recipe: LoadedRecipe, labels: dict[str, str], ref: str, node: str) -> Finding:
-    """RecipeHash: the image's recipe-hash label against this recipe's content hash."""
-    want_hash = recipe.content_hash()
-    have_hash = labels.get(f"{LABEL_PREFIX}.hash")
-    if have_hash == want_hash:
-        return Finding(
-            "RecipeHash",
-            Severity.OK,
-            f"{ref} was built from this recipe ({want_hash[:12]})",
-            node=node,
-            data={"hash": want_hash},
-        )
-    return Finding(
-        "RecipeHash",
-        Severity.ERROR,
-        f"{ref} carries recipe hash {have_hash or '(none)'}, this recipe is {want_hash[:12]}",
-        fix=f"rebuild: sparkctl image build {recipe.name} --node {node}",
-        node=node,
-    )
-
-
-def _verify_base(
-    client: docker.DockerClient, recipe: LoadedRecipe, image: Image, base_id: str, ref: str, node: str
-) -> Finding:
-    """RecipeBase: built on the pinned base, and the base's layers are the image's first layers."""
-    errors = _docker_errors()
-    pin = recipe.spec.base.id
-    if pin and base_id != pin:
-        return Finding(
-            "RecipeBase",
-            Severity.ERROR,
-            f"{ref} was built on {base_id or '(unknown)'}, the recipe pins {pin}",
-            node=node,
-        )
-    try:
-        base_layers = client.images.get(base_id).attrs["RootFS"]["Layers"]
-    except (errors.ImageNotFound, errors.NullResource):
-        return Finding(
-            "RecipeBase",
-            Severity.SKIP,
-            f"base {base_id or '(unknown)'} is not on this node; layers not compared",
-            node=node,
-        )
-    layers = image.attrs["RootFS"]["Layers"]
-    extra = len(layers) - len(base_layers)
-    ok = layers[: len(base_layers)] == base_layers
-    return Finding(
-        "RecipeBase",
-        Severity.OK if ok else Severity.ERROR,
-        f"{extra} layer(s) on top of the base" if ok else f"{ref} does not contain the base's layers",
-        node=node,
-        data={"added_layers": extra},
-    )
-
-
-def _verify_files(
-    client: docker.DockerClient, recipe: LoadedRecipe, image: Image, ref: str, node: str
-) -> list[Finding]:
-    """RecipeFile: each overlaid file in the image has the sha256 MANIFEST.sha256 records."""
-    inside = extract_files(client, image.id, sorted(recipe.contents), node)
-    found: list[Finding] = []
-    for f in recipe.spec.files:
-        want = recipe.manifest.get(f.source)
-        got = inside.get(f.target)
-        have = hashlib.sha256(got.data).hexdigest() if got else None
-        if have is not None and have == want:
-            found.append(Finding("RecipeFile", Severity.OK, f"{f.target} matches {f.source}", node=node))
-        else:
-            seen = (
-                "is missing"
-                if have is None
-                else f"has sha256 {have[:16]}..., MANIFEST.sha256 says {str(want)[:16]}..."
-            )
-            found.append(
-                Finding(
-                    "RecipeFile",
-                    Severity.ERROR,
-                    f"{f.target} in {ref} {seen} ({f.source})",
-                    fix=f"rebuild: sparkctl image build {recipe.name} --node {node}",
-                    node=node,
-                )
-            )
-    return found

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkctl.errors import UsageError
 from sparkctl.yaml_model import load_yaml_model
@@ -91,7 +91,11 @@ class OverlayFile(_Strict):
 class Recipe(_Strict):
     version: int = Field(1, ge=1, le=1)
     description: str
-    sglang_version: str | None = None
+    engine_version: str | None = Field(
+        None,
+        validation_alias=AliasChoices("engine_version", "sglang_version"),  # its older spelling
+        description="The engine release of the base (informational).",
+    )
     base: Base
     files: list[OverlayFile] = Field(min_length=1)
     env: dict[EnvKey, OneLine] = Field(default_factory=dict)

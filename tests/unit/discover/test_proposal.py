@@ -9,9 +9,6 @@ from sparkctl.discover.facts import HfCache, NodeDiscovery, engine_images_from_l
 from sparkctl.discover.proposal import (
     Answers,
     build_draft,
-    default_draft,
-    default_image,
-    default_model,
     node_names,
     propose_modes,
 )
@@ -133,28 +130,6 @@ def test_parse_caches_and_sglang_images() -> None:
         "org/engine",
         "org/engine:latest",
     ]
-
-
-def test_defaults_for_the_questions() -> None:
-    from sparkctl.discover.facts import EngineImage
-
-    repos = {"Qwen/Qwen3.6-27B-NVFP4": listing(C1), "z-lab/Qwen3.6-27B-DFlash": listing(C2)}
-    a = node(
-        "local",
-        "spark1",
-        caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-        images=[EngineImage("sglang-dflash:spark", "sha256:x", 1), EngineImage("old:1", "sha256:y", 1)],
-    )
-    b = node(
-        "spark2",
-        "spark2",
-        caches=[HfCache("/root/.cache/huggingface", "default", repos)],
-        images=[EngineImage("sglang-dflash:spark", "sha256:x", 1)],
-    )
-    assert default_model([a, b]) == "Qwen/Qwen3.6-27B-NVFP4"
-    assert default_draft([a, b], "Qwen/Qwen3.6-27B-NVFP4") == "z-lab/Qwen3.6-27B-DFlash"
-    assert default_image([a, b]) == "sglang-dflash:spark"
-    assert default_model([node("local", "x")]) is None
 
 
 def test_rendered_dual_spark_profile_loads_and_plans_with_the_discovered_fabric() -> None:

@@ -334,7 +334,7 @@ def test_the_cli_shows_each_replicas_roll_and_json_lists_old_and_new(harness) ->
 
     from rich.console import Console
 
-    from sparkctl.commands.up import print_rolled
+    from sparkctl.commands.up_output import print_rolled
 
     old = build_plan(profile(), "dp2")
     prof, new, _, _ = harness(containers(old))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from sparkctl.engines.base import render_args
-from sparkctl.planning.build import PlanFacts, build_plan
+from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file, load_profile_text
 from sparkctl.secrets import SecretRef
 
@@ -217,13 +216,6 @@ def test_secret_values_never_reach_the_plan(home: str, monkeypatch: pytest.Monke
     assert resolve(plan.rank(0).secret_refs()[0]) == "hf_supersecretvalue"
 
 
-def test_secret_file_is_mounted_read_only_with_path_env(home: str) -> None:
-    spec = build_plan(load("solo-spark.yaml"), "solo").ranks[0]
-    assert spec.env["HF_TOKEN_PATH"] == "/run/secrets/HF_TOKEN"
-    assert any(m.target == "/run/secrets/HF_TOKEN" and m.read_only for m in spec.mounts)
-    assert "HF_TOKEN" not in spec.env
-
-
 def test_config_hash_changes_with_what_reaches_the_container(home: str) -> None:
     text = (ROOT / "profiles" / "dual-spark.yaml").read_text()
     a = build_plan(load_profile_text(text), "tp2")
@@ -232,22 +224,6 @@ def test_config_hash_changes_with_what_reaches_the_container(home: str) -> None:
     )
     c = build_plan(load_profile_text(text), "tp2")
     assert a.config_hash == c.config_hash != b.config_hash
-
-
-def test_auto_hcas_are_unresolved_until_facts_arrive(home: str) -> None:
-    text = re.sub(r"hcas: \[.*", "hcas: auto", (ROOT / "profiles" / "dual-spark.yaml").read_text())
-    prof = load_profile_text(text)
-    plan = build_plan(prof, "tp2")
-    assert plan.unresolved and plan.rank(0).env["NCCL_IB_HCA"] == "<auto>"
-    done = build_plan(prof, "tp2", PlanFacts(hcas={"spark1": ["mlx5_0"], "spark2": ["mlx5_1"]}))
-    assert not done.unresolved
-    assert [r.env["NCCL_IB_HCA"] for r in done.ranks] == ["mlx5_0", "mlx5_1"]
-
-
-def test_tcp_transport_disables_ib(home: str) -> None:
-    text = (ROOT / "profiles" / "dual-spark.yaml").read_text().replace("transport: roce", "transport: tcp")
-    env = build_plan(load_profile_text(text), "tp2").rank(1).env
-    assert env["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in env
 
 
 def test_render_args_forms() -> None:

@@ -437,7 +437,7 @@ def test_secret_file_modes_need_0400() -> None:
 
 
 def test_curl_hint_names_the_key_source_never_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkctl.commands.up import curl_example
+    from sparkctl.commands.up_output import curl_example
 
     monkeypatch.setenv("SPARKCTL_API_KEY", "sk-never-printed")
     hint = curl_example(build_plan(load(DUAL), "tp2"))
