@@ -391,3 +391,51 @@ def test_the_supervisor_restarts_only_the_replica_that_died(quad: Lab, cluster) 
         assert f"replica 1 restarted because rank {dead.rank} on spark2 exited" in text
     finally:
         assert cli(*cluster, "down").returncode == 0  # stops the supervisor too
+
+
+def test_up_dp2_with_a_key_serves_when_the_node_user_is_not_root(
+    quad: Lab, cluster, monkeypatch, tmp_path
+) -> None:
+    """Issue 38: the router's and the gateways' key files are the node user's (0400) and their
+    containers run as that user with no capability: `up dp2` with a key, logged in as a user who
+    is not root (in the docker group, as a Spark's user is), serves through the router."""
+    import subprocess
+
+    key = "sk-lab-nonroot-key-9090"
+    monkeypatch.setenv("SPARKCTL_LAB_KEY", key)
+    state, path = cluster
+    name = f"sparkctlu{quad.id}"[:31]
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(
+        ["useradd", "-M", "-d", str(home), "-p", "*", "-s", "/bin/bash", "-G", "docker", name], check=True
+    )
+    try:
+        uid = int(subprocess.run(["id", "-u", name], capture_output=True, text=True, check=True).stdout)
+        subprocess.run(["chown", "-R", f"{name}:", str(home)], check=True)
+        for node in quad.nodes:  # the node user's own directories, as on a Spark
+            for sub in ("logs", "triton"):
+                Path(node.node_root, sub).mkdir(parents=True, exist_ok=True)
+                subprocess.run(["chown", "-R", f"{name}:", str(Path(node.node_root, sub))], check=True)
+        doc = write_lab_profile(
+            quad, path.parent / "nonroot.yaml", modes=topology_modes(), router=ROUTER,
+            engine={"api_key": {"env": "SPARKCTL_LAB_KEY"}},
+        )  # fmt: skip
+        text = doc.read_text().replace("user: root", f"user: {name}")
+        doc.write_text(text)
+        prof = load_profile_file(doc)
+        plan = build_plan(prof, "dp2")
+        assert plan.router is not None and {n.user for n in prof.nodes} == {name}
+        res = cli(state, doc, "up", "dp2", "--json")
+        assert res.returncode == 0, res.stdout + res.stderr
+        router = quad.docker("spark1").containers.get(plan.router.container_name)
+        assert router.attrs["Config"]["User"].split(":")[0] == str(uid)  # the node user, not root
+        gateway = quad.docker("spark1").containers.get(f"{plan.router.container_name}-gateway")
+        assert gateway.attrs["Config"]["User"].split(":")[0] == str(uid)
+        assert chat(plan.endpoint.url)[0] == 401
+        answers = [chat(plan.endpoint.url, key) for _ in range(4)]
+        assert {replica_of(text) for code, text in answers if code == 200} == {"spark1", "spark2"}, answers
+    finally:
+        cli(state, path.parent / "nonroot.yaml", "down")
+        subprocess.run(["userdel", "-f", name], check=False)
+    assert not any(cluster_containers(quad, f"lab{quad.id}").values())
