@@ -57,8 +57,10 @@ def test_named_keys_counts_come_from_the_gateway_with_the_operators_key(monkeypa
     monkeypatch.setenv("SPARKCTL_API_KEY", "sk-op")
     monkeypatch.setenv("ALICE", "sk-alice")
     profile = load_profile_file(ROOT / "profiles" / "vllm-dual-spark.yaml")
-    engine = profile.engine.model_copy(update={"api_keys": {"alice": {"env": "ALICE"}}})
-    named = profile.model_copy(update={"engine": type(profile.engine).model_validate(engine.model_dump())})
+    engine = type(profile.engine).model_validate(
+        {**profile.engine.model_dump(exclude_unset=True), "api_keys": {"alice": {"env": "ALICE"}}}
+    )
+    named = profile.model_copy(update={"engine": engine})
     asked: list[tuple[str, str]] = []
     monkeypatch.setattr(
         status, "key_counts", lambda url, key: asked.append((url, key)) or [KeyCount("alice", 2)]

@@ -20,6 +20,9 @@ REF_ID = next(iter(IMAGES))
 
 class FakeEngine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    # dockerd listens with Go's backlog (the kernel's somaxconn); socketserver's default of 5 made
+    # a burst of 8 parallel connects fail with EAGAIN now and then (a unix socket with a timeout)
+    request_queue_size = 128
 
     def __init__(self, path: str, broken: str | None = None) -> None:
         self.in_flight = self.most = 0
