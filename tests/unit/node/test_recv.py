@@ -401,3 +401,5 @@ def test_a_pinned_commit_ships_with_the_sources_refs_to_it(nodes: tuple[Path, Pa
     (repo2 / "refs" / "main").unlink()  # as a ship before issue 46 left it
     assert ship() == "repaired" and (repo2 / "refs" / "main").read_text() == commit
     assert ship() == "skipped"
+    (repo2 / "refs" / "main").write_text(commit + "\n")  # huggingface_hub reads it unstripped: no snapshot
+    assert ship() == "repaired" and (repo2 / "refs" / "main").read_bytes() == commit.encode()
