@@ -1,8 +1,8 @@
 """Runs ON a node (python3 stdlib only), after base.py and tarfilter.py in one program: the state of
 a node in one round trip, and the source side of a transfer straight to a peer over system OpenSSH.
 
-  state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
-          manifest per model, in one run (what `ship` compares)
+  state   (stdin JSON {image, want, models: [[repo, revision]], mode}) -> image ID/layers/free space
+          and a manifest per model, in one run (what `ship` compares); `want`: see image_state
   push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
                 engine socket (docker_api.SaveStream), minus the layers the peers have, into `ssh PEER
                 ... load` (load.py) (the socket itself is ssh's stdin when nothing is dropped)
@@ -88,7 +88,8 @@ def op_state(req):
     out = {"image": None, "models": {}, "cores": os.cpu_count() or 1}
     t = None
     if req.get("image"):
-        t = threading.Thread(target=lambda: out.__setitem__("image", image_state(req["image"])))
+        want = req.get("want")
+        t = threading.Thread(target=lambda: out.__setitem__("image", image_state(req["image"], want)))
         t.start()
     for repo, revision in req.get("models", []):
         try:

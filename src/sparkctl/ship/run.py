@@ -9,9 +9,10 @@ from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import ShipError
+from sparkctl.ship.hints import image_hint, remember_image
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
-from sparkctl.ship.sources import gather, image_source, manifest_of, model_source, preference
+from sparkctl.ship.sources import complete_images, gather, image_source, manifest_of, model_source, preference
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -71,15 +72,13 @@ def run_ship(
         [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
     )
     nodes = list(dict.fromkeys([*order, *wanted]))
-    states = gather(profile, pool, nodes, ref, models, deep=opts.deep, cancel=transfers.cancel)
+    want = (profile.image.id or image_hint(profile.cluster, order, ref)) if ref is not None else None
+    states = gather(profile, pool, nodes, ref, models, deep=opts.deep, cancel=transfers.cancel, want=want)
     if source and states[source].error is not None:
         raise states[source].error
     items: list[ShipItem] = []
     if ref is not None:
-        from sparkctl.ship.image import source_image
-
-        src = image_source(states, order, ref, profile.image.id)
-        items.append(ShipItem("image", src, image=source_image(src, ref, states[src].image)))
+        items.append(_image_item(profile, pool, states, order, wanted, ref, transfers))
     for m in models:
         src = model_source(profile, states, order, m)
         manifest = manifest_of(profile, src, m, states[src].models[m.id])
@@ -124,6 +123,17 @@ def run_ship(
     if report.errors and raise_on_error:
         raise_first(report)
     return report
+
+
+def _image_item(profile, pool, states, order, wanted, ref: str, transfers: Transfers) -> ShipItem:  # noqa: PLR0913
+    """The image's source; the layers and sizes of the nodes that answered short and now need them;
+    the source's ID kept as the next run's hint."""
+    from sparkctl.ship.image import source_image
+
+    src = image_source(states, order, ref, profile.image.id)
+    complete_images(pool, states, src, wanted, ref, transfers.cancel)
+    remember_image(profile.cluster, src, ref, states[src].image["id"])
+    return ShipItem("image", src, image=source_image(src, ref, states[src].image))
 
 
 def _cannot_take(state, what: str) -> BaseException | None:  # NodeState

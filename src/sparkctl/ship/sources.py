@@ -16,7 +16,7 @@ from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.profile.derived import hf_cache_for
 from sparkctl.remote.manifest import Manifest, parse_manifest, revision_of
 from sparkctl.remote.ops import run_op
-from sparkctl.ship.errors import ShipError, SourceMissingError
+from sparkctl.ship.errors import RERUN, ShipError, SourceMissingError
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -46,14 +46,17 @@ def gather(
     *,
     deep: bool,
     cancel: CancelToken,
+    want: str | None = None,
 ) -> dict[str, NodeState]:
     """The `state` op on every node at once: image ID/layers/free space and each model's manifest
-    (hashes from the quick check, or every byte rehashed when `deep`)."""
+    (hashes from the quick check, or every byte rehashed when `deep`). `want`: the image ID the
+    source is expected to have; a node whose image is that one answers short (see complete_images)."""
 
     def one(node: str) -> NodeState:
         repos = {m.id: repo_dir(hf_cache_for(profile, node), m.id) for m in models}
         req = {
             "image": image_ref,
+            "want": want,
             "models": [[repos[m.id], revision_of(m)] for m in models],
             "mode": "deep" if deep else "lazy",
         }
@@ -78,6 +81,40 @@ def gather(
     for node, outcome in fan_out(nodes, one, cancel=cancel).items():
         states[node] = outcome.value if outcome.ok else NodeState(node, error=outcome.error)
     return states
+
+
+def complete_images(
+    pool: NodePool, states: dict[str, NodeState], src: str, peers: list[str], ref: str, cancel: CancelToken
+) -> None:
+    """A node answered short (its image is the `want`ed one: `same`) but a transfer follows: the
+    source's layer sizes and each lacking peer's layers and free space are read now, one more round
+    trip to just those nodes. Nothing to send: nothing is asked again."""
+    sid = (states[src].image or {}).get("id")
+    lacking = [
+        n
+        for n in peers
+        if n != src
+        and states[n].error is None
+        and states[n].docker_error is None
+        and (states[n].image or {}).get("id") != sid
+    ]
+    redo = [n for n in ([src, *lacking] if lacking else []) if (states[n].image or {}).get("same")]
+    if not redo:
+        return
+    got = fan_out(
+        redo, lambda n: run_op(pool.get(n), "state", payload={"image": ref}, timeout=None), cancel=cancel
+    )
+    for node, outcome in got.items():
+        image = outcome.value.get("image") if outcome.ok else None
+        if isinstance(image, dict) and not image.get("error") and (image.get("id") or node != src):
+            states[node].image = image
+            continue
+        err = outcome.error if not outcome.ok else None
+        why = (image or {}).get("error") or f"no image {ref} any more"
+        err = err or ShipError(f"asked again, Docker answered: {why}", node=node, fix=RERUN)
+        if node == src:
+            raise err
+        states[node].error = err
 
 
 def preference(profile: Profile, mode_nodes: list[str], targets: list[str]) -> list[str]:

@@ -209,6 +209,27 @@ def test_corrupted_peer_file_of_equal_size_is_sent_again(nodes: tuple[Path, Path
     assert snapshot_manifest(LocalConnector("n2"), str(dst), REF).complete
 
 
+def test_a_source_file_changed_in_place_with_a_new_mtime_is_sent_again(nodes: tuple[Path, Path]) -> None:
+    """The hash cache is keyed by what can change (size, mtime, inode, device): the same inode and
+    size with new bytes and a new mtime is a cache miss on the source, so a re-ship sends exactly it."""
+    src, dst = nodes
+    _ship(src, dst)
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    blob = Path(repo_dir(str(src), MODEL)) / "blobs" / a.files["config.json"].blob
+    ino, st = blob.stat().st_ino, blob.stat()
+    with open(blob, "r+b") as fh:  # in place: same inode, same size
+        fh.write(b"{}")
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert blob.stat().st_ino == ino and blob.stat().st_size == st.st_size
+    res, counter = _ship(src, dst)
+    assert res.action == "shipped" and res.files_sent == 1 and res.files_kept == 3
+    assert counter.sent["n2:" + MODEL] == st.st_size
+    peer = Path(repo_dir(str(dst), MODEL)) / "blobs" / a.files["config.json"].blob
+    assert peer.read_bytes() == blob.read_bytes()
+    again, _ = _ship(src, dst)
+    assert again.action == "skipped"
+
+
 def test_marker_alone_missing_is_repaired_without_copying(nodes: tuple[Path, Path]) -> None:
     src, dst = nodes
     first, _ = _ship(src, dst)
