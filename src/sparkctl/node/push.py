@@ -85,7 +85,9 @@ def _watch_stdin():
 
 
 def op_state(req):
-    out = {"image": None, "models": {}, "cores": os.cpu_count() or 1}
+    out = {"image": None, "models": {}, "cores": os.cpu_count() or 1, "load": 0.0}
+    with contextlib.suppress(OSError, AttributeError):
+        out["load"] = os.getloadavg()[0]  # what else runs there: weights streams leave it room
     t = None
     if req.get("image"):
         want = req.get("want")

@@ -12,7 +12,15 @@ from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hints import image_hint, remember_image
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
-from sparkctl.ship.sources import complete_images, gather, image_source, manifest_of, model_source, preference
+from sparkctl.ship.sources import (
+    complete_images,
+    gather,
+    image_source,
+    manifest_of,
+    model_source,
+    preference,
+    stream_bound,
+)
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -30,7 +38,7 @@ class ShipOptions:
     check_space: bool = True
     dry_run: bool = False
     deep: bool = False  # `--verify`: every byte rehashed on every node instead of the quick check
-    streams: int | None = None  # parallel weights streams (None: from the source's cores)
+    streams: int | None = None  # parallel weights streams (None: from the spare cores of source and peers)
 
 
 @dataclass
@@ -59,7 +67,7 @@ def run_ship(
     transfers: Transfers,
     raise_on_error: bool,
 ) -> ShipReport:
-    from sparkctl.ship import ShipReport, default_streams, raise_first
+    from sparkctl.ship import ShipReport, raise_first
 
     wanted = to or mode_nodes
     order = [source] if source else preference(profile, mode_nodes, wanted)
@@ -103,7 +111,7 @@ def run_ship(
             jobs.append(it)
 
     def one(i: int) -> dict:
-        return _item(profile, pool, states, jobs[i], progress, opts, transfers, default_streams)
+        return _item(profile, pool, states, jobs[i], progress, opts, transfers)
 
     # The image and the weights move at the same time (their sources and links are busy with one
     # each; the peer's `docker load` is mostly engine CPU while the weights stream).
@@ -141,7 +149,7 @@ def _cannot_take(state, what: str) -> BaseException | None:  # NodeState
     return state.error or (state.docker_error if what == "image" else None)
 
 
-def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, transfers, default_streams):  # noqa: PLR0913
+def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, transfers):  # noqa: PLR0913
     """One item (the image, or one model) from its source to every peer that lacks it: per peer, its
     result or its error."""
     from sparkctl.fanout import Cancelled
@@ -179,7 +187,7 @@ def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, tr
                 group,
                 progress,
                 transfers=transfers,
-                streams=opts.streams or default_streams(states[src].cores),
+                streams=opts.streams or stream_bound(states, [src, *peers]),
                 deep=opts.deep,
                 check_space=opts.check_space,
                 dry_run=opts.dry_run,

@@ -7,6 +7,7 @@ on, else the mode's nodes in rank order, else the `--to` nodes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ class NodeState:
     image: dict | None = None  # {id, layers, size, history, chains, free} or {} when absent
     models: dict[str, dict] = field(default_factory=dict)  # model id -> manifest doc (+ free)
     cores: int = 1
+    load: float = 0.0  # the node's 1-minute load average, from `state`
     error: BaseException | None = None
     docker_error: SparkctlError | None = None  # the image was asked for and Docker did not answer
 
@@ -74,6 +76,7 @@ def gather(
             image,
             {m.id: doc["models"][repos[m.id]] for m in models},
             int(doc.get("cores") or 1),
+            float(doc.get("load") or 0.0),
             docker_error=docker,
         )
 
@@ -81,6 +84,18 @@ def gather(
     for node, outcome in fan_out(nodes, one, cancel=cancel).items():
         states[node] = outcome.value if outcome.ok else NodeState(node, error=outcome.error)
     return states
+
+
+def streams_for(cores: int, load: float = 0.0) -> int:
+    """Weights streams one node can take: one per ~4 cores, 1..8, and at most half its spare cores
+    (cores minus its 1-minute load), so that a node serving a model is not starved."""
+    spare = max(0, cores - math.ceil(load))
+    return max(1, min(8, cores // 4, spare // 2))
+
+
+def stream_bound(states: dict[str, NodeState], nodes: list[str]) -> int:
+    """Streams of one weights push: each stream costs a core on the source and on every peer."""
+    return min(streams_for(states[n].cores, states[n].load) for n in nodes)
 
 
 def complete_images(

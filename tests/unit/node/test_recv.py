@@ -167,6 +167,22 @@ def test_plan_streams_balances_and_cuts_large_files(monkeypatch: pytest.MonkeyPa
     assert none == [] and sorted(one[0]) == [("blobs/a", None, 1000), ("blobs/b", None, 10)]
 
 
+def test_plan_streams_keeps_files_whole_when_they_spread_evenly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: four shards of about the same size over four streams go whole (each read once,
+    hashed on its way); one shard much larger than the rest is still cut."""
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 100)
+    monkeypatch.setattr(w, "ALIGN", 1)
+    shards = {"blobs/a": 1000, "blobs/b": 990, "blobs/c": 980, "blobs/d": 900, "blobs/e": 30}
+    streams, ranged = plan_streams(shards, 4)
+    assert ranged == [] and len(streams) == 4
+    assert sorted(d for s in streams for d, off, _n in s if off is None) == sorted(shards)
+    assert max(sum(n for *_x, n in s) for s in streams) <= w.BALANCED * sum(shards.values()) / 4
+    _streams, ranged = plan_streams({**shards, "blobs/a": 4000}, 4)
+    assert ranged == ["blobs/a"]
+
+
 def test_lazy_manifest_reports_only_cached_hashes(nodes: tuple[Path, Path]) -> None:
     src, _ = nodes
     lazy = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)

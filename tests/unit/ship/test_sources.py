@@ -111,3 +111,23 @@ def test_a_source_that_no_longer_has_the_image_when_asked_again_is_an_error_nami
     with pytest.raises(SparkctlError) as err:
         complete_images(pool, states, "spark1", ["spark2"], "img:1", CancelToken())  # type: ignore[arg-type]
     assert err.value.node == "spark1" and "no image img:1" in err.value.message and err.value.fix
+
+
+def test_weights_streams_are_bounded_by_the_spare_cores_of_every_node_of_the_push() -> None:
+    """Issue 44: a stream costs a core on the source and on each peer; a node busy serving (its
+    1-minute load near its cores) gets one stream, an idle 20-core node five, never more than 8."""
+    from sparkctl.ship.sources import NodeState, stream_bound, streams_for
+
+    assert streams_for(20) == 5 and streams_for(64) == 8 and streams_for(2) == 1
+    assert streams_for(20, load=17.5) == 1 and streams_for(20, load=12.0) == 4
+    assert streams_for(20, load=40.0) == 1  # never none
+    states = {"spark1": NodeState("spark1", cores=20), "spark2": NodeState("spark2", cores=20, load=14.2)}
+    assert stream_bound(states, ["spark1"]) == 5 and stream_bound(states, ["spark1", "spark2"]) == 2
+
+
+def test_state_reports_the_nodes_load_for_the_stream_bound() -> None:
+    from sparkctl.connectors.local import LocalConnector
+    from sparkctl.remote.ops import run_op
+
+    doc = run_op(LocalConnector("spark1"), "state", payload={})
+    assert isinstance(doc["load"], float) and doc["load"] >= 0.0 and doc["cores"] >= 1
