@@ -4,7 +4,8 @@ Order on the peer: the source sends the files straight to the peer (hop.py) over
 each receiver first removing the old completion marker, each whole file written
 under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
 in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
-renames it, makes the snapshot links, checks every file against the source's sha256, removes part
+renames it (by the sha256 of each range, sent and received, when they tile the file: no second
+read), makes the snapshot links, checks every file against the source's sha256, removes part
 files left by an interrupted run, writes the source's refs/<branch> to the commit and the completion
 marker last. A rerun after any interruption resends only what is
 not there intact.
@@ -41,7 +42,8 @@ def plan_streams(send: dict[str, int], n: int) -> tuple[list[list[tuple[str, int
     """Spread files over n streams, largest first onto the least loaded. Whole files when that
     spread is within BALANCED of an even share: each file is then read once on the source, hashed
     on its way, and once on the peer as it is written. Otherwise a file larger than an even share
-    (and RANGE_MIN) is cut into ranges, hashed whole apart from the send on both ends. Returns
+    (and RANGE_MIN) is cut into ranges, each hashed on both ends (the source, when the file is not
+    hashed yet, reads it once more for its whole sha256). Returns
     (streams of (dest, offset|None, length), the dests sent in ranges)."""
     n = max(1, n)
     total = sum(send.values())

@@ -440,3 +440,69 @@ def test_a_pinned_commit_ships_with_the_sources_refs_to_it(nodes: tuple[Path, Pa
     assert ship() == "skipped"
     (repo2 / "refs" / "main").write_text(commit + "\n")  # huggingface_hub reads it unstripped: no snapshot
     assert ship() == "repaired" and (repo2 / "refs" / "main").read_bytes() == commit.encode()
+
+
+def _part_of(tmp_path: Path, data: bytes, blob: str | None = None) -> tuple[str, str, str]:
+    """A part file of `data` under blobs/<blob> (default: the sha256 of data, as the source has it)."""
+    blob = blob or hashlib.sha256(data).hexdigest()
+    repo = tmp_path / "hub" / "models--org--model"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / f"{blob}.sparkctl-part").write_bytes(data)
+    return str(repo), f"blobs/{blob}", blob
+
+
+def test_a_ranged_file_is_checked_by_its_ranges_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: each range's sha256, computed by the sender while reading it and by the receiver
+    while writing it, tiles the file: the part is renamed without being read again. A range that
+    differs, or one missing, falls back to hashing the whole part (which then must match)."""
+    from sparkctl.node import recv
+
+    data = os.urandom(3000)
+    repo, dest, blob = _part_of(tmp_path, data)
+    sent = {str(o): [1000, hashlib.sha256(data[o : o + 1000]).hexdigest()] for o in (0, 1000, 2000)}
+    got = {o: v[1] for o, v in sent.items()}
+    reads: list[str] = []
+    real = recv.HashCache.sha256
+    monkeypatch.setattr(
+        recv.HashCache, "sha256", lambda self, rel, path: reads.append(path) or real(self, rel, path)
+    )
+    cache = recv.HashCache(repo)
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: got}) == []
+    assert reads == [] and Path(repo, dest).read_bytes() == data and cache.data[dest][4] == blob
+
+    repo, dest, blob = _part_of(tmp_path / "b", data)
+    short = {k: v for k, v in got.items() if k != "2000"}
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: short}) == []
+    assert reads == [repo + "/" + dest + ".sparkctl-part"]  # not tiled: hashed whole, and it matches
+
+    repo, dest, blob = _part_of(tmp_path / "c", data[:2000] + b"x" * 1000, hashlib.sha256(data).hexdigest())
+    lied = dict(got, **{"2000": hashlib.sha256(b"y" * 1000).hexdigest()})
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: lied}) == [dest]
+    assert not Path(repo, dest).exists() and not Path(repo, dest + ".sparkctl-part").exists()
+
+
+def test_ranges_through_a_pipeline_of_peers_are_checked_on_each(
+    nodes: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 64 << 10)
+    monkeypatch.setattr(w, "ALIGN", 4096)
+    src, dst = nodes
+    dirs = [dst, tmp_path / "p1-hf"]
+    source = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)
+    out = ship_weights(
+        source,
+        LocalConnector("n1"),
+        [WeightsPeer(LocalConnector(f"p{i}"), str(d), []) for i, d in enumerate(dirs)],
+        ByteCounter(),
+        transfers=Transfers(),
+        streams=3,
+    )
+    assert {r.action for r in out.values()} == {"shipped"} and {r.streams for r in out.values()} == {3}, out
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    for d in dirs:
+        b = snapshot_manifest(LocalConnector("x"), str(d), REF, deep=True)
+        assert b.files == a.files and b.complete and not list(d.rglob("*.sparkctl-part"))
