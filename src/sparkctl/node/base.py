@@ -258,7 +258,9 @@ def walk_snapshot(repo, snap):
 
 
 def refs_to(repo, commit):
-    """The refs (branches, tags: refs/<name>) that name `commit`: what a start naming only `<id>` resolves."""
+    """The refs (branches, tags: refs/<name>) that name `commit`: what a start naming only `<id>` resolves.
+    Byte for byte, as huggingface_hub reads a ref (unstripped): one holding `commit` and a newline
+    names no snapshot offline, so a peer with it is repaired, not skipped."""
     found = []
     top = os.path.join(repo, "refs")
     for root, _dirs, files in os.walk(top):
@@ -266,7 +268,7 @@ def refs_to(repo, commit):
             path = os.path.join(root, name)
             try:
                 with open(path) as fh:
-                    if fh.read().strip() == commit and not name.endswith(PART):
+                    if fh.read() == commit and not name.endswith(PART):
                         found.append(os.path.relpath(path, top))
             except OSError:
                 continue

@@ -98,10 +98,10 @@ def _joined(threads, got):
     return got
 
 
-def _image_state_api(ref):
+def _image_state_api(ref, want=None):
     if docker_socket() is None:
         return None
-    info = _api_all(["/info"])  # meanwhile: the image, its history, every image's layers
+    info = None if want else _api_all(["/info"])  # meanwhile: the image, its history, every image's layers
     out = {}
     status, doc = _api("/images/%s/json" % ref)  # noqa: UP031
     if status == 200:
@@ -110,6 +110,10 @@ def _image_state_api(ref):
             doc["RootFS"].get("Layers") or [],
             int(doc.get("Size") or 0),
         )
+        if want and doc["Id"] == want:
+            return dict(out, same=True)
+    info = info or _api_all(["/info"])
+    if status == 200:
         status, hist = _api("/images/%s/history" % doc["Id"])  # noqa: UP031
         out["history"] = [int(h.get("Size") or 0) for h in reversed(hist)] if status == 200 else []
     elif status != 404:
@@ -124,10 +128,13 @@ def _image_state_api(ref):
     return out
 
 
-def image_state(ref):
-    """Image ID, layers and sizes of REF, the layer chains of every image, free space of the data root."""
+def image_state(ref, want=None):
+    """Image ID, layers and sizes of REF, the layer chains of every image, free space of the data root.
+    `want`: the ID sparkctl expects the source to have (pinned, or seen there last time): when REF
+    is that image here, only {id, layers, size, same: true}, after one query (nothing to send to
+    this node, so no other image, history or free space is read: a re-ship of nothing new)."""
     try:
-        got = _image_state_api(ref)
+        got = _image_state_api(ref, want)
         if got is not None:
             return got
     except (OSError, ValueError, KeyError, IndexError, TypeError):
@@ -141,6 +148,8 @@ def image_state(ref):
             doc["RootFS"].get("Layers") or [],
             int(doc.get("Size") or 0),
         )
+        if want and doc["Id"] == want:
+            return dict(out, same=True)
         rc, text, _err = _docker(["image", "history", "--human=false", "--format", "{{.Size}}", doc["Id"]])
         out["history"] = [int(x) for x in text.split() if x.isdigit()][::-1] if rc == 0 else []
     elif "no such image" not in err.lower():

@@ -1,8 +1,8 @@
 """Runs ON a node (python3 stdlib only), after base.py and tarfilter.py in one program: the state of
 a node in one round trip, and the source side of a transfer straight to a peer over system OpenSSH.
 
-  state   (stdin JSON {image, models: [[repo, revision]], mode}) -> image ID/layers/free space and a
-          manifest per model, in one run (what `ship` compares)
+  state   (stdin JSON {image, want, models: [[repo, revision]], mode}) -> image ID/layers/free space
+          and a manifest per model, in one run (what `ship` compares); `want`: see image_state
   push-image    (stdin: one JSON line {ref, diff_ids, skip, chain}) -> `docker save REF` from the
                 engine socket (docker_api.SaveStream), minus the layers the peers have, into `ssh PEER
                 ... load` (load.py) (the socket itself is ssh's stdin when nothing is dropped)
@@ -85,10 +85,13 @@ def _watch_stdin():
 
 
 def op_state(req):
-    out = {"image": None, "models": {}, "cores": os.cpu_count() or 1}
+    out = {"image": None, "models": {}, "cores": os.cpu_count() or 1, "load": 0.0}
+    with contextlib.suppress(OSError, AttributeError):
+        out["load"] = os.getloadavg()[0]  # what else runs there: weights streams leave it room
     t = None
     if req.get("image"):
-        t = threading.Thread(target=lambda: out.__setitem__("image", image_state(req["image"])))
+        want = req.get("want")
+        t = threading.Thread(target=lambda: out.__setitem__("image", image_state(req["image"], want)))
         t.start()
     for repo, revision in req.get("models", []):
         try:
@@ -207,9 +210,10 @@ def op_push_image(req):
     }
 
 
-def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
-    """One stream: header + bytes per whole file (hashed on the way) or range, then the end line
-    (for the first stream, `trailer()` adds what its receiver needs to finish the snapshot)."""
+def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None, pieces=None):
+    """One stream: header + bytes per whole file or range, each hashed on the way (a range's sha256
+    into `pieces`: the peer checks its ranges against them instead of reading the file again),
+    then the end line (for the first stream, `trailer()` adds what its receiver needs to finish)."""
     view = memoryview(bytearray(CHUNK))
     try:
         for dest, offset, length in items:
@@ -223,18 +227,19 @@ def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
                     head["offset"], head["total"] = offset, st.st_size
                     fh.seek(offset)
                 sink.write(frame(head))
-                h, left = hashlib.sha256() if whole else None, head["size"]
+                h, left = hashlib.sha256(), head["size"]
                 while left and sink.alive:
                     n = fh.readinto(view[: min(CHUNK, left)])
                     if not n:
                         raise EOFError(dest + " shrank while being sent")
-                    if h is not None:
-                        h.update(view[:n])
+                    h.update(view[:n])
                     sink.write(view[:n])
                     meter.add(n)
                     left -= n
-                if h is not None and not left:
+                if not left and whole:
                     hashes[dest] = (st, h.hexdigest())
+                elif not left and pieces is not None:
+                    pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
         end = {"end": True}
         if trailer is not None and sink.alive:
             end.update(trailer())
@@ -243,7 +248,7 @@ def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None):
         errors.append(str(exc))
 
 
-def _finish_doc(req, hashes, ranged, errors, others, sinks):
+def _finish_doc(req, hashes, ranged, errors, others, sinks, pieces=None):
     """Stream 0's trailer, once every other stream has ended: the plan with every sha256 now known
     and what the other streams' receivers wrote (their own hashes), per peer. The receiver of
     stream 0 then finishes the snapshot itself, saving sparkctl a round trip to the peer."""
@@ -257,23 +262,27 @@ def _finish_doc(req, hashes, ranged, errors, others, sinks):
     for rel, (sha, size, blob) in plan["files"].items():
         dest = "blobs/" + blob if blob else "snapshots/%s/%s" % (plan["commit"], rel)  # noqa: UP031
         files[rel] = [sha or known.get(dest), size, blob]
-    written = {}
+    written, got = {}, {}
     for sink in sinks:
         for node, res in flatten(sink.close()).items():
             if res["rc"] == 0:
-                written.setdefault(node, {}).update(last_json(res["out"]).get("written", {}))
-    return {"finish": {"plan": dict(plan, files=files), "ranged": ranged, "written": written}}
+                doc = last_json(res["out"])
+                written.setdefault(node, {}).update(doc.get("written", {}))
+                for dest, by_offset in doc.get("pieces", {}).items():
+                    got.setdefault(node, {}).setdefault(dest, {}).update(by_offset)
+    fin = {"plan": dict(plan, files=files), "ranged": ranged, "written": written}
+    return {"finish": dict(fin, pieces=pieces or {}, got=got)}
 
 
 def op_push_weights(req):
-    repo, meter, hashes, errors = req["repo"], Meter(), {}, []
+    repo, meter, hashes, errors, pieces = req["repo"], Meter(), {}, [], {}
     sinks, threads = [], []
     for _items in req["streams"]:
         argv, line = first_hop(req["chain"], req["prog"])
         sinks.append(Sink(req["chain"][0]["node"], argv, line, spawn))
     ranged = dict(req.get("ranged", {}))
     for i, items in enumerate(req["streams"][1:], 1):
-        threads.append(meter.run(_send_stream, repo, items, sinks[i], meter, hashes, errors))
+        threads.append(meter.run(_send_stream, repo, items, sinks[i], meter, hashes, errors, None, pieces))
     todo = [d for d, sha in ranged.items() if not sha]
 
     def hash_ranged():
@@ -299,7 +308,8 @@ def op_push_weights(req):
             meter,
             hashes,
             errors,
-            lambda: _finish_doc(req, hashes, ranged, errors, others, sinks[1:]),
+            lambda: _finish_doc(req, hashes, ranged, errors, others, sinks[1:], pieces),
+            pieces,
         )
     )
     meter.report_until(lambda: not any(t.is_alive() for t in threads))

@@ -3,7 +3,8 @@
   recv REPO [COMMIT] (stdin: framed files, see `frame`) -> first drops COMMIT's completion marker
                      (before any byte is written); each whole file under a part name, renamed once
                      complete; ranges of a large file go into its part file in place
-  finish REPO        (stdin JSON {plan, written, ranged}) -> ranged files checked and renamed, snapshot
+  finish REPO        (stdin JSON {plan, written, ranged[, pieces, got]}) -> ranged files checked
+                     (by their ranges' sha256 when they tile the file, else whole) and renamed, snapshot
                      links, every file verified against the plan, refs/<revision>, the marker last;
                      part files left by an interrupted run removed
 Every name written goes through `dest_path`/`check_rel`: no `..`, no absolute path, no symlink
@@ -105,12 +106,11 @@ def _recv_one(inp, repo, head, view):
             n = inp.readinto(view[: min(CHUNK, left)])
             if not n:
                 raise EOFError("stream ended inside " + head["path"])
-            if not ranged:
-                h.update(view[:n])
+            h.update(view[:n])
             os.write(fd, view[:n])
             left -= n
         if ranged:
-            return None
+            return h.hexdigest()  # this range's: `finish` compares it with the source's
         os.fchmod(fd, FINAL_MODE)  # on the descriptor: the file written, not whatever the name is now
         os.close(fd)
         fd = None
@@ -133,7 +133,7 @@ def op_recv(repo, commit=None, node=None):
     inp = sys.stdin.buffer
     big_pipe(inp.fileno())
     view = memoryview(bytearray(CHUNK))
-    written, total, done = {}, 0, None
+    written, pieces, total, done = {}, {}, 0, None
     try:
         if commit:
             _drop_marker(repo, commit)
@@ -142,11 +142,12 @@ def op_recv(repo, commit=None, node=None):
             if head.get("end"):
                 fin = head.get("finish")
                 if fin is not None:
-                    mine = dict(fin["written"].get(node or "", {}), **written)
-                    done = op_finish(repo, {"plan": fin["plan"], "written": mine, "ranged": fin["ranged"]})
+                    done = op_finish(repo, _finish_req(fin, node, written, pieces))
                 break
             digest = _recv_one(inp, repo, head, view)
-            if digest is not None:
+            if "offset" in head:
+                pieces.setdefault(head["path"], {})[str(head["offset"])] = digest
+            else:
                 written[head["path"]] = digest
             total += int(head["size"])
     except OSError as exc:
@@ -158,7 +159,18 @@ def op_recv(repo, commit=None, node=None):
         _fail({"error": "unsafe", "message": str(exc), "written": len(written)}, 4)
     except (EOFError, KeyError) as exc:
         _fail({"error": "truncated", "message": str(exc), "written": len(written)}, 3)
-    return {"written": written, "bytes": total, "finish": done}
+    return {"written": written, "pieces": pieces, "bytes": total, "finish": done}
+
+
+def _finish_req(fin, node, written, pieces):
+    """`finish`'s request from stream 0's end line: what this node's other receivers wrote (files,
+    and the sha256 of each range) joined with this receiver's own."""
+    got = {dest: dict(by_offset) for dest, by_offset in fin.get("got", {}).get(node or "", {}).items()}
+    for dest, by_offset in pieces.items():
+        got.setdefault(dest, {}).update(by_offset)
+    mine = dict(fin["written"].get(node or "", {}), **written)
+    req = {"plan": fin["plan"], "written": mine, "ranged": fin["ranged"]}
+    return dict(req, pieces=fin.get("pieces") or {}, got=got)
 
 
 def _fail(doc, rc):
@@ -166,14 +178,31 @@ def _fail(doc, rc):
     sys.exit(rc)
 
 
-def _settle_ranged(repo, ranged, cache):
-    """Files sent in ranges: the whole part must hash to the source's sha256, then it is renamed;
-    one that does not is removed."""
+def _tiled(sent, got, size):
+    """Every range of the file arrived with the sha256 the source read, and together they cover
+    [0, size) exactly: the part holds the source's bytes, with no second read of it."""
+    if not sent or set(sent) != set(got or {}):
+        return False
+    at = 0
+    for offset, (length, sha) in sorted(((int(k), v) for k, v in sent.items()), key=lambda kv: kv[0]):
+        if offset != at or got[str(offset)] != sha:
+            return False
+        at += int(length)
+    return at == size
+
+
+def _settle_ranged(repo, ranged, cache, pieces=None, got=None):
+    """Files sent in ranges: each range's sha256 must equal the one the source computed while
+    sending it (ranges tiling the file), else the whole part must hash to the source's sha256 (a
+    second read: an older sender, or a range missing); then it is renamed. One that fails is removed."""
     bad = []
     for dest, sha in ranged.items():
         path = dest_path(repo, dest)
         try:
-            digest, _size = HashCache(repo, deep=True).sha256(dest, path + PART)
+            if sha and _tiled((pieces or {}).get(dest), (got or {}).get(dest), os.stat(path + PART).st_size):
+                digest = sha
+            else:
+                digest, _size = HashCache(repo, deep=True).sha256(dest, path + PART)
         except OSError:
             digest = None
         if digest != sha:
@@ -257,7 +286,7 @@ def op_finish(repo, req):
         path = dest_path(repo, dest)
         _durable(repo, dest)  # on disk before its hash vouches for it (not per file mid-stream: no stall)
         cache.record(dest, os.stat(path), sha)  # hashed on arrival by `recv`
-    bad_ranged = _settle_ranged(repo, req.get("ranged", {}), cache)
+    bad_ranged = _settle_ranged(repo, req.get("ranged", {}), cache, req.get("pieces"), req.get("got"))
     _link_blobs(repo, commit, files)
     want = {rel: sha for rel, (sha, _size, _blob) in files.items()}
     got = {}

@@ -86,9 +86,11 @@ def default_source(profile: Profile, nodes: list[str]) -> str:
     return nodes[0]
 
 
-def default_streams(cores: int) -> int:
-    """Parallel streams per peer: one SSH stream per ~4 cores of the source, 1..8."""
-    return max(1, min(8, cores // 4))
+def default_streams(cores: int, load: float = 0.0) -> int:
+    """Parallel streams per peer: one SSH stream per ~4 cores, 1..8, at most half the spare cores."""
+    from sparkctl.ship.sources import streams_for
+
+    return streams_for(cores, load)
 
 
 def ship(

@@ -9,9 +9,18 @@ from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
 from sparkctl.profile.derived import hf_cache_for
 from sparkctl.ship.errors import ShipError
+from sparkctl.ship.hints import image_hint, remember_image
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
-from sparkctl.ship.sources import gather, image_source, manifest_of, model_source, preference
+from sparkctl.ship.sources import (
+    complete_images,
+    gather,
+    image_source,
+    manifest_of,
+    model_source,
+    preference,
+    stream_bound,
+)
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -29,7 +38,7 @@ class ShipOptions:
     check_space: bool = True
     dry_run: bool = False
     deep: bool = False  # `--verify`: every byte rehashed on every node instead of the quick check
-    streams: int | None = None  # parallel weights streams (None: from the source's cores)
+    streams: int | None = None  # parallel weights streams (None: from the spare cores of source and peers)
 
 
 @dataclass
@@ -58,7 +67,7 @@ def run_ship(
     transfers: Transfers,
     raise_on_error: bool,
 ) -> ShipReport:
-    from sparkctl.ship import ShipReport, default_streams, raise_first
+    from sparkctl.ship import ShipReport, raise_first
 
     wanted = to or mode_nodes
     order = [source] if source else preference(profile, mode_nodes, wanted)
@@ -71,15 +80,13 @@ def run_ship(
         [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
     )
     nodes = list(dict.fromkeys([*order, *wanted]))
-    states = gather(profile, pool, nodes, ref, models, deep=opts.deep, cancel=transfers.cancel)
+    want = (profile.image.id or image_hint(profile.cluster, order, ref)) if ref is not None else None
+    states = gather(profile, pool, nodes, ref, models, deep=opts.deep, cancel=transfers.cancel, want=want)
     if source and states[source].error is not None:
         raise states[source].error
     items: list[ShipItem] = []
     if ref is not None:
-        from sparkctl.ship.image import source_image
-
-        src = image_source(states, order, ref, profile.image.id)
-        items.append(ShipItem("image", src, image=source_image(src, ref, states[src].image)))
+        items.append(_image_item(profile, pool, states, order, wanted, ref, transfers))
     for m in models:
         src = model_source(profile, states, order, m)
         manifest = manifest_of(profile, src, m, states[src].models[m.id])
@@ -104,7 +111,7 @@ def run_ship(
             jobs.append(it)
 
     def one(i: int) -> dict:
-        return _item(profile, pool, states, jobs[i], progress, opts, transfers, default_streams)
+        return _item(profile, pool, states, jobs[i], progress, opts, transfers)
 
     # The image and the weights move at the same time (their sources and links are busy with one
     # each; the peer's `docker load` is mostly engine CPU while the weights stream).
@@ -126,12 +133,23 @@ def run_ship(
     return report
 
 
+def _image_item(profile, pool, states, order, wanted, ref: str, transfers: Transfers) -> ShipItem:  # noqa: PLR0913
+    """The image's source; the layers and sizes of the nodes that answered short and now need them;
+    the source's ID kept as the next run's hint."""
+    from sparkctl.ship.image import source_image
+
+    src = image_source(states, order, ref, profile.image.id)
+    complete_images(pool, states, src, wanted, ref, transfers.cancel)
+    remember_image(profile.cluster, src, ref, states[src].image["id"])
+    return ShipItem("image", src, image=source_image(src, ref, states[src].image))
+
+
 def _cannot_take(state, what: str) -> BaseException | None:  # NodeState
     """Why a node cannot take this item: unreachable, or (for the image) its Docker not answering."""
     return state.error or (state.docker_error if what == "image" else None)
 
 
-def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, transfers, default_streams):  # noqa: PLR0913
+def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, transfers):  # noqa: PLR0913
     """One item (the image, or one model) from its source to every peer that lacks it: per peer, its
     result or its error."""
     from sparkctl.fanout import Cancelled
@@ -169,7 +187,7 @@ def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, tr
                 group,
                 progress,
                 transfers=transfers,
-                streams=opts.streams or default_streams(states[src].cores),
+                streams=opts.streams or stream_bound(states, [src, *peers]),
                 deep=opts.deep,
                 check_space=opts.check_space,
                 dry_run=opts.dry_run,

@@ -7,6 +7,7 @@ on, else the mode's nodes in rank order, else the `--to` nodes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from sparkctl.fanout import CancelToken, fan_out
 from sparkctl.profile.derived import hf_cache_for
 from sparkctl.remote.manifest import Manifest, parse_manifest, revision_of
 from sparkctl.remote.ops import run_op
-from sparkctl.ship.errors import ShipError, SourceMissingError
+from sparkctl.ship.errors import RERUN, ShipError, SourceMissingError
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -29,6 +30,7 @@ class NodeState:
     image: dict | None = None  # {id, layers, size, history, chains, free} or {} when absent
     models: dict[str, dict] = field(default_factory=dict)  # model id -> manifest doc (+ free)
     cores: int = 1
+    load: float = 0.0  # the node's 1-minute load average, from `state`
     error: BaseException | None = None
     docker_error: SparkctlError | None = None  # the image was asked for and Docker did not answer
 
@@ -46,14 +48,17 @@ def gather(
     *,
     deep: bool,
     cancel: CancelToken,
+    want: str | None = None,
 ) -> dict[str, NodeState]:
     """The `state` op on every node at once: image ID/layers/free space and each model's manifest
-    (hashes from the quick check, or every byte rehashed when `deep`)."""
+    (hashes from the quick check, or every byte rehashed when `deep`). `want`: the image ID the
+    source is expected to have; a node whose image is that one answers short (see complete_images)."""
 
     def one(node: str) -> NodeState:
         repos = {m.id: repo_dir(hf_cache_for(profile, node), m.id) for m in models}
         req = {
             "image": image_ref,
+            "want": want,
             "models": [[repos[m.id], revision_of(m)] for m in models],
             "mode": "deep" if deep else "lazy",
         }
@@ -71,6 +76,7 @@ def gather(
             image,
             {m.id: doc["models"][repos[m.id]] for m in models},
             int(doc.get("cores") or 1),
+            float(doc.get("load") or 0.0),
             docker_error=docker,
         )
 
@@ -78,6 +84,52 @@ def gather(
     for node, outcome in fan_out(nodes, one, cancel=cancel).items():
         states[node] = outcome.value if outcome.ok else NodeState(node, error=outcome.error)
     return states
+
+
+def streams_for(cores: int, load: float = 0.0) -> int:
+    """Weights streams one node can take: one per ~4 cores, 1..8, and at most half its spare cores
+    (cores minus its 1-minute load), so that a node serving a model is not starved."""
+    spare = max(0, cores - math.ceil(load))
+    return max(1, min(8, cores // 4, spare // 2))
+
+
+def stream_bound(states: dict[str, NodeState], nodes: list[str]) -> int:
+    """Streams of one weights push: each stream costs a core on the source and on every peer."""
+    return min(streams_for(states[n].cores, states[n].load) for n in nodes)
+
+
+def complete_images(
+    pool: NodePool, states: dict[str, NodeState], src: str, peers: list[str], ref: str, cancel: CancelToken
+) -> None:
+    """A node answered short (its image is the `want`ed one: `same`) but a transfer follows: the
+    source's layer sizes and each lacking peer's layers and free space are read now, one more round
+    trip to just those nodes. Nothing to send: nothing is asked again."""
+    sid = (states[src].image or {}).get("id")
+    lacking = [
+        n
+        for n in peers
+        if n != src
+        and states[n].error is None
+        and states[n].docker_error is None
+        and (states[n].image or {}).get("id") != sid
+    ]
+    redo = [n for n in ([src, *lacking] if lacking else []) if (states[n].image or {}).get("same")]
+    if not redo:
+        return
+    got = fan_out(
+        redo, lambda n: run_op(pool.get(n), "state", payload={"image": ref}, timeout=None), cancel=cancel
+    )
+    for node, outcome in got.items():
+        image = outcome.value.get("image") if outcome.ok else None
+        if isinstance(image, dict) and not image.get("error") and (image.get("id") or node != src):
+            states[node].image = image
+            continue
+        err = outcome.error if not outcome.ok else None
+        why = (image or {}).get("error") or f"no image {ref} any more"
+        err = err or ShipError(f"asked again, Docker answered: {why}", node=node, fix=RERUN)
+        if node == src:
+            raise err
+        states[node].error = err
 
 
 def preference(profile: Profile, mode_nodes: list[str], targets: list[str]) -> list[str]:

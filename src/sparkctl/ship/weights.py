@@ -4,7 +4,8 @@ Order on the peer: the source sends the files straight to the peer (hop.py) over
 each receiver first removing the old completion marker, each whole file written
 under a part name and renamed once all its bytes arrived (hashed on the way), a large file split
 in ranges written in place into its part file; `finish` checks each ranged file's sha256 and
-renames it, makes the snapshot links, checks every file against the source's sha256, removes part
+renames it (by the sha256 of each range, sent and received, when they tile the file: no second
+read), makes the snapshot links, checks every file against the source's sha256, removes part
 files left by an interrupted run, writes the source's refs/<branch> to the commit and the completion
 marker last. A rerun after any interruption resends only what is
 not there intact.
@@ -34,29 +35,46 @@ RANGE_MIN = 64 << 20  # files smaller than this are never split
 ALIGN = 1 << 20
 
 
+BALANCED = 1.15  # whole files only, when their best spread is within 15 % of an even share
+
+
 def plan_streams(send: dict[str, int], n: int) -> tuple[list[list[tuple[str, int | None, int]]], list[str]]:
-    """Spread files over n streams, largest first onto the least loaded; a file larger than an
-    even share (and RANGE_MIN) is cut into ranges. Returns (streams of (dest, offset|None, length),
-    the dests sent in ranges)."""
+    """Spread files over n streams, largest first onto the least loaded. Whole files when that
+    spread is within BALANCED of an even share: each file is then read once on the source, hashed
+    on its way, and once on the peer as it is written. Otherwise a file larger than an even share
+    (and RANGE_MIN) is cut into ranges, each hashed on both ends (the source, when the file is not
+    hashed yet, reads it once more for its whole sha256). Returns
+    (streams of (dest, offset|None, length), the dests sent in ranges)."""
     n = max(1, n)
     total = sum(send.values())
     share = -(-total // n)
+    files = sorted(send.items(), key=lambda kv: (-kv[1], kv[0]))
+    whole, load = _spread([(dest, None, size) for dest, size in files], n)
+    if n == 1 or max(load) <= BALANCED * share:
+        return whole, []
     pieces: list[tuple[str, int | None, int]] = []
     ranged: list[str] = []
-    for dest, size in sorted(send.items(), key=lambda kv: (-kv[1], kv[0])):
-        if n > 1 and size >= RANGE_MIN and size > share:
+    for dest, size in files:
+        if size >= RANGE_MIN and size > share:
             step = -(-size // min(n, -(-size // RANGE_MIN)) // ALIGN) * ALIGN
             pieces += [(dest, off, min(step, size - off)) for off in range(0, size, step)]
             ranged.append(dest)
         else:
             pieces.append((dest, None, size))
+    return _spread(pieces, n)[0], ranged
+
+
+def _spread(
+    pieces: list[tuple[str, int | None, int]], n: int
+) -> tuple[list[list[tuple[str, int | None, int]]], list[int]]:
+    """Longest first onto the least loaded stream: (streams, bytes per stream)."""
     streams: list[list[tuple[str, int | None, int]]] = [[] for _ in range(min(n, len(pieces)) or 1)]
     load = [0] * len(streams)
     for piece in sorted(pieces, key=lambda p: -p[2]):
         i = load.index(min(load))
         streams[i].append(piece)
         load[i] += piece[2]
-    return streams, ranged
+    return streams, load
 
 
 def identical(source: Manifest, peer_doc: dict | None) -> bool:

@@ -26,6 +26,7 @@ class FakeEngine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: str, broken: str | None = None) -> None:
         self.in_flight = self.most = 0
+        self.paths: list[str] = []
         self.lock = threading.Lock()
         self.broken = broken
         super().__init__(path, Handler)
@@ -41,6 +42,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.in_flight += 1
             self.server.most = max(self.server.most, self.server.in_flight)
+            self.server.paths.append(self.path)
         try:
             time.sleep(0.01)  # long enough for queries sent together to overlap here
             if self.server.broken and self.path.startswith(self.server.broken):
@@ -88,6 +90,16 @@ def test_state_reads_every_image_with_queries_in_parallel(engine: FakeEngine) ->
     assert len(got["chains"]) == len(IMAGES) and got["free"] > 0
     assert "error" not in got
     assert engine.most > 1  # /info and the inspects overlapped
+
+
+def test_the_wanted_image_is_one_query_and_another_is_read_in_full(engine: FakeEngine) -> None:
+    """A re-ship of nothing new: the node's ref is the image the source has, so nothing of the other
+    images, the history or the free space is read; any other ID gets the full state."""
+    got = docker_api.image_state("bench:1", REF_ID)
+    assert got == {"id": REF_ID, "layers": IMAGES[REF_ID], "size": 12, "same": True}
+    assert engine.paths == ["/images/bench:1/json"]
+    full = docker_api.image_state("bench:1", "sha256:" + "f" * 64)
+    assert "same" not in full and "/info" in engine.paths and len(engine.paths) > len(IMAGES)
 
 
 @pytest.mark.parametrize("engine", ["/info", "/images/sha256:"], indirect=True)

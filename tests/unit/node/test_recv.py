@@ -167,6 +167,22 @@ def test_plan_streams_balances_and_cuts_large_files(monkeypatch: pytest.MonkeyPa
     assert none == [] and sorted(one[0]) == [("blobs/a", None, 1000), ("blobs/b", None, 10)]
 
 
+def test_plan_streams_keeps_files_whole_when_they_spread_evenly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: four shards of about the same size over four streams go whole (each read once,
+    hashed on its way); one shard much larger than the rest is still cut."""
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 100)
+    monkeypatch.setattr(w, "ALIGN", 1)
+    shards = {"blobs/a": 1000, "blobs/b": 990, "blobs/c": 980, "blobs/d": 900, "blobs/e": 30}
+    streams, ranged = plan_streams(shards, 4)
+    assert ranged == [] and len(streams) == 4
+    assert sorted(d for s in streams for d, off, _n in s if off is None) == sorted(shards)
+    assert max(sum(n for *_x, n in s) for s in streams) <= w.BALANCED * sum(shards.values()) / 4
+    _streams, ranged = plan_streams({**shards, "blobs/a": 4000}, 4)
+    assert ranged == ["blobs/a"]
+
+
 def test_lazy_manifest_reports_only_cached_hashes(nodes: tuple[Path, Path]) -> None:
     src, _ = nodes
     lazy = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)
@@ -207,6 +223,27 @@ def test_corrupted_peer_file_of_equal_size_is_sent_again(nodes: tuple[Path, Path
     res, _ = _ship(src, dst)
     assert res.action == "shipped" and res.files_sent == 1 and res.files_kept == 3
     assert snapshot_manifest(LocalConnector("n2"), str(dst), REF).complete
+
+
+def test_a_source_file_changed_in_place_with_a_new_mtime_is_sent_again(nodes: tuple[Path, Path]) -> None:
+    """The hash cache is keyed by what can change (size, mtime, inode, device): the same inode and
+    size with new bytes and a new mtime is a cache miss on the source, so a re-ship sends exactly it."""
+    src, dst = nodes
+    _ship(src, dst)
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    blob = Path(repo_dir(str(src), MODEL)) / "blobs" / a.files["config.json"].blob
+    ino, st = blob.stat().st_ino, blob.stat()
+    with open(blob, "r+b") as fh:  # in place: same inode, same size
+        fh.write(b"{}")
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert blob.stat().st_ino == ino and blob.stat().st_size == st.st_size
+    res, counter = _ship(src, dst)
+    assert res.action == "shipped" and res.files_sent == 1 and res.files_kept == 3
+    assert counter.sent["n2:" + MODEL] == st.st_size
+    peer = Path(repo_dir(str(dst), MODEL)) / "blobs" / a.files["config.json"].blob
+    assert peer.read_bytes() == blob.read_bytes()
+    again, _ = _ship(src, dst)
+    assert again.action == "skipped"
 
 
 def test_marker_alone_missing_is_repaired_without_copying(nodes: tuple[Path, Path]) -> None:
@@ -401,3 +438,71 @@ def test_a_pinned_commit_ships_with_the_sources_refs_to_it(nodes: tuple[Path, Pa
     (repo2 / "refs" / "main").unlink()  # as a ship before issue 46 left it
     assert ship() == "repaired" and (repo2 / "refs" / "main").read_text() == commit
     assert ship() == "skipped"
+    (repo2 / "refs" / "main").write_text(commit + "\n")  # huggingface_hub reads it unstripped: no snapshot
+    assert ship() == "repaired" and (repo2 / "refs" / "main").read_bytes() == commit.encode()
+
+
+def _part_of(tmp_path: Path, data: bytes, blob: str | None = None) -> tuple[str, str, str]:
+    """A part file of `data` under blobs/<blob> (default: the sha256 of data, as the source has it)."""
+    blob = blob or hashlib.sha256(data).hexdigest()
+    repo = tmp_path / "hub" / "models--org--model"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / f"{blob}.sparkctl-part").write_bytes(data)
+    return str(repo), f"blobs/{blob}", blob
+
+
+def test_a_ranged_file_is_checked_by_its_ranges_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: each range's sha256, computed by the sender while reading it and by the receiver
+    while writing it, tiles the file: the part is renamed without being read again. A range that
+    differs, or one missing, falls back to hashing the whole part (which then must match)."""
+    from sparkctl.node import recv
+
+    data = os.urandom(3000)
+    repo, dest, blob = _part_of(tmp_path, data)
+    sent = {str(o): [1000, hashlib.sha256(data[o : o + 1000]).hexdigest()] for o in (0, 1000, 2000)}
+    got = {o: v[1] for o, v in sent.items()}
+    reads: list[str] = []
+    real = recv.HashCache.sha256
+    monkeypatch.setattr(
+        recv.HashCache, "sha256", lambda self, rel, path: reads.append(path) or real(self, rel, path)
+    )
+    cache = recv.HashCache(repo)
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: got}) == []
+    assert reads == [] and Path(repo, dest).read_bytes() == data and cache.data[dest][4] == blob
+
+    repo, dest, blob = _part_of(tmp_path / "b", data)
+    short = {k: v for k, v in got.items() if k != "2000"}
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: short}) == []
+    assert reads == [repo + "/" + dest + ".sparkctl-part"]  # not tiled: hashed whole, and it matches
+
+    repo, dest, blob = _part_of(tmp_path / "c", data[:2000] + b"x" * 1000, hashlib.sha256(data).hexdigest())
+    lied = dict(got, **{"2000": hashlib.sha256(b"y" * 1000).hexdigest()})
+    assert recv._settle_ranged(repo, {dest: blob}, cache, {dest: sent}, {dest: lied}) == [dest]
+    assert not Path(repo, dest).exists() and not Path(repo, dest + ".sparkctl-part").exists()
+
+
+def test_ranges_through_a_pipeline_of_peers_are_checked_on_each(
+    nodes: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkctl.ship.weights as w
+
+    monkeypatch.setattr(w, "RANGE_MIN", 64 << 10)
+    monkeypatch.setattr(w, "ALIGN", 4096)
+    src, dst = nodes
+    dirs = [dst, tmp_path / "p1-hf"]
+    source = snapshot_manifest(LocalConnector("n1"), str(src), REF, lazy=True)
+    out = ship_weights(
+        source,
+        LocalConnector("n1"),
+        [WeightsPeer(LocalConnector(f"p{i}"), str(d), []) for i, d in enumerate(dirs)],
+        ByteCounter(),
+        transfers=Transfers(),
+        streams=3,
+    )
+    assert {r.action for r in out.values()} == {"shipped"} and {r.streams for r in out.values()} == {3}, out
+    a = snapshot_manifest(LocalConnector("n1"), str(src), REF)
+    for d in dirs:
+        b = snapshot_manifest(LocalConnector("x"), str(d), REF, deep=True)
+        assert b.files == a.files and b.complete and not list(d.rglob("*.sparkctl-part"))
