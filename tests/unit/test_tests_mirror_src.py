@@ -112,7 +112,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "preflight/checks/launch.py",
         "preflight/checks/memory.py",
         "preflight/checks/pingdf.py",
-        "preflight/checks/ports.py",
         "preflight/checks/roce.py",
         "preflight/checks/router.py",
         "preflight/checks/weights.py",

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from sparkctl import fanout
 from sparkctl.connectors.base import Connector
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import CancelToken, Results, fan_out
@@ -51,6 +52,17 @@ def connector_to(name: str, address: str, *, local: bool = False, **ssh: Any) ->
     return SshConnector(resolve_target(name, address, **ssh))
 
 
+def _say_if_slow(text: str) -> threading.Timer | None:
+    """A connect of the main thread (a fan-out's workers have the fan-out's own line) that takes
+    over fanout.SLOW_AFTER_S says so through fanout.notice; the caller cancels it when done."""
+    if fanout.notice is None or threading.current_thread() is not threading.main_thread():
+        return None
+    timer = threading.Timer(fanout.SLOW_AFTER_S, fanout.notice, [f"{text} ({fanout.SLOW_AFTER_S:g} s)"])
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class NodePool:
     """Lazily connected connectors for a profile's nodes; closes them all on exit.
 
@@ -79,6 +91,7 @@ class NodePool:
                 self._connectors[node] = conn
         connect = getattr(conn, "connect", None)
         if connect is not None:
+            slow = _say_if_slow(f"still connecting to {node}")
             try:
                 connect()
             except SparkctlError as exc:
@@ -86,6 +99,9 @@ class NodePool:
                     with self._lock:
                         self._failed.setdefault(node, copy.copy(exc))
                 raise
+            finally:
+                if slow is not None:
+                    slow.cancel()
         return conn
 
     def map(

@@ -59,3 +59,26 @@ def test_a_long_lived_pool_keeps_retrying(refusing: type[Refusing]) -> None:
             with pytest.raises(ConnectError):
                 pool.get("spark2")
     assert refusing.attempts == 2  # supervise's pool: a node that comes back is found again
+
+
+def test_a_slow_connect_of_the_main_thread_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` resolving rank 0's key connects outside any fan-out: silent for the whole timeout."""
+    import time
+
+    from sparkctl import fanout
+
+    class Slow(Refusing):
+        def connect(self) -> None:
+            time.sleep(0.6)
+
+    said: list[str] = []
+    monkeypatch.setattr(fanout, "notice", said.append)
+    monkeypatch.setattr(fanout, "SLOW_AFTER_S", 0.2)
+    monkeypatch.setattr(pool_mod, "connector_for", lambda _p, node, **_k: Slow(node.name))
+    with NodePool(load_profile_file(ROOT / "profiles" / "dual-spark.yaml")) as pool:
+        pool.get("spark2")
+        assert said == ["still connecting to spark2 (0.2 s)"]
+        monkeypatch.setattr(Slow, "connect", lambda self: None)
+        pool.get("spark1")  # fast: nothing said
+    time.sleep(0.3)
+    assert said == ["still connecting to spark2 (0.2 s)"]

@@ -18,7 +18,7 @@ class PortFree(Check):
     name = "PortFree"
     summary = (
         "every port the plan binds is free on its node (each replica head's HTTP, its engine's behind the "
-        "gateway and dist-init, the router's)"
+        "gateway, dist-init and launch gate, the router's)"
     )
     order = 140
     fast = True
@@ -45,8 +45,9 @@ class PortFree(Check):
 
 def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
     """node -> {port: what binds it}: each replica head's HTTP port (its gateway's), the engine's
-    own port behind that gateway, (groups over several nodes) its dist-init port, and the router's
-    port on its node (and its own behind its gateway). One replica: plain "HTTP"/"dist-init"."""
+    own port behind that gateway, (groups over several nodes) its dist-init port and, in a gated
+    start, its launch gate; and the router's port on its node (and its own behind its gateway).
+    One replica: plain "HTTP"/"dist-init"."""
     out: dict[str, dict[int, str]] = {}
     many = plan.replicas > 1
     for g in plan.groups:
@@ -58,6 +59,8 @@ def planned_ports(plan: Plan) -> dict[str, dict[int, str]]:
         gate = plan.ranks[g.ranks[0]].gateway if g.ranks else None
         if gate is not None:  # the engine's own port behind the gateway
             ports[gate.upstream_port] = f"{who}engine (behind the gateway)"
+        if g.gate is not None:  # a gated start's control server (memory.gated_start)
+            ports[g.gate.port] = f"{who}launch gate"
     if plan.router is not None:
         ports = out.setdefault(plan.router.node, {})
         ports[plan.endpoint.port] = "router HTTP"
