@@ -40,7 +40,7 @@ class PreflightFailedError(SparkctlError):
     exit_code = ExitCode.CHECK_FAILED
 
     # What `sparkctl ship` can fix: something missing or different that another node has.
-    SHIPPABLE = frozenset({"ImagePresent", "ImageSame", "Weights"})
+    SHIPPABLE = frozenset({"ImagePresent", "ImageSame", "Weights", "WeightsOffline"})
 
     def __init__(self, message: str, *, fix: str | None = None, errors: list | None = None) -> None:
         super().__init__(message, fix=fix)

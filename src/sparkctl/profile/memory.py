@@ -86,8 +86,8 @@ class Memory(Strict):
         False,
         description="Start each multi-node group gated where its engine release has a launch gate "
         "(SGLang >= 0.5.23: --gated-launch-port on fabric.dist_init_port + 7): every rank rendezvouses, "
-        "admission runs on every node of the group, then the gate opens. Leave it off until `up` opens "
-        "the gate (docs/memory.md: where it stands).",
+        "admission runs on every node of the group at that moment, then `up` opens the gate; a refusal "
+        "stops every rank before any allocated GPU memory (docs/memory.md).",
     )
 
 
