@@ -129,7 +129,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "ship/weights.py",
         "ship/weights_push.py",
         "top/__init__.py",
-        "top/snapshot.py",
         "units.py",
         "verify/base.py",
         "verify/chat_checks.py",

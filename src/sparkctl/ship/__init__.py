@@ -8,16 +8,16 @@ Entry point for other commands (`up` offers to ship what preflight found missing
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkctl.errors import SparkctlError, UsageError
+from sparkctl.errors import UsageError
 from sparkctl.fanout import CancelToken
 from sparkctl.profile.derived import hf_cache_for
 from sparkctl.remote.manifest import Manifest, snapshot_manifest
 from sparkctl.ship.errors import DiskFullError, ShipError, SourceMissingError
 from sparkctl.ship.hop import Transfers
 from sparkctl.ship.progress import ByteCounter, NullProgress, Progress, RichProgress
+from sparkctl.ship.report import ShipReport, raise_first
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
@@ -34,48 +34,11 @@ __all__ = [
     "ShipError",
     "ShipReport",
     "SourceMissingError",
+    "raise_first",
     "hf_cache_for",
     "ship",
     "snapshot_manifest",
 ]
-
-
-@dataclass
-class ShipReport:
-    source: str
-    targets: list[str]
-    check: str = "quick"  # how content was compared: "quick" (size+mtime+inode) or "deep" (rehashed)
-    results: list = field(default_factory=list)  # ImageResult | WeightsResult
-    errors: list[tuple[str, str, SparkctlError]] = field(default_factory=list)  # (node, what, error)
-
-    @property
-    def bytes_sent(self) -> int:
-        return sum(r.bytes_sent for r in self.results)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    def to_json(self) -> dict:
-        return {
-            "source": self.source,
-            "targets": self.targets,
-            "check": self.check,
-            "ok": self.ok,
-            "bytes_sent": self.bytes_sent,
-            "results": [r.to_json() for r in self.results],
-            "errors": [{"node": n, "what": w, "error": e.message, "fix": e.fix} for n, w, e in self.errors],
-        }
-
-
-def raise_first(report: ShipReport) -> None:
-    """Raise the first failure as itself (its type and exit code), with `.report` attached."""
-    _node, _what, first = report.errors[0]
-    if len(report.errors) > 1:
-        others = ", ".join(f"{n} {w}" for n, w, _ in report.errors[1:])
-        first.message += f" (also failed: {others})"
-    first.report = report  # type: ignore[attr-defined]
-    raise first
 
 
 def default_source(profile: Profile, nodes: list[str]) -> str:

@@ -12,6 +12,7 @@ from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hints import image_hint, remember_image
 from sparkctl.ship.hop import Transfers, hop_argv
 from sparkctl.ship.progress import Progress
+from sparkctl.ship.report import ShipReport, raise_first
 from sparkctl.ship.sources import (
     complete_images,
     gather,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ModelRef, Profile
     from sparkctl.remote.manifest import Manifest
-    from sparkctl.ship import ShipReport
     from sparkctl.ship.image import SourceImage
 
 
@@ -67,7 +67,6 @@ def run_ship(
     transfers: Transfers,
     raise_on_error: bool,
 ) -> ShipReport:
-    from sparkctl.ship import ShipReport, raise_first
 
     wanted = to or mode_nodes
     order = [source] if source else preference(profile, mode_nodes, wanted)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from sparkctl.top.alerts import Alert
 
 METRICS_TIMEOUT = 2.0
+METRICS_LIMIT = (
+    64 << 20
+)  # an engine's exposition text (vLLM's histograms: hundreds of KB); bounded all the same
 HISTORY = 10  # refreshes of queue length kept for the "queue growing" rule
 
 
@@ -143,16 +146,28 @@ def rank_rows(plan: Plan, containers: list[ContainerInfo], unreachable: dict[str
     return rows
 
 
-def scrape(url: str, timeout: float = METRICS_TIMEOUT, key: str | None = None) -> str:
-    """GET /metrics (no proxy: the engine sits on the cluster's own network), with the API key
-    where there is one (the gateway asks for it on every route but /health)."""
+class ScrapeError(Exception):
+    """/metrics could not be read: the message is the cell's text."""
+
+
+def scrape(
+    url: str, timeout: float = METRICS_TIMEOUT, key: str | None = None, enable_flag: str | None = None
+) -> str:
+    """GET /metrics through the cluster's one opener (no proxy), with the API key where there is
+    one (the gateway asks for it on every route but /health); a failure is a ScrapeError whose
+    text says what failed (a 404 with the engine's flag that turns metrics on)."""
     import urllib.request
 
-    from sparkctl.cluster_http import OPENER as _OPENER
+    from sparkctl.cluster_http import Failure, fetch
+
+    def fail(f: Failure) -> ScrapeError:
+        if f.code == 404 and enable_flag:
+            return ScrapeError(f"/metrics: HTTP 404 (set engine.args {enable_flag}: true)")
+        return ScrapeError(f"/metrics: HTTP {f.code}" if f.code is not None else f"/metrics: {f.detail}")
 
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    with _OPENER.open(req, timeout=timeout) as resp:
-        return resp.read().decode("utf-8", errors="replace")
+    body, _ = fetch(req, timeout, fail, limit=METRICS_LIMIT)
+    return body.decode("utf-8", errors="replace")
 
 
 class Collector:
@@ -203,10 +218,10 @@ class Collector:
             row.error = f"engine '{self.profile.engine.kind}' exports no metrics"
             return row
         try:
-            text = scrape(url, key=self._key(plan))
+            text = scrape(url, key=self._key(plan), enable_flag=names.enable_flag)
             now = parse_metrics(text, time.monotonic(), names)
         except Exception as exc:  # noqa: BLE001 - any failure to read the engine is that cell's state
-            row.error = _metrics_error(exc, names.enable_flag)
+            row.error = str(exc) if isinstance(exc, ScrapeError) else f"/metrics: {exc}"
             self._scrape.pop(url, None)
             return row
         row.stats = engine_stats(now, self._scrape.get(url), names)
@@ -277,14 +292,3 @@ def _message(exc: BaseException | None) -> str:
     if isinstance(exc, SparkctlError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"
-
-
-def _metrics_error(exc: Exception, enable_flag: str | None = None) -> str:
-    import urllib.error
-
-    if isinstance(exc, urllib.error.HTTPError):
-        if exc.code == 404 and enable_flag:
-            return f"/metrics: HTTP 404 (set engine.args {enable_flag}: true)"
-        return f"/metrics: HTTP {exc.code}"
-    reason = getattr(exc, "reason", None) or exc
-    return f"/metrics: {reason}"
