@@ -12,6 +12,7 @@ each client turns the `Failure` into its own one-line error with its own fix.
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,5 +62,7 @@ def fetch(
     except TimeoutError:
         failure = Failure(None, "timed out", timed_out=True)
     except (urllib.error.URLError, OSError) as exc:
-        failure = Failure(None, str(getattr(exc, "reason", exc)))
+        failure = Failure(None, str(getattr(exc, "reason", exc)) or type(exc).__name__)
+    except http.client.HTTPException as exc:  # a reply that is not HTTP (BadStatusLine, IncompleteRead)
+        failure = Failure(None, f"{type(exc).__name__}: {exc}".rstrip(": "))
     raise fail(failure)

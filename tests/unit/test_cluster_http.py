@@ -139,3 +139,29 @@ def test_fetch_returns_body_and_content_type(servers) -> None:
     a, _ = servers
     body, ctype = fetch(urllib.request.Request(_url(a, "/v1/models")), 5, lambda f: _Boom())
     assert json.loads(body) == {"data": [{"id": "m"}]} and ctype == "application/json"
+
+
+def test_fetch_maps_a_reply_that_is_not_http_to_no_answer() -> None:
+    """A listener that answers with something else than HTTP (http.client's BadStatusLine, not an
+    OSError) is 'no answer' with its reason, like a refused connect: no exception escapes."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+
+        def garbage() -> None:
+            conn, _ = srv.accept()
+            conn.recv(1024)
+            conn.sendall(b"HELLO THERE\r\n\r\n")
+            conn.close()
+
+        threading.Thread(target=garbage, daemon=True).start()
+        url = f"http://127.0.0.1:{srv.getsockname()[1]}/v1/models"
+        seen: list[Failure] = []
+
+        def fail(f: Failure) -> Exception:
+            seen.append(f)
+            return RuntimeError("mapped")
+
+        with pytest.raises(RuntimeError, match="mapped"):
+            fetch(urllib.request.Request(url), 5, fail)
+    assert seen[0].code is None and "BadStatusLine" in seen[0].detail

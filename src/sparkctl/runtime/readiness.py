@@ -17,12 +17,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from sparkctl.cluster_http import OPENER as _OPENER
+from sparkctl.cluster_http import Failure, fetch
 from sparkctl.engines.base import Readiness
 from sparkctl.planning.build import Endpoint
 from sparkctl.secrets import resolve_known
 
 MODELS_TIMEOUT = 2.0
+BODY_LIMIT = 4 << 20  # /v1/models of a fleet, /health: small; bounded all the same
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,30 @@ class EndpointHealth:
         }
 
 
+class _Status(Exception):  # noqa: N818 - an answer, not an error: a non-2xx status
+    def __init__(self, code: int, body: bytes) -> None:
+        super().__init__(code)
+        self.code, self.body = code, body
+
+
+def _failed(f: Failure) -> Exception:
+    if f.code is not None:
+        return _Status(f.code, f.detail.encode())
+    return OSError(f.detail)  # no answer: the probe's detail says why
+
+
 def _get(url: str, timeout: float, api_key: str | None = None) -> tuple[int, bytes]:
+    """(status, body) through the cluster's one opener and mapper (cluster_http.fetch); no answer
+    at all raises OSError with the reason."""
     headers = {"Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     req = urllib.request.Request(url, headers=headers)
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() or b""
+        body, _ = fetch(req, timeout, _failed, limit=BODY_LIMIT)
+    except _Status as answer:
+        return answer.code, answer.body
+    return 200, body
 
 
 def served_models(body: bytes) -> list[str]:
