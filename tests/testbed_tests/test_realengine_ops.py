@@ -230,11 +230,11 @@ def test_replicas_behind_the_real_router_through_a_rolling_switch_fail_no_reques
     assert running_modes(vllm_lab, profile_path) == {"dp2b": {"running"}}
     assert len(RouterClient(url).workers()) == 2
     assert chat(old.endpoint.api_base)["usage"]["completion_tokens"] > 0
-    # sglang-router lists vLLM workers' model as "unknown" (it asks SGLang's /model_info): sparkctl
-    # still calls the mode ready (the served name is checked on each replica), and `up` of the
-    # running mode keeps it instead of restarting every replica.
+    # sglang-router asks each worker SGLang's /server_info, which vLLM has not: the replica's
+    # gateway answers it from the plan, so the router lists the served name (it said "unknown"
+    # before the gateway); `up` of the running mode keeps it instead of restarting every replica.
     with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as resp:
-        assert [m["id"] for m in json.loads(resp.read())["data"]] == ["unknown"]
+        assert [m["id"] for m in json.loads(resp.read())["data"]] == [SERVED]
     assert out["health"]["ready"], out["health"]
     (mode,) = run_json(state, profile_path, "status")["modes"]
     assert mode["mode"] == "dp2b" and mode["health"]["ready"], mode["health"]
