@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # The router's endpoint: /v1/models answers 200 once a worker is in (503 "No models available"
 # with none), and names the model from a worker's /server_info `served_model_name`, which each
 # replica's gateway answers from the plan (planning/gateway.py router_answers); with
-# engine.gateway off a vLLM worker has no /server_info and is listed as "unknown". So the name is
+# engine.gateway off a worker whose engine has no /server_info is listed as "unknown". So the name is
 # not judged here (Readiness.names_served): it is checked on every replica's own endpoint.
 READINESS = Readiness(names_served=False)
 ROUTER_KEY_FILE = f"{sec.SECRETS_DIR}/sparkctl-router-key"

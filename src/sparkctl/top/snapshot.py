@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 METRICS_TIMEOUT = 2.0
 METRICS_LIMIT = (
     64 << 20
-)  # an engine's exposition text (vLLM's histograms: hundreds of KB); bounded all the same
+)  # an engine's exposition text (histograms: hundreds of KB); bounded all the same
 HISTORY = 10  # refreshes of queue length kept for the "queue growing" rule
 
 

@@ -240,10 +240,10 @@ def test_top_reads_each_replicas_own_metrics(monkeypatch: pytest.MonkeyPatch) ->
     text = (ROOT / "tests" / "fixtures" / "sglang" / "metrics-0.5.23-a.txt").read_text()
     asked: list[str] = []
 
-    def scrape(url: str, timeout: float = 0, key: str | None = None) -> str:
+    def scrape(url: str, timeout: float = 0, key: str | None = None, enable_flag: str | None = None) -> str:
         asked.append(url)
         if "spark3" in url:
-            raise ConnectionRefusedError("refused")
+            raise snapshot.ScrapeError("/metrics: refused")
         return text
 
     monkeypatch.setattr(snapshot, "scrape", scrape)
