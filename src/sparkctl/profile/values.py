@@ -12,7 +12,7 @@ SECRET_NAME_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY)", re.IG
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _NUMBER_RE = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
-# More flags than a launch line can hold (SGLang 0.5.23's parser has 532): 60,000 entries took 40 s
+# More flags than an engine's parser has (the one measured, in 0.5.23, has 532): 60,000 entries took 40 s
 # to plan before they were refused, one by one, by the engine's parser.
 MAX_ARGS = 1000
 # Directories of the system a log directory may not be (`up` makes it the node user's, mode 700).
