@@ -111,9 +111,10 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 @pytest.fixture(scope="session")
 def docker_without_images() -> Iterator[str]:
     """DOCKER_HOST of a local Docker that answers but lacks the image: rank 0 before `ship`."""
-    where = Path(tempfile.mkdtemp(dir="/tmp")) / "docker.sock"  # a unix socket path: < 108 bytes
-    server = _UnixServer(str(where), _DockerWithoutImages)
+    home = Path(tempfile.mkdtemp(dir="/tmp"))  # a unix socket's path: under 108 bytes
+    server = _UnixServer(str(home / "docker.sock"), _DockerWithoutImages)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"unix://{where}"
+    yield f"unix://{home / 'docker.sock'}"
     server.shutdown()
     server.server_close()
+    shutil.rmtree(home, ignore_errors=True)
