@@ -174,51 +174,10 @@ def test_fit_allow_missing_finds_no_error(
     expect(res, ExitCode.OK)
 
 
-# The shipped models as header-only fixtures of their real shape (config.json + safetensors headers:
-# tests/fixtures/models/make_fixtures.py). A shipped model without a fixture fails the test below.
-MODEL_FIXTURES = {
-    "Qwen/Qwen3.6-27B-GPTQ-Int4": "qwen3.6-27b-gptq-int4",
-    "Qwen/Qwen3.6-27B-NVFP4": "qwen3.6-27b-nvfp4",
-    "z-lab/Qwen3.6-27B-DFlash": "qwen3.6-27b-dflash",
-    "Qwen/Qwen3-30B-A3B-FP8": "qwen3-30b-a3b-fp8",
-    "Qwen/Qwen3-14B-AWQ": "qwen3-14b-awq",
-    "Qwen/Qwen2.5-Coder-7B-Instruct-AWQ": "qwen2.5-coder-7b-awq",
-}
+# The shipped models' header-only copies in an HF cache: conftest.py's `hf_home`.
 # Modes shipped to show a refusal: the checks that refuse them (the profile's comment says why and
 # points at `fit`'s layouts). Every other mode must fit with margin.
 REFUSED = {("trio-spark", "tp3"): {"TpVsHeads"}}
-
-
-@pytest.fixture(scope="module")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An HF cache holding every shipped profile's target and draft at its pinned revision."""
-    root = tmp_path_factory.mktemp("hf") / "hub"
-    fixtures = ROOT / "tests" / "fixtures" / "models"
-    for path in PROFILES:
-        data = yaml.safe_load(path.read_text())
-        for model in [s["model"] for s in (data.get("models") or {"": data}).values()]:
-            _cache_model(root, fixtures, path, model)
-    return root.parent
-
-
-def _cache_model(root: Path, fixtures: Path, path: Path, model: dict) -> None:
-    """One profile's (or fleet service's) target and draft, as header-only copies in the cache."""
-    import shutil
-
-    for ref in (model["target"], model.get("draft")):
-        if not ref:
-            continue
-        assert ref["id"] in MODEL_FIXTURES, f"{path.name}: no fixture of {ref['id']}'s shape"
-        rev = str(ref.get("revision") or "main")
-        is_hex = all(c in "0123456789abcdef" for c in rev)
-        commit = rev.ljust(40, "0") if is_hex else f"{len(rev):040x}"
-        repo = root / ("models--" + ref["id"].replace("/", "--"))
-        snap = repo / "snapshots" / commit
-        if not snap.is_dir():
-            shutil.copytree(fixtures / MODEL_FIXTURES[ref["id"]], snap)
-        if not is_hex:
-            (repo / "refs").mkdir(exist_ok=True)
-            (repo / "refs" / rev).write_text(commit)
 
 
 @pytest.mark.parametrize(("path", "mode"), CASES)

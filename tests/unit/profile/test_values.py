@@ -52,6 +52,19 @@ def test_an_args_key_holding_equals_is_no_flag_name(key: str) -> None:
     refused(data, key, "not a flag name", "max-running-requests: 8")
 
 
+def test_more_args_than_any_engine_has_flags_are_refused_before_planning() -> None:
+    """60,000 args entries were accepted and took 36-40 s to plan (issue 42)."""
+    data = shipped()
+    data["engine"]["args"].update({f"x-flag-{i}": 1 for i in range(60_000)})
+    refused(data, "engine.args", "60", "flags, more than any engine's parser has", "max-running-requests: 8")
+    data = shipped()
+    data["modes"]["tp2"]["args"] = {f"x-flag-{i}": 1 for i in range(1001)}
+    refused(data, "modes.tp2.args", "1001 flags")
+    data = shipped()
+    data["engine"]["args"].update({f"x-flag-{i}": 1 for i in range(900)})  # many, not too many
+    load_profile_text(yaml.safe_dump(data, sort_keys=False), "p.yaml")
+
+
 def test_two_nodes_with_one_fabric_ip() -> None:
     data = shipped()
     data["nodes"][1]["fabric"]["ip"] = data["nodes"][0]["fabric"]["ip"]
