@@ -26,7 +26,14 @@ from sparkctl.profile.values import ArgValue, check_args, check_env, check_log_d
 
 class Image(Strict):
     ref: ImageRef | None = Field(None, description="Image reference on the nodes, e.g. sglang-dflash:spark.")
-    id: Annotated[str | None, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = None
+    id: Annotated[
+        str | None,
+        Field(
+            pattern=r"^sha256:[0-9a-f]{64}$",
+            description="The image's ID (`docker image inspect -f {{.Id}}`: sha256: and 64 hex digits); "
+            "pins what every node runs.",
+        ),
+    ] = None
     recipe: str | None = Field(None, description="Name of an images/<recipe>/ to build instead of a ref.")
 
     @model_validator(mode="after")
