@@ -72,13 +72,13 @@ def first_token(api_base: str, deadline: float) -> None:
 
 
 def recipe_argv(spec) -> list[str]:  # RankSpec
-    """The rank's argv as the recipe starts it: no filtering front, the engine itself on the API's
-    address and port (the plan puts it on 127.0.0.1 behind the front)."""
+    """The rank's argv as the recipe starts it: no gateway, the engine itself on the API's address
+    and port (the plan puts it on 127.0.0.1 behind the gateway)."""
     argv = list(spec.argv)
-    if spec.front is not None:
+    if spec.gateway is not None:
         i = argv.index("--host")
         assert argv[i + 2] == "--port", argv
-        argv[i : i + 4] = ["--host", spec.front.listen, "--port", str(spec.front.port)]
+        argv[i : i + 4] = ["--host", spec.gateway.listen, "--port", str(spec.gateway.port)]
     return argv
 
 
