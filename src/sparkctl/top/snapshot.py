@@ -24,9 +24,7 @@ if TYPE_CHECKING:
     from sparkctl.top.alerts import Alert
 
 METRICS_TIMEOUT = 2.0
-METRICS_LIMIT = (
-    64 << 20
-)  # an engine's exposition text (histograms: hundreds of KB); bounded all the same
+METRICS_LIMIT = 64 << 20  # an engine's exposition text (histograms: hundreds of KB); bounded all the same
 HISTORY = 10  # refreshes of queue length kept for the "queue growing" rule
 
 
