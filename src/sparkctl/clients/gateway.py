@@ -7,7 +7,7 @@ from __future__ import annotations
 import urllib.request
 from dataclasses import asdict, dataclass
 
-from sparkctl.cluster_http import fetch
+from sparkctl.cluster_http import Failure, fetch
 from sparkctl.errors import SparkctlError
 
 ROUTE = "/sparkctl/gateway-metrics"
@@ -63,7 +63,7 @@ def key_counts(base_url: str, key: str, timeout: float = 5.0) -> list[KeyCount]:
     req = urllib.request.Request(base_url.rstrip("/") + ROUTE)
     req.add_header("Authorization", f"Bearer {key}")
 
-    def fail(f) -> SparkctlError:  # noqa: ANN001 - cluster_http.Failure
+    def fail(f: Failure) -> SparkctlError:
         what = f"HTTP {f.code}" if f.code is not None else f.detail
         return SparkctlError(
             f"the gateway at {base_url} gave no per-key counts ({what})",

@@ -239,7 +239,7 @@ def _key_counts(plan: Plan, st: ModeStatus) -> None:
     try:
         st.keys = key_counts(plan.endpoint.url, key)
     except SparkctlError as exc:
-        st.keys_error = exc.message if hasattr(exc, "message") else str(exc)
+        st.keys_error = exc.message
 
 
 def _resolved(profile: Profile, pool: NodePool, plan: Plan) -> Plan:

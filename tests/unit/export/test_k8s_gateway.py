@@ -79,9 +79,10 @@ def test_the_router_listens_behind_its_own_gateway_in_the_pod_network() -> None:
     assert "/workers" in config  # the worker API sparkctl drives, with the key
     for doc in docs:
         assert errors(doc) == []
-    for pod in _pods(out):  # every replica's leader answers the router's metadata itself
-        if len(pod["containers"]) == 2:
-            assert pod["containers"][1]["name"] == "gateway"
+    # every replica's leader pod runs its gateway, which answers the router's metadata itself
+    leaders = [p for p in _pods(out) if len(p["containers"]) == 2]
+    assert leaders and all(p["containers"][1]["name"] == "gateway" for p in leaders)
+    assert len(leaders) == len(_pods(out)) // 2  # tp2x2: a leader and a worker template
     lws_config = next(
         d
         for d in out.objects["tp2x2.yaml"]
