@@ -8,34 +8,26 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from sparkctl.clients.api import probe
 from sparkctl.cluster_http import OPENER, Failure, fetch
+from tests.http_stub import QuietHandler
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(QuietHandler):
     seen: list[tuple[str, str | None]]
     redirect_to: str | None = None
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.seen.append((self.path, self.headers.get("Authorization")))
         if self.redirect_to and self.path.endswith("/models") and "moved" not in self.path:
-            self.send_response(302)
-            self.send_header("Location", self.redirect_to)
-            self.end_headers()
+            self.answer(302, headers={"Location": self.redirect_to})
             return
         body = json.dumps({"data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(200, body, {"Content-Type": "application/json"})
 
 
 @pytest.fixture
@@ -89,16 +81,9 @@ def test_no_proxy_from_the_environment(servers, monkeypatch: pytest.MonkeyPatch)
     assert a.RequestHandlerClass.seen and not b.RequestHandlerClass.seen
 
 
-class _Status(BaseHTTPRequestHandler):
+class _Status(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = b'{"error": "no key"}'
-        self.send_response(401)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(401, b'{"error": "no key"}')
 
 
 class _Boom(Exception):

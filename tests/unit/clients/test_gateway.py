@@ -19,6 +19,7 @@ from sparkctl.clients.gateway import KeyCount, key_counts, parse_key_counts
 from sparkctl.errors import SparkctlError
 from sparkctl.planning import gateway as gw
 from sparkctl.secrets import SecretFile, SecretRef, render_files
+from tests.http_stub import QuietHandler
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (Debian) not installed")
 RUN_DIR = "/run/sparkctl-gateway"
@@ -30,19 +31,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Upstream(http.server.BaseHTTPRequestHandler):
+class _Upstream(QuietHandler):
     seen: list[list[str]] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         type(self).seen.append(self.headers.get_all("Authorization") or [])
-        body = b'{"data": []}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(200, b'{"data": []}')
 
 
 @pytest.fixture

@@ -6,31 +6,25 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from sparkctl.engines.capabilities import MetricNames
 from sparkctl.lifecycle.drain import NoInFlightSignal, in_flight
+from tests.http_stub import QuietHandler
 
 NAMES = MetricNames(in_flight=("busy",), enable_flag="--enable-metrics")
 TEXT = '# TYPE busy gauge\nbusy{endpoint="/v1/chat/completions"} 3.0\nbusy{endpoint="/metrics"} 1.0\n'
 
 
-class Replica(BaseHTTPRequestHandler):
+class Replica(QuietHandler):
     status = 200
     seen: list[str | None] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         Replica.seen.append(self.headers.get("Authorization"))
-        body = TEXT.encode() if Replica.status == 200 else b"no"
-        self.send_response(Replica.status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(Replica.status, TEXT.encode() if Replica.status == 200 else b"no")
 
 
 @pytest.fixture

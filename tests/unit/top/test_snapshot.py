@@ -8,18 +8,13 @@ import threading
 import pytest
 
 from sparkctl.top.snapshot import ScrapeError, scrape
+from tests.http_stub import QuietHandler
 
 
 def test_a_scrape_failure_says_what_failed_through_the_one_opener() -> None:
-    class NotFound(http.server.BaseHTTPRequestHandler):
+    class NotFound(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(404 if self.path == "/metrics" else 200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.answer(404 if self.path == "/metrics" else 200, b"ok")
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
