@@ -74,7 +74,6 @@ def _config_hash(ranks: list[RankSpec]) -> str:
             "mounts": [asdict(m) for m in r.mounts],
             "secrets": [(f.target, f.yaml_key, repr(f.ref), f.bind) for f in r.secrets],
             "options": asdict(r.options),
-            **({"gateway": r.gateway.rank_material()} if r.gateway else {}),
         }
         for r in ranks
     ]

@@ -17,7 +17,7 @@ timing. The engine keeps its own key: the client's header is forwarded unchanged
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkctl.planning.gateway_owner import OWNER_PATH
@@ -99,11 +99,6 @@ class GatewaySpec:
     # engine.api_keys: besides `key` (the engine's own, named OPERATOR) the gateway takes these,
     # counts each key's requests, and forwards them with the engine's key in their place
     named: tuple[NamedKey, ...] = ()
-
-    def rank_material(self) -> str:
-        """What of the gateway is part of its rank's config hash: not the named keys, which the
-        engine never sees (revoking one replaces the gateway alone)."""
-        return repr(replace(self, named=()))
 
     def __post_init__(self) -> None:
         if self.upstream_host in UNSPECIFIED:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sparkctl.planning import gateway as gw
-from sparkctl.planning.build import build_plan
+from sparkctl.planning.build import _config_hash, build_plan
 from sparkctl.planning.gateway_container import gateway_container, plan_gateways
 from sparkctl.profile import load_profile_text
 from sparkctl.secrets import bearer_sha256, render_files
@@ -63,6 +64,18 @@ def test_a_changed_bound_or_key_changes_the_gateways_hash_not_the_ranks() -> Non
     a = gateway_container(build_plan(_profile(api_key={"env": "SPARKCTL_API_KEY"}), "solo").ranks[0])
     b = gateway_container(build_plan(_profile(api_key={"env": "OTHER_KEY"}), "solo").ranks[0])
     assert a.labels["sparkctl.config_hash"] != b.labels["sparkctl.config_hash"]
+    # Only what the engine itself sees is in its rank's hash (its argv, env, secrets): a gateway of
+    # other bounds or another image (a sparkctl upgrade) is replaced alone, the engine keeps its load.
+    plan = build_plan(_profile(api_key={"env": "SPARKCTL_API_KEY"}), "solo")
+    r0 = plan.ranks[0]
+    assert r0.gateway is not None
+    other = replace(r0.gateway, bounds=gw.Bounds(max_body_bytes=1024), image="sparkctl/gateway-haproxy:next")
+    moved = replace(plan, ranks=[replace(r0, gateway=other)])
+    assert _config_hash(moved.ranks) == _config_hash(plan.ranks)
+    assert (
+        gateway_container(replace(r0, gateway=other)).labels["sparkctl.config_hash"]
+        != gateway_container(r0).labels["sparkctl.config_hash"]
+    )
 
 
 @pytest.mark.parametrize("key", ["gateway", "front"])
