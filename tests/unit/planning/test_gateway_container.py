@@ -117,3 +117,35 @@ def test_named_keys_each_get_a_hash_a_name_and_the_engines_key_in_their_place(mo
     assert plan.to_json()["ranks"][0]["gateway"]["named"] == [
         {"name": "alice", "key": "*** (from $ALICE_KEY)", "per_minute": 30}
     ]
+
+
+SHIPPED = [
+    (p, m)
+    for p in sorted((ROOT / "profiles").glob("*.yaml"))
+    if not yaml.safe_load(p.read_text()).get("models")
+    for m in yaml.safe_load(p.read_text())["modes"]
+]
+
+
+@pytest.mark.parametrize(("path", "mode"), SHIPPED, ids=[f"{p.stem}-{m}" for p, m in SHIPPED])
+def test_named_keys_on_every_shipped_profile_and_mode(path: Path, mode: str, monkeypatch) -> None:
+    """engine.api_keys added to each shipped profile: every API gateway of the mode (each replica
+    head's, the router's) checks and counts the key, the engine's own argv and hash do not change,
+    and preflight asks for its variable."""
+    from sparkctl.preflight.checks.security import secret_envs
+
+    monkeypatch.setenv("ALICE_KEY", "sk-alice")
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"].setdefault("api_key", {"env": "SPARKCTL_API_KEY"})
+    bare = build_plan(load_profile_text(yaml.safe_dump(doc), "p.yaml"), mode)
+    doc["engine"]["api_keys"] = {"alice": {"env": "ALICE_KEY", "per_minute": 60}}
+    plan = build_plan(load_profile_text(yaml.safe_dump(doc), "p.yaml"), mode)
+    gates = plan_gateways(plan)
+    heads = [plan.ranks[g.ranks[0]] for g in plan.groups]
+    assert len(gates) == len(heads) + (plan.router is not None)
+    assert all([(k.name, k.per_minute) for k in g.named] == [("alice", 60)] for g in gates)
+    assert [r.argv for r in plan.ranks] == [r.argv for r in bare.ranks]
+    assert plan.config_hash == bare.config_hash
+    assert secret_envs(plan)["ALICE_KEY"] == "api-key-alice"
+    files = render_files(gateway_container(heads[0]).secrets, None)
+    assert files[gw.NAMES_PATH].decode().splitlines()[1].endswith(" alice")
