@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sparkctl.engines import get_engine
 from sparkctl.errors import ProfileError, UsageError, several
 from sparkctl.planning.build import build_plan
-from sparkctl.planning.model import LABEL_PREFIX, Plan, PlanFacts
+from sparkctl.planning.model import Plan, PlanFacts
 from sparkctl.profile.fleet import SINGLE, service_names, service_profile
 from sparkctl.profile.memory import unified_nodes
 from sparkctl.profile.schema import Profile
@@ -175,24 +175,12 @@ def parse_selection(profile: Profile, text: str | None) -> dict[str, str]:
 
 
 def service_plan(profile: Profile, name: str, mode: str, facts: PlanFacts | None = None) -> ServicePlan:
-    """One service's plan in `mode` (its containers named after it in a fleet) and its shares."""
-    from dataclasses import replace
+    """One service's plan in `mode`, as the commands run it (its view: planning/fleet_view.py),
+    and its shares."""
+    from sparkctl.planning.fleet_view import service_view
 
-    view = service_profile(profile, name)
+    view = service_view(profile, name)
     plan = build_plan(view, mode, facts)
-    if profile.models:  # a service's containers carry its name: sparkctl-<cluster>-<service>-...
-        old, new = f"sparkctl-{profile.cluster}-", f"sparkctl-{profile.cluster}-{name}-"
-
-        def named(spec):
-            labels = {**spec.labels, f"{LABEL_PREFIX}service": name}
-            return replace(spec, container_name=spec.container_name.replace(old, new, 1), labels=labels)
-
-        plan = replace(
-            plan,
-            ranks=[named(r) for r in plan.ranks],
-            router=named(plan.router) if plan.router else None,
-            stop_first=[replace(c, name=c.name.replace(old, new, 1)) for c in plan.stop_first],
-        )
     return ServicePlan(name, mode, plan, _shares(profile, view, name, mode, plan))
 
 

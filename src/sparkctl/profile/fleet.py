@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BeforeValidator, Field, ValidationError
 
-from sparkctl.profile.base import Name, Strict
+from sparkctl.profile.base import Name, Port, Strict
 from sparkctl.profile.router import Router
 from sparkctl.profile.serving import Engine, Image, Mode, Model
 from sparkctl.profile.values import release_keys
@@ -33,6 +33,31 @@ PORT_STEP = 10  # between automatically assigned API ports
 PORT_TRIES = 500
 
 Gib = Annotated[float, Field(gt=0)]
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def _seconds(value: object) -> object:
+    """`90`, `"90s"`, `"10m"`, `"1h"` -> seconds (what idle_stop takes)."""
+    if isinstance(value, str) and value[-1:] in _UNITS and value[:-1].strip().isdigit():
+        return int(value[:-1]) * _UNITS[value[-1]]
+    return value
+
+
+Seconds = Annotated[int, BeforeValidator(_seconds), Field(ge=10, le=7 * 86400)]
+
+
+class FleetGateway(Strict):
+    """The fleet's one endpoint: a gateway that routes each request by its `model` field."""
+
+    node: Name | None = Field(None, description="The node it runs on (default: the first node).")
+    port: Port = Field(8000, description="Its port on that node's API address.")
+    wait_s: int = Field(
+        300,
+        ge=1,
+        le=3600,
+        description="How long a request for a stopped on-demand service waits for it to start; "
+        "then 503 with Retry-After.",
+    )
 
 
 class Service(Strict):
@@ -50,6 +75,12 @@ class Service(Strict):
         None,
         description="GiB it may hold on each node it runs on (one figure, or per node); unset: its "
         "engine's memory fraction flag x the node's memory.",
+    )
+    on_demand: bool = Field(
+        False, description="Started by its first request (`sparkctl supervise` runs the fleet), not by `up`."
+    )
+    idle_stop: Seconds | None = Field(
+        None, description="Stopped after this long without a request (90s, 10m, 1h); on-demand services."
     )
 
 
@@ -193,8 +224,15 @@ def check_fleet(profile: Profile, check_modes: Callable[[Profile, str], None]) -
                     raise ValueError(
                         f"models.{name}.memory_gib.{node}: unknown node '{node}' (nodes: {', '.join(sorted(nodes))})"
                     )
+    for name, svc in profile.models.items():
+        if svc.idle_stop is not None and not svc.on_demand:
+            raise ValueError(
+                f"models.{name}.idle_stop: only an on-demand service is stopped when idle "
+                f"(fix: set models.{name}.on_demand: true, or drop idle_stop)"
+            )
     ports = assign_ports(profile)
     maps = {name: _port_map(_view(profile, name, ports[name])) for name in profile.models}
+    _check_gateway(profile, maps)
     names = list(profile.models)
     for j, b in enumerate(names):
         for a in names[:j]:
@@ -208,4 +246,22 @@ def check_fleet(profile: Profile, check_modes: Callable[[Profile, str], None]) -
                 f"models.{a}'s {maps[a][node][port]} and models.{b}'s {maps[b][node][port]} "
                 f"({key} {ports[b].port}; fix: leave models.{b}.engine.port unset, sparkctl then "
                 "assigns a free one, or move it apart)"
+            )
+
+
+def gateway_node(profile: Profile) -> str:
+    """The node the fleet's gateway runs on."""
+    return profile.gateway.node or profile.nodes[0].name
+
+
+def _check_gateway(profile: Profile, maps: Mapping[str, Mapping[str, Mapping[int, str]]]) -> None:
+    node, port = gateway_node(profile), profile.gateway.port
+    if node not in {n.name for n in profile.nodes}:
+        raise ValueError(f"gateway.node: unknown node '{node}' (nodes: {', '.join(n.name for n in profile.nodes)})")
+    for name, ports in maps.items():
+        what = ports.get(node, {}).get(port)
+        if what is not None:
+            raise ValueError(
+                f"gateway.port: [ports-distinct] port {port} on node '{node}' is the fleet's gateway "
+                f"and models.{name}'s {what} (fix: set gateway.port to a free port)"
             )

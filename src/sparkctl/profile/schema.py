@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from sparkctl.profile.base import NAME_RE, Count, Name, Port, Strict
-from sparkctl.profile.fleet import Service, check_fleet, fill_primary
+from sparkctl.profile.fleet import FleetGateway, Service, check_fleet, fill_primary
 from sparkctl.profile.memory import Memory
 from sparkctl.profile.router import Router
 from sparkctl.profile.security import NodeDir, ssh_word
@@ -146,6 +146,9 @@ class Profile(Strict):
         default_factory=dict,
         description="A fleet: named services, each its own image, model, engine and modes (docs/fleet.md).",
     )
+    gateway: FleetGateway = Field(
+        default_factory=FleetGateway, description="A fleet's one endpoint, routing by `model` (docs/fleet.md)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +171,8 @@ class Profile(Strict):
                 )
             if ip:
                 ips[ip] = n.name
+        if "gateway" in self.model_fields_set and not self.models:
+            raise ValueError("gateway: the fleet's endpoint needs `models:` (a single model has its own port)")
         if self.models:
             check_fleet(self, _check_modes)  # each service's modes as below, then ports across them
         else:

@@ -38,7 +38,7 @@ def test_a_service_plan_is_the_single_model_plan_with_the_service_in_its_names()
         "sparkctl-fleetduo-chat-tp2-r0",
         "sparkctl-fleetduo-chat-tp2-r1",
     ]
-    assert chat.ranks[0].labels["sparkctl.service"] == "chat"
+    assert chat.ranks[0].labels["sparkctl.cluster"] == "fleetduo-chat"  # its own lock, state, containers
     assert [c.name for c in chat.stop_first] == ["sparkctl-fleetduo-chat-solo-r0"]  # its own other mode only
     coder = fleet.service("coder").plan
     assert coder.endpoint.port == 30000 and "--port" in coder.ranks[0].argv
@@ -108,11 +108,19 @@ def test_a_declared_memory_gib_is_the_budget() -> None:
 
 
 def test_a_flag_taking_more_than_the_declared_budget_is_refused() -> None:
-    # no flag: the plan's GB10 default 0.90 takes 115.2 GiB of a 20 GiB budget
     with pytest.raises(ProfileError) as err:
-        plan_fleet(load_profile_text(fleet_text("memory_gib: 20")))
+        plan_fleet(load_profile_text(fleet_text("memory_gib: 20", "mem-fraction-static: 0.9")))
     assert "models.small: its memory flag takes 115.2 GiB, above its memory_gib 20" in err.value.message
     assert "models.small.engine.args.mem-fraction-static: 0.15" in (err.value.fix or "")
+
+
+def test_a_budget_without_a_flag_sets_the_flag() -> None:
+    # no flag: memory_gib 20 of a 128 GiB GB10 becomes --mem-fraction-static 0.15 (rounded down)
+    fleet = plan_fleet(load_profile_text(fleet_text("memory_gib: 20")))
+    argv = fleet.service("small").plan.ranks[0].argv
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.15"
+    big = fleet.service("big").plan.ranks[0].argv  # a flag the profile sets is kept
+    assert big[big.index("--mem-fraction-static") + 1] == "0.5"
 
 
 def test_selection_names_services_and_modes() -> None:
