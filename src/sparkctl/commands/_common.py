@@ -205,6 +205,44 @@ def load_profile(path: Path | None, fleet: bool = False):
     return prof
 
 
+def load_service(path: Path | None, selection: str | None):
+    """(profile, MODE) for a command that runs one model: a single-model profile and MODE as
+    given; in a fleet, `SERVICE[:MODE]` -> that service's view (its own cluster, containers and
+    state: planning/fleet_view.py) and MODE (None: what runs, else its default)."""
+    prof = load_profile(path, fleet=True)
+    if not prof.models:
+        return prof, selection
+    from sparkctl.errors import UsageError
+    from sparkctl.planning.fleet_view import service_view
+
+    name, sep, mode = (selection or "").partition(":")
+    if name not in prof.models:
+        given = f"'{name}' is not one of its services" if name else "no service named"
+        raise UsageError(
+            f"`sparkctl {running_command}` runs one service of this fleet, and {given} "
+            f"({', '.join(prof.models)})",
+            fix=f"name it: `sparkctl {running_command} {next(iter(prof.models))}` (SERVICE[:MODE])",
+        )
+    if sep and mode not in prof.models[name].modes:
+        raise UsageError(
+            f"unknown mode '{mode}' of service '{name}'",
+            fix=f"its modes: {', '.join(prof.models[name].modes)}",
+        )
+    return service_view(prof, name), (mode or None)
+
+
+def endpoint_profile(path: Path | None, mode: str | None, url: str | None, model: str | None):
+    """(a loader, MODE) for verify and bench: nothing loaded for --url; a fleet with --model: the
+    fleet (its one endpoint); a fleet's SERVICE[:MODE]: that service's view."""
+    if url:
+        return (lambda: load_profile(path)), mode
+    prof = load_profile(path, fleet=True)
+    if not prof.models or model:
+        return (lambda: prof), mode
+    view, mode = load_service(path, mode)
+    return (lambda: view), mode
+
+
 def fleet_not_yet(prof):  # -> UsageError
     """The one "not yet" of a command that runs one model, given a fleet (docs/fleet.md)."""
     from sparkctl.errors import UsageError

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import (
+    JsonOpt,
+    ProfileOpt,
+    console,
+    endpoint_profile,
+    handle_errors,
+    load_profile,
+    print_json,
+)
 from sparkctl.commands.verify import (
     ApiKeyEnvOpt,
     ApiKeyOpt,
@@ -113,7 +121,7 @@ def bench_cmd(
         return
     from sparkctl.lifecycle.endpoint import resolve_endpoint
 
-    ep = resolve_endpoint(lambda: load_profile(profile), mode, url, model, api_key, api_key_env)
+    ep = resolve_endpoint(*endpoint_profile(profile, mode, url, model), url, model, api_key, api_key_env)
     con = console(stderr=json_out)
     con.print(f"[bold]bench[/] {ep.url}  model [bold]{ep.model}[/]  {reps} reps x {len(suite)} workloads")
     try:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 
 
 @handle_errors
@@ -32,7 +32,7 @@ def diagnose_cmd(
     from sparkctl.lifecycle.diagnose import diagnose
     from sparkctl.lifecycle.modes import resolve_mode
 
-    prof = load_profile(profile)
+    prof, mode = load_service(profile, mode)
     err = console(stderr=True)
     out = output or Path(f"sparkctl-diagnose-{prof.cluster}-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
     with NodePool(prof, once=True) as pool:  # a failed node is not asked twice

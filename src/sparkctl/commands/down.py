@@ -16,7 +16,10 @@ from sparkctl.commands.up import DryRunOpt
 
 @handle_errors
 def down_cmd(
-    mode: Annotated[str | None, typer.Argument(metavar="MODE", help="Only this mode (default: all).")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Argument(metavar="MODE", help="Only this mode (default: all); a fleet: SERVICE[:MODE] (default: all)."),
+    ] = None,
     profile: ProfileOpt = None,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
@@ -25,7 +28,12 @@ def down_cmd(
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.down import down
 
-    prof = load_profile(profile)
+    prof = load_profile(profile, fleet=True)
+    if prof.models:
+        from sparkctl.commands.fleet import fleet_down
+
+        fleet_down(prof, mode, dry_run, json_out)
+        return
     with NodePool(prof, once=True) as pool:  # a failed node is not asked twice
         result = down(prof, pool, dry_run=dry_run, mode=mode)
     if json_out:

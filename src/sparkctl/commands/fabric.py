@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 from sparkctl.commands._findings import render_findings
 
 
@@ -91,8 +91,8 @@ def register(app: typer.Typer) -> None:
         from sparkctl.gpu.fabric import plans_to_test, run_fabric_test
         from sparkctl.planning.build import build_plan
 
-        prof = load_profile(profile)
-        plan = build_plan(prof, mode or mode_opt)  # --mode kept for old scripts; MODE is positional
+        prof, mode = load_service(profile, mode or mode_opt)
+        plan = build_plan(prof, mode)  # --mode kept for old scripts; MODE is positional
         if threshold is None:
             threshold = prof.fabric.min_busbw_gbps
         reports, per_link = [], []

@@ -41,7 +41,7 @@ def _on_nodes(profile, nodes: list[str] | None, fn):  # Path, Callable -> fanout
     from sparkctl.connectors import NodePool
     from sparkctl.errors import UsageError
 
-    prof = load_profile(profile)
+    prof = load_profile(profile, fleet=True)  # the nodes only
     names = [n.name for n in prof.nodes]
     for n in nodes or []:
         if n not in names:

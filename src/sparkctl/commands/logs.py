@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 
 
 @handle_errors
@@ -54,8 +54,7 @@ def logs_cmd(
     from sparkctl.lifecycle.state import events
     from sparkctl.planning.build import build_plan
 
-    mode = mode_arg or mode
-    prof = load_profile(profile)
+    prof, mode = load_service(profile, mode_arg or mode)
     since_at = parse_since(since) if since else None
     out = console()
     with NodePool(prof, once=not follow) as pool:  # following retries a failed node

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 from sparkctl.commands._findings import COLORS
 
 ModeArg = Annotated[
@@ -63,7 +63,7 @@ def preflight_cmd(
     validate_names(set(ignore), "--ignore")
     if only:
         validate_names(set(only), "--only")
-    prof = load_profile(profile)
+    prof, mode = load_service(profile, mode)
     plan = build_plan(prof, mode)
     with NodePool(prof, accept_new_host_keys=accept_new_host_keys, once=True) as pool:
         report = run_preflight(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 
 ModeArg = Annotated[
     str | None,
@@ -83,7 +83,7 @@ def ship_cmd(
     from sparkctl.ship import ship as do_ship
     from sparkctl.ship.progress import make_progress
 
-    prof = load_profile(profile)
+    prof, mode = load_service(profile, mode)
     plan = build_plan(prof, mode)
     both = not image and not weights
     with NodePool(prof) as pool:

@@ -35,20 +35,28 @@ def status_cmd(
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.status import status
 
-    prof = load_profile(profile)
+    prof = load_profile(profile, fleet=True)
+    if prof.models:
+        from sparkctl.commands.fleet import fleet_status
+
+        if fleet_status(prof, mode, json_out):
+            from sparkctl.errors import ExitCode
+
+            raise typer.Exit(ExitCode.CONNECT)
+        return
     with NodePool(prof, once=True) as pool:  # a failed node is not asked twice
         st = status(prof, pool, mode)
     if json_out:
         print_json(st.to_json())
     else:
-        _render_status(st)
+        render_status(st)
     if st.unreachable:
         from sparkctl.errors import ExitCode
 
         raise typer.Exit(ExitCode.CONNECT)
 
 
-def _render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
+def render_status(st) -> None:  # sparkctl.lifecycle.status.ClusterStatus
     from rich.markup import escape
     from rich.table import Table
 

@@ -26,7 +26,10 @@ from sparkctl.commands.up import (
 
 @handle_errors
 def switch_cmd(
-    mode: Annotated[str, typer.Argument(metavar="MODE", help="Mode to switch to.")],
+    mode: Annotated[str, typer.Argument(metavar="MODE", help="Mode to switch to (a fleet: SERVICE MODE).")],
+    service_mode: Annotated[
+        str | None, typer.Argument(metavar="[MODE]", help="A fleet: the mode of the SERVICE named first.")
+    ] = None,
     skip_preflight: SkipPreflightOpt = False,
     timeout: TimeoutOpt = None,
     ship: ShipOpt = None,
@@ -39,6 +42,7 @@ def switch_cmd(
 ) -> None:
     """Switch to MODE. Same replica layout behind the same router (e.g. dp2 -> dp2b): replica by
     replica, no failed request (--timeout is per replica); else stop the running mode, start MODE."""
+    mode = f"{mode}:{service_mode}" if service_mode else mode
     if dry_run:
         print_preview(profile, mode, None, json_out, rolling)
         return

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
 
 ModeArg = Annotated[
     str | None,
@@ -39,7 +39,7 @@ def top_cmd(
     from sparkctl.top import once as take_once
     from sparkctl.top.snapshot import Collector
 
-    prof = load_profile(profile)
+    prof, mode = load_service(profile, mode)
     if mode is not None:
         from sparkctl.planning.build import build_plan
 

@@ -113,6 +113,21 @@ class UpRequest:
 
 
 def run_up(req: UpRequest) -> None:
+    prof = load_profile(req.profile, fleet=True)
+    if prof.models:
+        from sparkctl.commands.fleet import fleet_up
+
+        fleet_up(req, prof)
+        return
+    result, sup, elapsed = up_one(req, prof)
+    if req.json_out:
+        print_json({**result.to_json(), "supervisor": sup})
+        return
+    print_up(result, elapsed, sup, req.verbose)
+
+
+def up_one(req: UpRequest, prof):  # Profile -> (UpResult, supervisor dict | None, seconds)
+    """`up` of one model (a single-model profile, or a fleet's service view)."""
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.router import RouterFailedError
@@ -121,7 +136,7 @@ def run_up(req: UpRequest) -> None:
     from sparkctl.lifecycle.watch import RankFailedError, ReadyTimeoutError
 
     mode, profile, json_out, guard = req.mode, req.profile, req.json_out, req.guard
-    prof = with_guard(load_profile(profile), guard)
+    prof = with_guard(prof, guard)
     _interrupt_on_sigterm()
     reporter = Reporter(stderr=json_out)
     if req.verb in ("switch", "upgrade"):
@@ -162,10 +177,7 @@ def run_up(req: UpRequest) -> None:
         from sparkctl.lifecycle.supervisor.process import Policy
 
         sup = start_detached(profile, prof, result.plan.mode, Policy(guard=guard))
-    if json_out:
-        print_json({**result.to_json(), "supervisor": sup})
-        return
-    print_up(result, reporter.elapsed(), sup, req.verbose)
+    return result, sup, reporter.elapsed()
 
 
 @handle_errors

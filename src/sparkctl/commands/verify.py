@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_profile, print_json
+from sparkctl.commands._common import (
+    JsonOpt,
+    ProfileOpt,
+    console,
+    endpoint_profile,
+    handle_errors,
+    print_json,
+)
 
 ModeArg = Annotated[
     str | None,
@@ -73,7 +80,7 @@ def verify_cmd(
     from sparkctl.verify.runner import Stopped
     from sparkctl.verify.runner import verify as run_verify
 
-    ep = resolve_endpoint(lambda: load_profile(profile), mode, url, model, api_key, api_key_env)
+    ep = resolve_endpoint(*endpoint_profile(profile, mode, url, model), url, model, api_key, api_key_env)
     if only and not select(only):
         raise UsageError(f"no check matches {only}", fix="see docs/verify-bench.md for the check names")
     out = console()
