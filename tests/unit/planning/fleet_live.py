@@ -28,6 +28,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class QuietServer(ThreadingHTTPServer):
+    allow_reuse_address = True  # stopped and started again on its port
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # HAProxy's check closes with a reset once it has its answer
+
+
 class StandIn:
     """A service's gateway: /health 200, a POST answered {"served_by": name}; start() and stop()."""
 
@@ -46,8 +53,7 @@ class StandIn:
                 auth = self.headers.get("Authorization") or ""
                 self.answer(200, json.dumps({"served_by": name, "authorization": auth}).encode())
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server = QuietServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -107,6 +113,12 @@ class Fleet:
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
         finally:
             conn.close()
+
+    def raw(self, head: bytes) -> bytes:
+        """`head` sent as is (framing tricks http.client will not send); the status line back."""
+        with socket.create_connection(("127.0.0.1", self.spec.port), timeout=DEADLINE_S) as s:
+            s.sendall(head)
+            return s.recv(4096).split(b"\r\n", 1)[0]
 
     def state(self) -> dict:
         status, _, body = self.request("GET", "/sparkctl/fleet-state", key=OPERATOR_KEY)

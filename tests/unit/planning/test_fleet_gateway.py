@@ -195,6 +195,8 @@ def test_live_keys_are_checked_and_other_targets_are_not_found(fleet: Fleet) -> 
     assert fleet.request("POST", "/v1/chat/completions", body, key="sk-wrong")[0] == 401
     assert fleet.request("POST", "/v1/chat/completions", body, key=OPERATOR_KEY)[0] == 200
     assert fleet.request("GET", "/health", key=None)[0] == 200
+    assert fleet.request("GET", "/v1/models", key=None)[0] == 401
+    assert fleet.request("GET", "/sparkctl/fleet-state", key=None)[0] == 401
     for method, path in (
         ("GET", "/metrics"),
         ("POST", "/v1/models"),
@@ -203,6 +205,21 @@ def test_live_keys_are_checked_and_other_targets_are_not_found(fleet: Fleet) -> 
     ):
         assert fleet.request(method, path)[0] == 404
     assert fleet.request("GET", "/sparkctl/fleet-state")[0] == 403  # a client key, not an operator's
+
+
+@HAPROXY
+def test_live_framing_tricks_are_refused(fleet: Fleet) -> None:
+    auth = f"Authorization: Bearer {KEY}\r\n".encode()
+    body = b'{"model":"chat"}'
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + auth
+    for extra in (
+        b"Transfer-Encoding: chunked\r\n",
+        b"Content-Length: 16\r\nContent-Length: 17\r\n",  # equal ones HAProxy merges into one
+        b"Connection: upgrade\r\nContent-Length: 16\r\n",
+        b"Upgrade: websocket\r\nContent-Length: 16\r\n",
+    ):
+        assert b" 400 " in fleet.raw(head + extra + b"\r\n" + body) + b" "
+    assert fleet.raw(head + b"Content-Length: 16\r\n\r\n" + body).endswith(b" 200 OK")
 
 
 @HAPROXY
