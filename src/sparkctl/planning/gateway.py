@@ -149,6 +149,31 @@ def served_container(name: str) -> str | None:
     return name[: -len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 
+def framing_rules(b: Bounds) -> list[str]:
+    """Framing a gateway refuses outright: any Transfer-Encoding (so no CL/TE conflict in either
+    order, no chunk trick reaches the engine), more than one Content-Length, a Connection header
+    naming anything but close/keep-alive (hop-by-hop tricks), Upgrade; a body over the bound (413)."""
+    return [
+        "    http-request deny deny_status 400 if { req.hdr_cnt(transfer-encoding) gt 0 }",
+        "    http-request deny deny_status 400 if { req.hdr_cnt(content-length) gt 1 }",
+        "    http-request deny deny_status 400 if { req.hdr_cnt(connection) gt 1 }",
+        "    http-request deny deny_status 400 if { req.hdr_cnt(connection) eq 1 } "
+        "!{ req.fhdr(connection) -i -m str close keep-alive }",
+        "    http-request deny deny_status 400 if { req.hdr_cnt(upgrade) gt 0 }",
+        f"    http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {b.max_body_bytes} }}",
+    ]
+
+
+def key_condition(keys_path: str) -> str:
+    """True when every Authorization value is a key of `keys_path` (hashes): sglang-router
+    forwards the client's header and adds its own (two equal lines); the first and the last are
+    checked, a third is refused."""
+    valid = [
+        f"{{ req.fhdr(authorization,{occ}),sha2(256),hex,lower -m str -f {keys_path} }}" for occ in (1, -1)
+    ]
+    return f"{{ req.hdr_cnt(authorization) ge 1 }} {{ req.hdr_cnt(authorization) le 2 }} {' '.join(valid)}"
+
+
 def _frontend(spec: GatewaySpec) -> list[str]:
     b = spec.bounds
     methods = sorted({m for m, _ in spec.routes})
@@ -166,16 +191,7 @@ def _frontend(spec: GatewaySpec) -> list[str]:
         *acls,
         *[f"    acl meth_{m.lower()} method {m}" for m in methods],
         "    acl is_get method GET",
-        # Framing the gateway refuses outright: any Transfer-Encoding (so no CL/TE conflict in
-        # either order, no chunk trick reaches the engine), more than one Content-Length, a
-        # Connection header naming anything but close/keep-alive (hop-by-hop tricks), Upgrade.
-        "    http-request deny deny_status 400 if { req.hdr_cnt(transfer-encoding) gt 0 }",
-        "    http-request deny deny_status 400 if { req.hdr_cnt(content-length) gt 1 }",
-        "    http-request deny deny_status 400 if { req.hdr_cnt(connection) gt 1 }",
-        "    http-request deny deny_status 400 if { req.hdr_cnt(connection) eq 1 } "
-        "!{ req.fhdr(connection) -i -m str close keep-alive }",
-        "    http-request deny deny_status 400 if { req.hdr_cnt(upgrade) gt 0 }",
-        f"    http-request deny deny_status 413 if {{ req.hdr_val(content-length) gt {b.max_body_bytes} }}",
+        *framing_rules(b),
         f"    acl is_health url -m str {HEALTH_ROUTE}",
     ]
     allowed = " || ".join(f"meth_{m.lower()} {r}" for m, r in zip(methods, route_names, strict=True))
@@ -187,16 +203,9 @@ def _frontend(spec: GatewaySpec) -> list[str]:
         allowed += " || is_get key_metrics"
     lines.append(f"    http-request deny deny_status 404 unless {allowed} || is_get is_health")
     if spec.keyed:
-        # Every Authorization value must be a key: sglang-router forwards the client's header and
-        # adds its own (two equal lines); the first and the last are checked, a third is refused.
-        valid = [
-            f"{{ req.fhdr(authorization,{occ}),sha2(256),hex,lower -m str -f {KEYS_PATH} }}"
-            for occ in (1, -1)
-        ]
-        lines += [
-            "    http-request deny deny_status 401 unless is_get is_health || "
-            f"{{ req.hdr_cnt(authorization) ge 1 }} {{ req.hdr_cnt(authorization) le 2 }} {' '.join(valid)}",
-        ]
+        lines.append(
+            f"    http-request deny deny_status 401 unless is_get is_health || {key_condition(KEYS_PATH)}"
+        )
     lines += _named_rules(spec) if spec.named else []
     lines += [  # after the key check: the answers are for key holders (the router) only
         f"    http-request return status 200 content-type application/json string '{body}' if is_get {a}"
@@ -244,6 +253,26 @@ def _key_backends(spec: GatewaySpec, owner: bool) -> list[str]:
     return lines
 
 
+def defaults_section(b: Bounds) -> list[str]:
+    """HAProxy's defaults of a gateway: HTTP, the log line, keep-alive both ways, the bounds' timeouts."""
+    return [
+        "defaults",
+        "    mode http",
+        "    log global",
+        # method, path without its query, status, bytes, timings: never the query or a header, so a
+        # key a client put in either stays out of the log
+        f"    log-format {LOG_FORMAT}",
+        "    option http-keep-alive",
+        "    option http-no-delay",  # a streamed token leaves at once (no MSG_MORE coalescing)
+        "    http-reuse safe",  # upstream connections stay open across client requests
+        "    timeout connect 5s",
+        f"    timeout http-request {b.header_timeout_s}s",
+        f"    timeout http-keep-alive {b.idle_timeout_s}s",
+        f"    timeout client {b.client_timeout_s}s",
+        f"    timeout server {b.server_timeout_s}s",
+    ]
+
+
 def haproxy_config(spec: GatewaySpec, owner_uid: int | None = None) -> str:
     """The whole haproxy.cfg for `spec` (no stats page, no admin socket, no key). `owner_uid`: the
     engine's uid; its server then starts in maintenance and passes requests only while that uid
@@ -261,20 +290,7 @@ def haproxy_config(spec: GatewaySpec, owner_uid: int | None = None) -> str:
         "    nbthread 1",
         "    log stdout format raw local0 info",
         "",
-        "defaults",
-        "    mode http",
-        "    log global",
-        # method, path without its query, status, bytes, timings: never the query or a header, so a
-        # key a client put in either stays out of the log
-        f"    log-format {LOG_FORMAT}",
-        "    option http-keep-alive",
-        "    option http-no-delay",  # a streamed token leaves at once (no MSG_MORE coalescing)
-        "    http-reuse safe",  # upstream connections stay open across client requests
-        "    timeout connect 5s",
-        f"    timeout http-request {b.header_timeout_s}s",
-        f"    timeout http-keep-alive {b.idle_timeout_s}s",
-        f"    timeout client {b.client_timeout_s}s",
-        f"    timeout server {b.server_timeout_s}s",
+        *defaults_section(b),
         "",
         *_frontend(spec),
         "",
