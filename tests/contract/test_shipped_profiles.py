@@ -268,6 +268,7 @@ def test_state_commands_of_a_mode_exit_5_naming_its_nodes(
 
 # What serves, ships or watches a cluster runs one model per profile today (docs/fleet.md): given a
 # fleet it says "not yet", exit 2, before it reaches any node. One JSON document where --json is given.
+# `export k8s` renders a fleet (test_a_fleet_exports_every_service_to_kubernetes).
 NOT_YET = [
     ["up", "--dry-run"],
     ["up"],
@@ -282,7 +283,6 @@ NOT_YET = [
     ["verify"],
     ["bench"],
     ["supervise"],
-    ["export", "k8s", "-o", "k8s-out"],
     ["persist", "install"],
     ["diagnose"],
 ]
@@ -306,6 +306,25 @@ def test_a_fleet_is_not_yet_served_every_serving_command_says_so(
             in text
         ), (args, text)
         assert "fix: `sparkctl -p" in text and "docs/fleet.md" in text, text
+
+
+FLEET_CASES = [pytest.param(p, m, id=f"{p.stem}-{m}") for p in FLEETS for m in _modes(p)]
+
+
+@pytest.mark.parametrize(("path", "mode"), FLEET_CASES)
+def test_a_fleet_exports_every_service_to_kubernetes(
+    home: Path, unreachable: dict[str, Path], path: Path, mode: str
+) -> None:
+    """`export k8s SERVICE:MODE` of a fleet: every service's LeaderWorkerSet, touching no node."""
+    prof = str(unreachable[path.stem])
+    res = run(home, "export", "k8s", mode, "--dry-run", "-p", prof)
+    expect(res, ExitCode.OK)
+    assert res.stdout.count("kind: LeaderWorkerSet") == len(_fleet(path) or {}), res.stdout
+    res = run(home, "export", "k8s", mode, "--dry-run", "--json", "-p", prof)
+    expect(res, ExitCode.OK)
+    doc = one_json(res)
+    assert sorted(s["name"] for s in doc["services"]) == sorted(_fleet(path) or {})
+    assert mode in doc["selection"].split(","), doc
 
 
 @pytest.mark.parametrize("path", FLEETS, ids=[p.stem for p in FLEETS])

@@ -124,7 +124,8 @@ def _commands(
     mode: str, out: Path, reached: bool = False, refused: bool = False
 ) -> list[tuple[list[str], int, bool]]:
     """(argv, README's exit code, offline: touches no node, so looks up no name). A fleet's
-    SERVICE:MODE: what serves says "not yet" (exit 2) before it reaches a node (docs/fleet.md).
+    SERVICE:MODE: what serves says "not yet" (exit 2) before it reaches a node (docs/fleet.md);
+    `export k8s` renders every service.
     `reached`: every node of the mode answers (rank 0's, its Docker up): nothing running is exit 0.
     `refused`: a mode shipped to show a refusal (test_shipped_profiles.REFUSED): with the model's
     heads in the cache, `plan --check` and `fit` exit 1."""
@@ -138,7 +139,7 @@ def _commands(
             (["preflight"], ExitCode.USAGE, True),
             (["status"], ExitCode.USAGE, True),
             (["down", "--dry-run"], ExitCode.USAGE, True),
-            (["export", "k8s", "-o", str(out)], ExitCode.USAGE, True),
+            (["export", "k8s", mode, "-o", str(out)], ExitCode.OK, True),
         ]
     return [
         (["profile", "check"], ExitCode.OK, True),

@@ -3,6 +3,7 @@
 One LeaderWorkerSet per mode (`replicas` = replica groups, `size` = nodes per group), the
 per-node env in a ConfigMap, and with replicas the router (sglang-router with service discovery)
 and its RBAC and Service; without, a Service on the replica's API. docs/kubernetes.md.
+A fleet's service (`service`) renders the same, its name in every object's name, label and file.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from sparkctl.export.k8s_rank import (
 from sparkctl.export.k8s_router import leader_selector, router_objects
 from sparkctl.export.yamltext import dump
 from sparkctl.planning.build import build_plan
+from sparkctl.planning.fleet import service_plan
 from sparkctl.planning.hardening import bind_host, binds_everywhere
 from sparkctl.planning.model import Plan, RankSpec
+from sparkctl.profile.fleet import service_profile
 from sparkctl.profile.schema import Profile
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -45,6 +48,12 @@ class K8sExport:
     objects: dict[str, list[dict]] = field(default_factory=dict)  # file name -> documents
     files: dict[str, str] = field(default_factory=dict)  # file name -> YAML text
     notes: list[str] = field(default_factory=list)
+    service: str | None = None  # a fleet's service; None: a single-model profile
+
+    @property
+    def selector(self) -> str:
+        """What `sparkctl export k8s` and `plan` take for this plan: MODE, or SERVICE:MODE."""
+        return f"{self.service}:{self.plan.mode}" if self.service else self.plan.mode
 
 
 def dns_name(*parts: str) -> str:
@@ -252,22 +261,31 @@ def _ungated(profile: Profile) -> tuple[Profile, bool]:
     return profile.model_copy(update={"memory": memory}), True
 
 
+def _planned(profile: Profile, mode_name: str | None, service: str | None) -> tuple[Profile, Plan, bool]:
+    """(the profile the plan runs: the service's own in a fleet, the plan, whether it was gated)."""
+    profile, gated = _ungated(profile)
+    if service is None:
+        return profile, build_plan(profile, mode_name), gated
+    view = service_profile(profile, service)
+    return view, service_plan(profile, service, mode_name or view.default_mode()).plan, gated
+
+
 def export_k8s(
     profile: Profile,
     mode_name: str | None = None,
     namespace: str = "default",
     rdma_resource: str | None = None,
+    service: str | None = None,
 ) -> K8sExport:
+    """The objects of `mode_name`; of a fleet (`profile` with models:), those of its `service`."""
+    profile, plan, gated = _planned(profile, mode_name, service)
     engine = get_engine(profile.engine.kind)
     as_node = (profile.engine.container.user or engine.default_user) == "node"
-    profile, gated = _ungated(profile)
-    plan = build_plan(profile, mode_name)
     _check_exportable(plan)
-    name = dns_name("sparkctl", profile.cluster, plan.mode)
+    own = ["sparkctl", profile.cluster, *([service] if service else [])]
+    name = dns_name(*own, plan.mode)
     secrets = {f.target for r in [*plan.ranks, *([plan.router] if plan.router else [])] for f in r.secrets}
-    out = K8sExport(
-        plan, namespace, name, dns_name("sparkctl", profile.cluster, "secrets") if secrets else None
-    )
+    out = K8sExport(plan, namespace, name, dns_name(*own, "secrets") if secrets else None, service=service)
     if gated:
         out.notes.append(
             "memory.gated_start is not exported: the ranks start ungated (nothing in the cluster runs "
@@ -285,8 +303,10 @@ def export_k8s(
         )
     common, per_node = split_env(plan.ranks)
     configmap = f"{name}-nodes" if per_node else None
-    labels = {"sparkctl.cluster": profile.cluster, "sparkctl.mode": plan.mode}
+    labels = {"sparkctl.cluster": profile.cluster, **({"sparkctl.service": service} if service else {})}
+    labels["sparkctl.mode"] = plan.mode
     todo = units(plan, name)
+    stem = f"{service}-{plan.mode}" if service else plan.mode
     base = {
         "namespace": namespace,
         "labels": labels,
@@ -313,16 +333,16 @@ def export_k8s(
             docs.append(_api_service(sub, lws_name, namespace, labels))
         if (gate := sub.ranks[0].gateway) is not None:
             docs.append(gateway.config_map(lws_name, namespace, labels, gate))
-        file = f"{plan.mode}.yaml" if len(todo) == 1 else f"{plan.mode}-g{sub.groups[0].index}.yaml"
+        file = f"{stem}.yaml" if len(todo) == 1 else f"{stem}-g{sub.groups[0].index}.yaml"
         out.objects[file] = docs
         out.files[file] = dump(docs, _header(profile, out), comments)
     if plan.router is not None:
         static = len(todo) > 1
         router = router_objects(
-            profile, plan, name, namespace, out.secret_name or "", engine.readiness, static=static
+            profile, plan, name, namespace, out.secret_name or "", engine.readiness, static, service
         )
-        out.objects[f"{plan.mode}-router.yaml"] = router
-        out.files[f"{plan.mode}-router.yaml"] = dump(router, _header(profile, out, router=True))
+        out.objects[f"{stem}-router.yaml"] = router
+        out.files[f"{stem}-router.yaml"] = dump(router, _header(profile, out, router=True))
     return out
 
 
@@ -343,13 +363,13 @@ def _header(profile: Profile, out: K8sExport, router: bool = False) -> list[str]
     plan = out.plan
     what = "sglang-router in front of the replicas" if router else f"mode {plan.mode}: {plan.shape}"
     lines = [
-        f"sparkctl export k8s {plan.mode}: cluster {plan.cluster}, {what}",
-        f"from the plan `sparkctl plan {plan.mode}` shows (config hash {plan.config_hash}); docs/kubernetes.md",
+        f"sparkctl export k8s {out.selector}: cluster {plan.cluster}, {what}",
+        f"from the plan `sparkctl plan {out.selector}` shows (config hash {plan.config_hash}); docs/kubernetes.md",
     ]
     if out.secret_name:
         ns = "" if out.namespace == "default" else f" --namespace {out.namespace}"
         lines.append(
-            f"needs Secret {out.secret_name}: sparkctl export k8s {plan.mode}{ns} --secrets | kubectl apply -f -"
+            f"needs Secret {out.secret_name}: sparkctl export k8s {out.selector}{ns} --secrets | kubectl apply -f -"
         )
     image = plan.router.image if router and plan.router else plan.ranks[0].image
     lines += [

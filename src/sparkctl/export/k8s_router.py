@@ -73,7 +73,13 @@ def _gateway(router: RankSpec, static: bool) -> GatewaySpec | None:
 
 
 def router_pod(
-    profile: Profile, plan: Plan, secret: str, readiness: Readiness, argv: list[str], static: bool
+    profile: Profile,
+    plan: Plan,
+    secret: str,
+    readiness: Readiness,
+    argv: list[str],
+    static: bool,
+    service: str | None = None,
 ) -> dict:
     router = plan.router
     assert router is not None
@@ -114,18 +120,19 @@ def router_pod(
         }
     else:
         nodes = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}
-        where = {"serviceAccountName": router_name(profile)}
+        where = {"serviceAccountName": router_name(profile, service)}
     if not container["ports"]:
         del container["ports"]
     containers, volumes = [container], parts.volumes
     if gate is not None:
-        side, side_volumes = gateway.sidecar(router_name(profile), gate, secret)
+        side, side_volumes = gateway.sidecar(router_name(profile, service), gate, secret)
         containers, volumes = [container, side], [*volumes, *side_volumes]
     return {**where, "affinity": {"nodeAffinity": nodes}, "containers": containers, "volumes": volumes}
 
 
-def router_name(profile: Profile) -> str:
-    return f"sparkctl-{profile.cluster}-router".lower()
+def router_name(profile: Profile, service: str | None = None) -> str:
+    """The router's objects' name: sparkctl-<cluster>-router, a fleet's sparkctl-<cluster>-<service>-router."""
+    return f"sparkctl-{profile.cluster}-{service + '-' if service else ''}router".lower()
 
 
 def router_objects(
@@ -136,15 +143,17 @@ def router_objects(
     secret: str,
     readiness: Readiness,
     static: bool = False,
+    service: str | None = None,
 ) -> list[dict]:
     """RBAC, the Deployment and its Service (on engine.port, the user's one endpoint). `static`:
     the replicas share a node, each on its own port: the router runs the plan's argv (its worker
     URLs) on that node's network, as `up` runs it, with no discovery (no RBAC) and a Service only
     when it binds every interface."""
-    name = router_name(profile)
-    labels = {"sparkctl.cluster": profile.cluster, "sparkctl.role": "router"}
+    name = router_name(profile, service)
+    labels = {"sparkctl.cluster": profile.cluster, **({"sparkctl.service": service} if service else {})}
+    labels["sparkctl.role"] = "router"
     argv = _argv(profile, plan, lws_name, namespace, static)
-    pod = router_pod(profile, plan, secret, readiness, argv, static)
+    pod = router_pod(profile, plan, secret, readiness, argv, static, service)
     # A new router starts before the old one stops (the endpoint stays); on the host network both
     # would want the same port, so there the old one stops first.
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}

@@ -24,7 +24,7 @@ PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
 # sparkctl runs on spark1 as the profiles' user (`address: local` takes this machine's home)
 HOME = "/home/spark"
 SHARED_NODE_MODES = {("two-gpu-box.yaml", "dp2")}  # refused: see test_replicas_sharing_a_node_are_refused
-# A fleet's export is not built yet: `export k8s` says so (docs/fleet.md, tests/contract).
+# A fleet renders each service as one of these: test_k8s_fleet.py.
 SINGLE = [p for p in PROFILES if not load_profile_file(p).models]
 CASES = [(p, m) for p in SINGLE for m in load_profile_file(p).modes if (p.name, m) not in SHARED_NODE_MODES]
 PRINT = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))"
