@@ -90,3 +90,41 @@ def build_openai_shape(lab: Lab, node: str = "spark1") -> str:
         fileobj=ctx, custom_context=True, tag=OPENAI_SHAPE_TAG, rm=True, forcerm=True
     )
     return OPENAI_SHAPE_TAG
+
+
+def write_fleet_profile(lab: Lab, path: Path, image: str, engine: dict[str, Any]) -> Path:
+    """A fleet of two tiny models (docs/fleet.md): `chat` (the tier's model) solo on spark1, and
+    `coder` (SECOND_ID: other weights), on demand, idle-stopped after 10 s, in mode `a` on spark2
+    or `b` on spark1. Ports assigned by sparkctl; the fleet's gateway on spark1."""
+    import yaml
+
+    from tests.testbed.tiny_model import SECOND_ID
+
+    write_vllm_profile(lab, path, engine=engine, image=image)
+    doc = yaml.safe_load(path.read_text())
+    base = {k: doc.pop(k) for k in ("image", "model", "engine", "modes")}
+    base["engine"].pop("port")
+
+    def service(served: str, model_id: str, modes: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        model = {**base["model"], "target": {**base["model"]["target"], "id": model_id}}
+        return {
+            **base,
+            "model": model,
+            "engine": {**base["engine"], "served_model_name": served},
+            "modes": modes,
+            **extra,
+        }
+
+    doc["models"] = {
+        "chat": service("tiny-chat", MODEL_ID, {"solo": {"nodes": ["spark1"], "default": True}}),
+        "coder": service(
+            "tiny-coder",
+            SECOND_ID,
+            {"a": {"nodes": ["spark2"], "default": True}, "b": {"nodes": ["spark1"]}},
+            on_demand=True,
+            idle_stop="10s",
+        ),
+    }
+    doc["gateway"] = {"node": "spark1", "port": 8000, "wait_s": 300}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from tests.testbed.lab import Lab
 
 MODEL_ID = "test-org/tiny-qwen3"
+# A second model for the fleet tests: the same shape and tokenizer, other random weights (seed 1),
+# so the same prompt gets other tokens from it.
+SECOND_ID = "test-org/tiny-qwen3-b"
 VOCAB = 512  # the BPE trainer's ceiling; the ASCII corpus gives ~220 tokens
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CONFIG = {
@@ -122,12 +125,12 @@ def _tokenizer(dest: Path) -> None:
     fast.save_pretrained(dest)
 
 
-def _weights(dest: Path) -> None:
+def _weights(dest: Path, seed: int = 0) -> None:
     import torch
     from tokenizers import Tokenizer
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     # The model's vocabulary is exactly the tokenizer's: a sampled id always decodes to a token.
     vocab = Tokenizer.from_file(str(dest / "tokenizer.json")).get_vocab_size()
     params = {**CONFIG, "vocab_size": vocab}
@@ -136,20 +139,21 @@ def _weights(dest: Path) -> None:
     model.save_pretrained(dest, safe_serialization=True)
 
 
-def hub_dir() -> Path:
+def hub_dir(model_id: str = MODEL_ID) -> Path:
     """The host's cached `hub/` tree holding the model (built on first use)."""
-    root = CACHE_DIR / f"tiny-qwen3-{_key()}"
+    seed = 0 if model_id == MODEL_ID else 1
+    root = CACHE_DIR / (f"tiny-qwen3-{_key()}" if seed == 0 else f"tiny-qwen3-b-{_key()}")
     hub = root / "hub"
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with open(CACHE_DIR / "tiny-model.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not root.exists():
             tmp = Path(tempfile.mkdtemp(dir=CACHE_DIR))
-            repo = tmp / "hub" / ("models--" + MODEL_ID.replace("/", "--"))
+            repo = tmp / "hub" / ("models--" + model_id.replace("/", "--"))
             snap = repo / "snapshots" / commit()
             snap.mkdir(parents=True)
             _tokenizer(snap)
-            _weights(snap)
+            _weights(snap, seed)
             (repo / "refs").mkdir()
             (repo / "refs" / "main").write_text(commit())
             tmp.chmod(0o755)
@@ -157,8 +161,8 @@ def hub_dir() -> Path:
     return hub
 
 
-def seed_tiny_model(lab: Lab) -> None:
+def seed_tiny_model(lab: Lab, model_id: str = MODEL_ID) -> None:
     """The model in every node's HF cache (the lab profile's model.hf_cache: <node_root>/hf)."""
-    src = hub_dir()
+    src = hub_dir(model_id)
     for node in lab.nodes:
         shutil.copytree(src, Path(node.node_root, "hf", "hub"), dirs_exist_ok=True)

@@ -12,6 +12,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -340,3 +341,98 @@ def test_supervised_tp2_rank0_gone_stops_the_orphaned_headless_rank(vllm_lab, pr
     status = json.loads(cli(state, profile_path, "status", "--json").stdout)
     restarting = [e for e in status["events"] if e.get("event") == "restarting"]
     assert restarting and restarting[0]["rank"] == 0, status["events"]
+
+
+def _ask(base: str, model: str, timeout: float = 300) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": "hello spark"}], "max_tokens": 12}
+    return _post(f"{base}/chat/completions", {**body, "temperature": 0}, timeout)
+
+
+def _models(base: str) -> dict[str, bool]:
+    req = urllib.request.Request(f"{base}/models", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return {m["id"]: m["loaded"] for m in json.loads(resp.read())["data"]}
+
+
+def _until(what: str, check, seconds: float = 240):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(1.0)
+    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+
+
+def _fleet_state(st: Path, path: Path) -> dict[str, str]:
+    doc = json.loads(cli(st, path, "status", "--json", timeout=120).stdout)
+    return {s["name"]: s["state"] for s in doc["services"]}
+
+
+def test_a_fleet_of_two_models_behind_one_endpoint_switches_and_starts_on_demand(
+    vllm_lab, profile_path, tmp_path, monkeypatch, request
+):
+    """Issue 39's lab: two tiny models (other weights) as two services, one endpoint routing by
+    `model`; a switch of one under a steady client of the other fails none of its requests; the
+    on-demand one idle-stops and its next request starts it and is answered."""
+    from tests.testbed.realengine import write_fleet_profile
+    from tests.testbed.tiny_model import SECOND_ID, seed_tiny_model
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    seed_tiny_model(vllm_lab, SECOND_ID)
+    for node in vllm_lab.nodes:
+        vllm_lab.exec(node.name, ["chmod", "-R", "a+rX", f"{NODE_MOUNT}/hf"])
+    container = {"gpus": False, "shm_size": "1g", "user": NON_ROOT}
+    engine = {"kind": "vllm", "api_key": {"env": KEY_ENV}, "container": container}
+    image = load_profile_file(profile_path).image.ref  # shipped to both nodes by the fixture
+    path = write_fleet_profile(vllm_lab, tmp_path / "fleet.yaml", image, engine)
+    fleet = load_profile_file(path).cluster
+    st = tmp_path / "state"
+    try:
+        res = cli(st, path, "up", "chat,coder", "--json", timeout=900)  # coder named: started now too
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        base = json.loads(res.stdout)["gateway"]["url"]
+        _until("both loaded at the gateway", lambda: all(_models(base).values()), 60)
+        assert set(_models(base)) == {"tiny-chat", "tiny-coder"}
+        a, b = _ask(base, "tiny-chat"), _ask(base, "coder")  # a service's name routes too
+        assert (a["model"], b["model"]) == ("tiny-chat", "tiny-coder")
+        text = [r["choices"][0]["message"]["content"] for r in (a, b)]
+        assert text[0] != text[1], text  # other weights, other tokens (temperature 0)
+        with pytest.raises(urllib.error.HTTPError) as unknown:
+            _ask(base, "nope")
+        assert unknown.value.code == 404 and "tiny-chat" in unknown.value.read().decode()
+
+        failures, answered, stop = [], [], threading.Event()
+
+        def steady() -> None:
+            while not stop.is_set():
+                try:
+                    answered.append(_ask(base, "tiny-chat", 120)["model"])
+                except OSError as exc:
+                    failures.append(repr(exc))
+
+        client = threading.Thread(target=steady, daemon=True)
+        client.start()
+        sw = cli(st, path, "switch", "coder", "b", "--json", timeout=900)
+        stop.set()
+        client.join(timeout=130)
+        assert sw.returncode == 0, sw.stdout[-3000:] + sw.stderr[-3000:]
+        assert failures == [] and len(answered) >= 3, (failures, len(answered))
+        report(request, f"fleet: coder switched a -> b; chat answered {len(answered)} requests, 0 failed")
+        _until("coder loaded in mode b", lambda: _models(base)["tiny-coder"], 60)
+
+        sup = cli(st, path, "supervise", "--detach", timeout=60)
+        assert sup.returncode == 0, sup.stderr
+        _until("coder idle-stopped", lambda: _fleet_state(st, path).get("coder") == "idle-stopped", 180)
+        assert _fleet_state(st, path)["chat"] == "loaded" and not _models(base)["tiny-coder"]
+        t0 = time.monotonic()
+        again = _ask(base, "tiny-coder", 300)  # waits at the gateway while the supervisor starts it
+        assert again["model"] == "tiny-coder" and again["choices"][0]["message"]["content"]
+        report(
+            request, f"fleet: on-demand coder started by a request, answered in {time.monotonic() - t0:.1f}s"
+        )
+        assert _fleet_state(st, path)["coder"] == "loaded"
+    finally:
+        cli(st, path, "down", timeout=300)
+    for cluster in (fleet, f"{fleet}-chat", f"{fleet}-coder"):
+        assert not any(cluster_containers(vllm_lab, cluster).values()), cluster

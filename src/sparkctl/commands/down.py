@@ -18,7 +18,9 @@ from sparkctl.commands.up import DryRunOpt
 def down_cmd(
     mode: Annotated[
         str | None,
-        typer.Argument(metavar="MODE", help="Only this mode (default: all); a fleet: SERVICE[:MODE] (default: all)."),
+        typer.Argument(
+            metavar="MODE", help="Only this mode (default: all); a fleet: SERVICE[:MODE] (default: all)."
+        ),
     ] = None,
     profile: ProfileOpt = None,
     dry_run: DryRunOpt = False,

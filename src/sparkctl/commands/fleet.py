@@ -29,9 +29,8 @@ def chosen_services(prof, selection: str | None, verb: str) -> dict[str, str | N
     return out
 
 
-def fleet_up(req, prof) -> None:  # UpRequest, Profile (a fleet)
+def fleet_up(req, prof, up_one, print_up) -> None:  # UpRequest, Profile (a fleet), up.py's two
     """Each chosen service in turn (its own lock and state), under the fleet's lock, then the gateway."""
-    from sparkctl.commands.up import print_up, up_one
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.fleet_gateway import ensure_gateway
     from sparkctl.lifecycle.lock import ClusterLock
@@ -42,7 +41,7 @@ def fleet_up(req, prof) -> None:  # UpRequest, Profile (a fleet)
     with ClusterLock(fleet_lock_name(prof)):
         for name, mode in chosen.items():
             view = service_view(prof, name)
-            result, sup, elapsed = up_one(replace(req, mode=mode), view)
+            result, sup, elapsed = up_one(replace(req, mode=mode), view, name)
             done.append((name, result, sup))
             if not req.json_out:
                 print_up(result, elapsed, sup, req.verbose)
@@ -68,6 +67,10 @@ def fleet_down(prof, selection: str | None, dry_run: bool, json_out: bool) -> No
 
     names = list(chosen_services(prof, selection, "down")) if selection else list(prof.models)
     modes = _modes(selection)
+    if not selection and not dry_run:  # the on-demand loop first: else it starts what is stopped
+        from sparkctl.lifecycle.supervisor import process as supervisor
+
+        supervisor.stop(prof.cluster)
     out, removed = [], []
     for name in names:
         view = service_view(prof, name)
@@ -101,7 +104,7 @@ def _modes(selection: str | None) -> dict[str, str]:
     return out
 
 
-def fleet_status(prof, selection: str | None, json_out: bool) -> bool:
+def fleet_status(prof, selection: str | None, json_out: bool, render_status) -> bool:
     """Every service's status (or the named ones), then the gateway's view. True: a node unreachable."""
     from sparkctl.lifecycle.fleet_status import fleet_status as read
 
@@ -109,11 +112,37 @@ def fleet_status(prof, selection: str | None, json_out: bool) -> bool:
     if json_out:
         print_json(st.to_json())
         return st.unreachable
-    from sparkctl.commands.status import render_status
-
     con = console()
     for svc in st.services:
         con.print(f"[bold]service {svc.name}[/]: {svc.state}" + (" (on demand)" if svc.on_demand else ""))
         render_status(svc.status)
     con.print(st.gateway_line(), markup=False)
     return st.unreachable
+
+
+def supervise_fleet(profile_opt, prof, detach: bool, stop: bool) -> None:
+    """`supervise` of a fleet: the on-demand loop (start on a request, stop when idle)."""
+    from sparkctl.lifecycle.supervisor import process as supervisor
+
+    con = console()
+    if stop:
+        con.print(
+            supervisor.stop(prof.cluster) or f"no supervisor runs for fleet {prof.cluster}", markup=False
+        )
+        return
+    if detach:
+        from sparkctl.lifecycle.supervisor.process import Policy
+        from sparkctl.profile import find_profile
+
+        current = supervisor.running(prof.cluster)
+        if not current:
+            current = supervisor.spawn(find_profile(profile_opt).resolve(), prof.cluster, "", Policy(), "")
+        con.print(
+            f"supervising fleet {prof.cluster} in the background (pid {current.get('pid')})", markup=False
+        )
+        return
+    import typer
+
+    from sparkctl.lifecycle.fleet_supervise import supervise
+
+    raise typer.Exit(supervise(prof, say=lambda line: con.print(line, markup=False)))

@@ -39,7 +39,7 @@ def status_cmd(
     if prof.models:
         from sparkctl.commands.fleet import fleet_status
 
-        if fleet_status(prof, mode, json_out):
+        if fleet_status(prof, mode, json_out, render_status):
             from sparkctl.errors import ExitCode
 
             raise typer.Exit(ExitCode.CONNECT)

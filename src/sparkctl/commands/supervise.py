@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import GuardOpt, ProfileOpt, console, handle_errors, load_profile
+from sparkctl.commands._common import GuardOpt, ProfileOpt, console, handle_errors, load_profile, load_service
 
 MaxRestartsOpt = Annotated[
     int, typer.Option("--max-restarts", min=0, help="Group restarts allowed within an hour; then give up.")
@@ -49,7 +49,15 @@ def supervise_cmd(
     from sparkctl.lifecycle.supervisor import process as supervisor
     from sparkctl.lifecycle.supervisor.process import Policy
 
-    prof = with_guard(load_profile(profile), guard)
+    prof = with_guard(load_profile(profile, fleet=True), guard)
+    if prof.models and not mode:
+        from sparkctl.commands.fleet import supervise_fleet
+
+        supervise_fleet(profile, prof, detach, stop)
+        return
+    if prof.models:
+        prof, mode = load_service(profile, mode)
+        prof = with_guard(prof, guard)
     if stop:
         console().print(supervisor.stop(prof.cluster) or f"no supervisor runs for cluster {prof.cluster}")
         return
@@ -83,8 +91,9 @@ def supervise_cmd(
     raise typer.Exit(code)
 
 
-def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # Path|None, Profile, Policy
-    """Spawn the background supervisor for `mode` (an already running one for it is kept)."""
+def start_detached(profile_opt, prof, mode: str, policy, service: str | None = None) -> dict:
+    """Spawn the background supervisor for `mode` (an already running one for it is kept); a
+    fleet's `service`: its SERVICE:MODE."""
     from sparkctl.lifecycle.supervisor import process as supervisor
     from sparkctl.profile import find_profile
 
@@ -92,7 +101,8 @@ def start_detached(profile_opt, prof, mode: str, policy) -> dict:  # Path|None, 
     if current and current.get("mode") == mode:
         return current
     supervisor.stop(prof.cluster)
-    return supervisor.spawn(find_profile(profile_opt).resolve(), prof.cluster, mode, policy)
+    path = find_profile(profile_opt).resolve()
+    return supervisor.spawn(path, prof.cluster, mode, policy, f"{service}:{mode}" if service else None)
 
 
 def register(app: typer.Typer) -> None:

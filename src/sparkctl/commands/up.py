@@ -117,7 +117,7 @@ def run_up(req: UpRequest) -> None:
     if prof.models:
         from sparkctl.commands.fleet import fleet_up
 
-        fleet_up(req, prof)
+        fleet_up(req, prof, up_one, print_up)
         return
     result, sup, elapsed = up_one(req, prof)
     if req.json_out:
@@ -126,8 +126,8 @@ def run_up(req: UpRequest) -> None:
     print_up(result, elapsed, sup, req.verbose)
 
 
-def up_one(req: UpRequest, prof):  # Profile -> (UpResult, supervisor dict | None, seconds)
-    """`up` of one model (a single-model profile, or a fleet's service view)."""
+def up_one(req: UpRequest, prof, service: str | None = None):  # -> (UpResult, supervisor dict | None, s)
+    """`up` of one model (a single-model profile, or a fleet's `service` as its view)."""
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.guard import with_guard
     from sparkctl.lifecycle.router import RouterFailedError
@@ -176,7 +176,7 @@ def up_one(req: UpRequest, prof):  # Profile -> (UpResult, supervisor dict | Non
         from sparkctl.commands.supervise import start_detached
         from sparkctl.lifecycle.supervisor.process import Policy
 
-        sup = start_detached(profile, prof, result.plan.mode, Policy(guard=guard))
+        sup = start_detached(profile, prof, result.plan.mode, Policy(guard=guard), service)
     return result, sup, reporter.elapsed()
 
 
@@ -220,16 +220,40 @@ def up_cmd(
 
 def print_preview(profile, mode: str | None, tp: int | None, json_out: bool, rolling: bool = True) -> None:
     """`up/switch --dry-run`: the plan, and what up would stop and start (read-only)."""
-    from sparkctl.commands.plan import render_plan
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.preview import preview
 
-    prof = load_profile(profile)
+    prof = load_profile(profile, fleet=True)
+    if prof.models:  # each chosen service's preview (the gateway is never replaced by a switch)
+        from sparkctl.commands.fleet import chosen_services
+        from sparkctl.planning.fleet_view import service_view
+
+        chosen = chosen_services(prof, mode, "up")
+        pres = []
+        for name, svc_mode in chosen.items():
+            view = service_view(prof, name)
+            with NodePool(view) as pool:
+                pres.append((name, preview(view, pool, mode=svc_mode, tp=tp, rolling=rolling)))
+        if json_out:
+            print_json(
+                {"cluster": prof.cluster, "services": [{"service": n, **p.to_json()} for n, p in pres]}
+            )
+            return
+        for name, pre in pres:
+            console().print(f"[bold]service {name}[/]")
+            _render_preview(pre)
+        return
     with NodePool(prof) as pool:
         pre = preview(prof, pool, mode=mode, tp=tp, rolling=rolling)
     if json_out:
         print_json(pre.to_json())
         return
+    _render_preview(pre)
+
+
+def _render_preview(pre) -> None:  # sparkctl.lifecycle.preview.Preview
+    from sparkctl.commands.plan import render_plan
+
     render_plan(pre.plan)
     out = console()
     if pre.noop:

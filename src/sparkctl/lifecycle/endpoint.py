@@ -69,7 +69,9 @@ def fleet_target(
     from sparkctl.secrets import local_ref, resolve_known
 
     if mode:
-        raise UsageError("MODE and --model are exclusive on a fleet", fix="drop MODE: --model picks the service")
+        raise UsageError(
+            "MODE and --model are exclusive on a fleet", fix="drop MODE: --model picks the service"
+        )
     gw = planned_gateway(profile)
     route = next((r for r in gw.spec.routes if model in r.names), None)
     if route is None:

@@ -39,8 +39,19 @@ class ServiceStatus:
         seen = None
         if self.seen is not None:
             s = self.seen
-            seen = {"loaded": s.loaded, "waiting": s.waiting, "requests": s.requests, "idle_s": s.last_request_age_s}
-        return {"name": self.name, "state": self.state, "on_demand": self.on_demand, "gateway": seen, **self.status.to_json()}
+            seen = {
+                "loaded": s.loaded,
+                "waiting": s.waiting,
+                "requests": s.requests,
+                "idle_s": s.last_request_age_s,
+            }
+        return {
+            "name": self.name,
+            "state": self.state,
+            "on_demand": self.on_demand,
+            "gateway": seen,
+            **self.status.to_json(),
+        }
 
 
 @dataclass

@@ -53,8 +53,9 @@ class FleetRoute:
 
     service: str
     names: tuple[str, ...]  # the served model name(s), and the service name; the first is listed
-    upstream_host: str  # that service's own gateway (rank 0's or the router's API address)
-    upstream_port: int
+    # that service's own gateway in each of its modes (rank 0's or the router's API address): one
+    # mode runs at a time, and the check finds it, so a switch of modes never changes this config
+    upstreams: tuple[tuple[str, int], ...]
     on_demand: bool = False  # a request may wait for it to be started
 
     def __post_init__(self) -> None:
@@ -65,11 +66,11 @@ class FleetRoute:
             raise ValueError(
                 f"service {self.service}: model names {bad or 'missing'}: use [A-Za-z0-9_.:/@+=-]"
             )
-        if self.upstream_host in UNSPECIFIED or not 0 < self.upstream_port < 65536:
-            raise ValueError(
-                f"service {self.service}: upstream {self.upstream_host}:{self.upstream_port}: "
-                "name its gateway's address and port"
-            )
+        for host, port in self.upstreams or (("", 0),):
+            if host in UNSPECIFIED or not 0 < port < 65536:
+                raise ValueError(
+                    f"service {self.service}: upstream {host}:{port}: name its gateway's address and port"
+                )
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,10 @@ def _backend(route: FleetRoute, b: Bounds) -> list[str]:
         f"backend svc_{route.service}",
         "    retries 0",
         f"    option httpchk GET {HEALTH_ROUTE}",
-        f"    server {SERVER} {route.upstream_host}:{route.upstream_port} maxconn {b.max_connections}"
-        " check inter 1s rise 1 fall 1",
+        *(
+            f"    server {SERVER}{i} {host}:{port} maxconn {b.max_connections} check inter 1s rise 1 fall 1"
+            for i, (host, port) in enumerate(route.upstreams)
+        ),
     ]
 
 

@@ -36,12 +36,16 @@ local function js(s)  -- a JSON string: quote, backslash and control bytes escap
   return '"' .. (string.gsub(s, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end)) .. '"'
 end
 
-local function loaded(service)
+local function loaded(service)  -- one of its servers (a mode's API) passes its check
   local be = core.backends["svc_" .. service]
-  local sv = be and be.servers[SERVER]
-  if sv == nil then return false end
-  local status = sv:get_stats().status
-  return status ~= nil and string.sub(status, 1, 2) == "UP"
+  if be == nil then return false end
+  for name, sv in pairs(be.servers) do
+    local status = sv:get_stats().status
+    if string.sub(name, 1, #SERVER) == SERVER and status ~= nil and string.sub(status, 1, 2) == "UP" then
+      return true
+    end
+  end
+  return false
 end
 
 local function waiting(st, t)

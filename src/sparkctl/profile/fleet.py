@@ -257,7 +257,9 @@ def gateway_node(profile: Profile) -> str:
 def _check_gateway(profile: Profile, maps: Mapping[str, Mapping[str, Mapping[int, str]]]) -> None:
     node, port = gateway_node(profile), profile.gateway.port
     if node not in {n.name for n in profile.nodes}:
-        raise ValueError(f"gateway.node: unknown node '{node}' (nodes: {', '.join(n.name for n in profile.nodes)})")
+        raise ValueError(
+            f"gateway.node: unknown node '{node}' (nodes: {', '.join(n.name for n in profile.nodes)})"
+        )
     for name, ports in maps.items():
         what = ports.get(node, {}).get(port)
         if what is not None:

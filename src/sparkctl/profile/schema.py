@@ -147,7 +147,8 @@ class Profile(Strict):
         description="A fleet: named services, each its own image, model, engine and modes (docs/fleet.md).",
     )
     gateway: FleetGateway = Field(
-        default_factory=FleetGateway, description="A fleet's one endpoint, routing by `model` (docs/fleet.md)."
+        default_factory=FleetGateway,
+        description="A fleet's one endpoint, routing by `model` (docs/fleet.md).",
     )
 
     @model_validator(mode="before")
@@ -172,7 +173,9 @@ class Profile(Strict):
             if ip:
                 ips[ip] = n.name
         if "gateway" in self.model_fields_set and not self.models:
-            raise ValueError("gateway: the fleet's endpoint needs `models:` (a single model has its own port)")
+            raise ValueError(
+                "gateway: the fleet's endpoint needs `models:` (a single model has its own port)"
+            )
         if self.models:
             check_fleet(self, _check_modes)  # each service's modes as below, then ports across them
         else:

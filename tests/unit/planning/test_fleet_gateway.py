@@ -23,7 +23,7 @@ HAPROXY = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy (D
 
 
 def route(service: str, port: int = 20000, on_demand: bool = False) -> fg.FleetRoute:
-    return fg.FleetRoute(service, (f"{service}-model", service), "127.0.0.1", port, on_demand)
+    return fg.FleetRoute(service, (f"{service}-model", service), (("127.0.0.1", port),), on_demand)
 
 
 def spec(*routes: fg.FleetRoute, **kw: object) -> fg.FleetGatewaySpec:
@@ -52,7 +52,7 @@ def test_each_service_is_one_checked_server_with_no_retry() -> None:
     cfg = fg.fleet_haproxy_config(spec(route("chat"), route("code", 20001)))
     code = cfg.split("backend svc_code", 1)[1]
     assert "    retries 0" in code and "    option httpchk GET /health" in code
-    assert "server gateway 127.0.0.1:20001 maxconn 1024 check inter 1s rise 1 fall 1" in code
+    assert "server gateway0 127.0.0.1:20001 maxconn 1024 check inter 1s rise 1 fall 1" in code
 
 
 def test_the_service_gateways_framing_and_key_checks_are_shared_not_copied() -> None:
@@ -107,12 +107,12 @@ def test_key_files_hash_every_key_once_and_the_operators_apart() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        lambda: fg.FleetRoute("Chat", ("c",), "127.0.0.1", 1),
-        lambda: fg.FleetRoute("chat", ('a"b',), "127.0.0.1", 1),
-        lambda: fg.FleetRoute("chat", (), "127.0.0.1", 1),
-        lambda: fg.FleetRoute("chat", ("c",), "0.0.0.0", 1),
+        lambda: fg.FleetRoute("Chat", ("c",), (("127.0.0.1", 1),)),
+        lambda: fg.FleetRoute("chat", ('a"b',), (("127.0.0.1", 1),)),
+        lambda: fg.FleetRoute("chat", (), (("127.0.0.1", 1),)),
+        lambda: fg.FleetRoute("chat", ("c",), (("0.0.0.0", 1),)),
         lambda: spec(route("chat"), route("chat", 20001)),
-        lambda: spec(route("chat"), fg.FleetRoute("code", ("chat",), "127.0.0.1", 2)),
+        lambda: spec(route("chat"), fg.FleetRoute("code", ("chat",), (("127.0.0.1", 2),))),
         lambda: spec(keyed=True, keys=()),
         lambda: spec(keyed=False),
     ],

@@ -15,8 +15,8 @@ LABELS = {"sparkctl.cluster": "lab"}
 
 def spec(**kw: object) -> fg.FleetGatewaySpec:
     routes = (
-        fg.FleetRoute("chat", ("chat-model", "chat"), "10.0.0.1", 8000),
-        fg.FleetRoute("code", ("coder", "code"), "10.0.0.2", 8001, on_demand=True),
+        fg.FleetRoute("chat", ("chat-model", "chat"), (("10.0.0.1", 8000),)),
+        fg.FleetRoute("code", ("coder", "code"), (("10.0.0.2", 8001),), on_demand=True),
     )
     base: dict = {"routes": routes, "keyed": True, "keys": (KEY,), "operators": (KEY,)}
     return fg.FleetGatewaySpec("spark1", "10.0.0.1", 9000, **(base | kw))
@@ -41,7 +41,7 @@ def test_a_changed_fleet_changes_the_config_hash() -> None:
 
     base = digest(spec())
     assert digest(spec()) == base
-    other = (fg.FleetRoute("chat", ("chat-model", "chat"), "10.0.0.1", 8002),)
+    other = (fg.FleetRoute("chat", ("chat-model", "chat"), (("10.0.0.1", 8002),)),)
     changed = [
         spec(routes=other),
         spec(wait_s=10),

@@ -75,8 +75,9 @@ def hold(cluster: str, mode: str) -> int:
     return fd
 
 
-def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
-    """Start `sparkctl supervise MODE` detached; return its record once it holds its flock."""
+def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy, argument: str | None = None) -> dict:
+    """Start `sparkctl supervise MODE` detached (`argument` in MODE's place: a fleet's
+    SERVICE:MODE, or "" for the fleet's on-demand loop); return its record once it holds its flock."""
     log = log_file(cluster)
     private_dir(log.parent)
     argv = [
@@ -84,7 +85,7 @@ def spawn(profile_path: Path, cluster: str, mode: str, policy: Policy) -> dict:
         "-m",
         "sparkctl",
         "supervise",
-        mode,
+        *([mode if argument is None else argument] if (mode if argument is None else argument) else []),
         "-p",
         str(profile_path),
         "--max-restarts",
