@@ -269,43 +269,57 @@ def test_state_commands_of_a_mode_exit_5_naming_its_nodes(
 # What serves, ships or watches a cluster runs one model per profile today (docs/fleet.md): given a
 # fleet it says "not yet", exit 2, before it reaches any node. One JSON document where --json is given.
 # `export k8s` renders a fleet (test_a_fleet_exports_every_service_to_kubernetes).
-NOT_YET = [
-    ["up", "--dry-run"],
-    ["up"],
-    ["down", "--dry-run"],
-    ["switch", "chat:solo"],
-    ["status"],
-    ["status", "--json"],
+NOT_YET = [["persist", "install"], ["upgrade"]]
+# A fleet's commands that run one service: without SERVICE they say so, naming a service to give.
+ONE_SERVICE = [
     ["logs", "--json"],
     ["top", "--once"],
     ["preflight", "--json"],
     ["ship", "--dry-run"],
-    ["verify"],
-    ["bench"],
-    ["supervise"],
-    ["persist", "install"],
     ["diagnose"],
+    ["verify"],
+]
+# ... and with one, or of the whole fleet: they reach for its nodes (unreachable here: exit 3).
+REACH = [
+    ["up", "--dry-run"],
+    ["up", "chat"],
+    ["down", "--dry-run"],
+    ["down", "coder"],
+    ["switch", "chat", "solo"],
+    ["status", "--json"],
+    ["logs", "chat"],
 ]
 
 
 @pytest.mark.parametrize("path", FLEETS, ids=[p.stem for p in FLEETS])
-def test_a_fleet_is_not_yet_served_every_serving_command_says_so(
+def test_a_fleet_is_served_service_by_service_and_says_what_it_needs(
     home: Path, unreachable: dict[str, Path], path: Path
 ) -> None:
     prof = str(unreachable[path.stem])
     for args in NOT_YET:
         res = run(home, *args, "-p", prof)
         expect(res, ExitCode.USAGE)
-        if "--json" in args:
-            doc = one_json(res)
-            assert "not yet" in doc["error"]["message"], doc
-            continue
         text = " ".join(res.stderr.split())
         assert (
-            f"not yet: `sparkctl {' '.join(args[:2] if args[0] in ('export', 'persist') else args[:1])}` runs one model"
+            f"not yet: `sparkctl {' '.join(args[:2] if args[0] == 'persist' else args[:1])}` runs one model"
             in text
-        ), (args, text)
-        assert "fix: `sparkctl -p" in text and "docs/fleet.md" in text, text
+        )
+        assert "docs/fleet.md" in text, text
+    for args in ONE_SERVICE:
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.USAGE)
+        said = one_json(res)["error"]["message"] if "--json" in args else " ".join(res.stderr.split())
+        assert f"`sparkctl {args[0]}` runs one service of this fleet" in said, (args, said)
+        if "--json" not in args:
+            assert f"fix: name it: `sparkctl -p {prof} {args[0]} chat`" in said, said
+    for args in REACH:
+        res = run(home, *args, "-p", prof)
+        expect(res, ExitCode.CONNECT)
+        said = res.stdout + res.stderr
+        assert "Traceback" not in said and "127.0.0.1" in said, (args, said[-2000:])
+    res = run(home, "preflight", "coder", "-p", prof)  # a failed check, as for any profile
+    expect(res, ExitCode.CHECK_FAILED)
+    assert "preflight failed" in res.stdout and "coder" in res.stdout, res.stdout[-2000:]
 
 
 FLEET_CASES = [pytest.param(p, m, id=f"{p.stem}-{m}") for p in FLEETS for m in _modes(p)]
@@ -359,6 +373,44 @@ def test_a_fleet_over_a_node_is_refused_and_its_fix_is_accepted(home: Path, path
         at[flag] = float(value)
     over.write_text(yaml.safe_dump(data, sort_keys=False))
     expect(run(home, "plan", "-p", str(over)), ExitCode.OK)
+    res = run(home, "plan", "--check", "-p", str(over))
+    assert error_lines(res) == [], res.stdout + res.stderr
+    expect(res, ExitCode.OK)
+
+
+@pytest.mark.parametrize("path", FLEETS, ids=[p.stem for p in FLEETS])
+def test_a_third_service_that_does_not_fit_is_refused_before_anything_starts(
+    home: Path, unreachable: dict[str, Path], path: Path
+) -> None:
+    """A third (pinned) service, the coder again under another name with a large flag: `up` and
+    `preflight` refuse it before they reach a node (unreachable here: that would be exit 3), with
+    the per-node sums and a fix, which `plan --check` then accepts."""
+    import re
+
+    data = yaml.safe_load(unreachable[path.stem].read_text())
+    third = yaml.safe_load(yaml.safe_dump(data["models"]["coder"]))
+    third["engine"]["args"]["gpu-memory-utilization"] = 0.6
+    third["engine"].pop("port", None)
+    data["models"]["third"] = third
+    over = home / f"third-{path.name}"
+    over.write_text(yaml.safe_dump(data, sort_keys=False))
+    for args in (["up"], ["up", "third"], ["preflight", "third"]):
+        res = run(home, *args, "-p", str(over))
+        expect(res, ExitCode.USAGE)
+        text = " ".join(res.stderr.split())
+        assert "the services' memory does not fit" in text and "third" in text and " of " in text, (
+            args,
+            text,
+        )
+    edits = re.findall(r"(models\.[\w.-]+\.args\.[\w-]+): ([\d.]+)", text)
+    assert edits, text
+    for key, value in edits:
+        _, name, *where, flag = key.split(".")
+        at = data["models"][name]
+        for k in where:
+            at = at[k]
+        at[flag] = float(value)
+    over.write_text(yaml.safe_dump(data, sort_keys=False))
     res = run(home, "plan", "--check", "-p", str(over))
     assert error_lines(res) == [], res.stdout + res.stderr
     expect(res, ExitCode.OK)

@@ -114,17 +114,20 @@ def _env(tmp: Path, cache: Path, docker: str | None) -> dict[str, str]:
 
 
 def _all_local(path: Path, mode: str) -> bool:
-    """Every node of the mode is rank 0's own (`address: local`)."""
+    """Every node of the mode (a fleet's SERVICE:MODE: of the whole fleet, which status and down
+    ask) is rank 0's own (`address: local`)."""
     data = yaml.safe_load(path.read_text())
     local = {n["name"] for n in data["nodes"] if n["address"] == "local"}
-    return ":" not in mode and set(data["modes"][mode]["nodes"]) <= local
+    if ":" in mode:
+        return {n["name"] for n in data["nodes"]} <= local
+    return set(data["modes"][mode]["nodes"]) <= local
 
 
 def _commands(
     mode: str, out: Path, reached: bool = False, refused: bool = False
 ) -> list[tuple[list[str], int, bool]]:
     """(argv, README's exit code, offline: touches no node, so looks up no name). A fleet's
-    SERVICE:MODE: what serves says "not yet" (exit 2) before it reaches a node (docs/fleet.md);
+    SERVICE:MODE: a command that runs one service wants its name (exit 2) before it reaches a node;
     `export k8s` renders every service.
     `reached`: every node of the mode answers (rank 0's, its Docker up): nothing running is exit 0.
     `refused`: a mode shipped to show a refusal (test_shipped_profiles.REFUSED): with the model's
@@ -136,9 +139,9 @@ def _commands(
             (["plan", mode], ExitCode.OK, True),
             (["plan", mode, "--check"], ExitCode.OK, False),
             (["fit", mode], ExitCode.OK, False),
-            (["preflight"], ExitCode.USAGE, True),
-            (["status"], ExitCode.USAGE, True),
-            (["down", "--dry-run"], ExitCode.USAGE, True),
+            (["preflight"], ExitCode.USAGE, True),  # a fleet's preflight names its service
+            (["status"], touch, False),  # every service, and the fleet's gateway
+            (["down", "--dry-run"], touch, False),
             (["export", "k8s", mode, "-o", str(out)], ExitCode.OK, True),
         ]
     return [

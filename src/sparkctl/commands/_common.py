@@ -205,13 +205,18 @@ def load_profile(path: Path | None, fleet: bool = False):
     return prof
 
 
-def load_service(path: Path | None, selection: str | None):
+def load_service(path: Path | None, selection: str | None, judge: bool = False):
     """(profile, MODE) for a command that runs one model: a single-model profile and MODE as
     given; in a fleet, `SERVICE[:MODE]` -> that service's view (its own cluster, containers and
-    state: planning/fleet_view.py) and MODE (None: what runs, else its default)."""
+    state: planning/fleet_view.py) and MODE (None: what runs, else its default). `judge`: a fleet
+    whose budgets do not fit its nodes is refused first (with the fix), as `plan` refuses it."""
     prof = load_profile(path, fleet=True)
     if not prof.models:
         return prof, selection
+    if judge:
+        from sparkctl.planning.fleet import plan_fleet
+
+        plan_fleet(prof)
     from sparkctl.errors import UsageError
     from sparkctl.planning.fleet_view import service_view
 
@@ -249,10 +254,10 @@ def fleet_not_yet(prof):  # -> UsageError
 
     return UsageError(
         f"not yet: `sparkctl {running_command}` runs one model per profile, and this profile is a fleet of "
-        f"{len(prof.models)} service(s) ({', '.join(prof.models)}); serving a fleet is not built yet",
-        fix="`sparkctl plan` (and plan --check), fit SERVICE and profile check take a fleet; to "
-        "serve one service now, give it a profile of its own with its image, model, engine and "
-        "modes at the top level (docs/fleet.md)",
+        f"{len(prof.models)} service(s) ({', '.join(prof.models)}); this command does not take a fleet yet",
+        fix="up, switch, down, status, logs, top, preflight, ship, verify, bench, supervise, "
+        "diagnose and export k8s take a fleet (SERVICE[:MODE]); for this one, give the service a "
+        "profile of its own with its image, model, engine and modes at the top level (docs/fleet.md)",
     )
 
 

@@ -34,9 +34,13 @@ def fleet_up(req, prof, up_one, print_up) -> None:  # UpRequest, Profile (a flee
     from sparkctl.connectors import NodePool
     from sparkctl.lifecycle.fleet_gateway import ensure_gateway
     from sparkctl.lifecycle.lock import ClusterLock
+    from sparkctl.planning.fleet import parse_selection, plan_fleet
     from sparkctl.planning.fleet_view import fleet_lock_name, service_view
 
     chosen = chosen_services(prof, req.mode, req.verb)
+    plan_fleet(
+        prof, {**parse_selection(prof, None), **{n: m for n, m in chosen.items() if m}}
+    )  # before any start
     done = []
     with ClusterLock(fleet_lock_name(prof)):
         for name, mode in chosen.items():

@@ -63,7 +63,7 @@ def preflight_cmd(
     validate_names(set(ignore), "--ignore")
     if only:
         validate_names(set(only), "--only")
-    prof, mode = load_service(profile, mode)
+    prof, mode = load_service(profile, mode, judge=True)
     plan = build_plan(prof, mode)
     with NodePool(prof, accept_new_host_keys=accept_new_host_keys, once=True) as pool:
         report = run_preflight(

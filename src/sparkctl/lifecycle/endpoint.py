@@ -73,7 +73,7 @@ def fleet_target(
             "MODE and --model are exclusive on a fleet", fix="drop MODE: --model picks the service"
         )
     gw = planned_gateway(profile)
-    route = next((r for r in gw.spec.routes if model in r.names), None)
+    route = next((r for r in gw.spec.routes if model in r.names or model == r.service), None)
     if route is None:
         names = ", ".join(n for r in gw.spec.routes for n in r.names)
         raise UsageError(f"the fleet serves no model '{model}'", fix=f"--model one of: {names}")

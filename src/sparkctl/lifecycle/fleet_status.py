@@ -1,7 +1,7 @@
 """`status` of a fleet: each service's own status (its view: containers, health, drift), its state
 in one word, and what the fleet gateway sees (loaded, requests waiting, seconds since the last).
 
-A service is `loaded` when a mode of it answers ready, `loading` when its containers run but do
+A service is `loaded` when a mode of it answers ready (or the gateway's check passes), `loading` when its containers run but do
 not answer yet (or requests wait for it at the gateway), `idle-stopped` when an on-demand service
 has no container (it starts on its next request), `stopped` otherwise.
 """
@@ -29,7 +29,7 @@ class ServiceStatus:
     @property
     def state(self) -> str:
         modes = self.status.modes
-        if any(m.health.ready for m in modes):
+        if any(m.health.ready for m in modes) or (self.seen is not None and self.seen.loaded):
             return "loaded"
         if any(c.running for c in self.status.containers) or (self.seen and self.seen.waiting):
             return "loading"

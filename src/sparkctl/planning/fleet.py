@@ -272,10 +272,22 @@ def plan_fleet(
     if fleet.is_fleet:
         from sparkctl.planning.fleet_fix import refusal
 
-        errors = refusal(profile, fleet)
-        if errors:
-            raise several(errors)
+        for names in judged_sets(profile, [s.name for s in fleet.services]):
+            services = [s for s in fleet.services if s.name in names]
+            errors = refusal(
+                profile, FleetPlan(fleet.cluster, True, services, _node_budgets(profile, services))
+            )
+            if errors:
+                raise several(errors)
     return fleet
+
+
+def judged_sets(profile: Profile, names: list[str]) -> list[list[str]]:
+    """The services that must fit together: every pinned one, with each on-demand one in turn (the
+    supervisor stops idle on-demand services to make room for another: supervisor/on_demand.py)."""
+    pinned = [n for n in names if not profile.models[n].on_demand]
+    on_demand = [n for n in names if profile.models[n].on_demand]
+    return [[*pinned, n] for n in on_demand] if on_demand else [names]
 
 
 def budget_problems(fleet: FleetPlan) -> list[tuple[str, str]]:

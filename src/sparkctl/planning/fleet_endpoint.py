@@ -1,8 +1,8 @@
 """The fleet's one endpoint as planned (docs/fleet.md "One endpoint"). Pure.
 
 The gateway runs on `gateway.node` at the address that node's rank 0 would bind, on
-`gateway.port`, and routes each request by its `model` field (the service's served name, or its
-service name) to that service's own API: its rank 0's gateway, or its router's, where its plan's
+`gateway.port`, and routes each request by its `model` field (the service's served name) to that
+service's own API: its rank 0's gateway, or its router's, where its plan's
 endpoint is. Every key any service takes passes the front; each service's gateway checks its own
 keys again, so a key of one service never reaches another's engine. The services' own engine keys
 (the operators') may read the gateway's state, which sparkctl's supervisor polls for on-demand
@@ -28,8 +28,9 @@ def fleet_routes(profile: Profile, plans: Mapping[str, Sequence[Plan]]) -> tuple
     health check finds it, so a switch of modes never changes the gateway)."""
     out = []
     for name, modes in plans.items():
-        served = modes[0].endpoint.served_model_name
-        names = tuple(dict.fromkeys((served, name)))
+        # the served name only: the engine is asked for the `model` the client sent, and a
+        # gateway cannot rewrite a body it routes on (`verify --model SERVICE` sends the served name)
+        names = (modes[0].endpoint.served_model_name,)
         upstreams = tuple(dict.fromkeys((p.endpoint.host, p.endpoint.port) for p in modes))
         out.append(FleetRoute(name, names, upstreams, profile.models[name].on_demand))
     return tuple(out)

@@ -146,3 +146,15 @@ def test_the_json_has_every_service_its_ranks_and_the_sums_per_node() -> None:
         True,
     )
     assert [s["service"] for s in spark2["services"]] == ["chat", "coder"]
+
+
+def test_on_demand_services_need_room_one_at_a_time_beside_the_pinned_ones() -> None:
+    # big 0.5 + small 0.45 and another 0.45: all three are over 124 GiB; pinned big with either fits
+    text = fleet_text("on_demand: true", "mem-fraction-static: 0.45")
+    extra = text.split("  small:\n")[1].replace("org/small", "org/other")
+    both = load_profile_text(text + "  other:\n" + extra)
+    assert build_fleet(both).over  # the sum of all three is shown over the node
+    plan_fleet(both)  # and accepted: the supervisor stops one to start the other
+    pinned = load_profile_text((text + "  other:\n" + extra).replace("on_demand: true", "", 1))
+    with pytest.raises(ProfileError, match="the services' memory does not fit"):
+        plan_fleet(pinned)  # small pinned: small + big + other must fit at once
