@@ -273,7 +273,6 @@ NOT_YET = [["persist", "install"], ["upgrade"]]
 # A fleet's commands that run one service: without SERVICE they say so, naming a service to give.
 ONE_SERVICE = [
     ["logs", "--json"],
-    ["top", "--once"],
     ["preflight", "--json"],
     ["ship", "--dry-run"],
     ["diagnose"],
@@ -288,6 +287,7 @@ REACH = [
     ["switch", "chat", "solo"],
     ["status", "--json"],
     ["logs", "chat"],
+    ["top", "--once"],  # every service's screen, one under the other
 ]
 
 

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from sparkctl.commands._common import JsonOpt, ProfileOpt, console, handle_errors, load_service, print_json
+from sparkctl.commands._common import (
+    JsonOpt,
+    ProfileOpt,
+    console,
+    handle_errors,
+    load_profile,
+    load_service,
+    print_json,
+)
 
 ModeArg = Annotated[
     str | None,
@@ -39,6 +47,10 @@ def top_cmd(
     from sparkctl.top import once as take_once
     from sparkctl.top.snapshot import Collector
 
+    whole = load_profile(profile, fleet=True)
+    if whole.models and mode is None:  # every service, one under the other
+        _fleet_top(whole, once, json_out, interval)
+        return
     prof, mode = load_service(profile, mode)
     if mode is not None:
         from sparkctl.planning.build import build_plan
@@ -66,13 +78,53 @@ def top_cmd(
             return  # Ctrl-C is how a live `top` ends: exit 0
 
 
+def _fleet_top(prof, once: bool, json_out: bool, interval: float) -> None:
+    import contextlib
+
+    from sparkctl.connectors import NodePool
+    from sparkctl.planning.fleet_view import service_views
+    from sparkctl.top import once as take_once
+    from sparkctl.top.fleet import FleetCollector
+    from sparkctl.top.snapshot import Collector
+
+    with contextlib.ExitStack() as stack:
+        views = service_views(prof)
+        pools = {n: stack.enter_context(NodePool(v, once=once)) for n, v in views.items()}
+        collector = FleetCollector(prof.cluster, {n: Collector(views[n], pools[n], None) for n in views})
+        if once:
+            snap = take_once(collector, interval)  # type: ignore[arg-type]
+            _show_once(snap, json_out)
+            if any(n.error for n in snap.nodes):
+                from sparkctl.errors import ExitCode
+
+                raise typer.Exit(ExitCode.CONNECT)
+            return
+        try:
+            if json_out:
+                _json_lines(collector, interval)
+            else:
+                _live(collector, interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _screen(snap):  # Snapshot or FleetSnapshot -> rich renderable
+    from sparkctl.top.fleet import FleetSnapshot
+
+    if isinstance(snap, FleetSnapshot):
+        from sparkctl.top.fleet import fleet_screen
+
+        return fleet_screen(snap)
+    from sparkctl.top.render import screen
+
+    return screen(snap)
+
+
 def _show_once(snap, json_out: bool) -> None:  # sparkctl.top.snapshot.Snapshot
     if json_out:
         print_json(snap.to_json())
         return
-    from sparkctl.top.render import screen
-
-    console().print(screen(snap))
+    console().print(_screen(snap))
 
 
 def _json_lines(collector, interval: float) -> None:  # sparkctl.top.snapshot.Collector
@@ -90,13 +142,12 @@ def _json_lines(collector, interval: float) -> None:  # sparkctl.top.snapshot.Co
 
 def _live(collector, interval: float) -> None:  # sparkctl.top.snapshot.Collector
     from sparkctl.top import live
-    from sparkctl.top.render import screen
 
     out = console()
     if not out.is_terminal:  # a pipe or a log: one screen per refresh, no cursor tricks
-        live(collector, interval, lambda snap: out.print(screen(snap), "\n"))
+        live(collector, interval, lambda snap: out.print(_screen(snap), "\n"))
         return
     from rich.live import Live
 
     with Live(console=out, auto_refresh=False, screen=False, transient=False) as view:
-        live(collector, interval, lambda snap: view.update(screen(snap), refresh=True))
+        live(collector, interval, lambda snap: view.update(_screen(snap), refresh=True))
