@@ -282,3 +282,13 @@ def test_an_unreachable_gateway_is_said_once_and_the_loop_goes_on(loop) -> None:
     calls, said, _, polls = loop(prof, script, polls=4)
     assert polls == 4 and calls == [("start", "coder", T0 + 3)]
     assert said == [f"waiting for the fleet gateway: {down.message}", "coder: start (1 request(s) wait)"]
+
+
+def test_a_refusal_is_said_and_recorded_once_per_retry_s_not_each_poll(loop, monkeypatch) -> None:
+    monkeypatch.setattr(on_demand, "RETRY_S", 3.0)
+    prof = fleet(service("chat", 100), service("x", 60, on_demand=True))
+    script = [{"chat": view("chat", loaded=True), "x": view("x", waiting=2)}]
+    calls, said, _, polls = loop(prof, script, polls=7)  # polls at 0..6 s
+    assert calls == [] and polls == 7
+    assert said == ["x: not started: 2 request(s) wait; no room on its nodes"] * 3
+    assert names(state.events("c-x")) == ["on-demand-refused"] * 3  # at 0, 3 and 6 s
