@@ -27,7 +27,7 @@ from sparkctl.planning.fleet_view import fleet_lock_name, service_view
 from sparkctl.profile.schema import Profile
 
 POLL_S = 1.0
-RETRY_S = 30.0  # after a failed start, the next one (its waiting requests get 503 meanwhile)
+RETRY_S = 30.0  # after a failed or refused start, the next try (its waiting requests get 503 meanwhile)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def run_fleet(
         said = ""
         now = time.time()
         for act in decide(profile, seen, started, now):
-            if act.verb == "start" and now - failed.get(act.service, 0.0) < RETRY_S:
+            if act.verb in ("start", "refuse") and now - failed.get(act.service, 0.0) < RETRY_S:
                 continue
             if not _act(profile, act, start, stop, started, say):
                 failed[act.service] = time.time()
