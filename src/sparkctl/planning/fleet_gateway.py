@@ -169,14 +169,14 @@ def _routing(spec: FleetGatewaySpec) -> list[str]:
 
 
 def _backend(route: FleetRoute, b: Bounds) -> list[str]:
-    """The service's gateway, checked at its keyless /health each second: UP is `loaded`."""
+    """The service's gateway, checked at its keyless /health every 2 s (SGLang generates a token for it): UP is `loaded`."""
     return [
         "",
         f"backend svc_{route.service}",
         "    retries 0",
         f"    option httpchk GET {HEALTH_ROUTE}",
         *(
-            f"    server {SERVER}{i} {host}:{port} maxconn {b.max_connections} check inter 1s rise 1 fall 1"
+            f"    server {SERVER}{i} {host}:{port} maxconn {b.max_connections} check inter 2s rise 1 fall 1"
             for i, (host, port) in enumerate(route.upstreams)
         ),
     ]

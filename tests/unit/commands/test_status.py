@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkctl.commands.status import _render_status
+from sparkctl.commands.status import render_status
 from sparkctl.lifecycle.status import ClusterStatus, ModeStatus, ReplicaStatus
 from sparkctl.planning.build import build_plan
 from sparkctl.profile import load_profile_file
@@ -25,7 +25,7 @@ def test_a_vllm_replica_mode_serves_the_replicas_model_not_the_routers_unknown(m
     for g in plan.groups:
         ready = EndpointHealth(True, [served], True, "ready")
         mode.replicas.append(ReplicaStatus(g.index, g.head_node, g.worker_url, ready, {}, None, "dp2"))
-    _render_status(ClusterStatus("c", modes=[mode]))
+    render_status(ClusterStatus("c", modes=[mode]))
     out = " ".join(capsys.readouterr().out.split())
     assert f"mode dp2: ready endpoint {plan.endpoint.api_base} serving {served}" in out, out
 

@@ -52,7 +52,7 @@ def test_each_service_is_one_checked_server_with_no_retry() -> None:
     cfg = fg.fleet_haproxy_config(spec(route("chat"), route("code", 20001)))
     code = cfg.split("backend svc_code", 1)[1]
     assert "    retries 0" in code and "    option httpchk GET /health" in code
-    assert "server gateway0 127.0.0.1:20001 maxconn 1024 check inter 1s rise 1 fall 1" in code
+    assert "server gateway0 127.0.0.1:20001 maxconn 1024 check inter 2s rise 1 fall 1" in code
 
 
 def test_the_service_gateways_framing_and_key_checks_are_shared_not_copied() -> None:
