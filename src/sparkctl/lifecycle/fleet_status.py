@@ -60,15 +60,21 @@ class FleetStatus:
     url: str
     services: list[ServiceStatus] = field(default_factory=list)
     gateway_error: str | None = None
+    supervisor: dict | None = None  # the fleet's on-demand loop, when one runs
 
     @property
     def unreachable(self) -> bool:
         return any(s.status.unreachable for s in self.services)
 
     def gateway_line(self) -> str:
+        loop = (
+            f"; on-demand supervisor pid {self.supervisor.get('pid')}"
+            if self.supervisor
+            else "; no on-demand supervisor (`sparkctl supervise --detach`)"
+        )
         if self.gateway_error:
-            return f"fleet endpoint {self.url}/v1: {self.gateway_error}"
-        return f"fleet endpoint {self.url}/v1: up"
+            return f"fleet endpoint {self.url}/v1: {self.gateway_error}{loop}"
+        return f"fleet endpoint {self.url}/v1: up{loop}"
 
     def to_json(self) -> dict:
         return {
@@ -76,6 +82,7 @@ class FleetStatus:
             "fleet": True,
             "endpoint": f"{self.url}/v1",
             "gateway_error": self.gateway_error,
+            "supervisor": self.supervisor,
             "services": [s.to_json() for s in self.services],
         }
 
@@ -101,8 +108,10 @@ def gateway_view(profile: Profile) -> tuple[str, dict[str, ServiceView] | None, 
 
 
 def fleet_status(profile: Profile, names: list[str]) -> FleetStatus:
+    from sparkctl.lifecycle.supervisor import process as supervisor
+
     url, seen, why = gateway_view(profile)
-    out = FleetStatus(profile.cluster, url, gateway_error=why)
+    out = FleetStatus(profile.cluster, url, gateway_error=why, supervisor=supervisor.running(profile.cluster))
     for name in names:
         view = service_view(profile, name)
         with NodePool(view, once=True) as pool:

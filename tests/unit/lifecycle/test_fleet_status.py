@@ -78,11 +78,15 @@ def test_the_fleets_json_lists_its_services_and_its_endpoint() -> None:
     assert [(s["name"], s["state"]) for s in doc["services"]] == [("chat", "loaded")]
 
 
-def test_the_gateway_line_says_up_or_why_not() -> None:
-    assert FleetStatus("c", "http://a:8000").gateway_line() == "fleet endpoint http://a:8000/v1: up"
+def test_the_gateway_line_says_up_or_why_not_and_whether_the_loop_runs() -> None:
+    none = "; no on-demand supervisor (`sparkctl supervise --detach`)"
+    assert FleetStatus("c", "http://a:8000").gateway_line() == "fleet endpoint http://a:8000/v1: up" + none
     down = FleetStatus("c", "http://a:8000", gateway_error="gave no state (HTTP 403)")
-    assert down.gateway_line() == "fleet endpoint http://a:8000/v1: gave no state (HTTP 403)"
+    assert down.gateway_line() == "fleet endpoint http://a:8000/v1: gave no state (HTTP 403)" + none
     assert down.to_json()["gateway_error"] == "gave no state (HTTP 403)"
+    looped = FleetStatus("c", "http://a:8000", supervisor={"pid": 42, "mode": "on-demand"})
+    assert looped.gateway_line().endswith("; on-demand supervisor pid 42")
+    assert looped.to_json()["supervisor"]["pid"] == 42
 
 
 def test_the_fleet_is_unreachable_when_any_services_node_is() -> None:
