@@ -88,7 +88,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "findings.py",
         "gpu/fabric_report.py",
         "gpu/fabric_worker.py",
-        "lifecycle/endpoint.py",
         "lifecycle/lock.py",
         "lifecycle/preview.py",
         "lifecycle/rolling_rules.py",

@@ -169,7 +169,7 @@ def _routing(spec: FleetGatewaySpec) -> list[str]:
 
 
 def _backend(route: FleetRoute, b: Bounds) -> list[str]:
-    """The service's gateway, checked at its keyless /health every 2 s (SGLang generates a token for it): UP is `loaded`."""
+    """The service's gateway, checked at its keyless /health every 2 s (an engine may generate a token for it): UP is `loaded`."""
     return [
         "",
         f"backend svc_{route.service}",

@@ -172,7 +172,7 @@ class Profile(Strict):
                 )
             if ip:
                 ips[ip] = n.name
-        if "gateway" in self.model_fields_set and not self.models:
+        if self.gateway != FleetGateway() and not self.models:  # a dump's default gateway loads again
             raise ValueError(
                 "gateway: the fleet's endpoint needs `models:` (a single model has its own port)"
             )
