@@ -3,6 +3,7 @@ single-model flow on its own view, then the fleet's one gateway. What they print
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from sparkctl.commands._common import console, print_json
@@ -45,7 +46,8 @@ def fleet_up(req, prof, up_one, print_up) -> None:  # UpRequest, Profile (a flee
     with ClusterLock(fleet_lock_name(prof)):
         for name, mode in chosen.items():
             view = service_view(prof, name)
-            result, sup, elapsed = up_one(replace(req, mode=mode), view, name)
+            with _named(name, [n for n, _, _ in done]):
+                result, sup, elapsed = up_one(replace(req, mode=mode), view, name)
             done.append((name, result, sup))
             if not req.json_out:
                 print_up(result, elapsed, sup, req.verbose)
@@ -56,6 +58,20 @@ def fleet_up(req, prof, up_one, print_up) -> None:  # UpRequest, Profile (a flee
         print_json({"cluster": prof.cluster, "services": services, "gateway": gw.to_json()})
         return
     console().print(f"fleet endpoint: {gw.url}/v1 ({gw.action}; model = one of {_names(gw)})", markup=False)
+
+
+@contextlib.contextmanager
+def _named(service: str, started: list[str]):
+    """A service's failure says which service it is, and what of the fleet already runs."""
+    from sparkctl.errors import SparkctlError
+
+    try:
+        yield
+    except SparkctlError as exc:
+        exc.message = f"service {service}: {exc.message}"
+        if started:
+            exc.message += f" ({', '.join(started)} started and left running; `sparkctl down` stops the fleet)"
+        raise
 
 
 def _names(gw) -> str:  # FleetGateway

@@ -37,3 +37,13 @@ def test_switch_names_the_service_and_the_mode() -> None:
     assert "switch chat MODE" in (err.value.fix or "")
     with pytest.raises(UsageError, match="unknown service 'nope'"):
         chosen_services(prof, "nope", "down")
+
+
+def test_a_services_failure_names_the_service_and_what_already_runs() -> None:
+    from sparkctl.commands.fleet import _named
+    from sparkctl.errors import SparkctlError
+
+    with pytest.raises(SparkctlError) as err, _named("coder", ["chat"]):
+        raise SparkctlError("rank 0 exited", node="spark2", rank=0)
+    assert err.value.message.startswith("service coder: rank 0 exited (chat started and left running")
+    assert (err.value.node, err.value.rank) == ("spark2", 0)
