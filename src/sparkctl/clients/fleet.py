@@ -6,10 +6,9 @@ seconds since its last request."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from dataclasses import dataclass
 
-from sparkctl.cluster_http import Failure, fetch
+from sparkctl.clients.gateway import keyed_get
 from sparkctl.errors import SparkctlError
 
 ROUTE = "/sparkctl/fleet-state"
@@ -42,19 +41,10 @@ def parse_state(doc: dict) -> dict[str, ServiceView]:
 
 def fleet_state(base_url: str, key: str | None, timeout: float = 5.0) -> dict[str, ServiceView]:
     """The gateway at `base_url` asked with an operator's key."""
-    req = urllib.request.Request(base_url.rstrip("/") + ROUTE)
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-
-    def fail(f: Failure) -> SparkctlError:
-        what = f"HTTP {f.code}" if f.code is not None else f.detail
-        return SparkctlError(
-            f"the fleet gateway at {base_url} gave no state ({what})",
-            fix="`sparkctl up` starts it (any service of the fleet); `sparkctl status` shows it",
-        )
-
-    raw, _ = fetch(req, timeout, fail)
+    what = f"the fleet gateway at {base_url} gave no state"
+    fix = "`sparkctl up` starts it (any service of the fleet); `sparkctl status` shows it"
+    raw = keyed_get(base_url.rstrip("/") + ROUTE, key, timeout, what, fix)
     try:
         return parse_state(json.loads(raw))
     except (ValueError, AttributeError, TypeError) as exc:
-        raise fail(Failure(None, f"not its JSON ({exc})")) from None
+        raise SparkctlError(f"{what} (not its JSON: {exc})", fix=fix) from None

@@ -58,17 +58,26 @@ def _field(sample: str, code: str | None) -> str | None:
     return None
 
 
-def key_counts(base_url: str, key: str, timeout: float = 5.0) -> list[KeyCount]:
-    """The gateway at `base_url` (the API's endpoint) asked with the operator's key."""
-    req = urllib.request.Request(base_url.rstrip("/") + ROUTE)
-    req.add_header("Authorization", f"Bearer {key}")
+def keyed_get(url: str, key: str | None, timeout: float, what: str, fix: str) -> bytes:
+    """GET `url` of a gateway with the operator's key; a failure says `what` did not come, and `fix`."""
+    req = urllib.request.Request(url)
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
 
     def fail(f: Failure) -> SparkctlError:
-        what = f"HTTP {f.code}" if f.code is not None else f.detail
-        return SparkctlError(
-            f"the gateway at {base_url} gave no per-key counts ({what})",
-            fix="`sparkctl up` replaces a gateway started before engine.api_keys was set",
-        )
+        why = f"HTTP {f.code}" if f.code is not None else f.detail
+        return SparkctlError(f"{what} ({why})", fix=fix)
 
-    raw, _ = fetch(req, timeout, fail)
+    return fetch(req, timeout, fail)[0]
+
+
+def key_counts(base_url: str, key: str, timeout: float = 5.0) -> list[KeyCount]:
+    """The gateway at `base_url` (the API's endpoint) asked with the operator's key."""
+    raw = keyed_get(
+        base_url.rstrip("/") + ROUTE,
+        key,
+        timeout,
+        f"the gateway at {base_url} gave no per-key counts",
+        "`sparkctl up` replaces a gateway started before engine.api_keys was set",
+    )
     return parse_key_counts(raw.decode(errors="replace"))
