@@ -198,7 +198,7 @@ def _notes(profile: Profile, outs: list[K8sExport], spec: FleetGatewaySpec) -> l
         "nothing in Kubernetes starts or stops a service, so no request waits at the gateway (503 while "
         "a service's pods are not ready); scale-to-zero is KEDA's job (e.g. its HTTP add-on), not rendered"
     )
-    named = [o.service or "" for o in outs if o.plan.ranks[0].gateway and o.plan.ranks[0].gateway.named]
+    named = [o.service or "" for o in outs if (g := (o.plan.router or o.plan.ranks[0]).gateway) and g.named]
     if named:
         notes.append(
             f"{', '.join(named)}: engine.api_keys do not pass the fleet's gateway (the services' Secrets "

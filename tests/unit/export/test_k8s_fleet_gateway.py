@@ -178,6 +178,19 @@ def test_on_demand_is_not_carried_and_no_route_waits() -> None:
     assert "(set for coder)" in note and "KEDA" in note
 
 
+def test_named_keys_are_said_not_to_pass_the_fleets_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALICE_KEY", "sk-alice-canary-1")
+
+    def named(d: dict) -> None:
+        d["models"]["coder"]["engine"]["api_keys"] = {"alice": {"env": "ALICE_KEY"}}
+
+    out = export_fleet(_sparks(named), None, "llm")
+    assert any(n.startswith("coder: engine.api_keys do not pass the fleet's gateway") for n in out.notes)
+    assert "sk-alice-canary-1" not in "".join(out.files.values())
+    plain = export_fleet(load_profile_file(FLEETS[1]), None, "llm")
+    assert not any("engine.api_keys" in n for n in plain.notes)
+
+
 def test_a_key_no_gateway_checks_is_refused() -> None:
     def ungated(d: dict) -> None:
         d["models"]["coder"]["engine"]["gateway"] = False
