@@ -1,8 +1,8 @@
 """`export k8s` of a fleet (pure): each service exported as a single-model profile is
 (`export_k8s` with its `service`: its own LeaderWorkerSet, gateway sidecar, Service, ConfigMaps,
 Secret and, with replicas, router), every object's name, label and file carrying the service, all
-in one set of files. Not rendered yet: the fleet's one endpoint that routes by the request's
-`model`; each service has its own Service (docs/fleet.md).
+in one set of files; and the fleet's one endpoint in front of them, routing by the request's
+`model` to each service's Service (export/k8s_fleet_gateway.py, docs/kubernetes.md "A fleet").
 """
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 
 from sparkctl.errors import UsageError
 from sparkctl.export.k8s import K8sExport, export_k8s
+from sparkctl.export.k8s_fleet_gateway import FILE as GATEWAY_FILE
+from sparkctl.export.k8s_fleet_gateway import fleet_gateway
+from sparkctl.export.yamltext import dump
 from sparkctl.planning.fleet import plan_fleet
+from sparkctl.profile.fleet import service_profile
 from sparkctl.profile.schema import Profile
 
 
@@ -36,7 +40,24 @@ def export_fleet(
     `plan` refuses it, when the services' memory does not fit a node."""
     fleet = plan_fleet(profile, selection)
     outs = [export_k8s(profile, s.mode, namespace, rdma_resource, service=s.name) for s in fleet.services]
-    return merge(namespace, outs)
+    out = merge(namespace, outs)
+    views = {s.name: service_profile(profile, s.name) for s in fleet.services}
+    gate = fleet_gateway(profile, namespace, outs, views)
+    out.objects[GATEWAY_FILE] = gate.docs
+    out.files[GATEWAY_FILE] = dump(gate.docs, _gateway_header(profile, out, gate.spec.keyed))
+    out.notes.extend(gate.notes)
+    return out
+
+
+def _gateway_header(profile: Profile, out: FleetK8sExport, keyed: bool) -> list[str]:
+    lines = [
+        f"sparkctl export k8s {out.selection}: cluster {profile.cluster}, the fleet's one endpoint on port "
+        f"{profile.gateway.port}",
+        "(HAProxy routing by the request's `model` to each service's Service); docs/kubernetes.md",
+    ]
+    if keyed:
+        lines.append("its key hashes: the services' Secrets (`--secrets`), joined by its init container")
+    return lines
 
 
 def merge(namespace: str, outs: list[K8sExport]) -> FleetK8sExport:
@@ -55,7 +76,6 @@ def merge(namespace: str, outs: list[K8sExport]) -> FleetK8sExport:
                 owner[key] = one.service or ""
             out.objects[file], out.files[file] = docs, one.files[file]
     out.notes.extend(notes(outs))
-    out.notes.append(endpoint_note(outs))
     return out
 
 
@@ -66,21 +86,3 @@ def notes(outs: list[K8sExport]) -> list[str]:
         whose = [one.service or "" for one in outs if note in one.notes]
         out.append(note if len(whose) == len(outs) else f"{', '.join(whose)}: {note}")
     return out
-
-
-def endpoint_note(outs: list[K8sExport]) -> str:
-    """What serves each service: its own Service; the fleet's single endpoint is not rendered."""
-    where = []
-    for one in outs:
-        services = [d for docs in one.objects.values() for d in docs if d["kind"] == "Service"]
-        model = one.plan.endpoint.served_model_name
-        if services:
-            svc = services[-1]  # the router's Service when there is one: the service's endpoint
-            port = svc["spec"]["ports"][0]["port"]
-            where.append(f"{one.service} (model {model}): Service {svc['metadata']['name']} port {port}")
-        else:
-            where.append(f"{one.service} (model {model}): no Service, its router binds a node's address")
-    return (
-        "the fleet's single endpoint (one address routing by the request's `model`) is not rendered yet: "
-        "each service has its own Service: " + "; ".join(where)
-    )

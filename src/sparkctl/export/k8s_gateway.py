@@ -23,6 +23,20 @@ LIMITS = {"cpu": "2", "memory": "512Mi"}
 REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 
 
+def least_privilege() -> dict:
+    """The gateway container's securityContext, as `up` runs it: no capability, no privilege,
+    a read-only root, not root."""
+    return {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": GATEWAY_UID,
+        "runAsGroup": GATEWAY_UID,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def configmap_name(served: str) -> str:
     return f"{served}-gateway"
 
@@ -58,15 +72,7 @@ def sidecar(served: str, spec: GatewaySpec, secret: str | None) -> tuple[dict, l
         "command": ["haproxy", "-db", "-f", CONFIG_PATH],
         "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
         "resources": {"requests": dict(REQUESTS), "limits": dict(LIMITS)},
-        "securityContext": {  # as `up` runs it: no capability, no privilege, read-only, not root
-            "privileged": False,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": GATEWAY_UID,
-            "runAsGroup": GATEWAY_UID,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": least_privilege(),
         "volumeMounts": mounts,
     }
     return container, volumes
