@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import posixpath
 
-from sparkctl.planning.gateway import CONFIG_PATH, KEYS_PATH, GatewaySpec, haproxy_config
+from sparkctl.planning.gateway import (
+    CONFIG_PATH,
+    KEYS_PATH,
+    NAMES_PATH,
+    UPSTREAM_PATH,
+    GatewaySpec,
+    haproxy_config,
+)
 
 CONFIG_KEY = posixpath.basename(CONFIG_PATH)
 KEYS_KEY = posixpath.basename(KEYS_PATH)
@@ -60,11 +67,17 @@ def sidecar(served: str, spec: GatewaySpec, secret: str | None) -> tuple[dict, l
     if spec.keyed:
         assert secret is not None, "a keyed gateway needs the Secret"
         keys_vol = f"{served}-gateway-keys"[:63]
-        items = [{"key": KEYS_KEY, "path": KEYS_KEY}]
+        # with named keys also the names map and the engine's own header (upstream.map: the one
+        # raw key, the engine's, as up places it), which the config reads
+        paths = [KEYS_PATH, *((NAMES_PATH, UPSTREAM_PATH) if spec.named else ())]
+        items = [{"key": posixpath.basename(p), "path": posixpath.basename(p)} for p in paths]
         volumes.append(
             {"name": keys_vol, "secret": {"secretName": secret, "items": items, "defaultMode": SECRET_MODE}}
         )
-        mounts.append({"name": keys_vol, "mountPath": KEYS_PATH, "subPath": KEYS_KEY, "readOnly": True})
+        mounts += [
+            {"name": keys_vol, "mountPath": p, "subPath": posixpath.basename(p), "readOnly": True}
+            for p in paths
+        ]
     container = {
         "name": "gateway",
         "image": spec.image,

@@ -13,9 +13,9 @@ import posixpath
 from collections.abc import Callable
 
 from sparkctl.connectors.base import Connector
-from sparkctl.export.k8s_gateway import KEYS_KEY
+from sparkctl.planning.gateway_container import key_files
 from sparkctl.planning.model import Plan, RankSpec
-from sparkctl.secrets import bearer_sha256, render_files, resolve
+from sparkctl.secrets import render_files, resolve
 
 
 def _rank_values(spec: RankSpec, connect: Callable[[str], Connector]) -> dict[str, bytes]:
@@ -35,9 +35,11 @@ def secret_values(plan: Plan, connect: Callable[[str], Connector]) -> dict[str, 
         if spec is not None and spec.secrets:
             values |= _rank_values(spec, connect)
         if spec is not None and spec.gateway is not None and spec.gateway.key is not None:
-            ref = spec.gateway.key
-            value = resolve(ref, connect(spec.node) if ref.file else None)
-            values[KEYS_KEY] = (bearer_sha256(value) + "\n").encode()
+            # the files `up` places beside the gateway: every key's hash, and with named keys the
+            # names map and the engine's own header (gateway_container.key_files, one renderer)
+            files = key_files(spec.gateway)
+            conn = connect(spec.node) if any(f.ref.file for f in files) else None
+            values |= {posixpath.basename(t): v for t, v in render_files(files, conn).items()}
     return values
 
 

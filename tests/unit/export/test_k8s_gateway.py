@@ -89,3 +89,30 @@ def test_the_router_listens_behind_its_own_gateway_in_the_pod_network() -> None:
         if d["kind"] == "ConfigMap" and "gateway" in d["metadata"]["name"]
     )
     assert "/server_info" in lws_config["data"][gw.CONFIG_KEY]
+
+
+def test_named_keys_reach_the_sidecar_as_up_places_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine.api_keys: the config reads the names map and the engine's own header; the sidecar
+    mounts both from the Secret, which holds every key's hash (never a client's raw key)."""
+
+    from sparkctl.export.k8s_secret import secret_values
+    from sparkctl.planning.gateway import NAMES_PATH, UPSTREAM_PATH
+    from sparkctl.profile import load_profile_text
+
+    monkeypatch.setenv("ALICE_KEY", "sk-alice-7781")
+    monkeypatch.setenv("HF_TOKEN", "hf-canary")
+    text = (ROOT / "profiles/dual-spark.yaml").read_text()
+    text = text.replace("engine:\n", "engine:\n  api_keys: {alice: {env: ALICE_KEY}}\n", 1)
+    prof = load_profile_text(text)
+    out = export_k8s(prof, "tp2", "llm")
+    leader = out.objects["tp2.yaml"][1]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    side = leader["containers"][1]
+    mounted = {m["mountPath"] for m in side["volumeMounts"]}
+    assert {KEYS_PATH, NAMES_PATH, UPSTREAM_PATH} <= mounted
+    values = secret_values(out.plan, lambda node: None)  # type: ignore[arg-type,return-value]
+    assert len(values["keys.sha256"].splitlines()) == 2  # the operator's and alice's hashes
+    assert values["names.map"].decode().split()[1::2] == ["sparkctl", "alice"]
+    assert b"sk-alice-7781" not in b"".join(values.values())
+    assert values["upstream.map"] == b"engine Bearer sk-canary-0451\n"
+    docs = "".join(out.files.values())
+    assert "sk-alice-7781" not in docs and "sk-canary-0451" not in docs
