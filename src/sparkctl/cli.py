@@ -117,6 +117,9 @@ def main() -> None:
     ~45 ms after the command had finished, a tenth of a re-ship. What Python's exit guarantees still
     happens: non-daemon threads are waited for, exit hooks run, the standard streams are flushed.
     """
+    # pydantic looks for plugins (entry points) by reading every installed package's metadata before
+    # the first model is built: ~3 ms for 160 packages, for none found. A value the user set is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         parser_for(sys.argv[1:])()
         code: object = 0
