@@ -26,8 +26,21 @@ def names(app) -> list[str]:  # typer.Typer
 def test_a_known_command_gets_an_app_of_its_own(argv: list[str], held: list[str]) -> None:
     one = cli.parser_for(argv)
     assert one is not cli.app and names(one) == held
-    assert one.registered_callback is cli.app.registered_callback  # -p and --version as ever
-    assert len(names(cli.app)) > 20  # the whole app is left as it was
+    assert one.registered_callback.callback is cli.app.registered_callback.callback  # -p, --version
+
+
+def test_every_command_of_the_whole_app_is_found_in_its_module() -> None:
+    """MODULE_OF_COMMAND is complete: each name the whole app holds gets an app of its own."""
+    every = names(cli.app)
+    assert len(every) > 20
+    for name in every:
+        one = cli.parser_for([name, "--help"])
+        assert one is not cli.app and name in names(one), name
+
+
+def test_the_whole_app_is_built_once() -> None:
+    assert cli.whole_app() is cli.whole_app() is cli.app
+    assert cli.parser_for(["--help"]) is cli.app
 
 
 @pytest.mark.parametrize(
