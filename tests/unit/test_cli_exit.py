@@ -71,3 +71,22 @@ def test_a_non_daemon_thread_finishes_before_the_process_leaves(tmp_path: Path) 
     res = subprocess.run([sys.executable, "-c", code], env=env, timeout=60, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert out.read_text() == "done"
+
+
+def _plugins_setting(env: dict[str, str]) -> str:
+    code = (
+        "import os\n"
+        "from sparkctl import cli\n"
+        "cli.parser_for = lambda argv: lambda: print(repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')))\n"
+        "cli.main()\n"
+    )
+    full = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    full.update({"PYTHONPATH": str(ROOT / "src"), **env})
+    res = subprocess.run([sys.executable, "-c", code], env=full, timeout=60, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_pydantic_plugins_are_not_looked_for_unless_the_user_says_otherwise() -> None:
+    assert _plugins_setting({}) == "'__all__'"  # no scan of every package's entry points
+    assert _plugins_setting({"PYDANTIC_DISABLE_PLUGINS": ""}) == "''"  # the user's own value stays

@@ -44,7 +44,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "commands/image.py",
         "commands/logs.py",
         "commands/preflight.py",
-        "commands/ship.py",
         "commands/supervise.py",
         "commands/switch.py",
         "commands/top.py",

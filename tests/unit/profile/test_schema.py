@@ -198,7 +198,7 @@ def test_help_does_not_import_heavy_modules() -> None:
     code = (
         "import sys; from sparkctl.cli import app; "
         "heavy = [m for m in ('pydantic', 'paramiko', 'docker', 'torch', 'sglang', 'openai', 'yaml', "
-        "'transformers', 'numpy') if m in sys.modules]; print(','.join(heavy))"
+        "'transformers', 'numpy', 'rich') if m in sys.modules]; print(','.join(heavy))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
