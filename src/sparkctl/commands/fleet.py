@@ -70,7 +70,9 @@ def _named(service: str, started: list[str]):
     except SparkctlError as exc:
         exc.message = f"service {service}: {exc.message}"
         if started:
-            exc.message += f" ({', '.join(started)} started and left running; `sparkctl down` stops the fleet)"
+            exc.message += (
+                f" ({', '.join(started)} started and left running; `sparkctl down` stops the fleet)"
+            )
         raise
 
 

@@ -20,7 +20,11 @@ def test_a_fleets_model_is_asked_at_its_one_endpoint_by_served_name(monkeypatch:
     by_service = resolve_endpoint(lambda: SPARKS, None, None, "coder")
     by_name = resolve_endpoint(lambda: SPARKS, None, None, "qwen2.5-coder-7b")
     assert by_service == by_name
-    assert (by_service.url, by_service.model, by_service.api_key) == ("http://127.0.0.1:8000", "qwen2.5-coder-7b", "k-fleet")
+    assert (by_service.url, by_service.model, by_service.api_key) == (
+        "http://127.0.0.1:8000",
+        "qwen2.5-coder-7b",
+        "k-fleet",
+    )
 
 
 def test_a_model_the_fleet_does_not_serve_names_those_it_does() -> None:
