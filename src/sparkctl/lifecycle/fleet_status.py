@@ -2,8 +2,9 @@
 in one word, and what the fleet gateway sees (loaded, requests waiting, seconds since the last).
 
 A service is `loaded` when a mode of it answers ready (or the gateway's check passes), `loading` when its containers run but do
-not answer yet (or requests wait for it at the gateway), `idle-stopped` when an on-demand service
-has no container (it starts on its next request), `stopped` otherwise.
+not answer yet (or requests wait for it at the gateway), `unknown` when a node of it could not be
+asked, `idle-stopped` when an on-demand service has no container (it starts on its next request),
+`stopped` otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class ServiceStatus:
             return "loaded"
         if any(c.running for c in self.status.containers) or (self.seen and self.seen.waiting):
             return "loading"
+        if self.status.unreachable:  # what runs on a node nobody could ask is not known
+            return "unknown"
         return "idle-stopped" if self.on_demand else "stopped"
 
     def to_json(self) -> dict:

@@ -1,5 +1,5 @@
-"""lifecycle/fleet_status.py: a service's state in one word (loaded, loading, idle-stopped,
-stopped) from its own status and the gateway's view, and the fleet's JSON and gateway line."""
+"""lifecycle/fleet_status.py: a service's state in one word (loaded, loading, unknown,
+idle-stopped, stopped) from its own status and the gateway's view, and the fleet's JSON and gateway line."""
 
 from __future__ import annotations
 
@@ -48,6 +48,15 @@ def cluster(health: EndpointHealth | None = None, *states: str) -> ClusterStatus
 )
 def test_a_services_state_in_one_word(status, on_demand, seen, state) -> None:
     assert ServiceStatus("chat", on_demand, status, seen).state == state
+
+
+def test_a_service_on_a_node_nobody_could_ask_is_unknown_not_stopped() -> None:
+    lost = cluster()
+    lost.unreachable = {"a": "Docker is not running"}
+    assert ServiceStatus("chat", False, lost).state == "unknown"
+    assert (
+        ServiceStatus("chat", True, lost, ServiceView("chat", True)).state == "loaded"
+    )  # the gateway saw it
 
 
 def test_one_ready_mode_of_several_is_loaded() -> None:
