@@ -101,6 +101,17 @@ def naive_script(b: Bench, peers: list[str]) -> str:
     return f"rc=0; {started} {waited} exit $rc"
 
 
+def recipe_images_script(b: Bench, peers: list[str], at_once: bool) -> str:
+    """The recipe's image command from spark1 to each peer: one after another (its loop over the
+    nodes), or all at once. Either way the source's link carries one copy per peer."""
+    jobs = [f"docker save {IMAGE} | ssh {b.fab[peer]} docker load -q > /dev/null" for peer in peers]
+    if not at_once:
+        return " && ".join(jobs)
+    started = " ".join(f"{job} & p{i}=$!;" for i, job in enumerate(jobs))
+    waited = " ".join(f"wait $p{i} || rc=1;" for i in range(len(jobs)))
+    return f"rc=0; {started} {waited} exit $rc"
+
+
 def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
     """3 peers vs 1 with every node's fabric egress capped at `mbit` (tc tbf on the fabric netdev
     only; the controller's management link stays free), from nothing on the peers: sparkctl (mode
@@ -116,6 +127,12 @@ def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
         "wship_3": lambda: b.sparkctl("third", "all4", "--weights"),
         "naive_1": lambda: b.sh("spark1", naive_script(b, peers[:1])),
         "naive_3": lambda: b.sh("spark1", naive_script(b, peers)),
+        # issue 44's image targets: the image alone to 1 and 3 peers against the recipe's loop
+        "iship_1": lambda: b.sparkctl("third", "pair", "--image"),
+        "iship_3": lambda: b.sparkctl("third", "all4", "--image"),
+        "irecipe_1": lambda: b.sh("spark1", recipe_images_script(b, peers[:1], at_once=False)),
+        "irecipe_serial_3": lambda: b.sh("spark1", recipe_images_script(b, peers, at_once=False)),
+        "irecipe_parallel_3": lambda: b.sh("spark1", recipe_images_script(b, peers, at_once=True)),
     }
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
     try:
@@ -123,7 +140,7 @@ def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
             b.lab.set_egress_rate(n, mbit, fabric_only=True)
         for i in range(rounds):
             for case, fn in cases.items():
-                if case.startswith("naive") and i >= max(1, rounds - 1):
+                if case.startswith(("naive", "irecipe_serial")) and i >= max(1, rounds - 1):
                     continue
                 b.drop_image(*peers)
                 b.drop_weights(*peers)
@@ -203,4 +220,36 @@ def shaped_rows(out: dict) -> list[tuple[str, str, str]]:
             "",
         ),
         ("  3 peers: naive / sparkctl, wall", f"{w['naive_3'] / w['ship_3']:.2f}x", ""),
+        *image_rows(out),
+    ]
+
+
+def image_rows(out: dict) -> list[tuple[str, str, str]]:
+    """Issue 44's image targets on the capped fabric: the image alone, sparkctl against the
+    recipe's `docker save | ssh | docker load` to one peer, to three one after another, at once."""
+    if "shaped_iship_3" not in out:
+        return []
+    i1, i3 = out["shaped_iship_1"], out["shaped_iship_3"]
+    r1, serial, par = (out[f"shaped_irecipe_{k}"] for k in ("1", "serial_3", "parallel_3"))
+    return [
+        (
+            "image alone, capped fabric: recipe / sparkctl to 1 peer, wall",
+            f"{r1:.2f} / {i1:.2f} = {r1 / i1:.2f}",
+            ">= 1.1",
+        ),
+        (
+            "  to 3 peers: recipe one after another / sparkctl, wall",
+            f"{serial:.2f} / {i3:.2f} = {serial / i3:.2f}",
+            ">= 2.0",
+        ),
+        (
+            "  to 3 peers: recipe all at once / sparkctl, wall",
+            f"{par:.2f} / {i3:.2f} = {par / i3:.2f}",
+            ">= 1.3",
+        ),
+        (
+            "  MB leaving spark1 to 3 peers: sparkctl / recipe",
+            f"{out['shaped_tx_iship_3'] / 1e6:.0f} / {out['shaped_tx_irecipe_parallel_3'] / 1e6:.0f}",
+            "",
+        ),
     ]
