@@ -72,12 +72,12 @@ def _repo(lab: Lab, node: str, model_id: str) -> Path:
 
 def _ship(profile: Profile, **kw):
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.planning.build import build_plan
+    from sparkctl.profile.derived import mode_nodes
     from sparkctl.ship import ByteCounter, ship
 
     counter = kw.pop("progress", None) or ByteCounter()
     with NodePool(profile) as pool:
-        report = ship(profile, build_plan(profile, "tp2"), pool, progress=counter, **kw)
+        report = ship(profile, mode_nodes(profile, "tp2"), pool, progress=counter, **kw)
     return report, counter
 
 

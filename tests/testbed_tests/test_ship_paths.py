@@ -325,7 +325,7 @@ def test_several_peers_get_one_pipelined_copy_from_the_source() -> None:
 
         before = tx()
         with NodePool(profile) as pool:
-            report = ship(profile, build_plan(profile, "all"), pool)
+            report = ship(profile, build_plan(profile, "all").nodes, pool)
         left_source = tx() - before
         assert report.ok and {r.node for r in report.results} == {"spark2", "spark3"}
         for node in ("spark2", "spark3"):

@@ -78,13 +78,13 @@ def ship_cmd(
     """
     from sparkctl.connectors.pool import NodePool
     from sparkctl.errors import SparkctlError
-    from sparkctl.planning.build import build_plan
+    from sparkctl.profile.derived import mode_nodes
     from sparkctl.ship import NullProgress
     from sparkctl.ship import ship as do_ship
     from sparkctl.ship.progress import make_progress
 
     prof, mode = load_service(profile, mode)
-    plan = build_plan(prof, mode)
+    nodes = mode_nodes(prof, mode)  # no plan: a re-ship needs the mode's nodes, not its launch lines
     both = not image and not weights
     with NodePool(prof) as pool:
         quiet = json_out or dry_run  # no live display: rich is not even imported (a re-ship is ~0.3 s)
@@ -94,7 +94,7 @@ def ship_cmd(
             with live:
                 report = do_ship(
                     prof,
-                    plan,
+                    nodes,
                     pool,
                     image=image or both,
                     weights=weights or both,

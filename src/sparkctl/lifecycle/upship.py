@@ -62,7 +62,7 @@ def up_or_ship(
     plan = build_plan(profile, resolve_mode(profile, mode, tp=tp))
     rep.phase(f"shipping {' and '.join(sorted(what))} to the nodes of {plan.mode} that lack them")
     with progress() as shown:
-        ship(profile, plan, pool, image="image" in what, weights="weights" in what, progress=shown)
+        ship(profile, plan.nodes, pool, image="image" in what, weights="weights" in what, progress=shown)
     spent = time.monotonic() - start
     left = (timeout if timeout is not None else profile.engine.ready_timeout) - spent
     if left <= 0:

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.engines import get_engine
 from sparkctl.engines.base import Engine, RankLayout
-from sparkctl.errors import UsageError
 from sparkctl.planning import hardening as sec
 from sparkctl.planning.gateway import gateway_spec
 from sparkctl.planning.hardening import SECRETS_DIR, Mount, RunOptions
@@ -22,7 +21,7 @@ from sparkctl.planning.managed import check_managed
 from sparkctl.planning.model import LABEL_PREFIX, ContainerRef, Endpoint, GroupSpec, Plan, PlanFacts, RankSpec
 from sparkctl.planning.rank_env import gpu_request, rank_env_mounts
 from sparkctl.planning.router import READINESS as ROUTER_READINESS
-from sparkctl.profile.derived import node_path, node_user, served_model_name
+from sparkctl.profile.derived import check_mode, image_ref, node_path, node_user, served_model_name
 from sparkctl.profile.schema import Node, Profile
 from sparkctl.profile.topology import Group
 from sparkctl.secrets import SecretRef
@@ -78,30 +77,6 @@ def _config_hash(ranks: list[RankSpec]) -> str:
         for r in ranks
     ]
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def image_ref(profile: Profile) -> tuple[str, str]:
-    if profile.image.ref:
-        return profile.image.ref, "ref"
-    return recipe_tag(profile.image.recipe or ""), f"recipe:{profile.image.recipe}"
-
-
-def recipe_tag(recipe: str) -> str:
-    """The tag `sparkctl image build RECIPE` gives its derivative by default (and a profile's
-    `image.recipe` runs)."""
-    return f"sparkctl/{recipe}:latest"
-
-
-def _check_mode(profile: Profile, mode_name: str) -> None:
-    if mode_name not in profile.modes:
-        import difflib
-
-        near = difflib.get_close_matches(mode_name, list(profile.modes), n=1)
-        raise UsageError(
-            f"unknown mode '{mode_name}'",
-            fix=(f"did you mean '{near[0]}'? " if near else "")
-            + f"modes in this profile: {', '.join(profile.modes)}",
-        )
 
 
 def _labels(profile: Profile, mode_name: str, spec: RankSpec, config_hash: str) -> dict[str, str]:
@@ -250,7 +225,7 @@ def build_plan(profile: Profile, mode_name: str | None = None, facts: PlanFacts 
     from sparkctl.profile.topology import mode_layout
 
     mode_name = mode_name or profile.default_mode()
-    _check_mode(profile, mode_name)
+    check_mode(profile, mode_name)
     check_managed(profile, mode_name)
     mode = profile.modes[mode_name]
     lay = mode_layout(profile, mode)

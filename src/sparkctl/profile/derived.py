@@ -1,5 +1,6 @@
 """Values read from the profile alone: a node's home and paths (`~` expanded per node), its HF
-cache, the model name clients use. Planning, preflight, ship and the lifecycle import them here."""
+cache, the model name clients use, the image every rank runs, a mode's nodes. Planning, preflight,
+ship and the lifecycle import them here (ship needs no plan: a re-ship stays light)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,36 @@ def node_path(path: str, node: Node, profile: Profile) -> str:
 
 def served_model_name(profile: Profile) -> str:
     return profile.engine.served_model_name or profile.model.target.id.rsplit("/", 1)[-1]
+
+
+def image_ref(profile: Profile) -> tuple[str, str]:
+    """(the image every rank runs, where it comes from: "ref" or "recipe:<name>")."""
+    if profile.image.ref:
+        return profile.image.ref, "ref"
+    return recipe_tag(profile.image.recipe or ""), f"recipe:{profile.image.recipe}"
+
+
+def recipe_tag(recipe: str) -> str:
+    """The tag `sparkctl image build RECIPE` gives its derivative by default (and a profile's
+    `image.recipe` runs)."""
+    return f"sparkctl/{recipe}:latest"
+
+
+def check_mode(profile: Profile, mode_name: str) -> None:
+    if mode_name not in profile.modes:
+        import difflib
+
+        near = difflib.get_close_matches(mode_name, list(profile.modes), n=1)
+        raise UsageError(
+            f"unknown mode '{mode_name}'",
+            fix=(f"did you mean '{near[0]}'? " if near else "")
+            + f"modes in this profile: {', '.join(profile.modes)}",
+        )
+
+
+def mode_nodes(profile: Profile, mode_name: str | None = None) -> list[str]:
+    """The nodes of a mode (default: the default mode) in the profile's order, each once: the
+    plan's rank order, without building the plan."""
+    mode_name = mode_name or profile.default_mode()
+    check_mode(profile, mode_name)
+    return list(dict.fromkeys(profile.modes[mode_name].nodes))

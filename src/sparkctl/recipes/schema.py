@@ -132,7 +132,7 @@ class LoadedRecipe:
 
     @property
     def tag(self) -> str:
-        from sparkctl.planning.build import recipe_tag
+        from sparkctl.profile.derived import recipe_tag
 
         return recipe_tag(self.name)
 

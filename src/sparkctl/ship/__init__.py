@@ -3,7 +3,7 @@ them, peers in parallel, skipping what is already there and never leaving a half
 
 Entry point for other commands (`up` offers to ship what preflight found missing):
 
-    report = ship(profile, plan, pool, image=True, weights=True, progress=RichProgress())
+    report = ship(profile, plan.nodes, pool, image=True, weights=True, progress=RichProgress())
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from sparkctl.ship.report import ShipReport, raise_first
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import Profile
 
 __all__ = [
@@ -58,7 +57,7 @@ def default_streams(cores: int, load: float = 0.0) -> int:
 
 def ship(
     profile: Profile,
-    plan: Plan | None = None,
+    nodes: list[str] | None = None,
     pool: NodePool | None = None,
     *,
     image: bool = True,
@@ -73,7 +72,7 @@ def ship(
     streams: int | None = None,
     cancel: CancelToken | None = None,
 ) -> ShipReport:
-    """Ship to `to` (default: every node of the plan's mode but the source of each item).
+    """Ship to `to` (default: every node of `nodes`, a mode's, but the source of each item).
 
     Each item comes from the node that holds it (`source` forces one); the bytes go from that node
     straight to each peer over SSH between the nodes, never through this process. `verify` rehashes
@@ -84,7 +83,7 @@ def ship(
     from sparkctl.connectors.pool import NodePool
 
     names = [n.name for n in profile.nodes]
-    mode_nodes = plan.nodes if plan is not None else names
+    mode_nodes = list(dict.fromkeys(nodes)) if nodes is not None else names
     for name in [*(to or []), *([source] if source else [])]:
         if name not in names:
             raise UsageError(f"unknown node '{name}'", fix=f"nodes in this profile: {', '.join(names)}")
@@ -97,7 +96,6 @@ def ship(
 
         return run_ship(
             profile,
-            plan,
             pool,
             mode_nodes,
             image,

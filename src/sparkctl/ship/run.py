@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.errors import SparkctlError
 from sparkctl.fanout import fan_out
-from sparkctl.profile.derived import hf_cache_for
+from sparkctl.profile.derived import hf_cache_for, image_ref
 from sparkctl.ship.errors import ShipError
 from sparkctl.ship.hints import image_hint, remember_image
 from sparkctl.ship.hop import Transfers, hop_argv
@@ -25,7 +25,6 @@ from sparkctl.ship.sources import (
 
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
-    from sparkctl.planning.build import Plan
     from sparkctl.profile.schema import ModelRef, Profile
     from sparkctl.remote.manifest import Manifest
     from sparkctl.ship.image import SourceImage
@@ -55,7 +54,6 @@ class ShipItem:
 
 def run_ship(
     profile: Profile,
-    plan: Plan | None,
     pool: NodePool,
     mode_nodes: list[str],
     image: bool,
@@ -70,11 +68,7 @@ def run_ship(
 
     wanted = to or mode_nodes
     order = [source] if source else preference(profile, mode_nodes, wanted)
-    ref = None
-    if image:
-        from sparkctl.planning.build import image_ref
-
-        ref = plan.ranks[0].image if plan is not None else image_ref(profile)[0]
+    ref = image_ref(profile)[0] if image else None  # every rank's image (planning/build.py)
     models = (
         [profile.model.target] + ([profile.model.draft] if profile.model.draft else []) if weights else []
     )

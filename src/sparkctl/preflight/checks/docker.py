@@ -19,7 +19,7 @@ def docker_tasks(
 ) -> dict[str, Task]:
     out = {"docker": Task(lambda conn, _: probe_docker(conn))}
     if image:
-        from sparkctl.planning.build import image_ref
+        from sparkctl.profile.derived import image_ref
 
         ref = image_ref(ctx.profile)[0]
         out["image"] = Task(lambda conn, _: probe_image(conn, ref), after="docker")

@@ -25,7 +25,7 @@ class _Images(Check):
         return docker_tasks(ctx, image=True)
 
     def judge(self, ctx: Ctx, facts: Mapping[str, NodeFacts]) -> list[Finding]:
-        from sparkctl.planning.build import image_ref
+        from sparkctl.profile.derived import image_ref
 
         out: list[Finding] = []
         # Why a node's image is unknown is ImagePresent's to say (ImageSame's when it runs alone).

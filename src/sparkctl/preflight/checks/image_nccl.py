@@ -42,7 +42,7 @@ class ImageNccl(Check):
     order = 93
 
     def probes(self, ctx: Ctx, node: str) -> dict[str, Task]:
-        from sparkctl.planning.build import image_ref
+        from sparkctl.profile.derived import image_ref
 
         ref = image_ref(ctx.profile)[0]
 
