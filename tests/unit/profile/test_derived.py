@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.profile import load_profile_file
 from sparkctl.errors import UsageError
+from sparkctl.profile import load_profile_file
 from sparkctl.profile.derived import image_ref, mode_nodes, node_home, node_path
 
 ROOT = Path(__file__).resolve().parents[3]
