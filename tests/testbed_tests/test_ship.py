@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.profile.schema import Profile
-from tests.testbed.images import ENGINE_TAG, build_overlay_image
+from tests.testbed.images import ENGINE_TAG, build_image_with_files, build_overlay_image
 from tests.testbed.lab import Lab
 from tests.testbed.profiles import lab_profile
 
@@ -144,6 +144,35 @@ def test_overlay_after_base_transfers_about_the_overlay(lab: Lab) -> None:
     assert img.action == "shipped" and img.layers_skipped == 2 and img.layers_sent == 1
     assert img.bytes_sent < 256 << 10  # the 64 KiB layer plus metadata, not 8 MiB of base
     assert img.bytes_skipped > 8 << 20
+    assert lab.docker("spark2").images.get(top).id == top_id
+
+
+def test_the_image_crosses_the_link_compressed_and_loads_to_the_same_id(lab: Lab) -> None:
+    """Issue 44: every lab node has zstd, so the stream goes through `zstd -1`: whole (ssh reads
+    zstd's output; a peer with none of its layers), filtered (the peer has the bottom layer, zstd
+    between the filter and the link) and plain with `compress=False`; each loads to the source's ID."""
+    zeros = b"\0" * (4 << 20)  # compressible: what crosses the link is a small part of what loads
+    client = lab.docker("spark1")
+    base = "sparkctl-test/ship-zstd-base:1"
+    base_id = build_image_with_files(client, "scratch", base, {"/zeros": zeros})
+    whole, _ = _ship(_profile_for(lab, image=base), weights=False)
+    (img,) = whole.results
+    assert img.action == "shipped" and img.layers_skipped == 0 and img.codec == "zstd"
+    assert img.bytes_sent >= 4 << 20 and img.wire_bytes is not None and img.wire_bytes < 1 << 20
+    assert lab.docker("spark2").images.get(base).id == base_id
+
+    top = "sparkctl-test/ship-zstd-top:1"
+    top_id = build_image_with_files(client, base, top, {"/more-zeros": zeros})
+    filtered, _ = _ship(_profile_for(lab, image=top), weights=False)
+    (img,) = filtered.results
+    assert img.layers_skipped == 1 and img.codec == "zstd" and img.wire_bytes < img.bytes_sent // 4
+    assert lab.docker("spark2").images.get(top).id == top_id
+
+    lab.docker("spark2").images.remove(top, force=True)
+    plain, _ = _ship(_profile_for(lab, image=top), weights=False, compress=False)
+    (img,) = plain.results
+    assert img.action == "shipped" and img.codec is None and img.wire_bytes is None
+    assert img.bytes_sent >= 4 << 20
     assert lab.docker("spark2").images.get(top).id == top_id
 
 

@@ -59,6 +59,14 @@ def ship_cmd(
             help="Parallel streams per peer for weights (default: from the source's cores).",
         ),
     ] = None,
+    compress: Annotated[
+        bool,
+        typer.Option(
+            "--compress/--no-compress",
+            help="Send the image through `zstd -1` on the link when the source and every peer have "
+            "zstd (docs/shipping.md); weights always go as they are.",
+        ),
+    ] = True,
     drop_caches: Annotated[
         bool,
         typer.Option(
@@ -104,6 +112,7 @@ def ship_cmd(
                     dry_run=dry_run,
                     verify=verify,
                     streams=streams,
+                    compress=compress,
                 )
         except SparkctlError as exc:
             if getattr(exc, "report", None) is not None:
@@ -147,9 +156,11 @@ def _render(report, json_out: bool, cache: list | None = None) -> None:  # ShipR
             unit = f"{r.layers_sent} layer(s)" if what == "image" else f"{r.files_sent} file(s)"
             out.print(f"[yellow]dry run[/] {r.node} {what}: would send {unit}, {human_bytes(r.bytes_sent)}")
         else:
+            wire = getattr(r, "wire_bytes", None)
+            on_wire = f" ({human_bytes(wire)} on the wire, {r.codec})" if wire is not None else ""
             out.print(
-                f"[green]ok[/] {r.node} {what}: {r.action} from {r.source}, {human_bytes(r.bytes_sent)} sent "
-                f"in {r.seconds:.1f}s, verified"
+                f"[green]ok[/] {r.node} {what}: {r.action} from {r.source}, {human_bytes(r.bytes_sent)} sent"
+                f"{on_wire} in {r.seconds:.1f}s, verified"
             )
     for node, what, exc in report.errors:
         out.print(f"[red]failed[/] {node} {what}: {exc.message}")

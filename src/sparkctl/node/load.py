@@ -6,7 +6,8 @@ against ~0.1 s for this); this moves the bytes with splice(2) from the stdin pip
 socket (HTTP chunked upload), so the kernel copies them once. Output and exit code
 as `docker load -q`: "Loaded image: ..." on stdout, the engine's error on stderr and exit 1. An
 engine the CLI would reach otherwise (DOCKER_HOST=tcp:// or ssh://, a docker context) or a socket
-that cannot be opened gets the docker CLI itself.
+that cannot be opened gets the docker CLI itself. `load zstd`: the stream on stdin is zstd's
+(push.py `compressor`); `zstd -d` unpacks it on the way, whatever the engine's version accepts.
 """
 
 import errno
@@ -21,8 +22,9 @@ from .base import big_pipe  # node: strip
 from .docker_api import docker_socket  # node: strip
 
 
-def _upload(sock, inp):
-    """stdin -> the socket as HTTP chunks; splice when stdin is a pipe, else plain copies."""
+def _upload(sock, inp, at_end=None):
+    """stdin -> the socket as HTTP chunks; splice when stdin is a pipe, else plain copies.
+    `at_end` runs before the last chunk: it may refuse the stream (raise)."""
     import select
     import termios
 
@@ -57,6 +59,8 @@ def _upload(sock, inp):
                 raise EOFError("stdin ended inside a chunk")
             n -= moved
         sock.sendall(b"\r\n")
+    if at_end is not None:
+        at_end()
     sock.sendall(b"0\r\n\r\n")
 
 
@@ -84,7 +88,36 @@ def _answer(sock):
     return status, docs
 
 
-def op_load():
+def _decompressor(codec):
+    """`zstd -d` of our stdin, or None for a plain stream."""
+    if codec is None:
+        return None
+    import subprocess
+
+    if codec != "zstd":
+        sys.stderr.write("Error: unknown codec %s\n" % codec)  # noqa: UP031
+        sys.exit(2)
+    return subprocess.Popen(["zstd", "-d", "-q", "-c"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _codec_error(unpack):
+    """What `zstd -d` said when it failed (a corrupt or cut stream), else None."""
+    unpack.stdout.close()
+    if unpack.wait() == 0:
+        return None
+    said = unpack.stderr.read().decode(errors="replace").strip()[-300:]
+    return "zstd -d failed (exit %d): %s" % (unpack.returncode, said)  # noqa: UP031
+
+
+def _unpacked(unpack):
+    """At the stream's end: raise when zstd failed, so the upload is cut, not ended (the engine
+    then aborts the load instead of reading a short tar)."""
+    err = _codec_error(unpack)
+    if err:
+        raise EOFError(err)
+
+
+def op_load(codec=None):
     path = docker_socket()
     sock = socket.socket(socket.AF_UNIX)
     try:
@@ -92,14 +125,27 @@ def op_load():
             raise OSError("not the default engine socket")
         sock.connect(path)
     except OSError:  # elsewhere, or not there: what the docker CLI does is the reference
-        os.execvp("docker", ["docker", "load", "-q"])
+        if codec is None:
+            os.execvp("docker", ["docker", "load", "-q"])
+        import subprocess
+
+        unpack = _decompressor(codec)
+        rc = subprocess.run(["docker", "load", "-q"], stdin=unpack.stdout, check=False).returncode
+        err = _codec_error(unpack)  # docker load saw a cut tar: zstd's reason is the real one
+        if err:
+            sys.stderr.write("Error: %s\n" % err)  # noqa: UP031
+        sys.exit(rc or (1 if err else 0))
+    unpack = _decompressor(codec)
     sock.sendall(
         b"POST /images/load?quiet=1 HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\n"
         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     )
     failed = None
     try:
-        _upload(sock, sys.stdin.fileno())
+        if unpack is None:
+            _upload(sock, sys.stdin.fileno())
+        else:
+            _upload(sock, unpack.stdout.fileno(), lambda: _unpacked(unpack))
     except (OSError, EOFError) as exc:  # the engine hung up (it says why below) or stdin broke
         failed = "sending the image to the engine: %s" % exc  # noqa: UP031
         try:

@@ -120,6 +120,7 @@ def node_argv(op: str, *args: str) -> list[str]:
     return [*PYTHON, "-c", _UNPACK, node_script_digest(), packed_node_script(), op, *args]
 
 
-def load_argv() -> list[str]:
-    """The peer's image loader (load.py): `docker load -q` through the engine API, no docker CLI."""
-    return node_argv("load")
+def load_argv(codec: str | None = None) -> list[str]:
+    """The peer's image loader (load.py): `docker load -q` through the engine API, no docker CLI;
+    `codec` "zstd": of a stream compressed on the way (push.py `compressor`)."""
+    return node_argv("load", *([codec] if codec else []))

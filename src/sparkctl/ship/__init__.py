@@ -70,6 +70,7 @@ def ship(
     dry_run: bool = False,
     verify: bool = False,
     streams: int | None = None,
+    compress: bool = True,
     cancel: CancelToken | None = None,
 ) -> ShipReport:
     """Ship to `to` (default: every node of `nodes`, a mode's, but the source of each item).
@@ -103,7 +104,9 @@ def ship(
             to,
             source,
             progress,
-            ShipOptions(check_space=check_space, dry_run=dry_run, deep=verify, streams=streams),
+            ShipOptions(
+                check_space=check_space, dry_run=dry_run, deep=verify, streams=streams, compress=compress
+            ),
             transfers,
             raise_on_error,
         )

@@ -38,6 +38,14 @@ class SourceImage:
     layer_sizes: list[int]  # best estimate of each layer's unpacked size
 
 
+@dataclass(frozen=True)
+class Codec:
+    """How the stream crosses the link: `name` "zstd" (level 1) with `threads` on the source."""
+
+    name: str
+    threads: int = 1
+
+
 @dataclass
 class ImageResult:
     node: str
@@ -49,6 +57,8 @@ class ImageResult:
     layers_sent: int = 0
     layers_skipped: int = 0
     seconds: float = 0.0
+    codec: str | None = None  # "zstd" when the stream crossed the link compressed
+    wire_bytes: int | None = None  # what crossed the source's link (compressed), when known
 
     def to_json(self) -> dict:
         return {"what": "image", **self.__dict__}
@@ -114,9 +124,11 @@ def ship_image(
     *,
     check_space: bool = True,
     dry_run: bool = False,
+    codec: Codec | None = None,
 ) -> dict[str, ImageResult | SparkctlError]:
     """One `docker save` on the source, piped through every peer that lacks the image (a pipeline
-    when there are several), minus the bottom layers all of them already have."""
+    when there are several), minus the bottom layers all of them already have; compressed on the
+    link with `codec` (every peer decompresses what it loads and relays the compressed bytes)."""
     out: dict[str, ImageResult | SparkctlError] = {}
     todo: list[tuple[Peer, int]] = []
     for p in peers:
@@ -146,7 +158,7 @@ def ship_image(
         else:
             todo.append((p, k))
     if todo:
-        out.update(_load_all(src, src_conn, todo, transfers, progress))
+        out.update(_load_all(src, src_conn, todo, transfers, progress, codec))
     return out
 
 
@@ -156,6 +168,7 @@ def _load_all(
     todo: list[tuple[Peer, int]],
     transfers: Transfers,
     progress: Progress,
+    codec: Codec | None,
 ) -> dict[str, ImageResult | SparkctlError]:
     k = min(k for _p, k in todo)
     need = sum(src.layer_sizes[k:])
@@ -163,13 +176,16 @@ def _load_all(
     for p, _k in todo:
         progress.start(f"{p.conn.node}:image", f"{p.conn.node} image (from {src.node})", need or None)
     t0 = time.monotonic()
-    chain = [chain_entry(p.conn.node, p.hop, load_argv()) for p, _k in todo]
+    name = codec.name if codec else None
+    chain = [chain_entry(p.conn.node, p.hop, load_argv(name)) for p, _k in todo]
     req = {
         "ref": src.ref,
         "diff_ids": src.layers,
         "skip": list(range(k)),
         "chain": chain,
         "prog": node_script(),
+        "codec": name,
+        "threads": codec.threads if codec else 1,
     }
     fan = FanOut(progress, [p.conn.node for p, _k in todo], "image")
     res = run_push(src_conn, "push-image", req, transfers, fan, key)
@@ -205,6 +221,8 @@ def _load_all(
             layers_sent=len(src.layers) - len(skipped),
             layers_skipped=len(skipped),
             seconds=time.monotonic() - t0,
+            codec=res.get("codec"),
+            wire_bytes=res.get("wire"),
         )
         progress.finish(f"{p.conn.node}:image", f"loaded, {len(skipped)} layer(s) already there")
     return out
@@ -241,6 +259,13 @@ def _check(res: dict, src: SourceImage, peer: Peer, *, retryable: bool) -> None:
             f"docker load ran out of disk on the node: {text.splitlines()[-1]}",
             node=node,
             fix="free disk on the node (`docker system prune`), then rerun `sparkctl ship`",
+        )
+    if res.get("codec_rc") not in (None, 0):
+        said = (res.get("codec_err") or "").strip().splitlines()
+        raise ShipError(
+            f"zstd on the source failed (exit {res['codec_rc']}): {said[-1] if said else 'no output'}",
+            node=src.node,
+            fix="rerun `sparkctl ship`; `--no-compress` sends the stream as `docker save` writes it",
         )
     raise LoadRefusedError(
         f"docker load failed (exit {got['rc']}): {text.splitlines()[-1] if text else 'no output'}",

@@ -16,6 +16,7 @@ from sparkctl.ship.report import ShipReport, raise_first
 from sparkctl.ship.sources import (
     complete_images,
     gather,
+    image_codec,
     image_source,
     manifest_of,
     model_source,
@@ -38,6 +39,7 @@ class ShipOptions:
     dry_run: bool = False
     deep: bool = False  # `--verify`: every byte rehashed on every node instead of the quick check
     streams: int | None = None  # parallel weights streams (None: from the spare cores of source and peers)
+    compress: bool = True  # the image through zstd -1 on the link when every end of its push has zstd
 
 
 @dataclass
@@ -163,6 +165,7 @@ def _item(profile, pool, states, item: ShipItem, progress, opts: ShipOptions, tr
                 progress,
                 check_space=opts.check_space,
                 dry_run=opts.dry_run,
+                codec=image_codec(states, [src, *peers], opts.compress),
             )
         else:
             from sparkctl.ship.weights import WeightsPeer, ship_weights

@@ -22,6 +22,7 @@ from sparkctl.ship.errors import RERUN, ShipError, SourceMissingError
 if TYPE_CHECKING:
     from sparkctl.connectors.pool import NodePool
     from sparkctl.profile.schema import ModelRef, Profile
+    from sparkctl.ship.image import Codec
 
 
 @dataclass
@@ -31,6 +32,7 @@ class NodeState:
     models: dict[str, dict] = field(default_factory=dict)  # model id -> manifest doc (+ free)
     cores: int = 1
     load: float = 0.0  # the node's 1-minute load average, from `state`
+    zstd: bool = False  # `zstd` on the node's PATH: the image may cross the link compressed
     error: BaseException | None = None
     docker_error: SparkctlError | None = None  # the image was asked for and Docker did not answer
 
@@ -77,6 +79,7 @@ def gather(
             {m.id: doc["models"][repos[m.id]] for m in models},
             int(doc.get("cores") or 1),
             float(doc.get("load") or 0.0),
+            zstd=bool(doc.get("zstd")),
             docker_error=docker,
         )
 
@@ -96,6 +99,16 @@ def streams_for(cores: int, load: float = 0.0) -> int:
 def stream_bound(states: dict[str, NodeState], nodes: list[str]) -> int:
     """Streams of one weights push: each stream costs a core on the source and on every peer."""
     return min(streams_for(states[n].cores, states[n].load) for n in nodes)
+
+
+def image_codec(states: dict[str, NodeState], nodes: list[str], wanted: bool = True) -> Codec | None:
+    """zstd on the image's link when it is `wanted` and every end of the push (source and peers)
+    has it, with the source's stream share of its spare cores as threads; else the plain stream."""
+    if not wanted or not all(states[n].zstd for n in nodes):
+        return None
+    from sparkctl.ship.image import Codec
+
+    return Codec("zstd", stream_bound(states, nodes[:1]))
 
 
 def complete_images(

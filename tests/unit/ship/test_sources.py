@@ -131,3 +131,29 @@ def test_state_reports_the_nodes_load_for_the_stream_bound() -> None:
 
     doc = run_op(LocalConnector("spark1"), "state", payload={})
     assert isinstance(doc["load"], float) and doc["load"] >= 0.0 and doc["cores"] >= 1
+
+
+def test_the_image_goes_compressed_only_when_every_end_of_its_push_has_zstd() -> None:
+    """A peer without zstd could not unpack it: the whole push is plain then; `--no-compress` too.
+    zstd's threads are the source's stream share of its spare cores."""
+    from sparkctl.ship.image import Codec
+    from sparkctl.ship.sources import NodeState, image_codec
+
+    states = {
+        "spark1": NodeState("spark1", cores=20, zstd=True),
+        "spark2": NodeState("spark2", cores=2, zstd=True),
+        "spark3": NodeState("spark3", cores=20, zstd=False),
+    }
+    assert image_codec(states, ["spark1", "spark2"]) == Codec("zstd", 5)
+    assert image_codec(states, ["spark1", "spark2", "spark3"]) is None
+    assert image_codec(states, ["spark3", "spark1"]) is None
+    assert image_codec(states, ["spark1", "spark2"], wanted=False) is None
+
+
+def test_state_says_whether_the_node_has_zstd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from sparkctl.connectors.local import LocalConnector
+    from sparkctl.remote.ops import run_op
+
+    assert run_op(LocalConnector("spark1"), "state", payload={})["zstd"] is True  # scripts/install-deps
+    monkeypatch.setenv("PATH", str(tmp_path))  # python3 is found by its absolute path: sys.executable
+    assert run_op(LocalConnector("spark1"), "state", payload={})["zstd"] is False
