@@ -129,6 +129,7 @@ def bench_shaped(b: Bench, rounds: int, out: dict, mbit: int) -> None:
         "naive_3": lambda: b.sh("spark1", naive_script(b, peers)),
         # issue 44's image targets: the image alone to 1 and 3 peers against the recipe's loop
         "iship_1": lambda: b.sparkctl("third", "pair", "--image"),
+        "iship_1_raw": lambda: b.sparkctl("third", "pair", "--image", "--no-compress"),
         "iship_3": lambda: b.sparkctl("third", "all4", "--image"),
         "irecipe_1": lambda: b.sh("spark1", recipe_images_script(b, peers[:1], at_once=False)),
         "irecipe_serial_3": lambda: b.sh("spark1", recipe_images_script(b, peers, at_once=False)),
@@ -236,6 +237,11 @@ def image_rows(out: dict) -> list[tuple[str, str, str]]:
             "image alone, capped fabric: recipe / sparkctl to 1 peer, wall",
             f"{r1:.2f} / {i1:.2f} = {r1 / i1:.2f}",
             ">= 1.1",
+        ),
+        (
+            "  to 1 peer without zstd (--no-compress): recipe / sparkctl",
+            f"{r1:.2f} / {out['shaped_iship_1_raw']:.2f} = {r1 / out['shaped_iship_1_raw']:.2f}",
+            "",
         ),
         (
             "  to 3 peers: recipe one after another / sparkctl, wall",

@@ -100,6 +100,7 @@ def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
     ship: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
     const: list[float] = []  # `ship --dry-run` to the empty peer: CLI start, connect, state
     hop: list[float] = []  # `ssh spark2 true` from spark1: the node-to-node handshake alone
+    raw: list[tuple[float, float]] = []  # the image without zstd on the link (`--no-compress`)
     for _ in range(rounds):
         for placement in PLACEMENTS:
             empty_peer()
@@ -112,6 +113,11 @@ def bench_first_ship(b: Bench, rounds: int, out: dict, what: str) -> None:
             dt, cpu, (_, rep) = b.measured(lambda p=placement: b.sparkctl(p, "pair", f"--{what}"))
             assert rep["results"][0]["action"] == "shipped", rep
             ship[placement].append((dt, cpu))
+            if what == "image" and placement == "third":
+                empty_peer()
+                raw.append(b.measured(lambda: b.sparkctl("third", "pair", "--image", "--no-compress"))[:2])
+    if raw:
+        keep(out, "image_third_raw", raw)
     if const:
         out["weights_const"], out["hop_handshake"] = med(const), med(hop)
     keep(out, f"{what}_{name}", base)
@@ -215,6 +221,8 @@ def report(
     rows: list[tuple[str, str, str]] = []
     for p in PLACEMENTS:
         rows += _pair(out, "image_recipe", f"image_{p}", f"[{p}] full image (recipe)", ">= 1.0")
+        if p == "third" and "image_third_raw" in out:
+            rows += _pair(out, "image_recipe", "image_third_raw", "[third]   --no-compress (recipe)", "")
         rows += _pair(out, "weights_rsync", f"weights_{p}", f"[{p}] first weights (rsync)", ">= 1.0")
         rows += _pair(
             out, "reship_recipe", f"reship_{p}", f"[{p}] re-ship unchanged (recipe)", ">= 10x", True

@@ -76,10 +76,39 @@ class NodePool:
         self.once = once
         self._connectors: dict[str, Connector] = {}
         self._failed: dict[str, SparkctlError] = {}
+        self._warming: dict[str, threading.Thread] = {}
         self._lock = threading.Lock()
+
+    def warm(self, nodes: Iterable[str]) -> None:
+        """Start connecting to `nodes` now, in the background, so that what the caller imports and
+        reads meanwhile overlaps the handshakes (a re-ship: the ship modules load while the nodes'
+        sshd answer). For a one-shot command: a node whose warm connect failed raises that error
+        from its next `get`, never a second connect timeout."""
+        for node in nodes:
+            with self._lock:
+                if node in self._warming or node in self._connectors:
+                    continue
+                thread = threading.Thread(target=self._warm_one, args=(node,), daemon=True)
+                self._warming[node] = thread
+            thread.start()
+
+    def _warm_one(self, node: str) -> None:
+        try:
+            self._connect(node)
+        except SparkctlError as exc:
+            with self._lock:
+                self._failed.setdefault(node, copy.copy(exc))
+        except Exception:  # noqa: BLE001 - anything else: the next `get` connects again and raises it
+            pass
 
     def get(self, node: str) -> Connector:
         """The node's connector, connected (raises ConnectError naming the node)."""
+        warming = self._warming.get(node)
+        if warming is not None and warming is not threading.current_thread():
+            warming.join()
+        return self._connect(node)
+
+    def _connect(self, node: str) -> Connector:
         with self._lock:
             if node in self._failed:
                 raise copy.copy(self._failed[node])  # a copy: callers add to an error's message
