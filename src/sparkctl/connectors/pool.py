@@ -77,6 +77,7 @@ class NodePool:
         self._connectors: dict[str, Connector] = {}
         self._failed: dict[str, SparkctlError] = {}
         self._warming: dict[str, threading.Thread] = {}
+        self._closed = False
         self._lock = threading.Lock()
 
     def warm(self, nodes: Iterable[str]) -> None:
@@ -94,7 +95,9 @@ class NodePool:
 
     def _warm_one(self, node: str) -> None:
         try:
-            self._connect(node)
+            conn = self._connect(node)
+            if self._closed:  # the command ended while this connected: nobody will close it
+                conn.close()
         except SparkctlError as exc:
             with self._lock:
                 self._failed.setdefault(node, copy.copy(exc))
@@ -141,6 +144,7 @@ class NodePool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             conns, self._connectors = list(self._connectors.values()), {}
         for conn in conns:
             with contextlib.suppress(Exception):  # closing is best effort

@@ -82,3 +82,63 @@ def test_a_slow_connect_of_the_main_thread_says_so(monkeypatch: pytest.MonkeyPat
         pool.get("spark1")  # fast: nothing said
     time.sleep(0.3)
     assert said == ["still connecting to spark2 (0.2 s)"]
+
+
+def test_a_warm_connect_is_the_one_get_uses_and_a_failed_one_is_not_repeated(
+    monkeypatch: pytest.MonkeyPatch, refusing: type[Refusing]
+) -> None:
+    """`ship` warms the mode's nodes before importing its modules: `get` waits for that connect
+    (one connect per node, never two at once) and a node it could not reach raises at once."""
+    import threading
+
+    gate = threading.Event()
+
+    class Gated(Refusing):
+        connects = 0
+        closed = 0
+        connected = False
+
+        def connect(self) -> None:  # as SshConnector's: once connected, a no-op
+            if self.connected:
+                return
+            gate.wait(10)
+            Gated.connects += 1
+            self.connected = self.node != "spark2"
+            if self.node == "spark2":
+                raise ConnectError(f"cannot reach {self.node}: timed out", node=self.node)
+
+        def close(self) -> None:
+            Gated.closed += 1
+
+    monkeypatch.setattr(pool_mod, "connector_for", lambda _p, node, **_k: Gated(node.name))
+    prof = load_profile_file(ROOT / "profiles" / "dual-spark.yaml")
+    with NodePool(prof) as pool:
+        pool.warm(["spark1", "spark2"])
+        pool.warm(["spark1"])  # already warming: nothing more
+        threading.Timer(0.2, gate.set).start()
+        assert pool.get("spark1").node == "spark1"  # waited for the warm connect, did not start one
+        with pytest.raises(ConnectError, match="cannot reach spark2"):
+            pool.get("spark2")
+        with pytest.raises(ConnectError, match="cannot reach spark2"):
+            pool.get("spark2")
+    assert Gated.connects == 2 and Gated.closed == 2  # each once, with the pool
+
+
+def test_a_warm_connect_that_ends_after_the_pool_closed_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    gate, done = threading.Event(), threading.Event()
+
+    class Late(Refusing):
+        def connect(self) -> None:
+            gate.wait(10)
+
+        def close(self) -> None:
+            done.set()
+
+    monkeypatch.setattr(pool_mod, "connector_for", lambda _p, node, **_k: Late(node.name))
+    with NodePool(load_profile_file(ROOT / "profiles" / "dual-spark.yaml")) as pool:
+        pool.warm(["spark2"])
+    done.clear()  # closed once with the pool, while it was still connecting
+    gate.set()
+    assert done.wait(10)  # and again by the warm thread once its connect ended
