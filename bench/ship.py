@@ -11,7 +11,7 @@ Baselines run on spark1, between the same nodes, with spark1's own SSH keys:
   image:   docker save IMG | ssh spark2 docker load -q           (the recipe)
   weights: rsync -a -e ssh <hf>/ spark2:<dir>/
 Every measure alternates sparkctl and its baseline for --rounds rounds and prints medians and
-ratios: full image, first weights sync (also split into sparkctl's constant, `ship --dry-run`, and
+ratios: full image (third machine also with `--no-compress`), first weights sync (also split into sparkctl's constant, `ship --dry-run`, and
 the push, next to `ssh spark2 true` alone), re-ship of unchanged image + weights, overlay bytes that
 leave the source (spark1's netdev counters) vs a full save, 1/2/4 streams, 3 peers vs 1, first
 syncs of larger models (--big-weights-mb: 300 MB, the size issue #14's lab had, and 600); then the
