@@ -95,7 +95,6 @@ UNTESTED_BEFORE_THE_RULE: frozenset[str] = frozenset(
         "lifecycle/up.py",
         "lifecycle/watch.py",
         "node/base.py",
-        "node/load.py",
         "node/push.py",
         "planning/model.py",
         "planning/router.py",

@@ -19,6 +19,8 @@ FILES: tuple[str, ...] = (
     "relay.py",
     "docker_api.py",
     "load.py",
+    "children.py",
+    "push_image.py",
     "push.py",
 )
 

@@ -1,5 +1,6 @@
-"""Runs ON a node (python3 stdlib only), after base.py and tarfilter.py in one program: the state of
-a node in one round trip, and the source side of a transfer straight to a peer over system OpenSSH.
+"""Runs ON a node (python3 stdlib only), last of the node program's files (node/pack.py FILES): the
+state of a node in one round trip, the source side of a transfer straight to a peer over system
+OpenSSH (the image's in push_image.py), and the program's entry point.
 
   state   (stdin JSON {image, want, models: [[repo, revision]], mode}) -> image ID/layers/free space
           and a manifest per model, in one run (what `ship` compares); `want`: see image_state
@@ -31,45 +32,12 @@ from .base import (  # node: strip
     op_manifest,
     open_file,
 )
-from .docker_api import SaveStream, image_state  # node: strip
+from .children import Meter, kill_children, spawn  # node: strip
+from .docker_api import image_state  # node: strip
 from .load import op_load  # node: strip
+from .push_image import op_push_image  # node: strip
 from .recv import weights_op  # node: strip
 from .relay import Sink, first_hop, flatten, last_json, op_relay  # node: strip
-from .tarfilter import LayerFilter  # node: strip
-
-CHILDREN = []
-LIBC = []  # [libc or None], loaded by the first spawn: ops that start no child never import ctypes
-
-
-def _libc():
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None)
-    except (ImportError, OSError):
-        return None
-
-
-def _die_with_parent():
-    if LIBC[0] is not None:
-        LIBC[0].prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-
-
-def spawn(argv, **kw):
-    """A child that dies with this process; only from the main thread (the death signal is per thread)."""
-    import subprocess  # node program: imported where used (~10 ms per start saved for the others)
-
-    if not LIBC:  # loaded before forking: nothing may be imported between fork and exec
-        LIBC.append(_libc())
-    proc = subprocess.Popen(argv, preexec_fn=_die_with_parent, **kw)  # noqa: PLW1509 - async-signal-safe
-    CHILDREN.append(proc)
-    return proc
-
-
-def kill_children():
-    for proc in CHILDREN:
-        with contextlib.suppress(OSError):
-            proc.kill()
 
 
 def _watch_stdin():
@@ -111,170 +79,6 @@ def op_state(req):
     if t is not None:
         t.join()
     return out
-
-
-class Meter:
-    """Bytes moved so far, printed as progress lines by the main thread."""
-
-    def __init__(self):
-        self.n = 0
-        self.lock = threading.Lock()
-        self.wake = threading.Event()  # set when a worker ends: the result goes out at once
-
-    def run(self, target, *args):
-        """A worker thread that wakes the reporter when it ends."""
-
-        def body():
-            try:
-                target(*args)
-            finally:
-                self.wake.set()
-
-        t = threading.Thread(target=body, daemon=True)
-        t.start()
-        return t
-
-    def add(self, n):
-        with self.lock:
-            self.n += n
-
-    def report_until(self, done, extra=None):
-        last = -1
-        while True:
-            finished = done()
-            now = max(last, self.n + (extra() if extra else 0))  # never backwards
-            if now != last:
-                sys.stdout.write(json.dumps({"progress": now}) + "\n")
-                sys.stdout.flush()
-                last = now
-            if finished:
-                return
-            self.wake.wait(0.2)
-            self.wake.clear()
-
-
-def _rchar(pid, field="rchar:"):
-    """Bytes a process has read so far (its stdin, for ssh fed straight from `docker save`), or
-    written with field "wchar:"."""
-    try:
-        with open("/proc/%d/io" % pid) as fh:  # noqa: UP031
-            return int(next(line for line in fh if line.startswith(field)).split()[1])
-    except (OSError, StopIteration, ValueError):
-        return 0
-
-
-def _exited(proc):
-    """Wait for a child's exit without reaping it: a zombie's /proc/PID/io stays readable."""
-    with contextlib.suppress(OSError):
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-
-
-def compressor(req, stdin, stdout):
-    """`zstd -1` between the save and the link: the fastest level with most of the gain (a 2-core
-    lab: 30 % fewer bytes for the time a level-1 pass costs; --adapt raised the level while the
-    peer's load was the bottleneck and lost). Threads: what the controller gave of spare cores."""
-    import subprocess
-
-    argv = ["zstd", "-1", "-q", "-c", "-T%d" % int(req.get("threads") or 1)]  # noqa: UP031
-    return spawn(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
-
-
-def op_push_image(req):
-    """`docker save`, minus the layers every peer of the chain has, into the chain."""
-    import subprocess
-
-    argv, line = first_hop(req["chain"], req.get("prog"))
-    save = SaveStream(req["ref"], spawn)
-    meter, filt, zstd, wire = Meter(), None, None, None
-    if save.fd is None:  # the engine refused (no such image...): nothing to send
-        rc, err = save.finish()
-        return {
-            "sent": 0,
-            "peers": {},
-            "save_rc": rc,
-            "save_err": err,
-            "skipped_layers": [],
-            "skipped_bytes": 0,
-        }
-    codec = req.get("codec")
-    if not req["skip"] and not line:  # one peer, nothing to drop: ssh reads the engine's stream itself
-        feed = save.fd
-        if codec:  # ... or zstd's output, zstd reading the engine's stream
-            zstd = compressor(req, save.fd, subprocess.PIPE)
-            feed = zstd.stdout
-        sink = Sink(req["chain"][0]["node"], argv, b"", lambda a, **kw: spawn(a, **{**kw, "stdin": feed}))
-        save.detach()
-        if zstd is not None:
-            zstd.stdout.close()  # ssh holds it: zstd sees the link close when ssh ends
-        counted, final = zstd or sink.proc, []  # what read the image's bytes: progress in them
-
-        def ended():  # it exited: read its count before it is reaped
-            _exited(counted)
-            final.append(_rchar(counted.pid))
-            if zstd is not None:
-                _exited(sink.proc)
-                final.append(_rchar(sink.proc.pid))
-
-        waiter = meter.run(ended)
-        meter.report_until(lambda: not waiter.is_alive(), lambda: final[0] if final else _rchar(counted.pid))
-        sent = None
-        wire = final[1] if len(final) > 1 else None
-    else:
-        sink = Sink(req["chain"][0]["node"], argv, line, spawn)
-        filt = LayerFilter(req["diff_ids"], set(req["skip"]))
-        write, alive = sink.write, lambda: sink.alive
-        if codec:  # the header line is in the link already; the stream goes through zstd after it
-            sink.proc.stdin.flush()
-            zstd = compressor(req, subprocess.PIPE, sink.proc.stdin)
-            sink.proc.stdin.close()
-            write, alive = _pipe_writer(zstd.stdin)
-
-        def pump():
-            for chunk in filt.filter(iter(lambda: save.read(CHUNK), b"")):
-                write(chunk)
-                meter.add(len(chunk))
-                if not alive():
-                    return
-
-        worker = meter.run(pump)
-        meter.report_until(lambda: not worker.is_alive())
-        sent = meter.n
-        if zstd is not None:
-            with contextlib.suppress(OSError):
-                zstd.stdin.close()
-            _exited(zstd)
-            wire = _rchar(zstd.pid, "wchar:")
-    zstd_err = ""
-    if zstd is not None:
-        zstd.wait()
-        zstd_err = zstd.stderr.read().decode(errors="replace")
-    peers = flatten(sink.close())
-    save_rc, save_err = save.finish()
-    doc = {
-        "sent": sent,
-        "peers": peers,
-        "save_rc": save_rc,
-        "save_err": save_err,
-        "skipped_layers": sorted(set(filt.skipped_layers)) if filt else [],
-        "skipped_bytes": filt.skipped_bytes if filt else 0,
-    }
-    if zstd is not None:
-        doc.update(codec=codec, wire=wire, codec_rc=zstd.returncode, codec_err=zstd_err[-2000:])
-    return doc
-
-
-def _pipe_writer(fh):
-    """(write, alive) of a child's stdin: a child that stopped reading is not written to again."""
-    state = [True]
-
-    def write(data):
-        if state[0]:
-            try:
-                fh.write(data)
-            except OSError:
-                state[0] = False
-
-    return write, lambda: state[0]
 
 
 def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None, pieces=None):
