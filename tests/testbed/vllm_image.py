@@ -284,3 +284,24 @@ def _has_image(lab: Lab, node: object, image_id: str) -> bool:
         return lab.docker(node).images.get(image_id).id == image_id  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: not there yet
         return False
+
+
+def prebuild() -> int:
+    """`python3 -m tests.testbed.vllm_image`: build the cached archive in a one-node lab of its own,
+    so that scripts/test can make it while the first tier runs (the real-engine tests then only
+    load it). Nothing to do when the archive is cached; a failure is printed and left for the
+    real-engine fixture, which builds again under the same lock and fails with the reason."""
+    from tests.testbed.lab import Lab
+
+    if archive_path().exists():
+        _log(f"cached: {archive_path()}")
+        return 0
+    t0 = time.monotonic()
+    with Lab(nodes=1) as lab:
+        _, built = vllm_archive(lab)
+    _log(f"{'built' if built else 'found'} in {time.monotonic() - t0:.0f}s (prebuild, lab included)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(prebuild())

@@ -9,8 +9,9 @@ OpenSSH (the image's in push_image.py), and the program's entry point.
                 into `ssh PEER ... load` (load.py) (the socket itself is ssh's stdin when nothing is
                 dropped); codec "zstd": through `zstd -1` on the way (load.py decompresses)
   push-weights  (stdin: one JSON line {repo, streams, ranged, chain, finish}) -> each stream a `recv`
-                on the peer through its own ssh, fed files or ranges of large files; the first
-                stream's end line carries `finish` for its receiver
+                on the peer through its own ssh, fed files or ranges of large files, each hashed
+                here as it is read; a stream's end line carries those sha256 (and, the first
+                stream's, `finish` for its receiver)
 A push prints {"progress": bytes} lines, then {"result": ...}. Its stdin stays open: when it closes
 (sparkctl was interrupted or lost the node) every child is killed at once, and a child also dies
 with its parent (PR_SET_PDEATHSIG), so no transfer outlives the command that started it.
@@ -84,8 +85,11 @@ def op_state(req):
 def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None, pieces=None):
     """One stream: header + bytes per whole file or range, each hashed on the way (a range's sha256
     into `pieces`: the peer checks its ranges against them instead of reading the file again),
-    then the end line (for the first stream, `trailer()` adds what its receiver needs to finish)."""
+    then the end line: the sha256 of every file and range of this stream (the receivers record
+    them: the bytes are hashed once, here, from the very buffer that is sent) and, for the first
+    stream, what `trailer()` adds for its receiver to finish."""
     view = memoryview(bytearray(CHUNK))
+    sent, sent_pieces = {}, {}
     try:
         for dest, offset, length in items:
             dest_path(repo, dest)  # the name's own rules; opened by descriptor walk, O_NOFOLLOW:
@@ -109,9 +113,12 @@ def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None, pieces=
                     left -= n
                 if not left and whole:
                     hashes[dest] = (st, h.hexdigest())
-                elif not left and pieces is not None:
-                    pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
-        end = {"end": True}
+                    sent[dest] = h.hexdigest()
+                elif not left:
+                    sent_pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
+                    if pieces is not None:
+                        pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
+        end = {"end": True, "sent": sent, "pieces": sent_pieces}
         if trailer is not None and sink.alive:
             end.update(trailer())
         sink.write(frame(end))

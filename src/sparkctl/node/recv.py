@@ -1,8 +1,13 @@
 """Runs ON a node (python3 stdlib only), part of the node program: the receiving side of weights.
 
-  recv REPO [COMMIT] (stdin: framed files, see `frame`) -> first drops COMMIT's completion marker
-                     (before any byte is written); each whole file under a part name, renamed once
-                     complete; ranges of a large file go into its part file in place
+  recv REPO [COMMIT [NODE [verify]]] (stdin: framed files, see `frame`) -> first drops COMMIT's
+                     completion marker (before any byte is written); each whole file under a part
+                     name, renamed once complete; ranges of a large file go into its part file in
+                     place. The bytes go pipe -> file by splice, not through Python, and are hashed
+                     once, by the source as it reads them (every hop an SSH channel whose AEAD
+                     cipher authenticates each packet): a file's sha256 is the one the stream's end
+                     line gives. `verify` (ship --verify): hashed here on arrival too, recorded as
+                     this node's own.
   finish REPO        (stdin JSON {plan, written, ranged[, pieces, got]}) -> ranged files checked
                      (by their ranges' sha256 when they tile the file, else whole) and renamed, snapshot
                      links, every file verified against the plan, refs/<revision>, the marker last;
@@ -59,6 +64,65 @@ def _drop_parts(repo, commit):
                     os.unlink(os.path.join(root, name))
 
 
+class Reader:
+    """stdin by descriptor with its own buffer: a header line is read ahead in blocks, so what
+    follows it is known exactly, and a file's bytes past that buffer can go from the pipe to the
+    file by splice (no copy through this process; a plain read where stdin is not a pipe)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, bytearray()
+        self.splice = getattr(os, "splice", None)
+
+    def readline(self):
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
+                return line
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                line = bytes(self.buf)
+                self.buf.clear()
+                return line
+            self.buf += data
+
+    def copy(self, out, left, view, h=None):
+        """Exactly `left` bytes of the stream into descriptor `out`, through `h` when given."""
+        take = min(len(self.buf), left)
+        if take:
+            chunk = bytes(self.buf[:take])
+            del self.buf[:take]
+            if h is not None:
+                h.update(chunk)
+            _write_all(out, memoryview(chunk))
+            left -= take
+        while left:
+            n = min(CHUNK, left)
+            if h is None and self.splice is not None:
+                try:
+                    n = self.splice(self.fd, out, n)
+                except OSError as exc:
+                    if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                        raise
+                    self.splice = None  # stdin is not a pipe (or the file system says no): read
+                    continue
+            else:
+                n = os.readv(self.fd, [view[:n]])
+                if n:
+                    if h is not None:
+                        h.update(view[:n])
+                    _write_all(out, view[:n])
+            if not n:
+                raise EOFError("stream ended")
+            left -= n
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
 def _header(inp):
     line = inp.readline()
     if not line.endswith(b"\n"):
@@ -93,24 +157,23 @@ def _open_part(repo, dest, total):
     return dfd, fd, name
 
 
-def _recv_one(inp, repo, head, view):
+def _recv_one(inp, repo, head, view, verify):
+    """One file or range into its part file; its sha256 when `verify` (else None: the source's,
+    from the stream's end line)."""
     dest_path(repo, head["path"])  # the name's own rules (layout, no `..`)
     ranged = "offset" in head
     dfd, fd, name = _open_part(repo, head["path"], int(head["total"]) if ranged and "total" in head else None)
-    h = hashlib.sha256()
+    h = hashlib.sha256() if verify else None
     try:
         if ranged:
             os.lseek(fd, int(head["offset"]), os.SEEK_SET)
-        left = int(head["size"])
-        while left:
-            n = inp.readinto(view[: min(CHUNK, left)])
-            if not n:
-                raise EOFError("stream ended inside " + head["path"])
-            h.update(view[:n])
-            os.write(fd, view[:n])
-            left -= n
+        try:
+            inp.copy(fd, int(head["size"]), view, h)
+        except EOFError:
+            raise EOFError("stream ended inside " + head["path"]) from None
+        digest = h.hexdigest() if h is not None else None
         if ranged:
-            return h.hexdigest()  # this range's: `finish` compares it with the source's
+            return digest  # this range's: `finish` compares it with the source's
         os.fchmod(fd, FINAL_MODE)  # on the descriptor: the file written, not whatever the name is now
         os.close(fd)
         fd = None
@@ -124,14 +187,28 @@ def _recv_one(inp, repo, head, view):
         if fd is not None:
             os.close(fd)
         os.close(dfd)
-    return h.hexdigest()
+    return digest
 
 
-def op_recv(repo, commit=None, node=None):
+def _source_digests(head, written, pieces):
+    """The sha256 the source computed of each file and range this stream carried (its end line),
+    for those not hashed here; one missing stays None, which `finish` takes as a mismatch."""
+    sent, sent_pieces = head.get("sent") or {}, head.get("pieces") or {}
+    for dest, digest in written.items():
+        if digest is None:
+            written[dest] = sent.get(dest)
+    for dest, by_offset in pieces.items():
+        for offset, digest in by_offset.items():
+            if digest is None:
+                got = sent_pieces.get(dest, {}).get(offset)
+                by_offset[offset] = got[1] if isinstance(got, list) else got
+
+
+def op_recv(repo, commit=None, node=None, mode=None):
     """Receive one stream; the first stream's end line may carry `finish` (plan, ranged, what the
     other streams wrote per node): then this receiver finishes the snapshot too."""
-    inp = sys.stdin.buffer
-    big_pipe(inp.fileno())
+    big_pipe(0)
+    inp, verify = Reader(0), mode == "verify"
     view = memoryview(bytearray(CHUNK))
     written, pieces, total, done = {}, {}, 0, None
     try:
@@ -140,11 +217,12 @@ def op_recv(repo, commit=None, node=None):
         while True:
             head = _header(inp)
             if head.get("end"):
+                _source_digests(head, written, pieces)
                 fin = head.get("finish")
                 if fin is not None:
                     done = op_finish(repo, _finish_req(fin, node, written, pieces))
                 break
-            digest = _recv_one(inp, repo, head, view)
+            digest = _recv_one(inp, repo, head, view, verify)
             if "offset" in head:
                 pieces.setdefault(head["path"], {})[str(head["offset"])] = digest
             else:
@@ -319,7 +397,7 @@ def weights_op(op, args):
     if op == "probe":
         return op_probe(repo, json.load(sys.stdin), deep=args[1:] == ["deep"])
     if op == "recv":
-        return op_recv(repo, *args[1:3])
+        return op_recv(repo, *args[1:4])
     if op == "finish":
         return op_finish(repo, json.load(sys.stdin))
     return None

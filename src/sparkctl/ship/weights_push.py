@@ -84,7 +84,9 @@ def push_weights(
     known = {f.dest(rel, source.commit or ""): f.sha256 for rel, f in source.files.items()}
     chain = [
         chain_entry(
-            n.peer.conn.node, n.peer.hop, node_argv("recv", n.repo, source.commit or "", n.peer.conn.node)
+            n.peer.conn.node,
+            n.peer.hop,
+            node_argv("recv", n.repo, source.commit or "", n.peer.conn.node, *_verify(n)),
         )
         for n in senders
     ]
@@ -115,6 +117,12 @@ def push_weights(
             f"reading {source.model_id} on the source failed: {res['errors'][0]}", node=src.node, fix=RERUN
         )
     return {**res, "peers": peers}
+
+
+def _verify(need: WeightsNeed) -> list[str]:
+    """`ship --verify`: the receiver hashes every byte on arrival too (end to end, its own sha256
+    recorded) instead of taking the source's from the stream (node/recv.py)."""
+    return ["verify"] if need.result.check == "deep" else []
 
 
 def _stream_result(

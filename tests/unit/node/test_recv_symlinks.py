@@ -98,7 +98,19 @@ def test_a_part_symlink_in_a_directory_walk_is_refused_on_receive(tmp_path: Path
     assert list((repo / "elsewhere").iterdir()) == []
 
 
-def test_a_received_file_that_fails_its_hash_is_removed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("mode", "end"),
+    [
+        # the source read other bytes than its manifest says (the file changed): its own sha256 of them
+        ([], lambda blob, wrong, right: {"sent": {f"blobs/{blob}": hashlib.sha256(wrong).hexdigest()}}),
+        # a stream that ends without the file's sha256: nothing vouches for the bytes
+        ([], lambda blob, wrong, right: {}),
+        # `ship --verify`: the receiver hashes what arrived itself, whatever the stream claims
+        (["verify"], lambda blob, wrong, right: {"sent": {f"blobs/{blob}": right}}),
+    ],
+    ids=["source-read-other-bytes", "no-digest", "verify-on-arrival"],
+)
+def test_a_received_file_that_fails_its_hash_is_removed(tmp_path: Path, mode: list[str], end) -> None:
     hf = tmp_path / "hf"
     make_fake_snapshot(hf, MODEL, {"w.safetensors": 4000})
     repo, plan = _plan(hf)
@@ -106,11 +118,16 @@ def test_a_received_file_that_fails_its_hash_is_removed(tmp_path: Path) -> None:
     blob_path = repo / "blobs" / blob
     blob_path.unlink()
     wrong = os.urandom(size)  # what a broken or hostile stream delivered under that name
-    stream = frame({"path": f"blobs/{blob}", "size": size}) + wrong + frame({"end": True})
-    recv = subprocess.run(node_argv("recv", str(repo), plan["commit"]), input=stream, capture_output=True)
+    stream = (
+        frame({"path": f"blobs/{blob}", "size": size}) + wrong + frame({"end": True, **end(blob, wrong, sha)})
+    )
+    argv = node_argv("recv", str(repo), plan["commit"], "spark2", *mode)
+    recv = subprocess.run(argv, input=stream, capture_output=True)
     assert recv.returncode == 0, recv.stderr
     written = json.loads(recv.stdout)["written"]
-    assert written == {f"blobs/{blob}": hashlib.sha256(wrong).hexdigest()}
+    assert written[f"blobs/{blob}"] != sha
+    if mode:
+        assert written == {f"blobs/{blob}": hashlib.sha256(wrong).hexdigest()}
     req = {"plan": plan, "written": written, "ranged": {}}
     fin = subprocess.run(node_argv("finish", str(repo)), input=json.dumps(req).encode(), capture_output=True)
     assert json.loads(fin.stdout)["mismatch"] == ["w.safetensors"]
