@@ -1,5 +1,5 @@
 """Runs ON a node (python3 stdlib only): manifests, hashes and names of weights. See `node_script()` in
-node/pack.py: this file, tarfilter.py, recv.py, relay.py and push.py are one `python3 -c PROGRAM OP ARGS`.
+node/pack.py: this file and the others of its FILES are one `python3 -c PROGRAM OP ARGS`.
 
 Ops on one Hugging Face repo dir (<hf_cache>/hub/models--org--name):
   manifest REPO REVISION [lazy|deep] -> JSON {commit, files: {rel: [sha256|null, size, blob|null]},

@@ -15,6 +15,7 @@ from pathlib import Path
 FILES: tuple[str, ...] = (
     "tarfilter.py",
     "base.py",
+    "stream_in.py",
     "recv.py",
     "relay.py",
     "docker_api.py",

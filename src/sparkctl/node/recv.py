@@ -43,6 +43,7 @@ from .base import (  # node: strip
     walk_snapshot,
     write_file,
 )
+from .stream_in import Reader  # node: strip
 
 FINAL_MODE = 0o644  # what `huggingface-cli download` leaves under a 022 umask: the container reads it
 
@@ -62,65 +63,6 @@ def _drop_parts(repo, commit):
             for name in files:
                 if name.endswith(PART):
                     os.unlink(os.path.join(root, name))
-
-
-class Reader:
-    """stdin by descriptor with its own buffer: a header line is read ahead in blocks, so what
-    follows it is known exactly, and a file's bytes past that buffer can go from the pipe to the
-    file by splice (no copy through this process; a plain read where stdin is not a pipe)."""
-
-    def __init__(self, fd):
-        self.fd, self.buf = fd, bytearray()
-        self.splice = getattr(os, "splice", None)
-
-    def readline(self):
-        while True:
-            i = self.buf.find(b"\n")
-            if i >= 0:
-                line = bytes(self.buf[: i + 1])
-                del self.buf[: i + 1]
-                return line
-            data = os.read(self.fd, 1 << 16)
-            if not data:
-                line = bytes(self.buf)
-                self.buf.clear()
-                return line
-            self.buf += data
-
-    def copy(self, out, left, view, h=None):
-        """Exactly `left` bytes of the stream into descriptor `out`, through `h` when given."""
-        take = min(len(self.buf), left)
-        if take:
-            chunk = bytes(self.buf[:take])
-            del self.buf[:take]
-            if h is not None:
-                h.update(chunk)
-            _write_all(out, memoryview(chunk))
-            left -= take
-        while left:
-            n = min(CHUNK, left)
-            if h is None and self.splice is not None:
-                try:
-                    n = self.splice(self.fd, out, n)
-                except OSError as exc:
-                    if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                        raise
-                    self.splice = None  # stdin is not a pipe (or the file system says no): read
-                    continue
-            else:
-                n = os.readv(self.fd, [view[:n]])
-                if n:
-                    if h is not None:
-                        h.update(view[:n])
-                    _write_all(out, view[:n])
-            if not n:
-                raise EOFError("stream ended")
-            left -= n
-
-
-def _write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data) :]
 
 
 def _header(inp):
