@@ -111,13 +111,16 @@ def _send_stream(repo, items, sink, meter, hashes, errors, trailer=None, pieces=
                     sink.write(view[:n])
                     meter.add(n)
                     left -= n
-                if not left and whole:
-                    hashes[dest] = (st, h.hexdigest())
-                    sent[dest] = h.hexdigest()
-                elif not left:
-                    sent_pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
+                if left:
+                    continue  # the sink is gone: nothing more of this stream arrives anywhere
+                digest = h.hexdigest()
+                if whole:
+                    hashes[dest], sent[dest] = (st, digest), digest
+                else:
+                    sent_pieces.setdefault(dest, {})[str(offset)] = digest
                     if pieces is not None:
-                        pieces.setdefault(dest, {})[str(offset)] = [length, h.hexdigest()]
+                        pieces.setdefault(dest, {})[str(offset)] = [length, digest]
+        # This stream's own (the shared dicts are still being filled by the other streams' threads).
         end = {"end": True, "sent": sent, "pieces": sent_pieces}
         if trailer is not None and sink.alive:
             end.update(trailer())

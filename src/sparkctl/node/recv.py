@@ -142,8 +142,7 @@ def _source_digests(head, written, pieces):
     for dest, by_offset in pieces.items():
         for offset, digest in by_offset.items():
             if digest is None:
-                got = sent_pieces.get(dest, {}).get(offset)
-                by_offset[offset] = got[1] if isinstance(got, list) else got
+                by_offset[offset] = sent_pieces.get(dest, {}).get(offset)
 
 
 def op_recv(repo, commit=None, node=None, mode=None):

@@ -154,3 +154,63 @@ def test_the_sender_refuses_a_blob_swapped_for_a_symlink_after_the_manifest(tmp_
     assert isinstance(out["n2"], Exception)
     received = [p for p in dst.rglob("*") if p.is_file() and not p.is_symlink()]
     assert all(b"SSSS" not in p.read_bytes() for p in received)
+
+
+def test_by_default_the_receiver_records_the_sources_sha256_and_hashes_nothing(tmp_path: Path) -> None:
+    """The bytes are hashed once, where they are read: without `verify` the digest recorded for a
+    file is the one the stream's end line carries (here one no bytes have, so a second hash on the
+    peer would show), for a whole file and for each range."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    commit, data = "2" * 40, os.urandom(5000)
+    whole, ranged = f"snapshots/{commit}/a.json", f"snapshots/{commit}/b.bin"
+    claimed = {whole: "a" * 64, ranged: {"0": "b" * 64, "3000": "c" * 64}}
+    stream = (
+        frame({"path": whole, "size": 5000})
+        + data
+        + frame({"path": ranged, "size": 3000, "offset": 0, "total": 5000})
+        + data[:3000]
+        + frame({"path": ranged, "size": 2000, "offset": 3000, "total": 5000})
+        + data[3000:]
+        + frame({"end": True, "sent": {whole: claimed[whole]}, "pieces": {ranged: claimed[ranged]}})
+    )
+    res = subprocess.run(node_argv("recv", str(repo), commit, "spark2"), input=stream, capture_output=True)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["written"] == {whole: claimed[whole]}
+    assert doc["pieces"] == {ranged: claimed[ranged]}
+    assert (repo / whole).read_bytes() == data  # the bytes themselves landed as sent
+    assert (repo / f"{ranged}.sparkctl-part").read_bytes() == data
+
+
+def test_ship_verify_asks_every_receiver_to_hash_on_arrival(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ship --verify` (deep) puts `verify` on each peer's `recv`; a plain ship does not."""
+    import sparkctl.ship.weights_push as weights_push
+
+    src = tmp_path / "n1-hf"
+    make_fake_snapshot(src, MODEL, {"w.safetensors": 4000})
+    chains: list[list[str]] = []
+
+    def capture(_src, _op, req, *_args):
+        chains.append(req["chain"][0]["cmd"])
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(weights_push, "run_push", capture)
+    for deep in (False, True):
+        dst = tmp_path / f"n2-hf-{deep}"
+        dst.mkdir()
+        conn1, conn2 = LocalConnector("n1"), LocalConnector("n2")
+        source = snapshot_manifest(conn1, str(src), REF, lazy=not deep, deep=deep)
+        with pytest.raises(RuntimeError, match="captured"):
+            ship_weights(
+                source,
+                conn1,
+                [WeightsPeer(conn2, str(dst), [])],
+                ByteCounter(),
+                transfers=Transfers(),
+                deep=deep,
+            )
+    assert [cmd[-1] == "verify" for cmd in chains] == [False, True]
+    assert chains[0][-1] == "n2" and chains[1][-2:] == ["n2", "verify"]
